@@ -1,0 +1,334 @@
+//! Avro order events in the Confluent wire format: magic byte 0, a 4-byte
+//! big-endian schema id, then the Avro binary body. The writer schema is
+//! fetched from the registry by id (cached) and resolved against the v2
+//! reader schema, so v1 and v2 records both decode.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use apache_avro::types::Value;
+use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::Schema;
+
+use crate::event::{EventType, OrderEvent, DEFAULT_CURRENCY};
+use crate::registry::{Registry, RegistryError};
+
+pub const SCHEMA_V1: &str = include_str!("../schemas/order_event_v1.avsc");
+pub const SCHEMA_V2: &str = include_str!("../schemas/order_event_v2.avsc");
+
+/// Why a record is poison. The set is small and fixed: it labels DLQ headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoisonKind {
+    EmptyPayload,
+    BadMagicByte,
+    UnknownSchema,
+    BadSchema,
+    Undecodable,
+    Invalid,
+}
+
+impl PoisonKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoisonKind::EmptyPayload => "empty_payload",
+            PoisonKind::BadMagicByte => "bad_magic_byte",
+            PoisonKind::UnknownSchema => "unknown_schema",
+            PoisonKind::BadSchema => "bad_schema",
+            PoisonKind::Undecodable => "undecodable",
+            PoisonKind::Invalid => "invalid",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Deterministic: this record will never decode. Dead-letter it.
+    #[error("{}: {message}", kind.as_str())]
+    Poison { kind: PoisonKind, message: String },
+    /// The registry is unreachable: retry later, do not move past the record.
+    #[error("transient: {0}")]
+    Transient(String),
+}
+
+impl DecodeError {
+    fn poison(kind: PoisonKind, message: impl Into<String>) -> Self {
+        DecodeError::Poison { kind, message: message.into() }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    #[error("avro encoding failed: {0}")]
+    Avro(String),
+}
+
+/// The processor's reader schema (v2), parsed once per process.
+pub fn reader_schema() -> &'static Schema {
+    static READER: OnceLock<Schema> = OnceLock::new();
+    // The schema is compiled in and covered by tests; failing to parse it is a
+    // build defect, not an input error.
+    #[allow(clippy::expect_used)]
+    READER.get_or_init(|| Schema::parse_str(SCHEMA_V2).expect("schemas/order_event_v2.avsc parses"))
+}
+
+/// A writer schema resolved against the reader schema, ready to decode.
+type Resolved = Arc<GenericDatumReader<'static>>;
+
+/// Writer schemas by registry id, resolved against the reader schema once and
+/// shared by all partition tasks. Warm after the first record of each id.
+///
+/// Resolved schemas live for the rest of the process (they are leaked to get
+/// a `'static` reader): one per schema id the registry serves, a few KiB each.
+/// Unknown ids are not cached.
+pub struct Decoder {
+    registry: Registry,
+    writers: RwLock<HashMap<u32, Resolved>>,
+}
+
+impl Decoder {
+    pub fn new(registry: Registry) -> Self {
+        Decoder { registry, writers: RwLock::new(HashMap::new()) }
+    }
+
+    /// Decodes one record payload into an event, or says why it cannot.
+    pub async fn decode(&self, payload: Option<&[u8]>) -> Result<OrderEvent, DecodeError> {
+        let (id, body) = split_wire(payload)?;
+        let writer = self.writer_schema(id).await?;
+        decode_body(&writer, body)
+    }
+
+    /// Decodes with an already-cached writer schema, without awaiting; `None`
+    /// when the schema id is not cached yet (the caller then awaits `decode`).
+    pub fn decode_cached(&self, payload: Option<&[u8]>) -> Option<Result<OrderEvent, DecodeError>> {
+        let (id, body) = match split_wire(payload) {
+            Ok(parts) => parts,
+            Err(e) => return Some(Err(e)),
+        };
+        let writer = self.writers.read().ok()?.get(&id).cloned()?;
+        Some(decode_body(&writer, body))
+    }
+
+    async fn writer_schema(&self, id: u32) -> Result<Resolved, DecodeError> {
+        if let Some(schema) = self.writers.read().ok().and_then(|m| m.get(&id).cloned()) {
+            return Ok(schema);
+        }
+        let text = self.registry.schema_by_id(id).await.map_err(|e| match e {
+            RegistryError::UnknownId { .. } => DecodeError::poison(PoisonKind::UnknownSchema, e.to_string()),
+            other => DecodeError::Transient(other.to_string()),
+        })?;
+        let schema = Schema::parse_str(&text)
+            .map_err(|e| DecodeError::poison(PoisonKind::BadSchema, format!("schema id {id} does not parse: {e}")))?;
+        let writer: &'static Schema = Box::leak(Box::new(schema));
+        let resolved = GenericDatumReader::builder(writer)
+            .reader_schema(reader_schema())
+            .build()
+            .map_err(|e| DecodeError::poison(PoisonKind::BadSchema, format!("schema id {id} cannot be resolved: {e}")))?;
+        let resolved = Arc::new(resolved);
+        if let Ok(mut map) = self.writers.write() {
+            map.entry(id).or_insert_with(|| resolved.clone());
+        }
+        Ok(resolved)
+    }
+}
+
+/// Splits the Confluent header from the Avro body.
+pub fn split_wire(payload: Option<&[u8]>) -> Result<(u32, &[u8]), DecodeError> {
+    let bytes = match payload {
+        None | Some([]) => return Err(DecodeError::poison(PoisonKind::EmptyPayload, "record has no value")),
+        Some(b) => b,
+    };
+    if bytes[0] != 0 {
+        return Err(DecodeError::poison(
+            PoisonKind::BadMagicByte,
+            format!("magic byte is {} (expected 0, the Confluent wire format)", bytes[0]),
+        ));
+    }
+    if bytes.len() < 5 {
+        return Err(DecodeError::poison(PoisonKind::Undecodable, format!("{} bytes is shorter than the 5-byte header", bytes.len())));
+    }
+    let id = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+    Ok((id, &bytes[5..]))
+}
+
+fn decode_body(reader: &GenericDatumReader<'static>, body: &[u8]) -> Result<OrderEvent, DecodeError> {
+    let mut cursor = body;
+    let value = reader
+        .read_value(&mut cursor)
+        .map_err(|e| DecodeError::poison(PoisonKind::Undecodable, e.to_string()))?;
+    if !cursor.is_empty() {
+        return Err(DecodeError::poison(PoisonKind::Undecodable, format!("{} trailing bytes after the record", cursor.len())));
+    }
+    event_from_value(value)
+}
+
+fn event_from_value(value: Value) -> Result<OrderEvent, DecodeError> {
+    let Value::Record(fields) = value else {
+        return Err(DecodeError::poison(PoisonKind::Undecodable, "top-level value is not a record"));
+    };
+    let mut event_id = None;
+    let mut order_id = None;
+    let mut version = None;
+    let mut event_type = None;
+    let mut amount = None;
+    let mut occurred_at = None;
+    let mut currency = None;
+    for (name, field) in fields {
+        match (name.as_str(), field) {
+            ("event_id", Value::String(s)) => event_id = Some(s),
+            ("order_id", Value::String(s)) => order_id = Some(s),
+            ("version", Value::Long(v)) => version = Some(v),
+            ("event_type", Value::Enum(_, symbol)) => event_type = EventType::from_symbol(&symbol),
+            ("amount", Value::Long(v)) => amount = Some(v),
+            ("occurred_at", Value::TimestampMillis(v) | Value::Long(v)) => occurred_at = Some(v),
+            ("currency", Value::String(s)) => currency = Some(s),
+            _ => {}
+        }
+    }
+    let missing = |field: &str| DecodeError::poison(PoisonKind::Invalid, format!("field `{field}` is missing"));
+    let event = OrderEvent {
+        event_id: event_id.ok_or_else(|| missing("event_id"))?,
+        order_id: order_id.ok_or_else(|| missing("order_id"))?,
+        version: version.ok_or_else(|| missing("version"))?,
+        event_type: event_type.ok_or_else(|| missing("event_type"))?,
+        amount: amount.ok_or_else(|| missing("amount"))?,
+        occurred_at: occurred_at.ok_or_else(|| missing("occurred_at"))?,
+        currency: currency.unwrap_or_else(|| DEFAULT_CURRENCY.to_string()),
+    };
+    if event.order_id.is_empty() {
+        return Err(DecodeError::poison(PoisonKind::Invalid, "order_id is empty"));
+    }
+    if event.event_id.is_empty() {
+        return Err(DecodeError::poison(PoisonKind::Invalid, "event_id is empty"));
+    }
+    if event.version <= 0 {
+        return Err(DecodeError::poison(PoisonKind::Invalid, format!("version {} is not positive", event.version)));
+    }
+    Ok(event)
+}
+
+/// Which schema a record is written with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriterVersion {
+    V1,
+    V2,
+}
+
+/// Encodes events in the wire format with registered schema ids.
+pub struct Encoder {
+    v1: Schema,
+    v2: Schema,
+    pub v1_id: u32,
+    pub v2_id: u32,
+}
+
+impl Encoder {
+    /// Registers both schema versions under `<topic>-value` and returns an encoder.
+    pub async fn register(registry: &Registry, topic: &str) -> Result<Self, RegistryError> {
+        let subject = format!("{topic}-value");
+        let v1_id = registry.register(&subject, SCHEMA_V1).await?;
+        let v2_id = registry.register(&subject, SCHEMA_V2).await?;
+        Ok(Self::with_ids(v1_id, v2_id))
+    }
+
+    pub fn with_ids(v1_id: u32, v2_id: u32) -> Self {
+        #[allow(clippy::expect_used)]
+        let parse = |s: &str| Schema::parse_str(s).expect("compiled-in schema parses");
+        Encoder { v1: parse(SCHEMA_V1), v2: parse(SCHEMA_V2), v1_id, v2_id }
+    }
+
+    /// The wire-format bytes of `event` written with `version`'s schema (v1
+    /// drops `currency`).
+    pub fn encode(&self, event: &OrderEvent, version: WriterVersion) -> Result<Vec<u8>, EncodeError> {
+        let mut fields = vec![
+            ("event_id".to_string(), Value::String(event.event_id.clone())),
+            ("order_id".to_string(), Value::String(event.order_id.clone())),
+            ("version".to_string(), Value::Long(event.version)),
+            (
+                "event_type".to_string(),
+                Value::Enum(event.event_type.index() as u32, event.event_type.as_str().to_string()),
+            ),
+            ("amount".to_string(), Value::Long(event.amount)),
+            ("occurred_at".to_string(), Value::TimestampMillis(event.occurred_at)),
+        ];
+        let (schema, id) = match version {
+            WriterVersion::V1 => (&self.v1, self.v1_id),
+            WriterVersion::V2 => {
+                fields.push(("currency".to_string(), Value::String(event.currency.clone())));
+                (&self.v2, self.v2_id)
+            }
+        };
+        #[allow(deprecated)] // the datum writer's replacement needs a builder per call
+        let body = apache_avro::to_avro_datum(schema, Value::Record(fields)).map_err(|e| EncodeError::Avro(e.to_string()))?;
+        Ok(wire(id, &body))
+    }
+}
+
+/// Prefixes an Avro body with the Confluent header.
+pub fn wire(schema_id: u32, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + body.len());
+    out.push(0);
+    out.extend_from_slice(&schema_id.to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(currency: &str) -> OrderEvent {
+        OrderEvent {
+            event_id: "5f0c6f2e-0000-4000-8000-000000000001".into(),
+            order_id: "order-42".into(),
+            version: 3,
+            event_type: EventType::Shipped,
+            amount: 12_345,
+            currency: currency.into(),
+            occurred_at: 1_764_547_200_000,
+        }
+    }
+
+    async fn setup() -> (Decoder, Encoder) {
+        let registry = Registry::memory();
+        let encoder = Encoder::register(&registry, "orders").await.unwrap();
+        (Decoder::new(registry), encoder)
+    }
+
+    #[tokio::test]
+    async fn v1_and_v2_records_both_decode() {
+        let (decoder, encoder) = setup().await;
+        let v2 = encoder.encode(&sample("USD"), WriterVersion::V2).unwrap();
+        assert_eq!(decoder.decode(Some(&v2)).await.unwrap(), sample("USD"));
+        let v1 = encoder.encode(&sample("USD"), WriterVersion::V1).unwrap();
+        assert_eq!(v1[0], 0);
+        assert_ne!(v1[1..5], v2[1..5], "different schema ids");
+        assert_eq!(decoder.decode(Some(&v1)).await.unwrap(), sample(DEFAULT_CURRENCY), "v1 reads the default currency");
+        assert!(decoder.decode_cached(Some(&v1)).is_some(), "cache is warm");
+    }
+
+    async fn poison_kind(decoder: &Decoder, bytes: &[u8]) -> PoisonKind {
+        match decoder.decode(Some(bytes)).await {
+            Err(DecodeError::Poison { kind, .. }) => kind,
+            other => panic!("expected poison, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn poison_records_are_classified() {
+        let (decoder, encoder) = setup().await;
+        let good = encoder.encode(&sample("EUR"), WriterVersion::V2).unwrap();
+        let mut bad_magic = good.clone();
+        bad_magic[0] = 1;
+        assert_eq!(poison_kind(&decoder, &bad_magic).await, PoisonKind::BadMagicByte);
+        assert_eq!(poison_kind(&decoder, &wire(999, &good[5..])).await, PoisonKind::UnknownSchema);
+        assert_eq!(poison_kind(&decoder, &good[..good.len() - 4]).await, PoisonKind::Undecodable);
+        assert_eq!(poison_kind(&decoder, &good[..3]).await, PoisonKind::Undecodable);
+        assert!(matches!(decoder.decode(None).await, Err(DecodeError::Poison { kind: PoisonKind::EmptyPayload, .. })));
+        let mut no_order = sample("EUR");
+        no_order.order_id.clear();
+        assert_eq!(poison_kind(&decoder, &encoder.encode(&no_order, WriterVersion::V2).unwrap()).await, PoisonKind::Invalid);
+        let mut zero = sample("EUR");
+        zero.version = 0;
+        assert_eq!(poison_kind(&decoder, &encoder.encode(&zero, WriterVersion::V1).unwrap()).await, PoisonKind::Invalid);
+    }
+}

@@ -1,0 +1,256 @@
+//! The embedded default: librdkafka's in-process mock cluster, an
+//! in-process schema registry, a generated workload, the processor over it,
+//! and a summary checked against the generator's expectation.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::FutureProducer;
+use rdkafka::ClientConfig;
+use serde::Serialize;
+use tracing::info;
+
+use crate::codec::Encoder;
+use crate::config::Config;
+use crate::load::produce_planned;
+use crate::processor::Processor;
+use crate::registry::Registry;
+use crate::store::Store;
+use crate::workload::{plan, Expectation, WorkloadSpec};
+
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    pub workload: WorkloadSpec,
+    pub partitions: i32,
+    /// Keep the store here instead of a temporary directory.
+    pub store_dir: Option<PathBuf>,
+    /// Give up waiting for the processor to catch up after this long.
+    pub timeout: Duration,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions { workload: WorkloadSpec::default(), partitions: 4, store_dir: None, timeout: Duration::from_secs(300) }
+    }
+}
+
+/// The demo's outcome: durable counters read back from the store, the
+/// generator's expectation, and whether they agree.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoSummary {
+    pub orders: usize,
+    pub partitions: i32,
+    pub consumed: u64,
+    pub applied: u64,
+    pub duplicates: u64,
+    pub stale: u64,
+    pub dead_lettered: u64,
+    pub expected: ExpectedCounts,
+    pub counts_match_expected: bool,
+    pub outcomes_add_up: bool,
+    pub state_matches_expected: bool,
+    pub state_mismatches: usize,
+    pub dlq_topic_records: i64,
+    pub elapsed_seconds: f64,
+    pub events_per_second: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ExpectedCounts {
+    pub records: u64,
+    pub applied: u64,
+    pub duplicates: u64,
+    pub stale: u64,
+    pub dead_lettered: u64,
+}
+
+impl DemoSummary {
+    /// True when every guarantee the demo checks holds.
+    pub fn passed(&self) -> bool {
+        self.counts_match_expected && self.outcomes_add_up && self.state_matches_expected
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("mock cluster: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
+    #[error(transparent)]
+    Encode(#[from] crate::codec::EncodeError),
+    #[error(transparent)]
+    Load(#[from] crate::load::LoadError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Process(#[from] crate::processor::ProcessError),
+    #[error("cannot create a temporary store directory: {0}")]
+    TempDir(std::io::Error),
+}
+
+pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
+    let topic = "orders";
+    let dlq_topic = "orders.dlq";
+    let cluster = MockCluster::new(1)?;
+    cluster.create_topic(topic, options.partitions, 1)?;
+    cluster.create_topic(dlq_topic, 1, 1)?;
+    let bootstrap = cluster.bootstrap_servers();
+
+    let registry = Registry::memory();
+    let encoder = Encoder::register(&registry, topic).await?;
+    let (records, expected) = plan(&options.workload, &encoder)?;
+    info!(records = records.len(), orders = options.workload.orders, "workload planned");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create()?;
+    let ends = produce_planned(&producer, topic, &records).await?;
+    drop(records);
+
+    let temp;
+    let store_path = match &options.store_dir {
+        Some(dir) => dir.clone(),
+        None => {
+            temp = tempfile::Builder::new().prefix("orderly-demo-").tempdir().map_err(DemoError::TempDir)?;
+            temp.path().join("store")
+        }
+    };
+    let mut config = Config::defaults()?;
+    config.kafka.bootstrap_servers = bootstrap.clone();
+    config.kafka.group_id = "orderly-demo".into();
+    config.kafka.input_topic = topic.into();
+    config.kafka.dlq_topic = dlq_topic.into();
+    config.store.path = store_path.clone();
+    let store = Store::open(&store_path, config.store.cache_capacity_mb)?;
+
+    let started = Instant::now();
+    let watcher = store.clone();
+    let timeout = options.timeout;
+    let caught_up = async move {
+        while started.elapsed() < timeout {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if covers(&watcher, &ends) {
+                return;
+            }
+        }
+        tracing::warn!("demo timed out before the processor caught up");
+    };
+    Processor::new(config, store.clone(), registry).run(caught_up).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+
+    let summary = summarize(&store, &expected, options.workload.orders, options.partitions, dlq_records(&bootstrap, dlq_topic)?, elapsed)?;
+    drop(producer);
+    drop(cluster);
+    Ok(summary)
+}
+
+/// True when every partition's checkpoint has reached its end offset.
+pub fn covers(store: &Store, ends: &BTreeMap<i32, i64>) -> bool {
+    let Ok(stats) = store.stats() else { return false };
+    ends.iter().all(|(partition, end)| stats.iter().any(|s| s.partition == *partition && s.checkpoint.next_offset >= *end))
+}
+
+fn summarize(
+    store: &Store,
+    expected: &Expectation,
+    orders: usize,
+    partitions: i32,
+    dlq_topic_records: i64,
+    elapsed: f64,
+) -> Result<DemoSummary, DemoError> {
+    let stats = store.stats()?;
+    let sum = |f: fn(&crate::store::Checkpoint) -> u64| stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>();
+    let consumed: u64 = stats.iter().map(|s| (s.checkpoint.next_offset - s.checkpoint.start_offset) as u64).sum();
+    let (applied, duplicates, stale, dead_lettered) =
+        (sum(|c| c.applied), sum(|c| c.duplicates), sum(|c| c.stale), sum(|c| c.dead_lettered));
+    let mut mismatches = 0usize;
+    for (order_id, want) in &expected.states {
+        match store.get_order(order_id)? {
+            Some(state) if state.view() == *want => {}
+            _ => mismatches += 1,
+        }
+    }
+    let mut stored_orders = 0usize;
+    store.for_each_order(|_| stored_orders += 1)?;
+    mismatches += stored_orders.saturating_sub(expected.states.len());
+    Ok(DemoSummary {
+        orders,
+        partitions,
+        consumed,
+        applied,
+        duplicates,
+        stale,
+        dead_lettered,
+        counts_match_expected: (applied, duplicates, stale, dead_lettered, consumed)
+            == (expected.applied, expected.duplicates, expected.stale, expected.dead_lettered, expected.records),
+        outcomes_add_up: applied + duplicates + stale + dead_lettered == consumed,
+        expected: ExpectedCounts {
+            records: expected.records,
+            applied: expected.applied,
+            duplicates: expected.duplicates,
+            stale: expected.stale,
+            dead_lettered: expected.dead_lettered,
+        },
+        state_matches_expected: mismatches == 0,
+        state_mismatches: mismatches,
+        dlq_topic_records,
+        elapsed_seconds: elapsed,
+        events_per_second: if elapsed > 0.0 { consumed as f64 / elapsed } else { 0.0 },
+    })
+}
+
+/// Records in the dead-letter topic (sum of high watermarks).
+fn dlq_records(bootstrap: &str, dlq_topic: &str) -> Result<i64, DemoError> {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
+    let (low, high) = consumer.fetch_watermarks(dlq_topic, 0, Duration::from_secs(5))?;
+    Ok(high - low)
+}
+
+impl DemoSummary {
+    /// A human-readable table.
+    pub fn table(&self) -> String {
+        let e = &self.expected;
+        let mark = |ok: bool| if ok { "yes" } else { "NO" };
+        format!(
+            "orderly demo: {orders} orders over {partitions} partitions (in-process mock Kafka cluster)\n\
+             \n\
+             outcome         processor   expected\n\
+             consumed     {consumed:>12} {records:>10}\n\
+             applied      {applied:>12} {e_applied:>10}\n\
+             duplicates   {duplicates:>12} {e_dup:>10}\n\
+             stale        {stale:>12} {e_stale:>10}\n\
+             dead-lettered{dead:>12} {e_dead:>10}   (dead-letter topic holds {dlq})\n\
+             \n\
+             outcomes add up to consumed: {add_up}\n\
+             counters match the generator: {counts}\n\
+             every order's state matches the generator: {states} ({mismatches} mismatches)\n\
+             {eps:.0} events/s over {secs:.1} s (including joining the group)\n",
+            orders = self.orders,
+            partitions = self.partitions,
+            consumed = self.consumed,
+            records = e.records,
+            applied = self.applied,
+            e_applied = e.applied,
+            duplicates = self.duplicates,
+            e_dup = e.duplicates,
+            stale = self.stale,
+            e_stale = e.stale,
+            dead = self.dead_lettered,
+            e_dead = e.dead_lettered,
+            dlq = self.dlq_topic_records,
+            add_up = mark(self.outcomes_add_up),
+            counts = mark(self.counts_match_expected),
+            states = mark(self.state_matches_expected),
+            mismatches = self.state_mismatches,
+            eps = self.events_per_second,
+            secs = self.elapsed_seconds,
+        )
+    }
+}

@@ -1,0 +1,70 @@
+//! Crash points for the crash drill. Tests set `ORDERLY_FAULT=<point>:<n>` to
+//! abort the process (SIGABRT, no cleanup, like a power cut for the
+//! process) the n-th time it reaches `<point>`. Unset in production: one
+//! relaxed atomic load per batch.
+//!
+//! Points: `after_dlq` (dead letters acknowledged, batch not yet written),
+//! `after_batch` (sled batch written, not flushed), `after_flush` (flushed,
+//! offsets not committed to Kafka).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+pub const ENV: &str = "ORDERLY_FAULT";
+
+/// The crash points there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Point {
+    AfterDlq,
+    AfterBatch,
+    AfterFlush,
+}
+
+impl Point {
+    fn name(self) -> &'static str {
+        match self {
+            Point::AfterDlq => "after_dlq",
+            Point::AfterBatch => "after_batch",
+            Point::AfterFlush => "after_flush",
+        }
+    }
+}
+
+struct Armed {
+    point: &'static str,
+    at: u64,
+    hits: AtomicU64,
+}
+
+fn armed() -> Option<&'static Armed> {
+    static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
+    ARMED
+        .get_or_init(|| {
+            let raw = std::env::var(ENV).ok()?;
+            let (point, at) = raw.split_once(':').unwrap_or((raw.as_str(), "1"));
+            let point = [Point::AfterDlq, Point::AfterBatch, Point::AfterFlush]
+                .into_iter()
+                .map(Point::name)
+                .find(|name| *name == point);
+            match (point, at.parse::<u64>()) {
+                (Some(point), Ok(at)) if at > 0 => Some(Armed { point, at, hits: AtomicU64::new(0) }),
+                _ => {
+                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush[:N]");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Marks that `point` was reached; aborts the process when armed for it.
+pub fn hit(point: Point) {
+    let Some(armed) = armed() else { return };
+    if armed.point != point.name() {
+        return;
+    }
+    if armed.hits.fetch_add(1, Ordering::Relaxed) + 1 == armed.at {
+        eprintln!("orderly: fault injection: aborting at {}", armed.point);
+        std::process::abort();
+    }
+}

@@ -1,0 +1,306 @@
+//! The `orderly` binary: `run`, `demo`, `produce`, `state`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use rdkafka::producer::FutureProducer;
+use tracing_subscriber::EnvFilter;
+
+use orderly::codec::Encoder;
+use orderly::config::Config;
+use orderly::demo::{run_demo, DemoOptions};
+use orderly::load::produce_planned;
+use orderly::processor::{producer_config, Processor};
+use orderly::registry::Registry;
+use orderly::store::{Checkpoint, Store};
+use orderly::workload::{plan, WorkloadSpec};
+
+#[derive(Parser)]
+#[command(name = "orderly", version, about = "Ordered, idempotent Kafka event processor with an embedded sled store")]
+struct Cli {
+    /// TOML file overriding config/default.toml (ORDERLY_<SECTION>__<KEY> variables override both)
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Join the consumer group and process until SIGTERM/SIGINT, then drain, flush, commit and leave
+    Run,
+    /// Run the processor over a generated workload on an in-process mock Kafka cluster (no external service)
+    Demo {
+        /// Print the summary as one JSON object
+        #[arg(long)]
+        json: bool,
+        /// Keep the store in this directory instead of a temporary one
+        #[arg(long, value_name = "DIR")]
+        store_dir: Option<PathBuf>,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        #[command(flatten)]
+        workload: WorkloadArgs,
+    },
+    /// Generate a workload and produce it to the configured input topic and registry
+    Produce {
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        /// Write the independently computed expected outcome (counts and final states) to this JSON file
+        #[arg(long, value_name = "FILE")]
+        expect_out: Option<PathBuf>,
+    },
+    /// Read the local store (while the processor is stopped)
+    State {
+        #[command(subcommand)]
+        command: StateCommand,
+    },
+}
+
+#[derive(Args, Clone)]
+struct WorkloadArgs {
+    /// Number of orders (each 1 to 4 events)
+    #[arg(long, default_value_t = 5_000)]
+    orders: usize,
+    /// Chance an event is sent twice
+    #[arg(long, default_value_t = 0.05)]
+    duplicate_rate: f64,
+    /// Chance an event is swapped with its order's next event
+    #[arg(long, default_value_t = 0.02)]
+    reorder_rate: f64,
+    /// Poison records per good record
+    #[arg(long, default_value_t = 0.002)]
+    poison_rate: f64,
+    /// Share of events written with the v1 schema
+    #[arg(long, default_value_t = 0.3)]
+    v1_share: f64,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+impl WorkloadArgs {
+    fn spec(&self) -> Result<WorkloadSpec> {
+        for (name, rate) in [
+            ("--duplicate-rate", self.duplicate_rate),
+            ("--reorder-rate", self.reorder_rate),
+            ("--poison-rate", self.poison_rate),
+            ("--v1-share", self.v1_share),
+        ] {
+            if !(0.0..=1.0).contains(&rate) {
+                bail!("{name} must be between 0 and 1, got {rate}");
+            }
+        }
+        if self.orders == 0 {
+            bail!("--orders must be at least 1");
+        }
+        Ok(WorkloadSpec {
+            orders: self.orders,
+            seed: self.seed,
+            duplicate_rate: self.duplicate_rate,
+            reorder_rate: self.reorder_rate,
+            poison_rate: self.poison_rate,
+            v1_share: self.v1_share,
+        })
+    }
+}
+
+#[derive(Subcommand)]
+enum StateCommand {
+    /// One order's state
+    Get {
+        order_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every order's state, as JSON lines
+    Dump,
+    /// Per-partition next offset and counters, and totals
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_log_filter(&cli.command))))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn default_log_filter(command: &Command) -> &'static str {
+    match command {
+        Command::Demo { .. } | Command::State { .. } => "warn",
+        _ => "info,librdkafka=warn,rdkafka=warn",
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
+    let load_config = || Config::load(cli.config.as_deref()).context("configuration");
+    match cli.command {
+        Command::Run => {
+            let config = load_config()?;
+            let store = Store::open(&config.store.path, config.store.cache_capacity_mb)?;
+            let registry = Registry::http(&config.registry.url, Duration::from_millis(config.registry.timeout_ms))?;
+            let report = Processor::new(config, store, registry).run(shutdown_signal()).await?;
+            tracing::info!(applied = report.applied, duplicates = report.duplicates, stale = report.stale, dead_lettered = report.dead_lettered, "exiting");
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Command::Demo { json, store_dir, partitions, workload } => {
+            if !(1..=256).contains(&partitions) {
+                bail!("--partitions must be between 1 and 256");
+            }
+            if !json {
+                eprintln!("orderly demo: generating {} orders and starting an in-process Kafka cluster...", workload.orders);
+            }
+            let options = DemoOptions { workload: workload.spec()?, partitions, store_dir, ..Default::default() };
+            let summary = run_demo(options).await.context("demo")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", summary.table());
+            }
+            Ok(if summary.passed() { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::from(2) })
+        }
+        Command::Produce { workload, expect_out } => {
+            let config = load_config()?;
+            let registry = Registry::http(&config.registry.url, Duration::from_millis(config.registry.timeout_ms))?;
+            let encoder = Encoder::register(&registry, &config.kafka.input_topic)
+                .await
+                .with_context(|| format!("registering schemas at {}", config.registry.url))?;
+            let (records, expected) = plan(&workload.spec()?, &encoder)?;
+            if let Some(path) = &expect_out {
+                std::fs::write(path, serde_json::to_vec(&expected)?).with_context(|| format!("writing {}", path.display()))?;
+            }
+            let producer: FutureProducer = producer_config(&config).set("linger.ms", "5").create()?;
+            let ends = produce_planned(&producer, &config.kafka.input_topic, &records).await?;
+            println!(
+                "{}",
+                serde_json::json!({ "records": records.len(), "end_offsets": ends, "expected": {
+                    "applied": expected.applied, "duplicates": expected.duplicates,
+                    "stale": expected.stale, "dead_lettered": expected.dead_lettered } })
+            );
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Command::State { command } => {
+            let config = load_config()?;
+            let store = Store::open(&config.store.path, config.store.cache_capacity_mb)?;
+            state_command(&store, command)
+        }
+    }
+}
+
+fn state_command(store: &Store, command: StateCommand) -> Result<std::process::ExitCode> {
+    match command {
+        StateCommand::Get { order_id, json } => match store.get_order(&order_id)? {
+            None => {
+                eprintln!("no state for order {order_id}");
+                Ok(std::process::ExitCode::from(3))
+            }
+            Some(state) if json => {
+                println!("{}", serde_json::to_string(&state)?);
+                Ok(std::process::ExitCode::SUCCESS)
+            }
+            Some(state) => {
+                println!(
+                    "order {}: version {}, status {}, amount {} {}, event {}, occurred_at {}, {} event ids in inbox",
+                    state.order_id,
+                    state.version,
+                    state.status.as_str(),
+                    state.amount,
+                    state.currency,
+                    state.event_id,
+                    state.occurred_at,
+                    state.inbox.len()
+                );
+                Ok(std::process::ExitCode::SUCCESS)
+            }
+        },
+        StateCommand::Dump => {
+            use std::io::Write;
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            let mut failure = None;
+            store.for_each_order(|state| {
+                if failure.is_none() {
+                    if let Err(e) = serde_json::to_writer(&mut out, &state.view()).map_err(anyhow::Error::from).and_then(|_| writeln!(out).map_err(Into::into)) {
+                        failure = Some(e);
+                    }
+                }
+            })?;
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            out.flush()?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        StateCommand::Stats { json } => {
+            let stats = store.stats()?;
+            let mut total = Checkpoint::default();
+            let mut orders = 0;
+            for s in &stats {
+                total.applied += s.checkpoint.applied;
+                total.duplicates += s.checkpoint.duplicates;
+                total.stale += s.checkpoint.stale;
+                total.dead_lettered += s.checkpoint.dead_lettered;
+                orders += s.orders;
+            }
+            if json {
+                let value = serde_json::json!({
+                    "partitions": stats,
+                    "totals": { "applied": total.applied, "duplicates": total.duplicates, "stale": total.stale,
+                                "dead_lettered": total.dead_lettered, "consumed": total.outcomes(), "orders": orders }
+                });
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else {
+                println!("{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9}", "topic", "partition", "next_offset", "orders", "applied", "dups", "stale", "dead");
+                for s in &stats {
+                    let c = &s.checkpoint;
+                    println!("{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9}", s.topic, s.partition, c.next_offset, s.orders, c.applied, c.duplicates, c.stale, c.dead_lettered);
+                }
+                println!("{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9}", "total", "", "", orders, total.applied, total.duplicates, total.stale, total.dead_lettered);
+            }
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the processor");
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("signal received");
+}

@@ -1,0 +1,211 @@
+//! The consumer context: rebalance callbacks, run on the poll thread.
+//!
+//! On assignment each partition's stored checkpoint becomes its start offset
+//! (set in the list before it is assigned) and an ordered task is spawned.
+//! On revoke the partition's task finishes what it was sent, the flusher
+//! flushes and commits, and only then is the partition given up; every wait
+//! has the configured deadline.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tracing::{error, info, info_span, warn, Instrument};
+
+use super::flusher::FlushMsg;
+use super::partition::{Command, PartitionTask};
+use super::Shared;
+
+struct PartitionHandle {
+    tx: mpsc::Sender<Command>,
+    join: JoinHandle<()>,
+}
+
+/// Routes records to partition tasks and owns their lifecycle.
+pub struct Router {
+    shared: Arc<Shared>,
+    runtime: Handle,
+    tasks: Mutex<HashMap<i32, PartitionHandle>>,
+}
+
+impl Router {
+    pub fn new(shared: Arc<Shared>, runtime: Handle) -> Self {
+        Router { shared, runtime, tasks: Mutex::new(HashMap::new()) }
+    }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<i32, PartitionHandle>> {
+        // Only the poll thread touches the map; a poisoned lock means it
+        // panicked earlier, and the map itself is still consistent.
+        self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Hands a record to its partition's task, waiting while the task's queue
+    /// is full (backpressure on the poll loop).
+    pub fn route(&self, message: OwnedMessage) {
+        let partition = message.partition();
+        let tx = match self.tasks().get(&partition) {
+            Some(handle) => handle.tx.clone(),
+            None => {
+                warn!(partition, offset = message.offset(), "record for a partition without a task; dropped (it is re-read after the next assignment)");
+                return;
+            }
+        };
+        if tx.blocking_send(Command::Record(message)).is_err() {
+            self.shared.fatal(format!("the task of partition {partition} stopped"));
+        }
+    }
+
+    /// Opens each partition's store, sets its start offset from the stored
+    /// checkpoint and spawns its task.
+    fn on_assign(&self, tpl: &mut TopicPartitionList) {
+        let shared = &self.shared;
+        let mut assigned = Vec::new();
+        for elem in tpl.elements() {
+            assigned.push((elem.topic().to_string(), elem.partition()));
+        }
+        for (topic, partition) in assigned {
+            let store = match shared.store.partition(&topic, partition) {
+                Ok(store) => store,
+                Err(e) => {
+                    shared.fatal(format!("cannot open the store of partition {partition}: {e}"));
+                    continue;
+                }
+            };
+            let checkpoint = match store.checkpoint() {
+                Ok(cp) => cp,
+                Err(e) => {
+                    shared.fatal(format!("cannot read the checkpoint of partition {partition}: {e}"));
+                    continue;
+                }
+            };
+            if let Some(cp) = checkpoint {
+                if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(cp.next_offset)) {
+                    shared.fatal(format!("cannot seek partition {partition}: {e}"));
+                }
+            }
+            info!(partition, checkpoint = ?checkpoint.map(|c| c.next_offset), "partition assigned");
+            let (tx, rx) = mpsc::channel(shared.config.processing.partition_queue_capacity);
+            let task = PartitionTask { shared: shared.clone(), partition, store, checkpoint, rx };
+            let span = info_span!("partition", topic = %topic, partition, group = %shared.config.kafka.group_id);
+            let fatal = shared.clone();
+            let join = self.runtime.spawn(
+                async move {
+                    if let Err(e) = task.run().await {
+                        error!(error = %e, "partition task failed");
+                        fatal.fatal(format!("partition {partition}: {e}"));
+                    }
+                }
+                .instrument(span),
+            );
+            self.tasks().insert(partition, PartitionHandle { tx, join });
+        }
+    }
+
+    /// Finishes, flushes and commits the given partitions (or all), then
+    /// stops their tasks. Uncommitted when the assignment was lost.
+    pub fn drain(&self, partitions: Option<&[i32]>, lost: bool) {
+        let handles: Vec<(i32, PartitionHandle)> = {
+            let mut tasks = self.tasks();
+            let chosen: Vec<i32> = match partitions {
+                Some(list) => list.iter().copied().filter(|p| tasks.contains_key(p)).collect(),
+                None => tasks.keys().copied().collect(),
+            };
+            chosen.into_iter().filter_map(|p| tasks.remove(&p).map(|h| (p, h))).collect()
+        };
+        if handles.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.shared.config.processing.shutdown_timeout_ms);
+        let release: Vec<i32> = handles.iter().map(|(p, _)| *p).collect();
+        let runtime = self.runtime.clone();
+        let finished = runtime.block_on(async {
+            let mut replies = Vec::new();
+            for (partition, handle) in &handles {
+                let (reply, rx) = oneshot::channel();
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(remaining, handle.tx.send(Command::Drain(reply))).await {
+                    Ok(Ok(())) => replies.push((*partition, rx)),
+                    _ => warn!(partition, "could not ask partition task to drain"),
+                }
+            }
+            let mut all = replies.len() == handles.len();
+            for (partition, rx) in replies {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(remaining, rx).await {
+                    Ok(Ok(checkpoint)) => info!(partition, next_offset = ?checkpoint.map(|c| c.next_offset), "partition drained"),
+                    _ => {
+                        warn!(partition, "partition task did not drain before the deadline");
+                        all = false;
+                    }
+                }
+            }
+            all
+        });
+        for (_, handle) in &handles {
+            // Tasks that drained have returned; one that missed the deadline
+            // is stopped here, between atomic batches, so its store is
+            // consistent at its last checkpoint.
+            handle.join.abort();
+        }
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        let barrier = FlushMsg::Barrier { release: release.clone(), lost, reply };
+        if self.shared.flush_tx.blocking_send(barrier).is_err() {
+            warn!("flusher is gone; revoked partitions are not committed");
+            return;
+        }
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100))) {
+            Ok(()) => info!(partitions = ?release, finished, lost, "partitions released after flush and commit"),
+            Err(_) => warn!(partitions = ?release, "flush and commit did not finish before the deadline"),
+        }
+    }
+}
+
+/// The rdkafka context of the processor's consumer.
+pub struct OrderlyContext {
+    pub router: Arc<Router>,
+}
+
+impl ClientContext for OrderlyContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        warn!(%error, reason, "kafka client error (librdkafka retries on its own)");
+    }
+}
+
+impl ConsumerContext for OrderlyContext {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.router.on_assign(tpl);
+                let result = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                if let Err(e) = result {
+                    self.router.shared.fatal(format!("assign failed: {e}"));
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let lost = consumer.assignment_lost();
+                let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                info!(?partitions, lost, "partitions revoked");
+                self.router.drain(Some(&partitions), lost);
+                let result = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
+                if let Err(e) = result {
+                    warn!(error = %e, "unassign failed");
+                }
+            }
+            other => {
+                warn!(error = ?other, "rebalance error");
+                if !cooperative {
+                    let _ = consumer.unassign();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The group flush: partition tasks report the offsets their written batches
+//! cover; the flusher makes all of them durable with one sled flush, then
+//! commits them to Kafka in one call. It is the only place offsets are
+//! committed, so commits never go backwards.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::context::OrderlyContext;
+use super::Shared;
+use crate::fault::{self, Point};
+
+pub enum FlushMsg {
+    /// A batch covering everything before `next_offset` was written.
+    Covered { partition: i32, next_offset: i64 },
+    /// Flush and commit everything reported so far, then stop committing
+    /// `release`d partitions (revoked); commit them first unless `lost`.
+    Barrier { release: Vec<i32>, lost: bool, reply: std::sync::mpsc::SyncSender<()> },
+    /// Flush and commit what is pending, then stop.
+    Stop,
+}
+
+pub struct Flusher {
+    shared: Arc<Shared>,
+    consumer: Arc<BaseConsumer<OrderlyContext>>,
+    rx: mpsc::Receiver<FlushMsg>,
+    /// Flushed offsets not yet committed (a failed commit is retried).
+    uncommitted: BTreeMap<i32, i64>,
+}
+
+impl Flusher {
+    pub fn new(shared: Arc<Shared>, consumer: Arc<BaseConsumer<OrderlyContext>>, rx: mpsc::Receiver<FlushMsg>) -> Self {
+        Flusher { shared, consumer, rx, uncommitted: BTreeMap::new() }
+    }
+
+    /// Runs until told to stop (or every sender is dropped).
+    pub async fn run(mut self) {
+        loop {
+            let first = if self.uncommitted.is_empty() {
+                self.rx.recv().await
+            } else {
+                match tokio::time::timeout(Duration::from_secs(1), self.rx.recv()).await {
+                    Ok(msg) => msg,
+                    Err(_) => {
+                        self.commit(&[]).await;
+                        continue;
+                    }
+                }
+            };
+            let Some(first) = first else { break };
+            let mut covered: BTreeMap<i32, i64> = BTreeMap::new();
+            let mut barriers = Vec::new();
+            let mut stop = false;
+            let mut take = |msg: FlushMsg| match msg {
+                FlushMsg::Stop => stop = true,
+                FlushMsg::Covered { partition, next_offset } => {
+                    let entry = covered.entry(partition).or_insert(next_offset);
+                    *entry = (*entry).max(next_offset);
+                }
+                FlushMsg::Barrier { release, lost, reply } => barriers.push((release, lost, reply)),
+            };
+            take(first);
+            while let Ok(msg) = self.rx.try_recv() {
+                take(msg);
+            }
+            if !covered.is_empty() {
+                if !self.flush().await {
+                    // The disk failed: nothing more may be committed.
+                    return;
+                }
+                fault::hit(Point::AfterFlush);
+                for (partition, next_offset) in covered {
+                    let entry = self.uncommitted.entry(partition).or_insert(next_offset);
+                    *entry = (*entry).max(next_offset);
+                }
+            }
+            let mut lost: Vec<i32> = Vec::new();
+            for (release, was_lost, _) in &barriers {
+                if *was_lost {
+                    lost.extend(release);
+                }
+            }
+            self.commit(&lost).await;
+            for (release, _, reply) in barriers {
+                for partition in release {
+                    self.uncommitted.remove(&partition);
+                }
+                let _ = reply.send(());
+            }
+            if stop {
+                return;
+            }
+        }
+    }
+
+    /// One sync for every batch reported so far. False on a disk error, which
+    /// is fatal for the processor.
+    async fn flush(&self) -> bool {
+        let started = Instant::now();
+        let store = self.shared.store.clone();
+        let result = tokio::task::spawn_blocking(move || store.flush()).await;
+        self.shared.counters.record_flush(started.elapsed());
+        match result {
+            Ok(Ok(_)) => true,
+            Ok(Err(error)) => {
+                self.shared.fatal(format!("store flush failed: {error}"));
+                false
+            }
+            Err(join) => {
+                self.shared.fatal(format!("store flush panicked: {join}"));
+                false
+            }
+        }
+    }
+
+    /// Commits the flushed offsets, except for partitions whose assignment
+    /// was lost. A failure keeps them for the next attempt: the store holds
+    /// the truth, the Kafka commit is advisory.
+    async fn commit(&mut self, skip: &[i32]) {
+        for partition in skip {
+            self.uncommitted.remove(partition);
+        }
+        if self.uncommitted.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::with_capacity(self.uncommitted.len());
+        for (partition, next_offset) in &self.uncommitted {
+            if let Err(error) = tpl.add_partition_offset(&self.shared.topic, *partition, Offset::Offset(*next_offset)) {
+                warn!(%error, partition, "cannot build commit list");
+            }
+        }
+        let consumer = self.consumer.clone();
+        let started = Instant::now();
+        let result = tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync)).await;
+        match result {
+            Ok(Ok(())) => {
+                debug!(partitions = self.uncommitted.len(), elapsed_ms = started.elapsed().as_millis() as u64, "committed");
+                self.uncommitted.clear();
+            }
+            Ok(Err(error)) => warn!(%error, "offset commit failed; will retry (state and checkpoint are already durable)"),
+            Err(join) => warn!(%join, "offset commit task failed; will retry"),
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The processor: a consumer-group member driven from a dedicated poll
+//! thread, one ordered task per assigned partition, and a flusher that makes
+//! many partitions' batches durable with one sync before committing offsets.
+//!
+//! ```text
+//! poll thread (BaseConsumer::poll, rebalance callbacks)
+//!   -> bounded channel per partition -> partition task (batch, decode,
+//!      dead-letter, decide, one atomic sled batch)
+//!   -> flusher (one flush for many batches, then one offset commit)
+//! ```
+
+mod context;
+mod dlq;
+mod flusher;
+mod kafka;
+mod partition;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::FutureProducer;
+use tokio::sync::{mpsc, Notify};
+use tracing::{error, info, warn};
+
+pub use dlq::{DeadLetter, DeadLetters, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+pub use kafka::{consumer_config, producer_config};
+
+use crate::codec::Decoder;
+use crate::config::Config;
+use crate::registry::Registry;
+use crate::store::{Store, StoreError};
+use context::{OrderlyContext, Router};
+use flusher::{FlushMsg, Flusher};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the flusher stopped (a store flush failed)")]
+    FlusherGone,
+    #[error("kafka client setup failed: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// Live counters for progress logs and the run report. The durable,
+/// exact counters are in each partition's checkpoint.
+#[derive(Default)]
+pub struct Counters {
+    pub applied: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub stale: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub batches: AtomicU64,
+    pub keys_written: AtomicU64,
+    pub flushes: AtomicU64,
+    /// Batch latencies in microseconds, for percentiles (bounded).
+    batch_micros: Mutex<Vec<u32>>,
+    flush_micros: Mutex<Vec<u32>>,
+}
+
+const LATENCY_SAMPLES: usize = 100_000;
+
+impl Counters {
+    fn record_batch(&self, applied: u64, duplicates: u64, stale: u64, dead: u64, keys: usize, elapsed: Duration) {
+        self.applied.fetch_add(applied, Ordering::Relaxed);
+        self.duplicates.fetch_add(duplicates, Ordering::Relaxed);
+        self.stale.fetch_add(stale, Ordering::Relaxed);
+        self.dead_lettered.fetch_add(dead, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.keys_written.fetch_add(keys as u64, Ordering::Relaxed);
+        push_sample(&self.batch_micros, elapsed);
+    }
+
+    fn record_flush(&self, elapsed: Duration) {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        push_sample(&self.flush_micros, elapsed);
+    }
+
+    pub fn total(&self) -> u64 {
+        self.applied.load(Ordering::Relaxed)
+            + self.duplicates.load(Ordering::Relaxed)
+            + self.stale.load(Ordering::Relaxed)
+            + self.dead_lettered.load(Ordering::Relaxed)
+    }
+
+    /// (p50, p99) batch latency in milliseconds.
+    pub fn batch_latency_ms(&self) -> (f64, f64) {
+        percentiles(&self.batch_micros)
+    }
+
+    /// (p50, p99) flush latency in milliseconds.
+    pub fn flush_latency_ms(&self) -> (f64, f64) {
+        percentiles(&self.flush_micros)
+    }
+}
+
+fn push_sample(samples: &Mutex<Vec<u32>>, elapsed: Duration) {
+    if let Ok(mut s) = samples.lock() {
+        if s.len() < LATENCY_SAMPLES {
+            s.push(elapsed.as_micros().min(u32::MAX as u128) as u32);
+        }
+    }
+}
+
+fn percentiles(samples: &Mutex<Vec<u32>>) -> (f64, f64) {
+    let Ok(s) = samples.lock() else { return (0.0, 0.0) };
+    if s.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mut sorted = s.clone();
+    sorted.sort_unstable();
+    let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
+    (at(0.5), at(0.99))
+}
+
+/// What every part of a running processor shares.
+pub struct Shared {
+    pub config: Config,
+    pub topic: String,
+    pub store: Store,
+    pub decoder: Decoder,
+    pub dead_letters: DeadLetters,
+    pub retention: Duration,
+    pub counters: Counters,
+    flush_tx: mpsc::Sender<FlushMsg>,
+    fatal: Mutex<Option<String>>,
+    fatal_notify: Notify,
+}
+
+impl Shared {
+    /// Records an unrecoverable error; the processor stops without
+    /// committing anything not yet durable.
+    pub fn fatal(&self, message: String) {
+        error!(%message, "fatal error; stopping");
+        if let Ok(mut slot) = self.fatal.lock() {
+            slot.get_or_insert(message);
+        }
+        self.fatal_notify.notify_one();
+    }
+
+    fn fatal_message(&self) -> Option<String> {
+        self.fatal.lock().ok().and_then(|s| s.clone())
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy)]
+pub struct RunReport {
+    pub applied: u64,
+    pub duplicates: u64,
+    pub stale: u64,
+    pub dead_lettered: u64,
+    pub batches: u64,
+    pub flushes: u64,
+    pub keys_written: u64,
+    pub batch_p50_ms: f64,
+    pub batch_p99_ms: f64,
+    pub flush_p50_ms: f64,
+}
+
+pub struct Processor {
+    config: Config,
+    store: Store,
+    registry: Registry,
+}
+
+impl Processor {
+    pub fn new(config: Config, store: Store, registry: Registry) -> Self {
+        Processor { config, store, registry }
+    }
+
+    /// Joins the group and processes until `shutdown` completes (or a fatal
+    /// error), then finishes in-flight batches, flushes, commits and leaves
+    /// the group.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<RunReport, ProcessError> {
+        let retention = self.config.inbox_retention().map_err(|e| ProcessError::Config(e.to_string()))?;
+        let producer: FutureProducer = producer_config(&self.config).create()?;
+        let topic = self.config.kafka.input_topic.clone();
+        let (flush_tx, flush_rx) = mpsc::channel(1024);
+        let shared = Arc::new(Shared {
+            dead_letters: DeadLetters::new(producer, self.config.kafka.dlq_topic.clone(), topic.clone()),
+            topic: topic.clone(),
+            store: self.store,
+            decoder: Decoder::new(self.registry),
+            retention,
+            counters: Counters::default(),
+            config: self.config,
+            flush_tx,
+            fatal: Mutex::new(None),
+            fatal_notify: Notify::new(),
+        });
+        let router = Arc::new(Router::new(shared.clone(), tokio::runtime::Handle::current()));
+        let consumer: BaseConsumer<OrderlyContext> =
+            consumer_config(&shared.config).create_with_context(OrderlyContext { router: router.clone() })?;
+        let consumer = Arc::new(consumer);
+        let flusher = tokio::spawn(Flusher::new(shared.clone(), consumer.clone(), flush_rx).run());
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let poll = {
+            let (shared, router, stop) = (shared.clone(), router.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("orderly-poll".into())
+                .spawn(move || poll_loop(consumer, router, shared, stop, flusher))
+                .map_err(|e| ProcessError::Fatal(format!("cannot start the poll thread: {e}")))?
+        };
+
+        tokio::select! {
+            _ = shutdown => info!("shutdown requested: finishing in-flight batches"),
+            _ = shared.fatal_notify.notified() => {}
+        }
+        stop.store(true, Ordering::SeqCst);
+        let joined = tokio::task::spawn_blocking(move || poll.join()).await;
+        if !matches!(joined, Ok(Ok(()))) {
+            return Err(ProcessError::Fatal("the poll thread panicked".into()));
+        }
+        if let Some(message) = shared.fatal_message() {
+            return Err(ProcessError::Fatal(message));
+        }
+        let c = &shared.counters;
+        let (batch_p50_ms, batch_p99_ms) = c.batch_latency_ms();
+        let report = RunReport {
+            applied: c.applied.load(Ordering::Relaxed),
+            duplicates: c.duplicates.load(Ordering::Relaxed),
+            stale: c.stale.load(Ordering::Relaxed),
+            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            flushes: c.flushes.load(Ordering::Relaxed),
+            keys_written: c.keys_written.load(Ordering::Relaxed),
+            batch_p50_ms,
+            batch_p99_ms,
+            flush_p50_ms: c.flush_latency_ms().0,
+        };
+        info!(?report, "stopped cleanly");
+        Ok(report)
+    }
+}
+
+/// The poll thread: waits for the broker, subscribes, routes records until
+/// stopped, then drains every partition, stops the flusher and closes the
+/// consumer (leaving the group).
+fn poll_loop(
+    consumer: Arc<BaseConsumer<OrderlyContext>>,
+    router: Arc<Router>,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    flusher: tokio::task::JoinHandle<()>,
+) {
+    let topic = shared.topic.clone();
+    let bootstrap = shared.config.kafka.bootstrap_servers.clone();
+    let mut backoff = Duration::from_millis(500);
+    // A broker that is down at start-up is waited for, with a clear message.
+    while !stop.load(Ordering::SeqCst) {
+        match consumer.fetch_metadata(Some(&topic), Duration::from_secs(5)) {
+            Ok(metadata) => {
+                let partitions = metadata.topics().first().map(|t| (t.partitions().len(), t.error()));
+                match partitions {
+                    Some((n, None)) if n > 0 => {
+                        info!(topic = %topic, partitions = n, bootstrap = %bootstrap, "connected to kafka");
+                        break;
+                    }
+                    _ => warn!(topic = %topic, bootstrap = %bootstrap, "input topic does not exist (yet); create it, retrying"),
+                }
+            }
+            Err(error) => warn!(%error, bootstrap = %bootstrap, "cannot reach kafka; retrying"),
+        }
+        std::thread::sleep(jitter(backoff));
+        backoff = (backoff * 2).min(Duration::from_secs(10));
+    }
+    if !stop.load(Ordering::SeqCst) {
+        if let Err(e) = consumer.subscribe(&[&topic]) {
+            shared.fatal(format!("cannot subscribe to {topic}: {e}"));
+        }
+    }
+    let mut last_log = Instant::now();
+    let mut last_total = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Ok(message)) => router.route(message.detach()),
+            Some(Err(error)) => {
+                warn!(%error, "consumer error (librdkafka retries on its own)");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        if last_log.elapsed() >= Duration::from_secs(10) {
+            let total = shared.counters.total();
+            let rate = (total - last_total) as f64 / last_log.elapsed().as_secs_f64();
+            info!(
+                processed = total,
+                per_second = rate.round() as u64,
+                applied = shared.counters.applied.load(Ordering::Relaxed),
+                duplicates = shared.counters.duplicates.load(Ordering::Relaxed),
+                stale = shared.counters.stale.load(Ordering::Relaxed),
+                dead_lettered = shared.counters.dead_lettered.load(Ordering::Relaxed),
+                "progress"
+            );
+            last_log = Instant::now();
+            last_total = total;
+        }
+    }
+    // Shutdown: finish, flush and commit every partition, then leave.
+    router.drain(None, false);
+    if shared.flush_tx.blocking_send(FlushMsg::Stop).is_ok() {
+        wait_for_flusher(flusher);
+    }
+    consumer.unsubscribe();
+    // Dropping the last handle closes the consumer: librdkafka revokes what
+    // is left (nothing) and leaves the group.
+    drop(consumer);
+}
+
+fn wait_for_flusher(flusher: tokio::task::JoinHandle<()>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !flusher.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if !flusher.is_finished() {
+        warn!("flusher did not stop in time");
+        flusher.abort();
+    }
+}
+
+/// `base` +/- 25%, so retries of many clients do not align.
+pub(crate) fn jitter(base: Duration) -> Duration {
+    let factor = 0.75 + rand::random::<f64>() * 0.5;
+    base.mul_f64(factor)
+}

@@ -1,0 +1,209 @@
+//! One ordered task per assigned partition: batch, decode, dead-letter,
+//! decide, write one atomic sled batch, report to the flusher.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::message::{Message, OwnedMessage};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use super::dlq::DeadLetter;
+use super::flusher::FlushMsg;
+use super::{jitter, ProcessError, Shared};
+use crate::codec::DecodeError;
+use crate::decide::{step, Decision};
+use crate::event::{OrderEvent, OrderState};
+use crate::fault::{self, Point};
+use crate::store::{next_offset_after, BatchWrite, Checkpoint, PartitionStore};
+
+/// What the poll thread sends a partition task.
+pub enum Command {
+    Record(OwnedMessage),
+    /// Finish everything sent before this, then reply with the checkpoint and stop.
+    Drain(oneshot::Sender<Option<Checkpoint>>),
+}
+
+pub struct PartitionTask {
+    pub shared: Arc<Shared>,
+    pub partition: i32,
+    pub store: PartitionStore,
+    /// `None` until the first batch on a partition this store never processed.
+    pub checkpoint: Option<Checkpoint>,
+    pub rx: mpsc::Receiver<Command>,
+}
+
+impl PartitionTask {
+    pub async fn run(mut self) -> Result<(), ProcessError> {
+        let max_records = self.shared.config.processing.batch_max_records;
+        let max_wait = Duration::from_millis(self.shared.config.processing.batch_max_wait_ms);
+        let mut batch: Vec<OwnedMessage> = Vec::with_capacity(max_records);
+        loop {
+            let drain = match self.rx.recv().await {
+                None => return Ok(()),
+                Some(Command::Drain(reply)) => Some(reply),
+                Some(Command::Record(message)) => {
+                    batch.push(message);
+                    self.fill(&mut batch, max_records, max_wait).await
+                }
+            };
+            if !batch.is_empty() {
+                self.process(&batch).await?;
+                batch.clear();
+            }
+            if let Some(reply) = drain {
+                let _ = reply.send(self.checkpoint);
+                return Ok(());
+            }
+        }
+    }
+
+    /// Adds records until the batch is full, the wait is over, or a drain
+    /// arrives (returned).
+    async fn fill(
+        &mut self,
+        batch: &mut Vec<OwnedMessage>,
+        max_records: usize,
+        max_wait: Duration,
+    ) -> Option<oneshot::Sender<Option<Checkpoint>>> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        while batch.len() < max_records {
+            let next = match self.rx.try_recv() {
+                Ok(command) => Some(command),
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+                Err(mpsc::error::TryRecvError::Empty) => tokio::time::timeout_at(deadline, self.rx.recv()).await.ok().flatten(),
+            };
+            match next {
+                Some(Command::Record(message)) => batch.push(message),
+                Some(Command::Drain(reply)) => return Some(reply),
+                None => return None,
+            }
+        }
+        None
+    }
+
+    /// Processes one batch: everything in it ends applied, duplicate, stale
+    /// or dead-lettered, in one atomic write with the checkpoint.
+    async fn process(&mut self, batch: &[OwnedMessage]) -> Result<(), ProcessError> {
+        let started = Instant::now();
+        let mut checkpoint = match self.checkpoint {
+            Some(cp) => cp,
+            None => {
+                let first = batch[0].offset();
+                info!(partition = self.partition, offset = first, "first batch on this partition; starting the checkpoint here");
+                Checkpoint::starting_at(first)
+            }
+        };
+        // Records the checkpoint already covers were processed before a crash
+        // or a rebalance: skip them, they are counted already.
+        let fresh: Vec<&OwnedMessage> = batch.iter().filter(|m| m.offset() >= checkpoint.next_offset).collect();
+        let Some(last) = fresh.last() else { return Ok(()) };
+        if fresh[0].offset() != checkpoint.next_offset {
+            warn!(
+                partition = self.partition,
+                expected = checkpoint.next_offset,
+                got = fresh[0].offset(),
+                "offset gap (retention, compaction or transaction markers); counters will not add up to the offset span"
+            );
+        }
+        let next_offset = next_offset_after(last.offset());
+
+        let mut events: Vec<OrderEvent> = Vec::with_capacity(fresh.len());
+        let mut letters: Vec<DeadLetter<'_>> = Vec::new();
+        for message in &fresh {
+            match self.decode(message).await {
+                Ok(event) => events.push(event),
+                Err((kind, text)) => letters.push(DeadLetter {
+                    key: message.key(),
+                    payload: message.payload(),
+                    partition: self.partition,
+                    offset: message.offset(),
+                    kind,
+                    message: text,
+                }),
+            }
+        }
+        if !letters.is_empty() {
+            self.shared.dead_letters.send_all(&letters).await;
+            fault::hit(Point::AfterDlq);
+        }
+
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let retention_ms = self.shared.retention.as_millis() as i64;
+        // Orders this batch read, with whether the batch changed them.
+        let mut touched: HashMap<&str, (OrderState, bool)> = HashMap::new();
+        let (mut applied, mut duplicates, mut stale) = (0u64, 0u64, 0u64);
+        for event in &events {
+            let order_id = event.order_id.as_str();
+            if !touched.contains_key(order_id) {
+                if let Some(stored) = self.store.get(order_id)? {
+                    touched.insert(order_id, (stored, false));
+                }
+            }
+            let (decision, next) = step(touched.get(order_id).map(|(s, _)| s), event, now_ms, retention_ms);
+            match decision {
+                Decision::Apply => {
+                    applied += 1;
+                    if let Some(next) = next {
+                        touched.insert(order_id, (next, true));
+                    }
+                }
+                Decision::Duplicate => duplicates += 1,
+                Decision::Stale => stale += 1,
+            }
+        }
+        let mut write = BatchWrite::default();
+        for (state, changed) in touched.values() {
+            if *changed {
+                write.put_state(state)?;
+            }
+        }
+        checkpoint.next_offset = next_offset;
+        checkpoint.applied += applied;
+        checkpoint.duplicates += duplicates;
+        checkpoint.stale += stale;
+        checkpoint.dead_lettered += letters.len() as u64;
+        debug_assert_eq!(checkpoint.outcomes() as i64, checkpoint.next_offset - checkpoint.start_offset);
+        let keys = write.keys + 1;
+        self.store.commit_batch(write, &checkpoint)?;
+        fault::hit(Point::AfterBatch);
+        self.checkpoint = Some(checkpoint);
+        self.shared.counters.record_batch(applied, duplicates, stale, letters.len() as u64, keys, started.elapsed());
+        debug!(partition = self.partition, records = fresh.len(), applied, duplicates, stale, next_offset, "batch written");
+        self.shared
+            .flush_tx
+            .send(FlushMsg::Covered { partition: self.partition, next_offset })
+            .await
+            .map_err(|_| ProcessError::FlusherGone)
+    }
+
+    /// Decodes one record; a registry outage is retried here (the record is
+    /// not poison, it must not be skipped).
+    async fn decode(&self, message: &OwnedMessage) -> Result<OrderEvent, (crate::codec::PoisonKind, String)> {
+        let decoder = &self.shared.decoder;
+        if let Some(result) = decoder.decode_cached(message.payload()) {
+            return result.map_err(poison_parts);
+        }
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match decoder.decode(message.payload()).await {
+                Err(DecodeError::Transient(error)) => {
+                    warn!(partition = self.partition, offset = message.offset(), %error, "schema registry unavailable; retrying");
+                    tokio::time::sleep(jitter(backoff)).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+                other => return other.map_err(poison_parts),
+            }
+        }
+    }
+}
+
+fn poison_parts(error: DecodeError) -> (crate::codec::PoisonKind, String) {
+    match error {
+        DecodeError::Poison { kind, message } => (kind, message),
+        // Unreachable by construction (transient errors are retried), but a
+        // typed answer beats a panic.
+        DecodeError::Transient(message) => (crate::codec::PoisonKind::Undecodable, message),
+    }
+}
