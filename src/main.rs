@@ -102,6 +102,7 @@ impl WorkloadArgs {
             reorder_rate: self.reorder_rate,
             poison_rate: self.poison_rate,
             v1_share: self.v1_share,
+            events_per_order: None,
         })
     }
 }

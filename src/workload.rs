@@ -25,11 +25,17 @@ pub struct WorkloadSpec {
     pub poison_rate: f64,
     /// Share of events written with the v1 schema (no `currency`).
     pub v1_share: f64,
+    /// When set, every order has exactly this many events (CREATED, PAID,
+    /// repeated SHIPPED tracking updates, DELIVERED): long-lived orders for
+    /// throughput runs. When unset, orders have realistic 1 to 4 event
+    /// lifecycles, some cancelled.
+    #[serde(default)]
+    pub events_per_order: Option<u32>,
 }
 
 impl Default for WorkloadSpec {
     fn default() -> Self {
-        WorkloadSpec { orders: 5_000, seed: 42, duplicate_rate: 0.05, reorder_rate: 0.02, poison_rate: 0.002, v1_share: 0.3 }
+        WorkloadSpec { orders: 5_000, seed: 42, duplicate_rate: 0.05, reorder_rate: 0.02, poison_rate: 0.002, v1_share: 0.3, events_per_order: None }
     }
 }
 
@@ -58,7 +64,10 @@ pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord
     let mut sends: Vec<(f64, usize, OrderEvent, WriterVersion)> = Vec::new();
     let horizon = spec.orders as f64;
     for index in 0..spec.orders {
-        let lifecycle = lifecycle(&mut rng);
+        let lifecycle = match spec.events_per_order {
+            Some(n) => long_lifecycle(n),
+            None => lifecycle(&mut rng),
+        };
         let order_id = format!("order-{:08}", index);
         let currency = ["EUR", "USD", "GBP", "JPY"][rng.gen_range(0..4)].to_string();
         let amount = rng.gen_range(100..500_000i64);
@@ -148,6 +157,19 @@ fn lifecycle(rng: &mut StdRng) -> Vec<EventType> {
         4 | 5 => vec![Created, Paid, Shipped],
         _ => vec![Created, Paid, Shipped, Delivered],
     }
+}
+
+/// CREATED, PAID, SHIPPED updates, DELIVERED: exactly `n` events (n >= 1).
+fn long_lifecycle(n: u32) -> Vec<EventType> {
+    use EventType::*;
+    (0..n.max(1))
+        .map(|i| match i {
+            0 => Created,
+            1 => Paid,
+            i if i + 1 == n => Delivered,
+            _ => Shipped,
+        })
+        .collect()
 }
 
 /// A record that must be dead-lettered: each of the poison kinds in turn.
