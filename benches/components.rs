@@ -1,1 +1,161 @@
-fn main() {}
+//! Component benchmarks (issue 4): the per-event costs the processor pays,
+//! each reported in events/s.
+//!
+//! * `decode/*`: Avro decode of one Confluent wire-format record with a warm
+//!   writer-schema cache (`Decoder::decode_cached`), for a v1 and a v2 record.
+//! * `decide/*`: the pure core on an existing state: `decide` alone, and
+//!   `step` (inbox lookup + new state) with inboxes of 1, 10 and 100 entries.
+//!   With the default 7-day retention an order's inbox holds every event id
+//!   applied to it, so the inbox length is the order's event count so far.
+//! * `store/*`: one processing batch of 1,000 events: 1,000 order states and
+//!   the checkpoint in one `commit_batch` (one sled `apply_batch`), without
+//!   and with `Store::flush` after it, for states with 1 and 50 inbox entries.
+//!   The same 1,000 order ids are rewritten every iteration, so the tree stays
+//!   bounded.
+//!
+//! Run: `cargo bench --bench components` (about 1.5 minutes). Criterion's
+//! medians are in `target/criterion/<group>/<bench>/new/estimates.json`.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+use orderly::codec::{Decoder, Encoder, WriterVersion};
+use orderly::decide::{decide, step};
+use orderly::event::{EventType, InboxEntry, OrderEvent, OrderState};
+use orderly::registry::Registry;
+use orderly::store::{BatchWrite, Checkpoint, Store};
+
+const DAY_MS: i64 = 86_400_000;
+const RETENTION_MS: i64 = 7 * DAY_MS;
+const NOW_MS: i64 = 1_764_547_200_000;
+
+fn event_id(order: usize, version: i64) -> String {
+    // A UUID-shaped id, as the workload generator and real producers send.
+    format!("5f0c6f2e-{:04x}-4000-8000-{:012x}", order % 0xffff, version)
+}
+
+fn event(order: usize, version: i64) -> OrderEvent {
+    OrderEvent {
+        event_id: event_id(order, version),
+        order_id: format!("order-{order:08}"),
+        version,
+        event_type: EventType::Shipped,
+        amount: 12_345,
+        currency: "USD".into(),
+        occurred_at: NOW_MS - 60_000,
+    }
+}
+
+/// The state of `order` after `inbox_len` applied events (versions 1..=inbox_len).
+fn state(order: usize, inbox_len: usize) -> OrderState {
+    let version = inbox_len.max(1) as i64;
+    let last = event(order, version);
+    OrderState {
+        order_id: last.order_id.clone(),
+        version,
+        status: last.event_type,
+        amount: last.amount,
+        currency: last.currency.clone(),
+        event_id: last.event_id.clone(),
+        occurred_at: last.occurred_at,
+        inbox: (1..=version)
+            .map(|v| InboxEntry { event_id: event_id(order, v), applied_at_ms: NOW_MS - 3_600_000 + v })
+            .collect(),
+    }
+}
+
+fn decode_benches(c: &mut Criterion) {
+    let registry = Registry::memory();
+    let encoder = futures::executor::block_on(Encoder::register(&registry, "orders")).expect("in-process registry");
+    let decoder = Decoder::new(registry);
+    let sample = event(42, 3);
+    let mut group = c.benchmark_group("decode");
+    group.throughput(Throughput::Elements(1));
+    for (name, version) in [("v1_cached", WriterVersion::V1), ("v2_cached", WriterVersion::V2)] {
+        let bytes = encoder.encode(&sample, version).expect("encodes");
+        // Warm the cache: the first decode fetches and resolves the writer schema.
+        futures::executor::block_on(decoder.decode(Some(&bytes))).expect("decodes");
+        assert!(decoder.decode_cached(Some(&bytes)).is_some(), "cache is warm");
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let decoded = decoder.decode_cached(black_box(Some(bytes.as_slice())));
+                black_box(decoded)
+            })
+        });
+    }
+    group.finish();
+}
+
+fn decide_benches(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decide");
+    group.throughput(Throughput::Elements(1));
+    let existing = state(7, 10);
+    let newer = event(7, 11);
+    group.bench_function("decide_apply", |b| {
+        b.iter(|| decide(black_box(Some(&existing)), black_box(false), black_box(&newer)))
+    });
+    for inbox_len in [1usize, 10, 100] {
+        let existing = state(7, inbox_len);
+        let newer = event(7, inbox_len as i64 + 1);
+        // A redelivery of the oldest applied event: the worst case of the
+        // inbox scan that still ends as a duplicate.
+        let duplicate = event(7, 1);
+        group.bench_with_input(BenchmarkId::new("step_apply", format!("inbox_{inbox_len}")), &inbox_len, |b, _| {
+            b.iter(|| black_box(step(black_box(Some(&existing)), black_box(&newer), NOW_MS, RETENTION_MS)))
+        });
+        group.bench_with_input(BenchmarkId::new("step_duplicate", format!("inbox_{inbox_len}")), &inbox_len, |b, _| {
+            b.iter(|| black_box(step(black_box(Some(&existing)), black_box(&duplicate), NOW_MS, RETENTION_MS)))
+        });
+    }
+    group.finish();
+}
+
+fn store_benches(c: &mut Criterion) {
+    const BATCH: usize = 1_000;
+    let dir = tempfile::Builder::new().prefix("orderly-bench-store-").tempdir().expect("tempdir");
+    // The default cache_capacity_mb.
+    let store = Store::open(&dir.path().join("store"), 64).expect("store opens");
+    let partition = store.partition("orders", 0).expect("tree opens");
+    let mut group = c.benchmark_group("store");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    let mut checkpoint = Checkpoint::starting_at(0);
+    for inbox_len in [1usize, 50] {
+        let states: Vec<OrderState> = (0..BATCH).map(|order| state(order, inbox_len)).collect();
+        for flush in [false, true] {
+            let name = if flush { "batch_1000_flush" } else { "batch_1000_no_flush" };
+            group.bench_with_input(BenchmarkId::new(name, format!("inbox_{inbox_len}")), &inbox_len, |b, _| {
+                b.iter(|| {
+                    let mut write = BatchWrite::default();
+                    for s in &states {
+                        write.put_state(s).expect("encodes");
+                    }
+                    checkpoint.next_offset += BATCH as i64;
+                    checkpoint.applied += BATCH as u64;
+                    partition.commit_batch(write, &checkpoint).expect("batch written");
+                    if flush {
+                        black_box(store.flush().expect("flushed"));
+                    }
+                })
+            });
+        }
+    }
+    group.finish();
+    drop(partition);
+    drop(store);
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(25)
+}
+
+criterion_group! {
+    name = components;
+    config = config();
+    targets = decode_benches, decide_benches, store_benches
+}
+criterion_main!(components);

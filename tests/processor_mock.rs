@@ -1,0 +1,318 @@
+//! Integration tests on librdkafka's in-process mock cluster: the processor
+//! in-process, and the real `orderly` binary as a child process (the mock
+//! cluster listens on loopback, so a child can reach it).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::FutureProducer;
+use rdkafka::ClientConfig;
+
+use orderly::codec::{Encoder, WriterVersion};
+use orderly::config::Config;
+use orderly::demo::covers;
+use orderly::event::{EventType, OrderEvent};
+use orderly::load::produce_planned;
+use orderly::processor::{Processor, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use orderly::registry::Registry;
+use orderly::store::Store;
+use orderly::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
+use support::registry_double::RegistryDouble;
+use support::{committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
+
+const PARTITIONS: i32 = 4;
+
+struct Cluster {
+    mock: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    bootstrap: String,
+    topic: String,
+    dlq: String,
+}
+
+fn cluster() -> Cluster {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    let topic = unique("orders");
+    let dlq = unique("orders-dlq");
+    mock.create_topic(&topic, PARTITIONS, 1).expect("topic");
+    mock.create_topic(&dlq, 1, 1).expect("dlq topic");
+    let bootstrap = mock.bootstrap_servers();
+    Cluster { mock, bootstrap, topic, dlq }
+}
+
+fn producer(bootstrap: &str) -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer")
+}
+
+fn config(c: &Cluster, store: &std::path::Path) -> Config {
+    let mut config = Config::defaults().expect("defaults");
+    config.kafka.bootstrap_servers = c.bootstrap.clone();
+    config.kafka.group_id = unique("group");
+    config.kafka.input_topic = c.topic.clone();
+    config.kafka.dlq_topic = c.dlq.clone();
+    config.store.path = store.to_path_buf();
+    config
+}
+
+/// Runs the processor in-process until the store covers `ends`.
+async fn process_until_caught_up(config: Config, store: Store, registry: Registry, ends: BTreeMap<i32, i64>) {
+    let watcher = store.clone();
+    let caught_up = async move {
+        let ok = wait_async(Duration::from_secs(120), || covers(&watcher, &ends)).await;
+        assert!(ok, "processor did not catch up");
+    };
+    Processor::new(config, store, registry).run(caught_up).await.expect("processor run");
+}
+
+async fn wait_async(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    check()
+}
+
+fn assert_store_matches(store: &Store, expected: &Expectation) {
+    let stats = store.stats().expect("stats");
+    let total = |f: fn(&orderly::store::Checkpoint) -> u64| stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>();
+    assert_eq!(total(|c| c.applied), expected.applied, "applied");
+    assert_eq!(total(|c| c.duplicates), expected.duplicates, "duplicates");
+    assert_eq!(total(|c| c.stale), expected.stale, "stale");
+    assert_eq!(total(|c| c.dead_lettered), expected.dead_lettered, "dead-lettered");
+    for s in &stats {
+        assert_eq!(s.checkpoint.outcomes() as i64, s.checkpoint.next_offset - s.checkpoint.start_offset, "partition {}", s.partition);
+    }
+    let mut mismatches = Vec::new();
+    for (order_id, want) in &expected.states {
+        let got = store.get_order(order_id).expect("get").map(|s| s.view());
+        if got.as_ref() != Some(want) {
+            mismatches.push((order_id.clone(), got, want.clone()));
+        }
+    }
+    assert!(mismatches.is_empty(), "{} mismatched orders, first: {:?}", mismatches.len(), mismatches.first());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {
+    let c = cluster();
+    let registry = Registry::memory();
+    let encoder = Encoder::register(&registry, &c.topic).await.expect("register");
+    let spec = WorkloadSpec { orders: 800, poison_rate: 0.01, seed: 7, ..Default::default() };
+    let (records, expected) = plan(&spec, &encoder).expect("plan");
+    assert!(expected.duplicates > 0 && expected.stale > 0 && expected.dead_lettered > 0, "{expected:?}");
+    let ends = produce_planned(&producer(&c.bootstrap), &c.topic, &records).await.expect("produce");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(&c, &dir.path().join("store"));
+    let group = config.kafka.group_id.clone();
+    let store = Store::open(&config.store.path, 16).expect("store");
+    let registry_for_check = registry.clone();
+    process_until_caught_up(config, store.clone(), registry, ends.clone()).await;
+
+    assert_store_matches(&store, &expected);
+    // Offsets were committed after the flush, up to the end of each partition.
+    let (bootstrap, topic) = (c.bootstrap.clone(), c.topic.clone());
+    let committed = tokio::task::spawn_blocking(move || committed(&bootstrap, &group, &topic, PARTITIONS)).await.unwrap();
+    assert_eq!(committed, ends, "committed offsets equal end offsets");
+
+    // Every poison record is in the dead-letter topic once, with headers that
+    // point back at it.
+    let (bootstrap, dlq) = (c.bootstrap.clone(), c.dlq.clone());
+    let letters = tokio::task::spawn_blocking(move || read_all(&bootstrap, &dlq)).await.unwrap();
+    assert_eq!(letters.len() as u64, expected.dead_lettered);
+    let decoder = orderly::codec::Decoder::new(registry_for_check);
+    let mut poison: Vec<&[u8]> = Vec::new();
+    for record in &records {
+        if decoder.decode(Some(&record.payload)).await.is_err() {
+            poison.push(&record.payload);
+        }
+    }
+    assert_eq!(poison.len() as u64, expected.dead_lettered);
+    let kinds = ["empty_payload", "bad_magic_byte", "unknown_schema", "bad_schema", "undecodable", "invalid"];
+    for letter in &letters {
+        assert_eq!(letter.headers[HEADER_TOPIC], c.topic);
+        let partition: i32 = letter.headers[HEADER_PARTITION].parse().expect("partition header");
+        let offset: i64 = letter.headers[HEADER_OFFSET].parse().expect("offset header");
+        assert!((0..PARTITIONS).contains(&partition));
+        assert!(offset >= 0 && offset < ends[&partition]);
+        assert!(kinds.contains(&letter.headers[HEADER_ERROR_KIND].as_str()), "{:?}", letter.headers);
+        assert!(!letter.headers[HEADER_ERROR_MESSAGE].is_empty());
+        assert!(poison.iter().any(|p| Some(*p) == letter.payload.as_deref()), "letter payload is a produced poison record");
+    }
+    drop(c.mock);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_and_v2_records_of_one_order_both_apply() {
+    let c = cluster();
+    let registry = Registry::memory();
+    let encoder = Encoder::register(&registry, &c.topic).await.expect("register");
+    let event = |version: i64, event_type, currency: &str| OrderEvent {
+        event_id: format!("evt-{version}"),
+        order_id: "order-mixed".into(),
+        version,
+        event_type,
+        amount: 4_200,
+        currency: currency.into(),
+        occurred_at: 1_764_547_200_000 + version,
+    };
+    let records = vec![
+        PlannedRecord { key: "order-mixed".into(), payload: encoder.encode(&event(1, EventType::Created, "USD"), WriterVersion::V1).unwrap() },
+        PlannedRecord { key: "order-mixed".into(), payload: encoder.encode(&event(2, EventType::Paid, "USD"), WriterVersion::V2).unwrap() },
+    ];
+    let ends = produce_planned(&producer(&c.bootstrap), &c.topic, &records).await.expect("produce");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(&c, &dir.path().join("store"));
+    let store = Store::open(&config.store.path, 16).expect("store");
+    process_until_caught_up(config, store.clone(), registry, ends).await;
+
+    let state = store.get_order("order-mixed").unwrap().expect("state");
+    assert_eq!(state.version, 2);
+    assert_eq!(state.status, EventType::Paid);
+    assert_eq!(state.currency, "USD", "the v2 record's currency");
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.iter().map(|s| s.checkpoint.applied).sum::<u64>(), 2, "both records decoded and applied");
+    assert_eq!(stats.iter().map(|s| s.checkpoint.dead_lettered).sum::<u64>(), 0);
+}
+
+/// The binary, killed at each chosen crash point (after the dead-letter
+/// produce, after the sled batch before the flush, after the flush before
+/// the offset commit) and restarted, ends with exact counters and states.
+#[test]
+fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
+    let c = cluster();
+    let registry = RegistryDouble::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let http = Registry::http(&registry.url, Duration::from_secs(5)).unwrap();
+    let encoder = runtime.block_on(Encoder::register(&http, &c.topic)).expect("register over HTTP");
+    let spec = WorkloadSpec { orders: 3_000, poison_rate: 0.01, seed: 11, ..Default::default() };
+    let (records, expected) = plan(&spec, &encoder).expect("plan");
+    let ends = runtime.block_on(produce_planned(&producer(&c.bootstrap), &c.topic, &records)).expect("produce");
+    let total: i64 = ends.values().sum();
+
+    let group = unique("group");
+    let instance = Instance::new(&Setup {
+        bootstrap: &c.bootstrap,
+        registry_url: &registry.url,
+        group: &group,
+        topic: &c.topic,
+        dlq_topic: &c.dlq,
+        session_timeout_ms: 6000,
+        // Small batches: many batches, so the crash points land mid-stream.
+        extra: "batch_max_records = 50\nbatch_max_wait_ms = 5",
+    });
+    for fault in ["after_dlq:1", "after_batch:5", "after_flush:3", "after_batch:30", "after_flush:10"] {
+        let mut child = instance.spawn_run(Some(fault));
+        let status = wait_exit(&mut child, Duration::from_secs(90)).unwrap_or_else(|| panic!("{fault}: never crashed\n{}", instance.log()));
+        assert!(!status.success(), "{fault}: the fault aborts the process\n{}", instance.log());
+        let stats = instance.stats();
+        let consumed = stats["totals"]["consumed"].as_u64().unwrap();
+        assert!(consumed < total as u64, "{fault}: crashed before the end ({consumed} of {total})");
+    }
+    let mut child = instance.spawn_run(None);
+    let caught_up = wait_until(Duration::from_secs(120), || committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends);
+    signal(&child, "TERM");
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    assert!(caught_up, "committed offsets reach the end offsets\n{}", instance.log());
+    assert!(status.is_some_and(|s| s.success()), "SIGTERM exits 0: {status:?}\n{}", instance.log());
+    assert!(instance.log().contains("fault injection: aborting at after_flush"));
+
+    let stats = instance.stats();
+    let totals = &stats["totals"];
+    assert_eq!(totals["applied"].as_u64(), Some(expected.applied), "{stats}");
+    assert_eq!(totals["duplicates"].as_u64(), Some(expected.duplicates), "{stats}");
+    assert_eq!(totals["stale"].as_u64(), Some(expected.stale), "{stats}");
+    assert_eq!(totals["dead_lettered"].as_u64(), Some(expected.dead_lettered), "{stats}");
+    assert_eq!(totals["consumed"].as_u64(), Some(total as u64));
+    let dump = instance.dump();
+    assert_eq!(dump.len(), expected.states.len());
+    for (order_id, want) in &expected.states {
+        let got: orderly::event::StateView = serde_json::from_value(dump[order_id].clone()).expect("state JSON");
+        assert_eq!(&got, want, "order {order_id}");
+    }
+    // A crash after the dead-letter produce may re-send that letter; nothing
+    // else is in the topic.
+    let letters = read_all(&c.bootstrap, &c.dlq);
+    let mut sources: Vec<(String, String)> =
+        letters.iter().map(|l| (l.headers[HEADER_PARTITION].clone(), l.headers[HEADER_OFFSET].clone())).collect();
+    sources.sort();
+    sources.dedup();
+    assert_eq!(sources.len() as u64, expected.dead_lettered, "every poison record dead-lettered at least once");
+    drop(c.mock);
+}
+
+#[test]
+fn broker_down_at_startup_is_retried_with_a_clear_message() {
+    let registry = RegistryDouble::start();
+    let group = unique("group");
+    // Nothing listens on port 1.
+    let instance = Instance::new(&Setup {
+        bootstrap: "127.0.0.1:1",
+        registry_url: &registry.url,
+        group: &group,
+        topic: "orders",
+        dlq_topic: "orders.dlq",
+        session_timeout_ms: 6000,
+        extra: "",
+    });
+    let mut child = instance.spawn_run(None);
+    let retried = wait_until(Duration::from_secs(30), || instance.log().contains("cannot reach kafka; retrying"));
+    assert!(retried, "logs the outage\n{}", instance.log());
+    assert!(child.try_wait().unwrap().is_none(), "keeps running while the broker is down");
+
+    // While it runs it holds the store: a second process gets a clear error.
+    let out = instance.command(&["state", "stats"]).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&instance.store_path.display().to_string()), "names the store path: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    signal(&child, "TERM");
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "SIGTERM exits 0: {status:?}\n{}", instance.log());
+}
+
+#[test]
+fn bad_configuration_stops_start_up_naming_the_key() {
+    let out = std::process::Command::new(support::orderly_bin())
+        .arg("run")
+        .env("ORDERLY_PROCESSING__BATCH_SIZE", "5")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("batch_size") && stderr.contains("batch_max_records"), "{stderr}");
+
+    let out = std::process::Command::new(support::orderly_bin())
+        .args(["state", "stats"])
+        .env("ORDERLY_PROCESSING__SHUTDOWN_TIMEOUT_MS", "60000")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("processing.shutdown_timeout_ms"));
+}
+
+#[test]
+fn demo_json_proves_the_guarantees() {
+    let out = std::process::Command::new(support::orderly_bin())
+        .args(["demo", "--json", "--orders", "400"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let n = |k: &str| summary[k].as_u64().unwrap_or_else(|| panic!("{k} in {summary}"));
+    assert_eq!(n("applied") + n("duplicates") + n("stale") + n("dead_lettered"), n("consumed"));
+    assert_eq!(n("consumed"), summary["expected"]["records"].as_u64().unwrap());
+    assert!(n("duplicates") > 0 && n("stale") > 0 && n("dead_lettered") > 0);
+    assert_eq!(summary["state_matches_expected"], true);
+    assert_eq!(summary["counts_match_expected"], true);
+}

@@ -1,0 +1,212 @@
+//! Shared helpers of the integration suites: a registry test double, the
+//! `orderly` binary as a child process, and Kafka read-backs that return
+//! exactly what is there so assertions are exact.
+
+#![allow(dead_code)]
+
+pub mod registry_double;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+pub fn orderly_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_orderly")
+}
+
+/// A random suffix for topic and group names.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Everything a child `orderly` needs: a config file and a store directory.
+pub struct Instance {
+    pub dir: tempfile::TempDir,
+    pub config_path: PathBuf,
+    pub store_path: PathBuf,
+}
+
+pub struct Setup<'a> {
+    pub bootstrap: &'a str,
+    pub registry_url: &'a str,
+    pub group: &'a str,
+    pub topic: &'a str,
+    pub dlq_topic: &'a str,
+    pub session_timeout_ms: u64,
+    pub extra: &'a str,
+}
+
+impl Instance {
+    pub fn new(setup: &Setup<'_>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store_path = dir.path().join("store");
+        let config_path = dir.path().join("orderly.toml");
+        let text = format!(
+            "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{}\"\ninput_topic = \"{}\"\ndlq_topic = \"{}\"\n\
+             session_timeout_ms = {}\n[registry]\nurl = \"{}\"\n[store]\npath = \"{}\"\n\
+             [processing]\nshutdown_timeout_ms = {}\n{}\n",
+            setup.bootstrap,
+            setup.group,
+            setup.topic,
+            setup.dlq_topic,
+            setup.session_timeout_ms,
+            setup.registry_url,
+            store_path.display(),
+            setup.session_timeout_ms / 2,
+            setup.extra,
+        );
+        std::fs::write(&config_path, text).expect("write config");
+        Instance { dir, config_path, store_path }
+    }
+
+    /// `orderly <args> --config <file>`, stdout and stderr appended to `log`.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(orderly_bin());
+        cmd.args(args).arg("--config").arg(&self.config_path).env_remove("ORDERLY_FAULT");
+        cmd
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("orderly.log")
+    }
+
+    /// Starts `orderly run`, optionally with a fault point armed.
+    pub fn spawn_run(&self, fault: Option<&str>) -> Child {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("log file");
+        let mut cmd = self.command(&["run"]);
+        cmd.env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log clone"))
+            .stderr(log);
+        if let Some(fault) = fault {
+            cmd.env("ORDERLY_FAULT", fault);
+        }
+        cmd.spawn().expect("spawn orderly run")
+    }
+
+    /// `orderly state stats --json` (the processor must be stopped).
+    pub fn stats(&self) -> serde_json::Value {
+        let out = self.command(&["state", "stats", "--json"]).output().expect("run state stats");
+        assert!(out.status.success(), "state stats failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("stats JSON")
+    }
+
+    /// `orderly state dump` as order_id -> state JSON.
+    pub fn dump(&self) -> BTreeMap<String, serde_json::Value> {
+        let out = self.command(&["state", "dump"]).output().expect("run state dump");
+        assert!(out.status.success(), "state dump failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| {
+                let v: serde_json::Value = serde_json::from_str(line).expect("dump line JSON");
+                (v["order_id"].as_str().expect("order_id").to_string(), v)
+            })
+            .collect()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+}
+
+/// Sends SIGTERM (or SIGKILL) to a child.
+pub fn signal(child: &Child, sig: &str) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg(child.id().to_string()).status();
+}
+
+/// Waits for a child to exit, up to `limit`; kills it past that.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// The group's committed offsets for `partitions` of `topic` (-1 when none).
+pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let result = match consumer.committed_offsets(tpl, Duration::from_secs(10)) {
+        Ok(list) => list
+            .elements()
+            .iter()
+            .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { o } else { -1 }))
+            .collect(),
+        Err(_) => (0..partitions).map(|p| (p, -1)).collect(),
+    };
+    result
+}
+
+/// Polls `check` every 200 ms until it is true or `limit` passes.
+pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    check()
+}
+
+/// One dead letter read back: its headers by name.
+#[derive(Debug, Clone)]
+pub struct Letter {
+    pub headers: BTreeMap<String, String>,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+}
+
+/// Every record of a one-partition topic, from the beginning to its end.
+pub fn read_all(bootstrap: &str, topic: &str) -> Vec<Letter> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let (low, high) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(10)).expect("watermarks");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(low)).expect("tpl");
+    consumer.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (out.len() as i64) < high - low && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            let mut headers = BTreeMap::new();
+            if let Some(h) = m.headers() {
+                for header in h.iter() {
+                    headers.insert(
+                        header.key.to_string(),
+                        header.value.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default(),
+                    );
+                }
+            }
+            out.push(Letter { headers, key: m.key().map(<[u8]>::to_vec), payload: m.payload().map(<[u8]>::to_vec) });
+        }
+    }
+    out
+}
+
+pub fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}
