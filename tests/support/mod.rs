@@ -210,3 +210,40 @@ pub fn read_all(bootstrap: &str, topic: &str) -> Vec<Letter> {
 pub fn path_str(p: &Path) -> String {
     p.display().to_string()
 }
+
+/// Creates topics through the Kafka admin API (works on any broker).
+pub fn create_topics(bootstrap: &str, topics: &[(&str, i32)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client");
+    let new: Vec<NewTopic<'_>> = topics.iter().map(|(name, n)| NewTopic::new(name, *n, TopicReplication::Fixed(1))).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let results = runtime
+        .block_on(admin.create_topics(&new, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))))
+        .expect("create topics");
+    for result in results {
+        if let Err((topic, code)) = result {
+            assert_eq!(code, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists, "create {topic}: {code:?}");
+        }
+    }
+    // Wait until metadata shows every partition.
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("consumer");
+    for (name, n) in topics {
+        let ok = wait_until(Duration::from_secs(30), || {
+            consumer
+                .fetch_metadata(Some(name), Duration::from_secs(5))
+                .map(|m| m.topics().first().is_some_and(|t| t.error().is_none() && t.partitions().len() == *n as usize))
+                .unwrap_or(false)
+        });
+        assert!(ok, "topic {name} has {n} partitions");
+    }
+}
+
+/// End offsets (high watermarks) of `partitions` of `topic`.
+pub fn end_offsets(bootstrap: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("consumer");
+    (0..partitions)
+        .map(|p| (p, consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1))
+        .collect()
+}
