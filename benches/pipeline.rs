@@ -44,6 +44,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::Producer;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
@@ -80,8 +81,10 @@ struct Args {
     /// Which phases to run, comma-separated, of a,a+,b,d,c.
     #[arg(long)]
     phases: Option<String>,
-    #[arg(long, default_value_t = 4)]
-    partitions: i32,
+    /// Partitions of the input topic (default 4; on the mock cluster raised
+    /// to what the workload needs, as it keeps only 5 MiB per partition).
+    #[arg(long)]
+    partitions: Option<i32>,
     #[arg(long, default_value_t = 0.05)]
     duplicate_rate: f64,
     #[arg(long, default_value_t = 0.02)]
@@ -104,6 +107,10 @@ struct Args {
     /// Override store.cache_capacity_mb for (c) and (d).
     #[arg(long)]
     cache_mb: Option<u64>,
+    /// A librdkafka setting for every consumer of (a), (a+), (b) and (c), as
+    /// KEY=VALUE (through `kafka.librdkafka`); repeatable.
+    #[arg(long = "librdkafka", value_name = "KEY=VALUE")]
+    librdkafka: Vec<String>,
     /// Give up on a phase after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout_secs: u64,
@@ -125,6 +132,10 @@ struct LoadInfo {
     bootstrap: String,
     topic: String,
     dlq_topic: String,
+    partitions: i32,
+    requested_partitions: i32,
+    /// Estimated size of the record batches in the broker's log.
+    log_mib: f64,
     ends: BTreeMap<i32, i64>,
     records: u64,
     expected: Counts,
@@ -134,6 +145,13 @@ struct LoadInfo {
     produce_seconds: f64,
     loader_peak_rss_mib: f64,
 }
+
+const DEFAULT_PARTITIONS: i32 = 4;
+/// Per-record bytes of a v2 record batch beyond key and value (length,
+/// attributes, deltas, header count), rounded up.
+const RECORD_OVERHEAD: usize = 12;
+/// What one mock partition holds (5 MiB), less a margin for batch headers.
+const MOCK_PARTITION_BUDGET: u64 = 9 * 1024 * 1024 / 2;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Counts {
@@ -169,20 +187,6 @@ async fn loader(args: Args) -> anyhow::Result<()> {
     let topic = args.topic.clone().context("--topic")?;
     let dlq_topic = format!("{topic}.dlq");
     let spec: WorkloadSpec = serde_json::from_str(args.spec.as_deref().context("--spec")?)?;
-    let cluster;
-    let bootstrap = match &args.bootstrap {
-        None => {
-            cluster = rdkafka::mocking::MockCluster::new(1)?;
-            cluster.create_topic(&topic, args.partitions, 1)?;
-            cluster.create_topic(&dlq_topic, 1, 1)?;
-            Some(cluster.bootstrap_servers())
-        }
-        Some(bootstrap) => {
-            create_topics(bootstrap, &topic, &dlq_topic, args.partitions).await?;
-            None
-        }
-    };
-    let bootstrap = bootstrap.or(args.bootstrap.clone()).context("bootstrap")?;
     let registry = Registry::memory();
     let encoder = Encoder::register(&registry, &topic).await?;
     let started = Instant::now();
@@ -195,6 +199,37 @@ async fn loader(args: Args) -> anyhow::Result<()> {
         dead_lettered: expected.dead_lettered,
     };
     drop(expected);
+
+    // librdkafka's mock cluster keeps at most 5 MiB of record batches per
+    // partition (rdkafka_mock.c: `mpart->max_size = 1024 * 1024 * 5`, not
+    // configurable) and silently deletes the oldest batches beyond that. When
+    // the workload does not fit in the requested partitions, use more.
+    let requested = args.partitions.unwrap_or(DEFAULT_PARTITIONS);
+    let log_bytes: u64 = records.iter().map(|r| (r.key.len() + r.payload.len() + RECORD_OVERHEAD) as u64).sum();
+    let fitting = log_bytes.div_ceil(MOCK_PARTITION_BUDGET).max(1) as i32;
+    let partitions = match (&args.bootstrap, args.partitions) {
+        (None, Some(n)) if n < fitting => bail!(
+            "the workload (~{} MiB of record batches) does not fit in {n} partitions of the mock cluster, which keeps \
+             only 5 MiB per partition: use --partitions {fitting} or more, fewer --events, or --bootstrap",
+            log_bytes >> 20
+        ),
+        (None, None) => requested.max(fitting),
+        _ => requested,
+    };
+
+    let cluster;
+    let bootstrap = match &args.bootstrap {
+        None => {
+            cluster = rdkafka::mocking::MockCluster::new(1)?;
+            cluster.create_topic(&topic, partitions, 1)?;
+            cluster.create_topic(&dlq_topic, 1, 1)?;
+            cluster.bootstrap_servers()
+        }
+        Some(bootstrap) => {
+            create_topics(bootstrap, &topic, &dlq_topic, partitions).await?;
+            bootstrap.clone()
+        }
+    };
     let producer: rdkafka::producer::FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
         .set("enable.idempotence", "true")
@@ -203,15 +238,33 @@ async fn loader(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut ends = orderly::load::produce_planned(&producer, &topic, &records).await?;
     let produce_seconds = started.elapsed().as_secs_f64();
-    for p in 0..args.partitions {
+    for p in 0..partitions {
         ends.entry(p).or_insert(0);
+    }
+    // Every record must still be there: a broker that dropped the oldest ones
+    // (the mock's size cap, or retention) would make every phase read less.
+    let records_total = records.len() as u64;
+    drop(records);
+    let mut low_total = 0i64;
+    for p in 0..partitions {
+        let (low, high) = producer.client().fetch_watermarks(&topic, p, Duration::from_secs(10))?;
+        low_total += low;
+        if high != ends[&p] {
+            bail!("partition {p}: high watermark {high}, but the producer's last offset says {}", ends[&p]);
+        }
+    }
+    if low_total > 0 {
+        bail!("the broker already deleted {low_total} of the {records_total} records produced (size cap or retention); use more --partitions");
     }
     let info = LoadInfo {
         bootstrap,
         topic,
         dlq_topic,
+        partitions,
+        requested_partitions: requested,
+        log_mib: log_bytes as f64 / (1024.0 * 1024.0),
         ends,
-        records: records.len() as u64,
+        records: records_total,
         expected: expected_counts,
         v1_id: encoder.v1_id,
         v2_id: encoder.v2_id,
@@ -219,7 +272,6 @@ async fn loader(args: Args) -> anyhow::Result<()> {
         produce_seconds,
         loader_peak_rss_mib: kib_to_mib(status_kib("VmHWM").unwrap_or(0)),
     };
-    drop(records);
     drop(producer);
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", serde_json::to_string(&info)?)?;
@@ -257,8 +309,6 @@ fn start_loader(args: &Args, spec: &WorkloadSpec, topic: &str) -> anyhow::Result
         .arg("--loader")
         .arg("--topic")
         .arg(topic)
-        .arg("--partitions")
-        .arg(args.partitions.to_string())
         .arg("--spec")
         .arg(serde_json::to_string(spec)?)
         .stdin(Stdio::piped())
@@ -266,6 +316,9 @@ fn start_loader(args: &Args, spec: &WorkloadSpec, topic: &str) -> anyhow::Result
         .stderr(Stdio::inherit());
     if let Some(bootstrap) = &args.bootstrap {
         command.arg("--bootstrap").arg(bootstrap);
+    }
+    if let Some(partitions) = args.partitions {
+        command.arg("--partitions").arg(partitions.to_string());
     }
     let mut child = command.spawn().context("starting the loader child")?;
     let stdout = child.stdout.take().context("loader stdout")?;
@@ -288,6 +341,8 @@ struct Results {
     phases: Vec<Phase>,
     /// (c) events/s over the slower of (a) and (d).
     ratio_c_to_slower_of_a_d: Option<f64>,
+    /// The same with steady rates (after the first record / first batch).
+    ratio_c_to_slower_of_a_d_steady: Option<f64>,
     full_pipeline: Option<FullPipeline>,
     storage: Option<StorageOut>,
 }
@@ -302,6 +357,8 @@ struct Machine {
 struct WorkloadOut {
     topic: String,
     partitions: i32,
+    requested_partitions: i32,
+    broker_log_mib: f64,
     orders: usize,
     events_per_order: u32,
     records: u64,
@@ -326,6 +383,9 @@ struct Phase {
     cpu_seconds: f64,
     /// CPU seconds of the mock broker's process during the phase.
     broker_cpu_seconds: Option<f64>,
+    /// Events/s after the phase's first record (excludes connecting, the
+    /// first fetch and, for (c), joining the group).
+    steady_events_per_s: f64,
     peak_rss_mib: f64,
     rss_at_start_mib: f64,
 }
@@ -420,25 +480,25 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     let run = |key: &str| phases.iter().any(|p| p == key);
     if run("a") {
         let m = Meter::start(broker_pid);
-        let consumer = plain_consumer(&load.bootstrap)?;
+        let consumer = plain_consumer(args, &load.bootstrap)?;
         let n = read_all(&consumer, &load, timeout, |msg| {
             black_box(msg.payload());
         })?;
-        out_phases.push(m.finish("a", "bare consumer (read + discard)", n));
+        out_phases.push(m.finish_read("a", "bare consumer (read + discard)", n));
     }
     if run("a+") {
         let m = Meter::start(broker_pid);
-        let consumer = plain_consumer(&load.bootstrap)?;
+        let consumer = plain_consumer(args, &load.bootstrap)?;
         let n = read_all(&consumer, &load, timeout, |msg| {
             black_box(msg.detach());
         })?;
-        out_phases.push(m.finish("a+", "consumer + detach() per record", n));
+        out_phases.push(m.finish_read("a+", "consumer + detach() per record", n));
     }
     let decoder = Decoder::new(registry.clone());
     warm(runtime, &decoder, &encoder)?;
     if run("b") {
         let m = Meter::start(broker_pid);
-        let consumer = plain_consumer(&load.bootstrap)?;
+        let consumer = plain_consumer(args, &load.bootstrap)?;
         let n = read_all(&consumer, &load, timeout, |msg| {
             let decoded = match decoder.decode_cached(msg.payload()) {
                 Some(result) => result,
@@ -446,11 +506,11 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
             };
             black_box(decoded.is_ok());
         })?;
-        out_phases.push(m.finish("b", "consumer + Avro decode", n));
+        out_phases.push(m.finish_read("b", "consumer + Avro decode", n));
     }
     if run("d") {
         // Untimed: the decoded events of each partition, in offset order.
-        let consumer = plain_consumer(&load.bootstrap)?;
+        let consumer = plain_consumer(args, &load.bootstrap)?;
         let mut by_partition: BTreeMap<i32, Vec<Option<OrderEvent>>> = BTreeMap::new();
         read_all(&consumer, &load, timeout, |msg| {
             let decoded = match decoder.decode_cached(msg.payload()) {
@@ -464,6 +524,7 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         let m = Meter::start(broker_pid);
         let (n, s) = store_alone(&by_partition, batch, args.cache_mb.unwrap_or(64), &load.topic)?;
         let phase = m.finish("d", "store alone (step + commit_batch + flush)", n);
+        eprintln!("pipeline: (d) {n} events in {:.2} s", phase.seconds);
         storage = Some(StorageOut { flushes_per_s: s.flushes as f64 / phase.seconds.max(1e-9), ..s });
         out_phases.push(phase);
         drop(by_partition);
@@ -480,13 +541,18 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     drop(child.stdin.take());
     let _ = child.wait();
 
-    let eps = |key: &str| out_phases.iter().find(|p| p.key == key).map(|p| p.events_per_s);
-    let ratio = match (eps("c"), eps("a"), eps("d")) {
-        (Some(c), Some(a), Some(d)) => Some(c / a.min(d)),
-        (Some(c), Some(a), None) => Some(c / a),
-        (Some(c), None, Some(d)) => Some(c / d),
-        _ => None,
+    let ratio = |steady: bool| {
+        let eps = |key: &str| {
+            out_phases.iter().find(|p| p.key == key).map(|p| if steady { p.steady_events_per_s } else { p.events_per_s })
+        };
+        match (eps("c"), eps("a"), eps("d")) {
+            (Some(c), Some(a), Some(d)) => Some(c / a.min(d)),
+            (Some(c), Some(a), None) => Some(c / a),
+            (Some(c), None, Some(d)) => Some(c / d),
+            _ => None,
+        }
     };
+    let (ratio_total, ratio_steady) = (ratio(false), ratio(true));
     Ok(Results {
         machine: Machine {
             cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
@@ -497,7 +563,9 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         },
         workload: WorkloadOut {
             topic: load.topic.clone(),
-            partitions: args.partitions,
+            partitions: load.partitions,
+            requested_partitions: load.requested_partitions,
+            broker_log_mib: load.log_mib,
             orders,
             events_per_order,
             records: total,
@@ -511,7 +579,8 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
             produce_events_per_s: total as f64 / load.produce_seconds.max(1e-9),
         },
         phases: out_phases,
-        ratio_c_to_slower_of_a_d: ratio,
+        ratio_c_to_slower_of_a_d: ratio_total,
+        ratio_c_to_slower_of_a_d_steady: ratio_steady,
         full_pipeline: full,
         storage,
     })
@@ -519,11 +588,20 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
 
 /// The processor's own consumer settings, with a fresh group id (unused:
 /// partitions are assigned, not subscribed).
-fn plain_consumer(bootstrap: &str) -> anyhow::Result<BaseConsumer> {
+fn plain_consumer(args: &Args, bootstrap: &str) -> anyhow::Result<BaseConsumer> {
     let mut config = Config::defaults()?;
+    passthrough(args, &mut config)?;
     config.kafka.bootstrap_servers = bootstrap.into();
     config.kafka.group_id = format!("orderly-bench-plain-{}", uuid::Uuid::new_v4().simple());
     Ok(consumer_config(&config).create()?)
+}
+
+fn passthrough(args: &Args, config: &mut Config) -> anyhow::Result<()> {
+    for setting in &args.librdkafka {
+        let (key, value) = setting.split_once('=').with_context(|| format!("--librdkafka {setting}: use KEY=VALUE"))?;
+        config.kafka.librdkafka.insert(key.trim().into(), toml::Value::String(value.trim().into()));
+    }
+    Ok(())
 }
 
 /// Assigns every partition from the beginning and hands each record to `f`
@@ -533,7 +611,7 @@ fn read_all(
     load: &LoadInfo,
     timeout: Duration,
     mut f: impl FnMut(&BorrowedMessage<'_>),
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<(u64, Duration)> {
     {
         let mut tpl = TopicPartitionList::new();
         for p in load.ends.keys() {
@@ -551,9 +629,13 @@ fn read_all(
     let mut read = 0u64;
     let mut errors = 0u64;
     let started = Instant::now();
+    let mut first = None;
     while remaining > 0 {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(msg)) => {
+                if read == 0 {
+                    first = Some(started.elapsed());
+                }
                 read += 1;
                 let p = msg.partition() as usize;
                 f(&msg);
@@ -575,7 +657,7 @@ fn read_all(
         }
     }
     consumer.unassign()?;
-    Ok(read)
+    Ok((read, first.unwrap_or_default()))
 }
 
 /// Decodes one v1 and one v2 record so the schema cache is warm.
@@ -736,6 +818,7 @@ async fn full_pipeline(
     let dir = tempfile::Builder::new().prefix("orderly-bench-c-").tempdir()?;
     let store_path = dir.path().join("store");
     let mut config = Config::defaults()?;
+    passthrough(args, &mut config)?;
     config.kafka.bootstrap_servers = load.bootstrap.clone();
     config.kafka.group_id = format!("orderly-bench-{}", uuid::Uuid::new_v4().simple());
     config.kafka.input_topic = load.topic.clone();
@@ -818,6 +901,8 @@ async fn full_pipeline(
         }
         _ => (0.0, phase.events_per_s),
     };
+    phase.steady_events_per_s = steady;
+    eprintln!("pipeline: (c) {processed} events in {total_seconds:.2} s");
     let mut counts = Counts::default();
     for (_, tree) in &trees {
         if let Some(cp) = tree.checkpoint()? {
@@ -890,6 +975,7 @@ impl Meter {
             events,
             seconds,
             events_per_s: events as f64 / seconds.max(1e-9),
+            steady_events_per_s: events as f64 / seconds.max(1e-9),
             cpu_seconds: process_cpu(None).unwrap_or(0.0) - self.cpu,
             broker_cpu_seconds: match (self.broker_pid.and_then(|pid| process_cpu(Some(pid))), self.broker_cpu) {
                 (Some(end), Some(start)) => Some(end - start),
@@ -898,7 +984,17 @@ impl Meter {
             peak_rss_mib: kib_to_mib(status_kib("VmHWM").unwrap_or(0)),
             rss_at_start_mib: self.rss_at_start_mib,
         };
-        eprintln!("pipeline: ({key}) {name}: {events} events in {seconds:.2} s");
+        phase
+    }
+
+    /// `finish`, with the steady rate counted from the first record, seen
+    /// `first` after the start.
+    fn finish_read(&self, key: &str, name: &str, (events, first): (u64, Duration)) -> Phase {
+        let mut phase = self.finish(key, name, events);
+        let after = phase.seconds - first.as_secs_f64();
+        if events > 1 && after > 0.0 {
+            phase.steady_events_per_s = (events - 1) as f64 / after;
+        }
         phase
     }
 }
@@ -1003,31 +1099,38 @@ impl Results {
             w.partitions
         ));
         line(format!("machine: {} cores; broker: {}", self.machine.cores, self.machine.broker));
+        if w.partitions != w.requested_partitions {
+            line(format!(
+                "NOTE: {} partitions instead of {}: the mock cluster keeps only 5 MiB per partition and this workload is ~{:.0} MiB",
+                w.partitions, w.requested_partitions, w.broker_log_mib
+            ));
+        }
         line(format!(
             "load: plan {:.1} s, produce {:.1} s ({:.0} events/s)",
             w.plan_seconds, w.produce_seconds, w.produce_events_per_s
         ));
         line(String::new());
         line(format!(
-            "{:<4} {:<42} {:>10} {:>8} {:>12} {:>8} {:>10} {:>10}",
-            "", "phase", "events", "secs", "events/s", "cpu s", "broker cpu", "peak RSS"
+            "{:<4} {:<42} {:>10} {:>8} {:>12} {:>12} {:>8} {:>10} {:>10}",
+            "", "phase", "events", "secs", "events/s", "steady ev/s", "cpu s", "broker cpu", "peak RSS"
         ));
         for p in &self.phases {
             line(format!(
-                "({:<2}) {:<42} {:>10} {:>8.2} {:>12.0} {:>8.2} {:>10} {:>6.0} MiB",
+                "({:<2}) {:<42} {:>10} {:>8.2} {:>12.0} {:>12.0} {:>8.2} {:>10} {:>6.0} MiB",
                 p.key,
                 p.name,
                 p.events,
                 p.seconds,
                 p.events_per_s,
+                p.steady_events_per_s,
                 p.cpu_seconds,
                 p.broker_cpu_seconds.map(|c| format!("{c:.2}")).unwrap_or_else(|| "-".into()),
                 p.peak_rss_mib
             ));
         }
         line(String::new());
-        if let Some(r) = self.ratio_c_to_slower_of_a_d {
-            line(format!("(c) / slower of (a) and (d): {r:.2}"));
+        if let (Some(r), Some(steady)) = (self.ratio_c_to_slower_of_a_d, self.ratio_c_to_slower_of_a_d_steady) {
+            line(format!("(c) / slower of (a) and (d): {r:.2} (steady rates: {steady:.2})"));
         }
         if let Some(f) = &self.full_pipeline {
             line(format!(
