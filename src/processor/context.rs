@@ -72,6 +72,13 @@ impl Router {
             assigned.push((elem.topic().to_string(), elem.partition()));
         }
         for (topic, partition) in assigned {
+            if self.tasks().contains_key(&partition) {
+                // Assigned again without a revoke in between (the assignment
+                // was lost): stop the old task first so one task at a time
+                // writes the partition's tree.
+                warn!(partition, "partition assigned while its task still runs; draining the old task");
+                self.drain(Some(&[partition]), true);
+            }
             let store = match shared.store.partition(&topic, partition) {
                 Ok(store) => store,
                 Err(e) => {
