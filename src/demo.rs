@@ -92,6 +92,25 @@ pub enum DemoError {
     Process(#[from] crate::processor::ProcessError),
     #[error("cannot create a temporary store directory: {0}")]
     TempDir(std::io::Error),
+    #[error(
+        "the mock cluster dropped the oldest records of partition {partition} (it keeps at most 100,000 records \
+         or 5 MiB per partition): use more --partitions or fewer --orders"
+    )]
+    MockRetention { partition: i32 },
+}
+
+/// librdkafka's mock cluster keeps at most 100,000 records or 5 MiB per
+/// partition and silently deletes older ones; a demo over a truncated topic
+/// would prove nothing, so it stops here.
+pub fn check_mock_retention(bootstrap: &str, topic: &str, partitions: i32) -> Result<(), DemoError> {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
+    for partition in 0..partitions {
+        let (low, _) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(5))?;
+        if low > 0 {
+            return Err(DemoError::MockRetention { partition });
+        }
+    }
+    Ok(())
 }
 
 pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
@@ -113,6 +132,7 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
         .create()?;
     let ends = produce_planned(&producer, topic, &records).await?;
     drop(records);
+    check_mock_retention(&bootstrap, topic, options.partitions)?;
 
     let temp;
     let store_path = match &options.store_dir {
