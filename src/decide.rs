@@ -1,7 +1,7 @@
 //! The pure heart of `orderly`: what to do with one event given the order's
 //! stored state. No I/O, no clock: the caller passes `now_ms`.
 
-use crate::event::{InboxEntry, OrderEvent, OrderState};
+use crate::event::{EventId, InboxEntry, OrderEvent, OrderState};
 
 /// The outcome of one decoded event. (Undecodable records never get here:
 /// they are dead-lettered.)
@@ -31,30 +31,27 @@ pub fn decide(state: Option<&OrderState>, seen_in_inbox: bool, event: &OrderEven
     }
 }
 
-/// Decides `event` against `state` (inbox lookup included) and, when it
-/// applies, returns the new state. `retention_ms` bounds the inbox.
-pub fn step(
-    state: Option<&OrderState>,
-    event: &OrderEvent,
-    now_ms: i64,
-    retention_ms: i64,
-) -> (Decision, Option<OrderState>) {
-    let seen = state.is_some_and(|s| s.inbox_contains(&event.event_id));
-    let decision = decide(state, seen, event);
+/// Decides `event` against `state` (inbox lookup included) and returns the
+/// order's state after it: the new state when the event applies, the given
+/// one otherwise. Takes the state by value so its inbox is reused, not copied.
+/// `retention_ms` bounds the inbox.
+pub fn step(state: Option<OrderState>, event: &OrderEvent, now_ms: i64, retention_ms: i64) -> (Decision, Option<OrderState>) {
+    let id = EventId::new(&event.event_id);
+    let seen = state.as_ref().is_some_and(|s| s.inbox_contains(&id));
+    let decision = decide(state.as_ref(), seen, event);
     if decision != Decision::Apply {
-        return (decision, None);
+        return (decision, state);
     }
-    (decision, Some(apply(state, event, now_ms, retention_ms)))
+    (decision, Some(apply(state, event, id, now_ms, retention_ms)))
 }
 
-/// The state after applying `event`: the event's carried state, with the
-/// inbox pruned to the retention window and the event's id appended.
-pub fn apply(state: Option<&OrderState>, event: &OrderEvent, now_ms: i64, retention_ms: i64) -> OrderState {
+/// The state after applying `event` (whose id is `id`): the event's carried
+/// state, with the inbox pruned to the retention window and `id` appended.
+pub fn apply(state: Option<OrderState>, event: &OrderEvent, id: EventId, now_ms: i64, retention_ms: i64) -> OrderState {
     let horizon = now_ms.saturating_sub(retention_ms);
-    let mut inbox: Vec<InboxEntry> = state
-        .map(|s| s.inbox.iter().filter(|e| e.applied_at_ms >= horizon).cloned().collect())
-        .unwrap_or_default();
-    inbox.push(InboxEntry { event_id: event.event_id.clone(), applied_at_ms: now_ms });
+    let mut inbox: Vec<InboxEntry> = state.map(|s| s.inbox).unwrap_or_default();
+    inbox.retain(|e| e.applied_at_ms >= horizon);
+    inbox.push(InboxEntry { event_id: id, applied_at_ms: now_ms });
     OrderState {
         order_id: event.order_id.clone(),
         version: event.version,
@@ -95,14 +92,15 @@ mod tests {
     #[test]
     fn redelivery_is_duplicate_not_stale() {
         let (_, state) = step(None, &event(1), 0, DAY_MS);
-        let state = state.unwrap();
-        assert_eq!(step(Some(&state), &event(1), 1, DAY_MS).0, Decision::Duplicate);
+        assert_eq!(step(state, &event(1), 1, DAY_MS).0, Decision::Duplicate);
     }
 
     #[test]
     fn older_version_is_stale() {
         let (_, state) = step(None, &event(3), 0, DAY_MS);
-        assert_eq!(step(state.as_ref(), &event(2), 1, DAY_MS).0, Decision::Stale);
+        let (decision, kept) = step(state.clone(), &event(2), 1, DAY_MS);
+        assert_eq!(decision, Decision::Stale);
+        assert_eq!(kept, state, "a stale event leaves the state as it was");
     }
 
     #[test]
@@ -110,16 +108,15 @@ mod tests {
         let (_, state) = step(None, &event(3), 0, DAY_MS);
         let mut again = event(3);
         again.event_id = "other".into();
-        assert_eq!(step(state.as_ref(), &again, 1, DAY_MS).0, Decision::Stale);
+        assert_eq!(step(state, &again, 1, DAY_MS).0, Decision::Stale);
     }
 
     #[test]
     fn redelivery_past_retention_is_caught_as_stale() {
         let (_, s1) = step(None, &event(1), 0, DAY_MS);
-        let (_, s2) = step(s1.as_ref(), &event(2), 2 * DAY_MS, DAY_MS);
-        let s2 = s2.unwrap();
-        assert!(!s2.inbox_contains("e-1"), "e-1 should be pruned");
-        assert_eq!(step(Some(&s2), &event(1), 2 * DAY_MS, DAY_MS).0, Decision::Stale);
+        let (_, s2) = step(s1, &event(2), 2 * DAY_MS, DAY_MS);
+        assert!(!s2.as_ref().unwrap().inbox_contains(&EventId::new("e-1")), "e-1 should be pruned");
+        assert_eq!(step(s2, &event(1), 2 * DAY_MS, DAY_MS).0, Decision::Stale);
     }
 
     proptest! {
@@ -136,9 +133,10 @@ mod tests {
             let mut state: Option<OrderState> = None;
             let (mut applied, mut dups, mut stale) = (0usize, 0usize, 0usize);
             for (now, ev) in delivered.iter().enumerate() {
-                let (decision, next) = step(state.as_ref(), ev, now as i64, DAY_MS);
+                let (decision, next) = step(state.take(), ev, now as i64, DAY_MS);
+                state = next;
                 match decision {
-                    Decision::Apply => { applied += 1; state = next; }
+                    Decision::Apply => applied += 1,
                     Decision::Duplicate => dups += 1,
                     Decision::Stale => stale += 1,
                 }
@@ -148,7 +146,7 @@ mod tests {
             prop_assert_eq!(final_state.view(), crate::event::StateView::of_event(&all[(highest - 1) as usize]));
             prop_assert_eq!(applied + dups + stale, delivered.len());
             // Every applied event's id is unique: nothing applied twice.
-            let mut ids: Vec<&str> = final_state.inbox.iter().map(|e| e.event_id.as_str()).collect();
+            let mut ids: Vec<String> = final_state.inbox.iter().map(|e| e.event_id.to_string()).collect();
             ids.sort_unstable();
             ids.dedup();
             prop_assert_eq!(ids.len(), applied);
@@ -161,8 +159,8 @@ mod tests {
             let mut state: Option<OrderState> = None;
             for (now, v) in picks.iter().enumerate() {
                 let before = state.as_ref().map(|s| s.version).unwrap_or(0);
-                let (decision, next) = step(state.as_ref(), &event(*v), now as i64, DAY_MS);
-                if let Some(next) = next { state = Some(next); }
+                let (decision, next) = step(state.take(), &event(*v), now as i64, DAY_MS);
+                state = next;
                 let after = state.as_ref().map(|s| s.version).unwrap_or(0);
                 prop_assert!(after >= before);
                 prop_assert_eq!(decision == Decision::Apply, after > before);

@@ -173,8 +173,8 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
 
 /// True when every partition's checkpoint has reached its end offset.
 pub fn covers(store: &Store, ends: &BTreeMap<i32, i64>) -> bool {
-    let Ok(stats) = store.stats() else { return false };
-    ends.iter().all(|(partition, end)| stats.iter().any(|s| s.partition == *partition && s.checkpoint.next_offset >= *end))
+    let Ok(checkpoints) = store.checkpoints() else { return false };
+    ends.iter().all(|(partition, end)| checkpoints.iter().any(|(_, p, c)| p == partition && c.next_offset >= *end))
 }
 
 fn summarize(

@@ -124,7 +124,18 @@ impl Store {
         self.db.flush().map_err(|e| self.io(e))
     }
 
-    /// Per-partition checkpoints and order counts.
+    /// Per-partition checkpoints, without counting orders (cheap: one key
+    /// per partition).
+    pub fn checkpoints(&self) -> Result<Vec<(String, i32, Checkpoint)>, StoreError> {
+        let mut out = Vec::new();
+        for (topic, partition) in self.partitions() {
+            let checkpoint = self.partition(&topic, partition)?.checkpoint()?.unwrap_or_default();
+            out.push((topic, partition, checkpoint));
+        }
+        Ok(out)
+    }
+
+    /// Per-partition checkpoints and order counts (scans every order).
     pub fn stats(&self) -> Result<Vec<PartitionStats>, StoreError> {
         let mut out = Vec::new();
         for (topic, partition) in self.partitions() {
@@ -250,7 +261,7 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{EventType, InboxEntry};
+    use crate::event::{EventId, EventType, InboxEntry};
 
     fn state(order: &str, version: i64) -> OrderState {
         OrderState {
@@ -261,7 +272,7 @@ mod tests {
             currency: "EUR".into(),
             event_id: format!("{order}-{version}"),
             occurred_at: 1,
-            inbox: vec![InboxEntry { event_id: format!("{order}-{version}"), applied_at_ms: 5 }],
+            inbox: vec![InboxEntry { event_id: EventId::new(&format!("{order}-{version}")), applied_at_ms: 5 }],
         }
     }
 

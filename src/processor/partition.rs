@@ -141,16 +141,18 @@ impl PartitionTask {
                     touched.insert(order_id, (stored, false));
                 }
             }
-            let (decision, next) = step(touched.get(order_id).map(|(s, _)| s), event, now_ms, retention_ms);
+            let (current, changed) = match touched.remove(order_id) {
+                Some((state, changed)) => (Some(state), changed),
+                None => (None, false),
+            };
+            let (decision, after) = step(current, event, now_ms, retention_ms);
             match decision {
-                Decision::Apply => {
-                    applied += 1;
-                    if let Some(next) = next {
-                        touched.insert(order_id, (next, true));
-                    }
-                }
+                Decision::Apply => applied += 1,
                 Decision::Duplicate => duplicates += 1,
                 Decision::Stale => stale += 1,
+            }
+            if let Some(state) = after {
+                touched.insert(order_id, (state, changed || decision == Decision::Apply));
             }
         }
         let mut write = BatchWrite::default();
