@@ -29,11 +29,20 @@ pub struct DemoOptions {
     pub store_dir: Option<PathBuf>,
     /// Give up waiting for the processor to catch up after this long.
     pub timeout: Duration,
+    /// Processing and store settings (from `--config` and the environment);
+    /// the Kafka, registry and store location are the demo's own.
+    pub base_config: Option<Config>,
 }
 
 impl Default for DemoOptions {
     fn default() -> Self {
-        DemoOptions { workload: WorkloadSpec::default(), partitions: 4, store_dir: None, timeout: Duration::from_secs(300) }
+        DemoOptions {
+            workload: WorkloadSpec::default(),
+            partitions: 4,
+            store_dir: None,
+            timeout: Duration::from_secs(300),
+            base_config: None,
+        }
     }
 }
 
@@ -142,7 +151,10 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
             temp.path().join("store")
         }
     };
-    let mut config = Config::defaults()?;
+    let mut config = match options.base_config.clone() {
+        Some(config) => config,
+        None => Config::defaults()?,
+    };
     config.kafka.bootstrap_servers = bootstrap.clone();
     config.kafka.group_id = "orderly-demo".into();
     config.kafka.input_topic = topic.into();

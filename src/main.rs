@@ -31,7 +31,8 @@ struct Cli {
 enum Command {
     /// Join the consumer group and process until SIGTERM/SIGINT, then drain, flush, commit and leave
     Run,
-    /// Run the processor over a generated workload on an in-process mock Kafka cluster (no external service)
+    /// Run the processor over a generated workload on an in-process mock Kafka cluster (no external service);
+    /// uses the processing and store settings of --config, not its Kafka or registry settings
     Demo {
         /// Print the summary as one JSON object
         #[arg(long)]
@@ -39,6 +40,7 @@ enum Command {
         /// Keep the store in this directory instead of a temporary one
         #[arg(long, value_name = "DIR")]
         store_dir: Option<PathBuf>,
+        /// Partitions of the input topic (the mock cluster keeps at most 100,000 records or 5 MiB per partition)
         #[arg(long, default_value_t = 4)]
         partitions: i32,
         #[command(flatten)]
@@ -76,6 +78,7 @@ struct WorkloadArgs {
     /// Share of events written with the v1 schema
     #[arg(long, default_value_t = 0.3)]
     v1_share: f64,
+    /// Seed of the generator: the same seed gives the same records
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }
@@ -172,7 +175,13 @@ async fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
             if !json {
                 eprintln!("orderly demo: generating {} orders and starting an in-process Kafka cluster...", workload.orders);
             }
-            let options = DemoOptions { workload: workload.spec()?, partitions, store_dir, ..Default::default() };
+            let options = DemoOptions {
+                workload: workload.spec()?,
+                partitions,
+                store_dir,
+                base_config: Some(load_config()?),
+                ..Default::default()
+            };
             let summary = run_demo(options).await.context("demo")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&summary)?);
