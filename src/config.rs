@@ -78,7 +78,6 @@ pub struct StoreConfig {
 pub struct ProcessingConfig {
     pub batch_max_records: usize,
     pub batch_max_wait_ms: u64,
-    pub partition_queue_capacity: usize,
     pub shutdown_timeout_ms: u64,
 }
 
@@ -170,9 +169,6 @@ impl Config {
         let p = &self.processing;
         if !(1..=100_000).contains(&p.batch_max_records) {
             return Err(value_err("processing.batch_max_records", format!("{} is out of range 1..=100000", p.batch_max_records)));
-        }
-        if !(1..=1_000_000).contains(&p.partition_queue_capacity) {
-            return Err(value_err("processing.partition_queue_capacity", "must be in 1..=1000000".into()));
         }
         if p.batch_max_wait_ms > 60_000 {
             return Err(value_err("processing.batch_max_wait_ms", "must be at most 60000".into()));

@@ -7,21 +7,20 @@
 //! has the configured deadline.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use tracing::{error, info, info_span, warn, Instrument};
 
 use super::flusher::FlushMsg;
-use super::partition::{Command, PartitionTask};
+use super::partition::{Command, PartitionInput, PartitionTask};
 use super::Shared;
 
 struct PartitionHandle {
@@ -34,11 +33,14 @@ pub struct Router {
     shared: Arc<Shared>,
     runtime: Handle,
     tasks: Mutex<HashMap<i32, PartitionHandle>>,
+    /// Set once the consumer exists (it is created with this router inside
+    /// its context); weak, so the router does not keep the consumer alive.
+    consumer: OnceLock<Weak<BaseConsumer<OrderlyContext>>>,
 }
 
 impl Router {
     pub fn new(shared: Arc<Shared>, runtime: Handle) -> Self {
-        Router { shared, runtime, tasks: Mutex::new(HashMap::new()) }
+        Router { shared, runtime, tasks: Mutex::new(HashMap::new()), consumer: OnceLock::new() }
     }
 
     fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<i32, PartitionHandle>> {
@@ -47,26 +49,21 @@ impl Router {
         self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Hands a record to its partition's task, waiting while the task's queue
-    /// is full (backpressure on the poll loop).
-    pub fn route(&self, message: OwnedMessage) {
-        let partition = message.partition();
-        let tx = match self.tasks().get(&partition) {
-            Some(handle) => handle.tx.clone(),
-            None => {
-                warn!(partition, offset = message.offset(), "record for a partition without a task; dropped (it is re-read after the next assignment)");
-                return;
-            }
-        };
-        if tx.blocking_send(Command::Record(message)).is_err() {
-            self.shared.fatal(format!("the task of partition {partition} stopped"));
-        }
+    /// Lets the router split partition queues off `consumer` on assignment.
+    pub fn attach(&self, consumer: &Arc<BaseConsumer<OrderlyContext>>) {
+        let _ = self.consumer.set(Arc::downgrade(consumer));
     }
 
     /// Opens each partition's store, sets its start offset from the stored
-    /// checkpoint and spawns its task.
+    /// checkpoint, splits its queue off the consumer's main queue (before
+    /// the partition is assigned, so no record reaches the main queue) and
+    /// spawns its task.
     fn on_assign(&self, tpl: &mut TopicPartitionList) {
         let shared = &self.shared;
+        let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) else {
+            shared.fatal("assignment before the consumer was attached".into());
+            return;
+        };
         let mut assigned = Vec::new();
         for elem in tpl.elements() {
             assigned.push((elem.topic().to_string(), elem.partition()));
@@ -98,14 +95,22 @@ impl Router {
                     shared.fatal(format!("cannot seek partition {partition}: {e}"));
                 }
             }
+            let Some(mut queue) = consumer.split_partition_queue(&topic, partition) else {
+                shared.fatal(format!("cannot split the queue of partition {partition}"));
+                continue;
+            };
+            let ready = Arc::new(Notify::new());
+            let signal = ready.clone();
+            queue.set_nonempty_callback(move || signal.notify_one());
             info!(partition, checkpoint = ?checkpoint.map(|c| c.next_offset), "partition assigned");
-            let (tx, rx) = mpsc::channel(shared.config.processing.partition_queue_capacity);
+            let (tx, rx) = mpsc::channel(1);
             let task = PartitionTask { shared: shared.clone(), partition, store, checkpoint, rx };
+            let input = PartitionInput { queue, ready };
             let span = info_span!("partition", topic = %topic, partition, group = %shared.config.kafka.group_id);
             let fatal = shared.clone();
             let join = self.runtime.spawn(
                 async move {
-                    if let Err(e) = task.run().await {
+                    if let Err(e) = task.run(input).await {
                         error!(error = %e, "partition task failed");
                         fatal.fatal(format!("partition {partition}: {e}"));
                     }
@@ -156,12 +161,18 @@ impl Router {
             }
             all
         });
-        for (_, handle) in &handles {
-            // Tasks that drained have returned; one that missed the deadline
-            // is stopped here, between atomic batches, so its store is
-            // consistent at its last checkpoint.
-            handle.join.abort();
-        }
+        // Tasks that drained have returned; one that missed the deadline is
+        // stopped here, at an await point between atomic batches, so its store
+        // is consistent at its last checkpoint. Waiting for each to end also
+        // releases its partition queue (which holds the consumer).
+        runtime.block_on(async {
+            for (partition, handle) in handles {
+                handle.join.abort();
+                if handle.join.await.is_err() {
+                    warn!(partition, "partition task was stopped at the deadline");
+                }
+            }
+        });
         let (reply, rx) = std::sync::mpsc::sync_channel(1);
         let barrier = FlushMsg::Barrier { release: release.clone(), lost, reply };
         if self.shared.flush_tx.blocking_send(barrier).is_err() {

@@ -3,9 +3,10 @@
 //! many partitions' batches durable with one sync before committing offsets.
 //!
 //! ```text
-//! poll thread (BaseConsumer::poll, rebalance callbacks)
-//!   -> bounded channel per partition -> partition task (batch, decode,
-//!      dead-letter, decide, one atomic sled batch)
+//! poll thread (BaseConsumer::poll: rebalance callbacks, errors)
+//! partition queue (split off the consumer per assigned partition)
+//!   -> partition task (batch, decode, dead-letter, decide, one atomic
+//!      sled batch)
 //!   -> flusher (one flush for many batches, then one offset commit)
 //! ```
 
@@ -199,6 +200,7 @@ impl Processor {
         let consumer: BaseConsumer<OrderlyContext> =
             consumer_config(&shared.config).create_with_context(OrderlyContext { router: router.clone() })?;
         let consumer = Arc::new(consumer);
+        router.attach(&consumer);
         let flusher = tokio::spawn(Flusher::new(shared.clone(), consumer.clone(), flush_rx).run());
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -282,7 +284,16 @@ fn poll_loop(
     while !stop.load(Ordering::SeqCst) {
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
-            Some(Ok(message)) => router.route(message.detach()),
+            Some(Ok(message)) => {
+                // Every assigned partition has its own queue, split off before
+                // it was assigned; a record here would be processed by no one.
+                // Stop rather than skip it: a restart resumes at the checkpoint.
+                shared.fatal(format!(
+                    "record of partition {} offset {} arrived on the main queue",
+                    rdkafka::Message::partition(&message),
+                    rdkafka::Message::offset(&message)
+                ));
+            }
             Some(Err(error)) => {
                 warn!(%error, "consumer error (librdkafka retries on its own)");
                 std::thread::sleep(Duration::from_millis(100));

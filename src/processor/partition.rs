@@ -5,10 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rdkafka::message::{Message, OwnedMessage};
-use tokio::sync::{mpsc, oneshot};
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::message::{BorrowedMessage, Message};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info, warn};
 
+use super::context::OrderlyContext;
 use super::dlq::DeadLetter;
 use super::flusher::FlushMsg;
 use super::{jitter, ProcessError, Shared};
@@ -18,10 +20,18 @@ use crate::event::{OrderEvent, OrderState};
 use crate::fault::{self, Point};
 use crate::store::{next_offset_after, BatchWrite, Checkpoint, PartitionStore};
 
-/// What the poll thread sends a partition task.
+/// The consumer side of one partition: its own librdkafka queue (split off
+/// the consumer's main queue, so records reach the task without a copy or a
+/// hand-off through the poll thread) and the signal that it became non-empty.
+pub struct PartitionInput {
+    pub queue: PartitionQueue<OrderlyContext>,
+    pub ready: Arc<Notify>,
+}
+
+/// What the rebalance callback tells a partition task.
 pub enum Command {
-    Record(OwnedMessage),
-    /// Finish everything sent before this, then reply with the checkpoint and stop.
+    /// Finish every record already in the queue, then reply with the
+    /// checkpoint and stop.
     Drain(oneshot::Sender<Option<Checkpoint>>),
 }
 
@@ -34,58 +44,68 @@ pub struct PartitionTask {
     pub rx: mpsc::Receiver<Command>,
 }
 
+/// How long an idle task sleeps before polling its queue again even without
+/// a non-empty signal (a safety net; the signal is the normal wake-up).
+const IDLE_RECHECK: Duration = Duration::from_millis(500);
+
 impl PartitionTask {
-    pub async fn run(mut self) -> Result<(), ProcessError> {
+    pub async fn run(mut self, input: PartitionInput) -> Result<(), ProcessError> {
         let max_records = self.shared.config.processing.batch_max_records;
         let max_wait = Duration::from_millis(self.shared.config.processing.batch_max_wait_ms);
-        let mut batch: Vec<OwnedMessage> = Vec::with_capacity(max_records);
+        let PartitionInput { queue, ready } = input;
         loop {
-            let drain = match self.rx.recv().await {
-                None => return Ok(()),
-                Some(Command::Drain(reply)) => Some(reply),
-                Some(Command::Record(message)) => {
-                    batch.push(message);
-                    self.fill(&mut batch, max_records, max_wait).await
+            let mut batch: Vec<BorrowedMessage<'_>> = Vec::with_capacity(max_records);
+            let mut drain = None;
+            let mut deadline: Option<tokio::time::Instant> = None;
+            loop {
+                take_available(&queue, &mut batch, max_records, self.partition);
+                if batch.len() >= max_records {
+                    break;
                 }
-            };
-            if !batch.is_empty() {
-                self.process(&batch).await?;
-                batch.clear();
+                if !batch.is_empty() && deadline.is_none() {
+                    deadline = Some(tokio::time::Instant::now() + max_wait);
+                }
+                let wait_until = deadline.unwrap_or_else(|| tokio::time::Instant::now() + IDLE_RECHECK);
+                tokio::select! {
+                    biased;
+                    command = self.rx.recv() => {
+                        // A closed channel means the router is gone: stop as on a drain.
+                        drain = Some(command.map(|Command::Drain(reply)| reply));
+                        break;
+                    }
+                    _ = ready.notified() => {}
+                    _ = tokio::time::sleep_until(wait_until) => {
+                        if deadline.is_some() {
+                            break;
+                        }
+                    }
+                }
             }
             if let Some(reply) = drain {
-                let _ = reply.send(self.checkpoint);
+                // Everything already fetched for this partition is processed
+                // before it is released.
+                loop {
+                    take_available(&queue, &mut batch, max_records, self.partition);
+                    if batch.is_empty() {
+                        break;
+                    }
+                    self.process(&batch).await?;
+                    batch.clear();
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(self.checkpoint);
+                }
                 return Ok(());
             }
-        }
-    }
-
-    /// Adds records until the batch is full, the wait is over, or a drain
-    /// arrives (returned).
-    async fn fill(
-        &mut self,
-        batch: &mut Vec<OwnedMessage>,
-        max_records: usize,
-        max_wait: Duration,
-    ) -> Option<oneshot::Sender<Option<Checkpoint>>> {
-        let deadline = tokio::time::Instant::now() + max_wait;
-        while batch.len() < max_records {
-            let next = match self.rx.try_recv() {
-                Ok(command) => Some(command),
-                Err(mpsc::error::TryRecvError::Disconnected) => None,
-                Err(mpsc::error::TryRecvError::Empty) => tokio::time::timeout_at(deadline, self.rx.recv()).await.ok().flatten(),
-            };
-            match next {
-                Some(Command::Record(message)) => batch.push(message),
-                Some(Command::Drain(reply)) => return Some(reply),
-                None => return None,
+            if !batch.is_empty() {
+                self.process(&batch).await?;
             }
         }
-        None
     }
 
     /// Processes one batch: everything in it ends applied, duplicate, stale
     /// or dead-lettered, in one atomic write with the checkpoint.
-    async fn process(&mut self, batch: &[OwnedMessage]) -> Result<(), ProcessError> {
+    async fn process(&mut self, batch: &[BorrowedMessage<'_>]) -> Result<(), ProcessError> {
         let started = Instant::now();
         let mut checkpoint = match self.checkpoint {
             Some(cp) => cp,
@@ -97,7 +117,7 @@ impl PartitionTask {
         };
         // Records the checkpoint already covers were processed before a crash
         // or a rebalance: skip them, they are counted already.
-        let fresh: Vec<&OwnedMessage> = batch.iter().filter(|m| m.offset() >= checkpoint.next_offset).collect();
+        let fresh: Vec<&BorrowedMessage<'_>> = batch.iter().filter(|m| m.offset() >= checkpoint.next_offset).collect();
         let Some(last) = fresh.last() else { return Ok(()) };
         if fresh[0].offset() != checkpoint.next_offset {
             warn!(
@@ -182,7 +202,7 @@ impl PartitionTask {
 
     /// Decodes one record; a registry outage is retried here (the record is
     /// not poison, it must not be skipped).
-    async fn decode(&self, message: &OwnedMessage) -> Result<OrderEvent, (crate::codec::PoisonKind, String)> {
+    async fn decode(&self, message: &BorrowedMessage<'_>) -> Result<OrderEvent, (crate::codec::PoisonKind, String)> {
         let decoder = &self.shared.decoder;
         if let Some(result) = decoder.decode_cached(message.payload()) {
             return result.map_err(poison_parts);
@@ -197,6 +217,22 @@ impl PartitionTask {
                 }
                 other => return other.map_err(poison_parts),
             }
+        }
+    }
+}
+
+/// Moves every record already in the queue into the batch, up to `max`.
+fn take_available<'q>(
+    queue: &'q PartitionQueue<OrderlyContext>,
+    batch: &mut Vec<BorrowedMessage<'q>>,
+    max: usize,
+    partition: i32,
+) {
+    while batch.len() < max {
+        match queue.poll(Duration::ZERO) {
+            Some(Ok(message)) => batch.push(message),
+            Some(Err(error)) => warn!(partition, %error, "partition queue error (librdkafka retries on its own)"),
+            None => return,
         }
     }
 }

@@ -13,8 +13,11 @@ use apache_avro::Schema;
 use crate::event::{EventType, OrderEvent, DEFAULT_CURRENCY};
 use crate::registry::{Registry, RegistryError};
 
-pub const SCHEMA_V1: &str = include_str!("../schemas/order_event_v1.avsc");
-pub const SCHEMA_V2: &str = include_str!("../schemas/order_event_v2.avsc");
+mod plan;
+use plan::Plan;
+
+pub const SCHEMA_V1: &str = include_str!("../../schemas/order_event_v1.avsc");
+pub const SCHEMA_V2: &str = include_str!("../../schemas/order_event_v2.avsc");
 
 /// Why a record is poison. The set is small and fixed: it labels DLQ headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,15 +74,37 @@ pub fn reader_schema() -> &'static Schema {
     READER.get_or_init(|| Schema::parse_str(SCHEMA_V2).expect("schemas/order_event_v2.avsc parses"))
 }
 
-/// A writer schema resolved against the reader schema, ready to decode.
-type Resolved = Arc<GenericDatumReader<'static>>;
+/// A writer schema resolved against the reader schema, ready to decode: a
+/// compiled plan when the writer is one it covers (every OrderEvent
+/// version so far), apache-avro's generic resolution otherwise.
+enum Reader {
+    Plan(Plan),
+    Generic(GenericDatumReader<'static>),
+}
+
+type Resolved = Arc<Reader>;
+
+impl Reader {
+    /// Resolves `writer` against the reader schema.
+    fn resolve(id: u32, writer: Schema) -> Result<Reader, DecodeError> {
+        if let Some(plan) = Plan::compile(&writer) {
+            return Ok(Reader::Plan(plan));
+        }
+        let writer: &'static Schema = Box::leak(Box::new(writer));
+        GenericDatumReader::builder(writer)
+            .reader_schema(reader_schema())
+            .build()
+            .map(Reader::Generic)
+            .map_err(|e| DecodeError::poison(PoisonKind::BadSchema, format!("schema id {id} cannot be resolved: {e}")))
+    }
+}
 
 /// Writer schemas by registry id, resolved against the reader schema once and
 /// shared by all partition tasks. Warm after the first record of each id.
 ///
-/// Resolved schemas live for the rest of the process (they are leaked to get
-/// a `'static` reader): one per schema id the registry serves, a few KiB each.
-/// Unknown ids are not cached.
+/// Writers the plan does not cover live for the rest of the process (they
+/// are leaked to get a `'static` generic reader): one per such schema id, a
+/// few KiB each. Unknown ids are not cached.
 pub struct Decoder {
     registry: Registry,
     writers: RwLock<HashMap<u32, Resolved>>,
@@ -118,12 +143,7 @@ impl Decoder {
         })?;
         let schema = Schema::parse_str(&text)
             .map_err(|e| DecodeError::poison(PoisonKind::BadSchema, format!("schema id {id} does not parse: {e}")))?;
-        let writer: &'static Schema = Box::leak(Box::new(schema));
-        let resolved = GenericDatumReader::builder(writer)
-            .reader_schema(reader_schema())
-            .build()
-            .map_err(|e| DecodeError::poison(PoisonKind::BadSchema, format!("schema id {id} cannot be resolved: {e}")))?;
-        let resolved = Arc::new(resolved);
+        let resolved = Arc::new(Reader::resolve(id, schema)?);
         if let Ok(mut map) = self.writers.write() {
             map.entry(id).or_insert_with(|| resolved.clone());
         }
@@ -150,7 +170,15 @@ pub fn split_wire(payload: Option<&[u8]>) -> Result<(u32, &[u8]), DecodeError> {
     Ok((id, &bytes[5..]))
 }
 
-fn decode_body(reader: &GenericDatumReader<'static>, body: &[u8]) -> Result<OrderEvent, DecodeError> {
+fn decode_body(reader: &Reader, body: &[u8]) -> Result<OrderEvent, DecodeError> {
+    let event = match reader {
+        Reader::Plan(plan) => plan.read(body).map_err(|message| DecodeError::poison(PoisonKind::Undecodable, message))?,
+        Reader::Generic(generic) => decode_generic(generic, body)?,
+    };
+    validate(event)
+}
+
+pub(crate) fn decode_generic(reader: &GenericDatumReader<'_>, body: &[u8]) -> Result<OrderEvent, DecodeError> {
     let mut cursor = body;
     let value = reader
         .read_value(&mut cursor)
@@ -185,7 +213,7 @@ fn event_from_value(value: Value) -> Result<OrderEvent, DecodeError> {
         }
     }
     let missing = |field: &str| DecodeError::poison(PoisonKind::Invalid, format!("field `{field}` is missing"));
-    let event = OrderEvent {
+    Ok(OrderEvent {
         event_id: event_id.ok_or_else(|| missing("event_id"))?,
         order_id: order_id.ok_or_else(|| missing("order_id"))?,
         version: version.ok_or_else(|| missing("version"))?,
@@ -193,7 +221,11 @@ fn event_from_value(value: Value) -> Result<OrderEvent, DecodeError> {
         amount: amount.ok_or_else(|| missing("amount"))?,
         occurred_at: occurred_at.ok_or_else(|| missing("occurred_at"))?,
         currency: currency.unwrap_or_else(|| DEFAULT_CURRENCY.to_string()),
-    };
+    })
+}
+
+/// What every decoded event must satisfy, whichever reader decoded it.
+fn validate(event: OrderEvent) -> Result<OrderEvent, DecodeError> {
     if event.order_id.is_empty() {
         return Err(DecodeError::poison(PoisonKind::Invalid, "order_id is empty"));
     }
