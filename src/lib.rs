@@ -23,6 +23,8 @@
 //!
 //! * [`decide`]: the pure core: one event against one order's state
 //!   → apply, duplicate or stale. No I/O.
+//! * [`batch`]: one processing batch against one partition's store: decide
+//!   each event, write changed states and the checkpoint atomically.
 //! * [`event`]: the event and state model.
 //! * [`codec`]: Avro in the Confluent wire format; poison classification.
 //! * [`registry`]: schema registry client (HTTP, or in-process for the demo).
@@ -37,6 +39,7 @@
 //! * [`load`]: producing a planned workload, every record acknowledged.
 //! * [`fault`]: crash points for the crash drill (test-only switch).
 
+pub mod batch;
 pub mod codec;
 pub mod config;
 pub mod decide;

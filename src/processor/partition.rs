@@ -1,7 +1,6 @@
 //! One ordered task per assigned partition: batch, decode, dead-letter,
 //! decide, write one atomic sled batch, report to the flusher.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,10 +14,10 @@ use super::dlq::DeadLetter;
 use super::flusher::FlushMsg;
 use super::{jitter, ProcessError, Shared};
 use crate::codec::DecodeError;
-use crate::decide::{step, Decision};
-use crate::event::{OrderEvent, OrderState};
+use crate::batch::{apply_batch, BatchOutcome};
+use crate::event::OrderEvent;
 use crate::fault::{self, Point};
-use crate::store::{next_offset_after, BatchWrite, Checkpoint, PartitionStore};
+use crate::store::{next_offset_after, Checkpoint, PartitionStore};
 
 /// The consumer side of one partition: its own librdkafka queue (split off
 /// the consumer's main queue, so records reach the task without a copy or a
@@ -151,47 +150,12 @@ impl PartitionTask {
 
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         let retention_ms = self.shared.retention.as_millis() as i64;
-        // Orders this batch read, with whether the batch changed them.
-        let mut touched: HashMap<&str, (OrderState, bool)> = HashMap::new();
-        let (mut applied, mut duplicates, mut stale) = (0u64, 0u64, 0u64);
-        for event in &events {
-            let order_id = event.order_id.as_str();
-            if !touched.contains_key(order_id) {
-                if let Some(stored) = self.store.get(order_id)? {
-                    touched.insert(order_id, (stored, false));
-                }
-            }
-            let (current, changed) = match touched.remove(order_id) {
-                Some((state, changed)) => (Some(state), changed),
-                None => (None, false),
-            };
-            let (decision, after) = step(current, event, now_ms, retention_ms);
-            match decision {
-                Decision::Apply => applied += 1,
-                Decision::Duplicate => duplicates += 1,
-                Decision::Stale => stale += 1,
-            }
-            if let Some(state) = after {
-                touched.insert(order_id, (state, changed || decision == Decision::Apply));
-            }
-        }
-        let mut write = BatchWrite::default();
-        for (state, changed) in touched.values() {
-            if *changed {
-                write.put_state(state)?;
-            }
-        }
-        checkpoint.next_offset = next_offset;
-        checkpoint.applied += applied;
-        checkpoint.duplicates += duplicates;
-        checkpoint.stale += stale;
-        checkpoint.dead_lettered += letters.len() as u64;
-        debug_assert_eq!(checkpoint.outcomes() as i64, checkpoint.next_offset - checkpoint.start_offset);
-        let keys = write.keys + 1;
-        self.store.commit_batch(write, &checkpoint)?;
+        let dead = letters.len() as u64;
+        let outcome = apply_batch(&self.store, &mut checkpoint, &events, dead, next_offset, now_ms, retention_ms)?;
         fault::hit(Point::AfterBatch);
         self.checkpoint = Some(checkpoint);
-        self.shared.counters.record_batch(applied, duplicates, stale, letters.len() as u64, keys, started.elapsed());
+        let BatchOutcome { applied, duplicates, stale, keys, .. } = outcome;
+        self.shared.counters.record_batch(applied, duplicates, stale, dead, keys, started.elapsed());
         debug!(partition = self.partition, records = fresh.len(), applied, duplicates, stale, next_offset, "batch written");
         self.shared
             .flush_tx
