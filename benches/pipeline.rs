@@ -14,31 +14,46 @@
 //!
 //! * (a)  a bare consumer (assign all partitions from the beginning, no group,
 //!   no commits) reading and discarding every record: the broker+client limit;
-//! * (a+) the same plus `detach()` of every record (what the processor's poll
-//!   thread does per record before handing it to a partition task);
 //! * (b)  the bare consumer plus Avro decoding (warm schema cache);
 //! * (d)  the store alone: the processor's sled writes per 1,000-record batch
-//!   and partition (read state, `step`, put changed states + checkpoint in one
-//!   `commit_batch`), one `flush` per round of all partitions' batches, on
-//!   pre-decoded events, no Kafka: the storage limit;
+//!   and partition (`orderly::batch::apply_batch`: read state, `step`, put
+//!   changed states + checkpoint in one `commit_batch`), one `flush` per round
+//!   of all partitions' batches, on pre-decoded events, no Kafka: the storage
+//!   limit;
 //! * (c)  the full `Processor` with durability on, from start (including
 //!   joining the group) to the moment the store's checkpoints cover the end
 //!   offsets, with a fresh group id and store.
 //!
+//! "steady ev/s" counts from a phase's first record (for (c): its first
+//! batch), so it excludes connecting and joining the group. For (c) the
+//! table also gives the time after the first batch in which no checkpoint
+//! moved (a stall), batch and flush figures, keys and bytes per event and CPU
+//! per thread.
+//!
+//! The mock cluster keeps at most 5 MiB of record batches per partition and
+//! silently drops older ones, so on the mock the topic gets as many
+//! partitions as the workload needs (22 for the default one; the table says
+//! so) unless `--partitions` is given, which then must fit. The loader checks
+//! that no record was dropped. `--bootstrap` uses 4 partitions by default.
+//!
 //! Peak RSS per phase is VmHWM of this process, reset before each phase by
 //! writing 5 to /proc/self/clear_refs. CPU per phase is read from /proc for
 //! this process, per thread (grouped by thread name) for (c), and for the
-//! mock broker's process.
+//! broker's process (the mock's child, or `--broker-pid`).
 //!
 //! `--distinct-orders-rss` runs 1,000,000 distinct orders (one event each)
-//! through (c) only and reports its peak RSS against the 512 MiB target.
+//! through (c) only (`--phases` to add others) and reports its peak RSS
+//! against the 512 MiB target.
+//!
+//! Knobs for experiments without editing the library: `--batch-max-records`,
+//! `--batch-max-wait-ms`, `--cache-mb`, `--librdkafka KEY=VALUE` (consumers
+//! of (a), (b) and (c)), `--phases`, `--timeline` (with `--json`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context};
@@ -51,11 +66,11 @@ use serde::{Deserialize, Serialize};
 
 use orderly::codec::{Decoder, Encoder, WriterVersion};
 use orderly::config::Config;
-use orderly::decide::{step, Decision};
-use orderly::event::{EventType, OrderEvent, OrderState};
+use orderly::batch::apply_batch;
+use orderly::event::{EventType, OrderEvent};
 use orderly::processor::{consumer_config, Processor, RunReport};
 use orderly::registry::Registry;
-use orderly::store::{BatchWrite, Checkpoint, Store};
+use orderly::store::{Checkpoint, PartitionStore, Store};
 use orderly::workload::{plan, WorkloadSpec};
 
 #[derive(Parser, Debug, Clone)]
@@ -70,6 +85,10 @@ struct Args {
     /// Use this broker instead of the mock cluster (a random topic is created).
     #[arg(long)]
     bootstrap: Option<String>,
+    /// With --bootstrap: the broker's process id on this machine, to report
+    /// its CPU per phase (the mock cluster's is reported on its own).
+    #[arg(long)]
+    broker_pid: Option<u32>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -78,7 +97,7 @@ struct Args {
     /// --phases says otherwise.
     #[arg(long, alias = "distinct-orders")]
     distinct_orders_rss: bool,
-    /// Which phases to run, comma-separated, of a,a+,b,d,c.
+    /// Which phases to run, comma-separated, of a,b,d,c.
     #[arg(long)]
     phases: Option<String>,
     /// Partitions of the input topic (default 4; on the mock cluster raised
@@ -101,16 +120,16 @@ struct Args {
     /// Override processing.batch_max_wait_ms for (c).
     #[arg(long)]
     batch_max_wait_ms: Option<u64>,
-    /// Override processing.partition_queue_capacity for (c).
-    #[arg(long)]
-    queue_capacity: Option<usize>,
     /// Override store.cache_capacity_mb for (c) and (d).
     #[arg(long)]
     cache_mb: Option<u64>,
-    /// A librdkafka setting for every consumer of (a), (a+), (b) and (c), as
+    /// A librdkafka setting for every consumer of (a), (b) and (c), as
     /// KEY=VALUE (through `kafka.librdkafka`); repeatable.
     #[arg(long = "librdkafka", value_name = "KEY=VALUE")]
     librdkafka: Vec<String>,
+    /// Include (c)'s progress every 20 ms in the JSON output.
+    #[arg(long)]
+    timeline: bool,
     /// Give up on a phase after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout_secs: u64,
@@ -413,6 +432,13 @@ struct FullPipeline {
     rss_target_mib: f64,
     /// CPU seconds per thread group of this process while (c) ran (until covered).
     thread_cpu_seconds: BTreeMap<String, f64>,
+    /// Time after the first batch during which no checkpoint moved (20 ms
+    /// samples), and the longest such stretch.
+    stalled_seconds: f64,
+    longest_stall_seconds: f64,
+    /// (ms since start, events covered) every 20 ms; with --timeline only.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    timeline: Vec<(u64, u64)>,
     timed_out: bool,
 }
 
@@ -422,10 +448,11 @@ struct StorageOut {
     flushes: u64,
     flushes_per_s: f64,
     keys_per_event: f64,
-    /// Key + value bytes handed to sled per event (states and checkpoints).
+    /// Key + value bytes of order states handed to sled per event.
     bytes_per_event: f64,
     /// Bytes `Store::flush` reported per event.
     flushed_bytes_per_event: f64,
+    /// Key + value bytes of one written order state.
     avg_state_value_bytes: f64,
     batch_p50_ms: f64,
     batch_p99_ms: f64,
@@ -440,7 +467,7 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     let phases: Vec<String> = args
         .phases
         .clone()
-        .unwrap_or_else(|| if args.distinct_orders_rss { "c".into() } else { "a,a+,b,d,c".into() })
+        .unwrap_or_else(|| if args.distinct_orders_rss { "c".into() } else { "a,b,d,c".into() })
         .split(',')
         .map(|s| s.trim().to_string())
         .collect();
@@ -460,7 +487,7 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         args.bootstrap.as_deref().unwrap_or("the mock cluster (child process)")
     );
     let (mut child, load) = start_loader(args, &spec, &topic)?;
-    let broker_pid = args.bootstrap.is_none().then_some(child.id());
+    let broker_pid = if args.bootstrap.is_none() { Some(child.id()) } else { args.broker_pid };
     eprintln!(
         "pipeline: {} records loaded (plan {:.1} s, produce {:.1} s); ends {:?}",
         load.records, load.plan_seconds, load.produce_seconds, load.ends
@@ -486,14 +513,6 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         })?;
         out_phases.push(m.finish_read("a", "bare consumer (read + discard)", n));
     }
-    if run("a+") {
-        let m = Meter::start(broker_pid);
-        let consumer = plain_consumer(args, &load.bootstrap)?;
-        let n = read_all(&consumer, &load, timeout, |msg| {
-            black_box(msg.detach());
-        })?;
-        out_phases.push(m.finish_read("a+", "consumer + detach() per record", n));
-    }
     let decoder = Decoder::new(registry.clone());
     warm(runtime, &decoder, &encoder)?;
     if run("b") {
@@ -511,7 +530,7 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     if run("d") {
         // Untimed: the decoded events of each partition, in offset order.
         let consumer = plain_consumer(args, &load.bootstrap)?;
-        let mut by_partition: BTreeMap<i32, Vec<Option<OrderEvent>>> = BTreeMap::new();
+        let mut by_partition: BTreeMap<i32, PartitionRecords> = BTreeMap::new();
         read_all(&consumer, &load, timeout, |msg| {
             let decoded = match decoder.decode_cached(msg.payload()) {
                 Some(result) => result,
@@ -523,7 +542,7 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         let batch = args.batch_max_records.unwrap_or(1000);
         let m = Meter::start(broker_pid);
         let (n, s) = store_alone(&by_partition, batch, args.cache_mb.unwrap_or(64), &load.topic)?;
-        let phase = m.finish("d", "store alone (step + commit_batch + flush)", n);
+        let phase = m.finish("d", "store alone (apply_batch + flush)", n);
         eprintln!("pipeline: (d) {n} events in {:.2} s", phase.seconds);
         storage = Some(StorageOut { flushes_per_s: s.flushes as f64 / phase.seconds.max(1e-9), ..s });
         out_phases.push(phase);
@@ -678,11 +697,37 @@ fn warm(runtime: &tokio::runtime::Runtime, decoder: &Decoder, encoder: &Encoder)
     Ok(())
 }
 
-/// (d): the processor's store work (see `src/processor/partition.rs`,
-/// `PartitionTask::process`) on pre-decoded events, round-robin over the
-/// partitions, one flush per round. Returns the events processed.
+/// One partition's records for (d): the decoded events in offset order, and
+/// which records (by index) were poison.
+#[derive(Default)]
+struct PartitionRecords {
+    events: Vec<OrderEvent>,
+    poison_at: Vec<usize>,
+    records: usize,
+}
+
+impl PartitionRecords {
+    fn push(&mut self, event: Option<OrderEvent>) {
+        match event {
+            Some(event) => self.events.push(event),
+            None => self.poison_at.push(self.records),
+        }
+        self.records += 1;
+    }
+
+    /// The events of records `from..to`, and how many of them were poison.
+    fn slice(&self, from: usize, to: usize) -> (&[OrderEvent], u64) {
+        let p0 = self.poison_at.partition_point(|i| *i < from);
+        let p1 = self.poison_at.partition_point(|i| *i < to);
+        (&self.events[from - p0..to - p1], (p1 - p0) as u64)
+    }
+}
+
+/// (d): the processor's store work (`orderly::batch::apply_batch`, what a
+/// partition task calls per batch) on pre-decoded events, round-robin over
+/// the partitions, one flush per round. Returns the records processed.
 fn store_alone(
-    by_partition: &BTreeMap<i32, Vec<Option<OrderEvent>>>,
+    by_partition: &BTreeMap<i32, PartitionRecords>,
     batch_size: usize,
     cache_mb: u64,
     topic: &str,
@@ -691,68 +736,31 @@ fn store_alone(
     let store = Store::open(&dir.path().join("store"), cache_mb)?;
     let retention_ms = Config::defaults()?.inbox_retention()?.as_millis() as i64;
     let mut parts = Vec::new();
-    for (p, events) in by_partition {
-        parts.push((store.partition(topic, *p)?, events, 0usize, Checkpoint::starting_at(0)));
+    for (p, records) in by_partition {
+        parts.push((store.partition(topic, *p)?, records, 0usize, Checkpoint::starting_at(0)));
     }
-    let (mut events_done, mut batches, mut flushes, mut keys, mut bytes, mut flushed) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
-    let (mut state_bytes, mut states) = (0u64, 0u64);
+    let (mut records_done, mut batches, mut flushes, mut keys, mut bytes, mut flushed) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut batch_micros = Vec::new();
     let mut flush_micros = Vec::new();
     let mut flush_time = Duration::ZERO;
     let started = Instant::now();
     loop {
         let mut wrote = false;
-        for (tree, events, cursor, checkpoint) in parts.iter_mut() {
-            if *cursor >= events.len() {
+        for (tree, records, cursor, checkpoint) in parts.iter_mut() {
+            if *cursor >= records.records {
                 continue;
             }
             let t = Instant::now();
-            let batch = &events[*cursor..(*cursor + batch_size).min(events.len())];
-            *cursor += batch.len();
+            let to = (*cursor + batch_size).min(records.records);
+            let (events, dead) = records.slice(*cursor, to);
             let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-            let mut touched: HashMap<&str, (OrderState, bool)> = HashMap::new();
-            let (mut applied, mut duplicates, mut stale, mut dead) = (0u64, 0u64, 0u64, 0u64);
-            for event in batch {
-                let Some(event) = event else {
-                    dead += 1;
-                    continue;
-                };
-                let order_id = event.order_id.as_str();
-                if !touched.contains_key(order_id) {
-                    if let Some(stored) = tree.get(order_id)? {
-                        touched.insert(order_id, (stored, false));
-                    }
-                }
-                let (decision, next) = step(touched.get(order_id).map(|(s, _)| s), event, now_ms, retention_ms);
-                match decision {
-                    Decision::Apply => {
-                        applied += 1;
-                        if let Some(next) = next {
-                            touched.insert(order_id, (next, true));
-                        }
-                    }
-                    Decision::Duplicate => duplicates += 1,
-                    Decision::Stale => stale += 1,
-                }
-            }
-            let mut write = BatchWrite::default();
-            for (state, changed) in touched.values() {
-                if *changed {
-                    write.put_state(state)?;
-                }
-            }
-            states += write.keys as u64;
-            state_bytes += write.bytes as u64;
-            keys += write.keys as u64 + 1;
-            bytes += write.bytes as u64 + 64; // + the checkpoint (key + bincode value)
-            checkpoint.next_offset += batch.len() as i64;
-            checkpoint.applied += applied;
-            checkpoint.duplicates += duplicates;
-            checkpoint.stale += stale;
-            checkpoint.dead_lettered += dead;
-            tree.commit_batch(write, checkpoint)?;
+            let outcome = apply_batch(tree, checkpoint, events, dead, to as i64, now_ms, retention_ms)?;
+            black_box(&outcome);
+            keys += outcome.keys as u64;
+            bytes += outcome.bytes as u64;
             batch_micros.push(t.elapsed().as_micros() as u64);
-            events_done += batch.len() as u64;
+            records_done += (to - *cursor) as u64;
+            *cursor = to;
             batches += 1;
             wrote = true;
         }
@@ -767,9 +775,10 @@ fn store_alone(
         flushes += 1;
     }
     let elapsed = started.elapsed();
-    let per_event = |x: u64| x as f64 / events_done.max(1) as f64;
+    let per_event = |x: u64| x as f64 / records_done.max(1) as f64;
     let (b50, b99) = percentiles_ms(&mut batch_micros);
     let (f50, _) = percentiles_ms(&mut flush_micros);
+    let states = keys.saturating_sub(batches);
     let out = StorageOut {
         batches,
         flushes,
@@ -777,7 +786,7 @@ fn store_alone(
         keys_per_event: per_event(keys),
         bytes_per_event: per_event(bytes),
         flushed_bytes_per_event: per_event(flushed),
-        avg_state_value_bytes: state_bytes as f64 / states.max(1) as f64,
+        avg_state_value_bytes: bytes as f64 / states.max(1) as f64,
         batch_p50_ms: b50,
         batch_p99_ms: b99,
         flush_p50_ms: f50,
@@ -785,7 +794,11 @@ fn store_alone(
     };
     drop(parts);
     drop(store);
-    Ok((events_done, out))
+    Ok((records_done, out))
+}
+
+fn total_events(load: &LoadInfo) -> u64 {
+    load.ends.values().map(|e| *e as u64).sum()
 }
 
 fn percentiles_ms(samples: &mut [u64]) -> (f64, f64) {
@@ -797,6 +810,19 @@ fn percentiles_ms(samples: &mut [u64]) -> (f64, f64) {
     (at(0.5), at(0.99))
 }
 
+/// Events the checkpoints cover, and whether they reached every end offset.
+fn covered_by(trees: &[(i32, PartitionStore)], ends: &BTreeMap<i32, i64>) -> (u64, bool) {
+    let mut processed = 0u64;
+    let mut all = true;
+    for (p, tree) in trees {
+        let cp = tree.checkpoint().ok().flatten();
+        let next = cp.map(|c| c.next_offset).unwrap_or(0);
+        processed += cp.map(|c| (c.next_offset - c.start_offset).max(0) as u64).unwrap_or(0);
+        all &= next >= ends.get(p).copied().unwrap_or(0);
+    }
+    (processed, all)
+}
+
 /// What the progress watcher saw during (c).
 #[derive(Default)]
 struct Progress {
@@ -805,6 +831,8 @@ struct Progress {
     threads_at_cover: HashMap<u32, (String, f64)>,
     process_cpu_at_cover: f64,
     broker_cpu_at_cover: Option<f64>,
+    /// (milliseconds since start, events covered), every 20 ms.
+    timeline: Vec<(u64, u64)>,
 }
 
 /// (c): the full processor, fresh group and store, until the store covers the ends.
@@ -830,9 +858,6 @@ async fn full_pipeline(
     if let Some(ms) = args.batch_max_wait_ms {
         config.processing.batch_max_wait_ms = ms;
     }
-    if let Some(n) = args.queue_capacity {
-        config.processing.partition_queue_capacity = n;
-    }
     if let Some(mb) = args.cache_mb {
         config.store.cache_capacity_mb = mb;
     }
@@ -845,42 +870,53 @@ async fn full_pipeline(
         .keys()
         .map(|p| Ok((*p, store.partition(&load.topic, *p)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let covered = || -> (u64, bool) {
-        let mut processed = 0u64;
-        let mut all = true;
-        for (p, tree) in &trees {
-            let cp = tree.checkpoint().ok().flatten();
-            let next = cp.map(|c| c.next_offset).unwrap_or(0);
-            processed += cp.map(|c| (c.next_offset - c.start_offset).max(0) as u64).unwrap_or(0);
-            all &= next >= load.ends[p];
-        }
-        (processed, all)
-    };
+    let covered = || covered_by(&trees, &load.ends);
 
     let threads_before = thread_cpu();
     let meter = Meter::start(broker_pid);
-    let progress = Mutex::new(Progress::default());
+    // The watcher is an OS thread: while partition tasks keep both tokio
+    // workers busy, tokio timers fire hundreds of milliseconds late (they are
+    // only checked when a worker parks or every 61 task polls), so a
+    // `tokio::time::sleep` loop would see the end late.
     let started = Instant::now();
-    let watcher = async {
-        while started.elapsed() < timeout {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let (processed, all) = covered();
-            let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
-            if processed > 0 && p.first_batch.is_none() {
-                p.first_batch = Some((started.elapsed(), processed));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let watcher = {
+        let trees: Vec<(i32, PartitionStore)> = trees.clone();
+        let ends = load.ends.clone();
+        let stop = stop.clone();
+        std::thread::Builder::new().name("bench-watcher".into()).spawn(move || {
+            let mut p = Progress::default();
+            while started.elapsed() < timeout && !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(20));
+                let (processed, all) = covered_by(&trees, &ends);
+                p.timeline.push((started.elapsed().as_millis() as u64, processed));
+                if processed > 0 && p.first_batch.is_none() {
+                    p.first_batch = Some((started.elapsed(), processed));
+                }
+                if all {
+                    p.covered_at = Some(started.elapsed());
+                    p.threads_at_cover = thread_cpu();
+                    p.process_cpu_at_cover = process_cpu(None).unwrap_or(0.0);
+                    p.broker_cpu_at_cover = broker_pid.and_then(|pid| process_cpu(Some(pid)));
+                    break;
+                }
             }
-            if all {
-                p.covered_at = Some(started.elapsed());
-                p.threads_at_cover = thread_cpu();
-                p.process_cpu_at_cover = process_cpu(None).unwrap_or(0.0);
-                p.broker_cpu_at_cover = broker_pid.and_then(|pid| process_cpu(Some(pid)));
-                return;
+            if p.covered_at.is_none() {
+                eprintln!("pipeline: (c) stopped before the store covered the end offsets");
             }
-        }
-        eprintln!("pipeline: (c) timed out before the store covered the end offsets");
+            let _ = done_tx.send(());
+            p
+        })?
     };
-    let report: RunReport = Processor::new(config, store.clone(), registry).run(watcher).await?;
-    let progress = progress.into_inner().unwrap_or_else(|e| e.into_inner());
+    let result = Processor::new(config, store.clone(), registry)
+        .run(async {
+            let _ = done_rx.await;
+        })
+        .await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let progress = watcher.join().map_err(|_| anyhow!("the watcher thread panicked"))?;
+    let report: RunReport = result?;
     let mut phase = meter.finish("c", "full orderly Processor (durable)", 0);
     let timed_out = progress.covered_at.is_none();
     let total_seconds = progress.covered_at.unwrap_or_else(|| started.elapsed()).as_secs_f64();
@@ -902,6 +938,23 @@ async fn full_pipeline(
         _ => (0.0, phase.events_per_s),
     };
     phase.steady_events_per_s = steady;
+    // Stalls: 20 ms samples after the first batch without any new checkpoint.
+    let mut stalled_ms = 0u64;
+    let mut longest_stall_ms = 0u64;
+    let mut run_ms = 0u64;
+    for pair in progress.timeline.windows(2) {
+        let ((t0, n0), (t1, n1)) = (pair[0], pair[1]);
+        if n0 == 0 || n0 >= total_events(load) {
+            continue;
+        }
+        if n1 == n0 {
+            stalled_ms += t1 - t0;
+            run_ms += t1 - t0;
+            longest_stall_ms = longest_stall_ms.max(run_ms);
+        } else {
+            run_ms = 0;
+        }
+    }
     eprintln!("pipeline: (c) {processed} events in {total_seconds:.2} s");
     let mut counts = Counts::default();
     for (_, tree) in &trees {
@@ -939,6 +992,9 @@ async fn full_pipeline(
         peak_rss_mib: phase.peak_rss_mib,
         rss_target_mib: 512.0,
         thread_cpu_seconds,
+        stalled_seconds: stalled_ms as f64 / 1000.0,
+        longest_stall_seconds: longest_stall_ms as f64 / 1000.0,
+        timeline: if args.timeline { progress.timeline.clone() } else { Vec::new() },
         timed_out,
     };
     Ok((phase, full))
@@ -969,7 +1025,7 @@ impl Meter {
 
     fn finish(&self, key: &str, name: &str, events: u64) -> Phase {
         let seconds = self.started.elapsed().as_secs_f64();
-        let phase = Phase {
+        Phase {
             key: key.into(),
             name: name.into(),
             events,
@@ -983,8 +1039,7 @@ impl Meter {
             },
             peak_rss_mib: kib_to_mib(status_kib("VmHWM").unwrap_or(0)),
             rss_at_start_mib: self.rss_at_start_mib,
-        };
-        phase
+        }
     }
 
     /// `finish`, with the steady rate counted from the first record, seen
@@ -1111,12 +1166,12 @@ impl Results {
         ));
         line(String::new());
         line(format!(
-            "{:<4} {:<42} {:>10} {:>8} {:>12} {:>12} {:>8} {:>10} {:>10}",
-            "", "phase", "events", "secs", "events/s", "steady ev/s", "cpu s", "broker cpu", "peak RSS"
+            "{:<4} {:<42} {:>10} {:>8} {:>12} {:>12} {:>8} {:>9} {:>10} {:>10}",
+            "", "phase", "events", "secs", "events/s", "steady ev/s", "cpu s", "cpu µs/ev", "broker cpu", "peak RSS"
         ));
         for p in &self.phases {
             line(format!(
-                "({:<2}) {:<42} {:>10} {:>8.2} {:>12.0} {:>12.0} {:>8.2} {:>10} {:>6.0} MiB",
+                "({:<2}) {:<42} {:>10} {:>8.2} {:>12.0} {:>12.0} {:>8.2} {:>9.2} {:>10} {:>6.0} MiB",
                 p.key,
                 p.name,
                 p.events,
@@ -1124,6 +1179,7 @@ impl Results {
                 p.events_per_s,
                 p.steady_events_per_s,
                 p.cpu_seconds,
+                p.cpu_seconds * 1e6 / p.events.max(1) as f64,
                 p.broker_cpu_seconds.map(|c| format!("{c:.2}")).unwrap_or_else(|| "-".into()),
                 p.peak_rss_mib
             ));
@@ -1143,6 +1199,10 @@ impl Results {
             line(format!(
                 "(c) batches {} ({:.0} records/batch), batch latency p50 {:.2} ms, p99 {:.2} ms",
                 f.batches, f.avg_records_per_batch, f.batch_p50_ms, f.batch_p99_ms
+            ));
+            line(format!(
+                "(c) no checkpoint moved for {:.2} s of the processing time (longest stretch {:.2} s)",
+                f.stalled_seconds, f.longest_stall_seconds
             ));
             line(format!(
                 "(c) flushes {} ({:.1}/s, p50 {:.2} ms); keys written/event {:.3}; store on disk {:.0} bytes/event",
@@ -1172,7 +1232,7 @@ impl Results {
                 d.batch_p99_ms
             ));
             line(format!(
-                "(d) keys/event {:.3}, bytes handed to sled/event {:.0} (avg state value {:.0} bytes), bytes flushed/event {:.0}",
+                "(d) keys/event {:.3}, state bytes handed to sled/event {:.0} (avg state key+value {:.0} bytes), bytes flushed/event {:.0}",
                 d.keys_per_event, d.bytes_per_event, d.avg_state_value_bytes, d.flushed_bytes_per_event
             ));
         }

@@ -102,14 +102,14 @@ pub enum DemoError {
     #[error("cannot create a temporary store directory: {0}")]
     TempDir(std::io::Error),
     #[error(
-        "the mock cluster dropped the oldest records of partition {partition} (it keeps at most 100,000 records \
-         or 5 MiB per partition): use more --partitions or fewer --orders"
+        "the mock cluster dropped the oldest records of partition {partition} (it keeps at most 5 MiB or 100,000 \
+         record batches per partition): use more --partitions or fewer --orders"
     )]
     MockRetention { partition: i32 },
 }
 
-/// librdkafka's mock cluster keeps at most 100,000 records or 5 MiB per
-/// partition and silently deletes older ones; a demo over a truncated topic
+/// librdkafka's mock cluster keeps at most 5 MiB or 100,000 record batches
+/// per partition and silently deletes older ones; a demo over a truncated topic
 /// would prove nothing, so it stops here.
 pub fn check_mock_retention(bootstrap: &str, topic: &str, partitions: i32) -> Result<(), DemoError> {
     let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;

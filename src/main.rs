@@ -40,7 +40,7 @@ enum Command {
         /// Keep the store in this directory instead of a temporary one
         #[arg(long, value_name = "DIR")]
         store_dir: Option<PathBuf>,
-        /// Partitions of the input topic (the mock cluster keeps at most 100,000 records or 5 MiB per partition)
+        /// Partitions of the input topic (the mock cluster keeps at most 5 MiB per partition)
         #[arg(long, default_value_t = 4)]
         partitions: i32,
         #[command(flatten)]

@@ -5,10 +5,27 @@ use rdkafka::ClientConfig;
 
 use crate::config::Config;
 
+/// Consumer defaults orderly sets before the pass-through (which may change
+/// them). Each assigned partition has its own queue, and librdkafka applies
+/// its prefetch limits per partition queue: its own defaults (100,000
+/// messages or 64 MiB each) would prefetch whole topics into memory. A short
+/// fetch back-off refills a drained partition queue quickly.
+pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
+    ("queued.min.messages", "10000"),
+    ("queued.max.messages.kbytes", "16384"),
+    ("fetch.queue.backoff.ms", "10"),
+];
+
 /// The consumer's settings. Offsets are never committed or stored by
 /// librdkafka on its own: orderly commits after the flush.
 pub fn consumer_config(config: &Config) -> ClientConfig {
-    let mut client = passthrough(config);
+    let mut client = ClientConfig::new();
+    for (key, value) in CONSUMER_DEFAULTS {
+        client.set(*key, *value);
+    }
+    for (key, value) in config.librdkafka_passthrough() {
+        client.set(key, value);
+    }
     client
         .set("bootstrap.servers", &config.kafka.bootstrap_servers)
         .set("group.id", &config.kafka.group_id)
@@ -55,6 +72,7 @@ mod tests {
         assert_eq!(client.get("enable.auto.offset.store"), Some("false"));
         assert_eq!(client.get("fetch.min.bytes"), Some("1024"));
         assert_eq!(client.get("client.id"), Some("me"));
+        assert_eq!(client.get("fetch.queue.backoff.ms"), Some("10"), "orderly's default");
         assert_eq!(producer_config(&config).get("enable.idempotence"), Some("true"));
     }
 }
