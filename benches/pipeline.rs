@@ -15,7 +15,7 @@
 //! * (a)  a bare consumer (assign all partitions from the beginning, no group,
 //!   no commits) reading and discarding every record: the broker+client limit;
 //! * (b)  the bare consumer plus Avro decoding (warm schema cache);
-//! * (d)  the store alone: the processor's sled writes per 1,000-record batch
+//! * (d)  the store alone: the processor's sled writes per batch of the processor's configured size
 //!   and partition (`orderly::batch::apply_batch`: read state, `step`, put
 //!   changed states + checkpoint in one `commit_batch`), one `flush` per round
 //!   of all partitions' batches, on pre-decoded events, no Kafka: the storage
@@ -539,7 +539,8 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
             by_partition.entry(msg.partition()).or_default().push(decoded.ok());
         })?;
         drop(consumer);
-        let batch = args.batch_max_records.unwrap_or(1000);
+        // The same batch size as (c): the processor's configured one.
+        let batch = args.batch_max_records.unwrap_or(Config::defaults()?.processing.batch_max_records);
         let m = Meter::start(broker_pid);
         let (n, s) = store_alone(&by_partition, batch, args.cache_mb.unwrap_or(64), &load.topic)?;
         let phase = m.finish("d", "store alone (apply_batch + flush)", n);

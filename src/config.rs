@@ -269,7 +269,7 @@ mod tests {
     #[test]
     fn defaults_load_and_validate() {
         let c = Config::defaults().unwrap();
-        assert_eq!(c.processing.batch_max_records, 5000);
+        assert_eq!(c.processing.batch_max_records, 1000);
         assert_eq!(c.inbox_retention().unwrap(), Duration::from_secs(7 * 86_400));
     }
 
