@@ -244,15 +244,26 @@ fn crash_drill() {
 fn sigterm_during_load_drains_flushes_and_commits() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
     let (records, _) = world.plan(&WorkloadSpec { orders: 30_000, seed: 5, ..Default::default() });
-    world.produce(&records);
     let instance = world.instance("batch_max_records = 200");
     let mut child = instance.spawn_run(None);
-    let progressed = wait_until(Duration::from_secs(60), || world.committed_total() > 0);
-    assert!(progressed, "no progress\n{}", tail(&instance.log()));
-    let signalled = Instant::now();
-    signal(&child, "TERM");
-    let status = wait_exit(&mut child, Duration::from_secs(30));
-    let took = signalled.elapsed();
+    // The load arrives over several seconds while the processor runs, so the
+    // signal lands mid-load.
+    let (took, status) = std::thread::scope(|scope| {
+        let producing = scope.spawn(|| {
+            for chunk in records.chunks(2_000) {
+                world.produce(chunk);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let progressed = wait_until(Duration::from_secs(60), || world.committed_total() > 0);
+        assert!(progressed, "no progress\n{}", tail(&instance.log()));
+        let signalled = Instant::now();
+        signal(&child, "TERM");
+        let status = wait_exit(&mut child, Duration::from_secs(30));
+        let took = signalled.elapsed();
+        producing.join().expect("producer thread");
+        (took, status)
+    });
     assert!(status.is_some_and(|s| s.success()), "exit 0: {status:?}\n{}", tail(&instance.log()));
     let deadline = Duration::from_millis(SESSION_TIMEOUT_MS / 2);
     assert!(took < deadline + Duration::from_secs(2), "stopped in {took:?}, deadline {deadline:?}");
@@ -268,6 +279,7 @@ fn sigterm_during_load_drains_flushes_and_commits() {
         processed += next;
     }
     eprintln!("sigterm: stopped in {took:?} after processing {processed} of {} records", records.len());
+    assert!((processed as usize) < records.len(), "the signal landed during the load");
 }
 
 /// A broker (sqlite storage) stopped for several seconds mid-load and
