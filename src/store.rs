@@ -289,7 +289,14 @@ mod tests {
             p.commit_batch(write, &cp).unwrap();
             store.flush().unwrap();
         }
-        let store = Store::open(dir.path(), 8).unwrap();
+        // sled's background flusher lets go of the directory lock shortly
+        // after the last handle drops; within one process, wait for it.
+        let store = (0..100)
+            .find_map(|_| Store::open(dir.path(), 8).ok().or_else(|| {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                None
+            }))
+            .expect("reopen within 5 s");
         assert_eq!(store.partitions(), vec![("orders".to_string(), 3)]);
         let p = store.partition("orders", 3).unwrap();
         assert_eq!(p.checkpoint().unwrap().unwrap().next_offset, 2);
