@@ -161,10 +161,13 @@ async fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
     let load_config = || Config::load(cli.config.as_deref()).context("configuration");
     match cli.command {
         Command::Run => {
+            // Listen before anything else, so a signal during start-up is a
+            // clean stop, not the default kill.
+            let shutdown = shutdown_signal()?;
             let config = load_config()?;
             let store = Store::open(&config.store.path, config.store.cache_capacity_mb)?;
             let registry = Registry::http(&config.registry.url, Duration::from_millis(config.registry.timeout_ms))?;
-            let report = Processor::new(config, store, registry).run(shutdown_signal()).await?;
+            let report = Processor::new(config, store, registry).run(shutdown).await?;
             tracing::info!(applied = report.applied, duplicates = report.duplicates, stale = report.stale, dead_lettered = report.dead_lettered, "exiting");
             Ok(std::process::ExitCode::SUCCESS)
         }
@@ -293,25 +296,26 @@ fn state_command(store: &Store, command: StateCommand) -> Result<std::process::E
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Starts listening for SIGTERM and SIGINT now; the future completes on
+/// the first of them.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+        let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+                _ = int.recv() => tracing::info!("SIGINT received"),
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the processor");
-                let _ = ctrl_c.await;
-            }
-        }
+        })
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("signal received");
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("Ctrl-C received");
+        })
+    }
 }

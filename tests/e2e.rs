@@ -111,8 +111,10 @@ impl World {
     /// topic's end offsets, then stops it with SIGTERM (must exit 0).
     fn finish(&self, instance: &Instance) -> Duration {
         let ends = end_offsets(&self.bootstrap, &self.topic, PARTITIONS);
+        let before = instance.connected_count();
         let mut child = instance.spawn_run(None);
         let started = Instant::now();
+        assert!(instance.wait_ready(before), "never connected\n{}", tail(&instance.log()));
         let caught_up = wait_until(Duration::from_secs(300), || self.committed() == ends);
         let took = started.elapsed();
         signal(&child, "TERM");

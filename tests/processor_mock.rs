@@ -218,7 +218,9 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
         let consumed = stats["totals"]["consumed"].as_u64().unwrap();
         assert!(consumed < total as u64, "{fault}: crashed before the end ({consumed} of {total})");
     }
+    let before = instance.connected_count();
     let mut child = instance.spawn_run(None);
+    assert!(instance.wait_ready(before), "never connected\n{}", instance.log());
     let caught_up = wait_until(Duration::from_secs(120), || committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends);
     signal(&child, "TERM");
     let status = wait_exit(&mut child, Duration::from_secs(30));

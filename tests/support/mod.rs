@@ -109,6 +109,17 @@ impl Instance {
             .collect()
     }
 
+    /// How many runs have logged reaching the broker so far.
+    pub fn connected_count(&self) -> usize {
+        self.log().matches("connected to kafka").count()
+    }
+
+    /// Waits until a run started after `before` connections has reached the
+    /// broker (its signal handlers are installed well before that).
+    pub fn wait_ready(&self, before: usize) -> bool {
+        wait_until(Duration::from_secs(60), || self.connected_count() > before)
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
