@@ -2,7 +2,7 @@
 //!
 //! On assignment each partition's stored checkpoint becomes its start offset
 //! (set in the list before it is assigned) and an ordered task is spawned.
-//! On revoke the partition's task finishes what it was sent, the flusher
+//! On revoke the partition's task finishes the records already in its queue, the flusher
 //! flushes and commits, and only then is the partition given up; every wait
 //! has the configured deadline.
 

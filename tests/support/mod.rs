@@ -7,7 +7,7 @@
 pub mod registry_double;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -216,10 +216,6 @@ pub fn read_all(bootstrap: &str, topic: &str) -> Vec<Letter> {
         }
     }
     out
-}
-
-pub fn path_str(p: &Path) -> String {
-    p.display().to_string()
 }
 
 /// Creates topics through the Kafka admin API (works on any broker).
