@@ -78,6 +78,12 @@ pub struct StoreConfig {
 pub struct ProcessingConfig {
     pub batch_max_records: usize,
     pub batch_max_wait_ms: u64,
+    /// How often a partition writes its dirty orders and checkpoint to the
+    /// store (one atomic batch) and reports them for the group flush.
+    pub commit_interval_ms: u64,
+    /// Dirty bytes held in memory across all partitions' order caches before
+    /// a partition writes early; also bounds the clean entries kept cached.
+    pub cache_max_bytes: u64,
     pub shutdown_timeout_ms: u64,
 }
 
@@ -172,6 +178,12 @@ impl Config {
         }
         if p.batch_max_wait_ms > 60_000 {
             return Err(value_err("processing.batch_max_wait_ms", "must be at most 60000".into()));
+        }
+        if !(1..=60_000).contains(&p.commit_interval_ms) {
+            return Err(value_err("processing.commit_interval_ms", format!("{} is out of range 1..=60000", p.commit_interval_ms)));
+        }
+        if p.cache_max_bytes < 1024 * 1024 {
+            return Err(value_err("processing.cache_max_bytes", format!("{} must be at least 1048576 (1 MiB)", p.cache_max_bytes)));
         }
         if self.kafka.session_timeout_ms < 1000 {
             return Err(value_err("kafka.session_timeout_ms", "must be at least 1000".into()));
