@@ -4,12 +4,15 @@
 //! * `decode/*`: Avro decode of one Confluent wire-format record with a warm
 //!   writer-schema cache (`Decoder::decode_cached`), for a v1 and a v2 record.
 //! * `decide/*`: the pure core on an existing state: `decide` alone, and
-//!   `step` (inbox lookup + new state) with inboxes of 1, 10 and 100 entries.
-//!   With the default 7-day retention an order's inbox holds every event id
-//!   applied to it, so the inbox length is the order's event count so far.
+//!   `step` (inbox lookup + new state) on orders with 1, 10, 100 and 1,000
+//!   applied events (an order's inbox holds every event id applied within
+//!   the 7-day retention). The cost must not grow with that count: the
+//!   state holds the newest entries, older ones sit in chunks (served here
+//!   from memory) that are read only for a redelivery of an old event.
 //! * `store/*`: one processing batch of 1,000 events: 1,000 order states and
 //!   the checkpoint in one `commit_batch` (one sled `apply_batch`), without
-//!   and with `Store::flush` after it, for states with 1 and 50 inbox entries.
+//!   and with `Store::flush` after it, for orders with 1 and 50 applied events
+//!   (50: the state value holds the newest 18 inbox entries).
 //!   The same 1,000 order ids are rewritten every iteration, so the tree stays
 //!   bounded.
 //!
@@ -22,8 +25,9 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
 use orderly::codec::{Decoder, Encoder, WriterVersion};
-use orderly::decide::{decide, step};
-use orderly::event::{EventId, EventType, InboxEntry, OrderEvent, OrderState};
+use orderly::decide::{apply, decide, step};
+use orderly::event::{EventType, InboxEntry, OrderEvent, OrderState};
+use std::collections::HashMap;
 use orderly::registry::Registry;
 use orderly::store::{BatchWrite, Checkpoint, Store};
 
@@ -48,22 +52,19 @@ fn event(order: usize, version: i64) -> OrderEvent {
     }
 }
 
-/// The state of `order` after `inbox_len` applied events (versions 1..=inbox_len).
-fn state(order: usize, inbox_len: usize) -> OrderState {
-    let version = inbox_len.max(1) as i64;
-    let last = event(order, version);
-    OrderState {
-        order_id: last.order_id.clone(),
-        version,
-        status: last.event_type,
-        amount: last.amount,
-        currency: last.currency.clone(),
-        event_id: last.event_id.clone(),
-        occurred_at: last.occurred_at,
-        inbox: (1..=version)
-            .map(|v| InboxEntry { event_id: EventId::new(&event_id(order, v)), applied_at_ms: NOW_MS - 3_600_000 + v })
-            .collect(),
+/// The state of `order` after `inbox_len` applied events (versions
+/// 1..=inbox_len), and its spilled inbox chunks by first version.
+fn state(order: usize, inbox_len: usize) -> (OrderState, HashMap<i64, Vec<InboxEntry>>) {
+    let mut chunks = HashMap::new();
+    let mut current = None;
+    for v in 1..=inbox_len.max(1) as i64 {
+        let (next, spill) = apply(current, event(order, v), NOW_MS - 3_600_000 + v, RETENTION_MS);
+        if let Some(chunk) = spill.chunk {
+            chunks.insert(chunk[0].version, chunk);
+        }
+        current = Some(next);
     }
+    (current.expect("at least one event"), chunks)
 }
 
 fn decode_benches(c: &mut Criterion) {
@@ -91,24 +92,30 @@ fn decode_benches(c: &mut Criterion) {
 fn decide_benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("decide");
     group.throughput(Throughput::Elements(1));
-    let existing = state(7, 10);
+    let (existing, _) = state(7, 10);
     let newer = event(7, 11);
     group.bench_function("decide_apply", |b| {
-        b.iter(|| decide(black_box(Some(&existing)), black_box(false), black_box(&newer)))
+        b.iter(|| decide(black_box(Some(&existing)), None, black_box(&newer), NOW_MS - RETENTION_MS))
     });
-    for inbox_len in [1usize, 10, 100] {
-        let existing = state(7, inbox_len);
+    for inbox_len in [1usize, 10, 100, 1000] {
+        let (existing, chunks) = state(7, inbox_len);
         let newer = event(7, inbox_len as i64 + 1);
-        // A redelivery of the oldest applied event: the worst case of the
-        // inbox scan that still ends as a duplicate.
-        let duplicate = event(7, 1);
-        // `step` takes the state by value (the processor moves it out of its
-        // batch map); cloning it is setup, outside the measurement.
-        for (name, incoming) in [("step_apply", &newer), ("step_duplicate", &duplicate)] {
-            group.bench_with_input(BenchmarkId::new(name, format!("inbox_{inbox_len}")), &inbox_len, |b, _| {
+        // A redelivery of the newest and of the oldest applied event (the
+        // oldest is in a chunk once the order has more than 32 events).
+        let recent_duplicate = event(7, inbox_len as i64);
+        let old_duplicate = event(7, 1);
+        // `step` takes the state and event by value (the processor moves the
+        // event's strings into the state); cloning both is setup, outside
+        // the measurement.
+        for (name, incoming) in
+            [("step_apply", &newer), ("step_duplicate_recent", &recent_duplicate), ("step_duplicate_oldest", &old_duplicate)]
+        {
+            group.bench_with_input(BenchmarkId::new(name, format!("events_{inbox_len}")), &inbox_len, |b, _| {
                 b.iter_batched(
-                    || existing.clone(),
-                    |current| step(black_box(Some(current)), black_box(incoming), NOW_MS, RETENTION_MS),
+                    || (existing.clone(), incoming.clone()),
+                    |(current, incoming)| {
+                        step(black_box(Some(current)), black_box(incoming), NOW_MS, RETENTION_MS, |first| chunks.get(&first).cloned())
+                    },
                     BatchSize::SmallInput,
                 )
             });
@@ -127,7 +134,7 @@ fn store_benches(c: &mut Criterion) {
     group.throughput(Throughput::Elements(BATCH as u64));
     let mut checkpoint = Checkpoint::starting_at(0);
     for inbox_len in [1usize, 50] {
-        let states: Vec<OrderState> = (0..BATCH).map(|order| state(order, inbox_len)).collect();
+        let states: Vec<OrderState> = (0..BATCH).map(|order| state(order, inbox_len).0).collect();
         for flush in [false, true] {
             let name = if flush { "batch_1000_flush" } else { "batch_1000_no_flush" };
             group.bench_with_input(BenchmarkId::new(name, format!("inbox_{inbox_len}")), &inbox_len, |b, _| {

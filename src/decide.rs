@@ -1,7 +1,7 @@
 //! The pure heart of `orderly`: what to do with one event given the order's
 //! stored state. No I/O, no clock: the caller passes `now_ms`.
 
-use crate::event::{EventId, InboxEntry, OrderEvent, OrderState};
+use crate::event::{event_id_hash, Inbox, InboxEntry, InboxSlot, OrderEvent, OrderState};
 
 /// The outcome of one decoded event. (Undecodable records never get here:
 /// they are dead-lettered.)
@@ -15,53 +15,123 @@ pub enum Decision {
     Stale,
 }
 
+/// What deciding an event needs to know first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Nothing more: the answer is in the state.
+    Nothing,
+    /// The inbox chunk starting at this version (a store read).
+    Chunk(i64),
+}
+
+/// Whether `event` can be decided from `state` alone. Only an event that is
+/// not newer than the state can be a redelivery (applied versions strictly
+/// increase), and only its version's entry is looked at: a redelivery
+/// carries the version of its original.
+pub fn needs(state: Option<&OrderState>, event: &OrderEvent) -> Needs {
+    match state {
+        Some(current) if event.version <= current.version => match current.inbox.slot(event.version) {
+            InboxSlot::Chunk(first_version) => Needs::Chunk(first_version),
+            InboxSlot::Recent(_) | InboxSlot::Absent => Needs::Nothing,
+        },
+        _ => Needs::Nothing,
+    }
+}
+
 /// Decides one event against the order's stored state.
 ///
-/// `seen_in_inbox` is whether the event's id is in the order's inbox (applied
-/// within the retention window). The inbox check comes first so redeliveries
-/// are counted as duplicates, not as stale; an old redelivery whose inbox
-/// entry was pruned is still caught by the version check and counted stale.
-pub fn decide(state: Option<&OrderState>, seen_in_inbox: bool, event: &OrderEvent) -> Decision {
-    if seen_in_inbox {
+/// `entry` is the inbox entry recorded for the event's version, when there
+/// is one (from the state's recent entries or from a chunk, see [`needs`]).
+/// The inbox check comes first so redeliveries are counted as duplicates,
+/// not as stale; a redelivery whose entry expired is still caught by the
+/// version check and counted stale.
+pub fn decide(state: Option<&OrderState>, entry: Option<&InboxEntry>, event: &OrderEvent, horizon_ms: i64) -> Decision {
+    let Some(current) = state else { return Decision::Apply };
+    if event.version > current.version {
+        return Decision::Apply;
+    }
+    let id_hash = event_id_hash(&event.event_id);
+    if entry.is_some_and(|e| e.records(event.version, id_hash, horizon_ms)) {
         return Decision::Duplicate;
     }
-    match state {
-        Some(current) if event.version <= current.version => Decision::Stale,
-        _ => Decision::Apply,
+    Decision::Stale
+}
+
+/// The entry for `event`'s version among the state's recent inbox entries.
+pub fn recent_entry(state: Option<&OrderState>, event: &OrderEvent) -> Option<InboxEntry> {
+    match state?.inbox.slot(event.version) {
+        InboxSlot::Recent(entry) => entry,
+        _ => None,
     }
 }
 
-/// Decides `event` against `state` (inbox lookup included) and returns the
-/// order's state after it: the new state when the event applies, the given
-/// one otherwise. Takes the state by value so its inbox is reused, not copied.
-/// `retention_ms` bounds the inbox.
-pub fn step(state: Option<OrderState>, event: &OrderEvent, now_ms: i64, retention_ms: i64) -> (Decision, Option<OrderState>) {
-    let id = EventId::new(&event.event_id);
-    let seen = state.as_ref().is_some_and(|s| s.inbox_contains(&id));
-    let decision = decide(state.as_ref(), seen, event);
-    if decision != Decision::Apply {
-        return (decision, state);
-    }
-    (decision, Some(apply(state, event, id, now_ms, retention_ms)))
+/// What applying an event wrote into the inbox beyond the state value.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct InboxSpill {
+    /// A full chunk of entries to store under its own key.
+    pub chunk: Option<Vec<InboxEntry>>,
+    /// Chunks (by first version) past the retention window, to delete.
+    pub expired: Vec<i64>,
 }
 
-/// The state after applying `event` (whose id is `id`): the event's carried
-/// state, with the inbox pruned to the retention window and `id` appended.
-pub fn apply(state: Option<OrderState>, event: &OrderEvent, id: EventId, now_ms: i64, retention_ms: i64) -> OrderState {
+/// Applies `event` (decided [`Decision::Apply`]) to the order's state in
+/// place: the event's carried state, its id appended to the inbox. Takes the
+/// event by value so its strings move into the state.
+pub fn apply_in_place(state: &mut OrderState, event: OrderEvent, now_ms: i64, retention_ms: i64) -> InboxSpill {
+    debug_assert_eq!(state.order_id, event.order_id);
     let horizon = now_ms.saturating_sub(retention_ms);
-    let mut inbox: Vec<InboxEntry> = state.map(|s| s.inbox).unwrap_or_default();
-    inbox.retain(|e| e.applied_at_ms >= horizon);
-    inbox.push(InboxEntry { event_id: id, applied_at_ms: now_ms });
-    OrderState {
-        order_id: event.order_id.clone(),
-        version: event.version,
-        status: event.event_type,
-        amount: event.amount,
-        currency: event.currency.clone(),
-        event_id: event.event_id.clone(),
-        occurred_at: event.occurred_at,
-        inbox,
+    let entry = InboxEntry { version: event.version, id_hash: event_id_hash(&event.event_id), applied_at_ms: now_ms };
+    let (chunk, expired) = state.inbox.push(entry, horizon);
+    state.version = event.version;
+    state.status = event.event_type;
+    state.amount = event.amount;
+    state.currency = event.currency;
+    state.event_id = event.event_id;
+    state.occurred_at = event.occurred_at;
+    InboxSpill { chunk, expired }
+}
+
+/// The state after applying `event` (decided [`Decision::Apply`]) to
+/// `state`, or the order's first state.
+pub fn apply(state: Option<OrderState>, event: OrderEvent, now_ms: i64, retention_ms: i64) -> (OrderState, InboxSpill) {
+    let mut state = match state {
+        Some(state) => state,
+        None => OrderState {
+            order_id: event.order_id.clone(),
+            version: 0,
+            status: event.event_type,
+            amount: 0,
+            currency: String::new(),
+            event_id: String::new(),
+            occurred_at: 0,
+            inbox: Inbox::default(),
+        },
+    };
+    let spill = apply_in_place(&mut state, event, now_ms, retention_ms);
+    (state, spill)
+}
+
+/// Decides and applies one event against a state whose inbox chunks are
+/// given by `chunk` (a pure stand-in for the store). For tests and
+/// benches; the processor goes through [`crate::partition_state`].
+pub fn step(
+    state: Option<OrderState>,
+    event: OrderEvent,
+    now_ms: i64,
+    retention_ms: i64,
+    chunk: impl Fn(i64) -> Option<Vec<InboxEntry>>,
+) -> (Decision, Option<OrderState>, InboxSpill) {
+    let horizon = now_ms.saturating_sub(retention_ms);
+    let entry = match needs(state.as_ref(), &event) {
+        Needs::Nothing => recent_entry(state.as_ref(), &event),
+        Needs::Chunk(first) => chunk(first).and_then(|c| c.into_iter().find(|e| e.version == event.version)),
+    };
+    let decision = decide(state.as_ref(), entry.as_ref(), &event, horizon);
+    if decision != Decision::Apply {
+        return (decision, state, InboxSpill::default());
     }
+    let (after, spill) = apply(state, event, now_ms, retention_ms);
+    (decision, Some(after), spill)
 }
 
 #[cfg(test)]
@@ -69,6 +139,7 @@ mod tests {
     use super::*;
     use crate::event::EventType;
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     const DAY_MS: i64 = 86_400_000;
 
@@ -84,84 +155,121 @@ mod tests {
         }
     }
 
+    /// Steps through events with an in-memory chunk store, as the partition
+    /// state does with sled.
+    #[derive(Default)]
+    struct Order {
+        state: Option<OrderState>,
+        chunks: HashMap<i64, Vec<InboxEntry>>,
+    }
+
+    impl Order {
+        fn step(&mut self, event: OrderEvent, now: i64, retention: i64) -> Decision {
+            let chunks = &self.chunks;
+            let (decision, state, spill) = step(self.state.take(), event, now, retention, |first| chunks.get(&first).cloned());
+            self.state = state;
+            if let Some(chunk) = spill.chunk {
+                self.chunks.insert(chunk[0].version, chunk);
+            }
+            for first in spill.expired {
+                assert!(self.chunks.remove(&first).is_some(), "expired chunk {first} existed");
+            }
+            decision
+        }
+    }
+
     #[test]
     fn first_event_applies() {
-        assert_eq!(decide(None, false, &event(1)), Decision::Apply);
+        assert_eq!(decide(None, None, &event(1), 0), Decision::Apply);
     }
 
     #[test]
     fn redelivery_is_duplicate_not_stale() {
-        let (_, state) = step(None, &event(1), 0, DAY_MS);
-        assert_eq!(step(state, &event(1), 1, DAY_MS).0, Decision::Duplicate);
+        let mut o = Order::default();
+        assert_eq!(o.step(event(1), 0, DAY_MS), Decision::Apply);
+        assert_eq!(o.step(event(1), 1, DAY_MS), Decision::Duplicate);
     }
 
     #[test]
     fn older_version_is_stale() {
-        let (_, state) = step(None, &event(3), 0, DAY_MS);
-        let (decision, kept) = step(state.clone(), &event(2), 1, DAY_MS);
-        assert_eq!(decision, Decision::Stale);
-        assert_eq!(kept, state, "a stale event leaves the state as it was");
+        let mut o = Order::default();
+        o.step(event(3), 0, DAY_MS);
+        let before = o.state.clone();
+        assert_eq!(o.step(event(2), 1, DAY_MS), Decision::Stale);
+        assert_eq!(o.state, before, "a stale event leaves the state as it was");
     }
 
     #[test]
     fn equal_version_with_new_id_is_stale() {
-        let (_, state) = step(None, &event(3), 0, DAY_MS);
+        let mut o = Order::default();
+        o.step(event(3), 0, DAY_MS);
         let mut again = event(3);
         again.event_id = "other".into();
-        assert_eq!(step(state, &again, 1, DAY_MS).0, Decision::Stale);
+        assert_eq!(o.step(again, 1, DAY_MS), Decision::Stale);
     }
 
     #[test]
     fn redelivery_past_retention_is_caught_as_stale() {
-        let (_, s1) = step(None, &event(1), 0, DAY_MS);
-        let (_, s2) = step(s1, &event(2), 2 * DAY_MS, DAY_MS);
-        assert!(!s2.as_ref().unwrap().inbox_contains(&EventId::new("e-1")), "e-1 should be pruned");
-        assert_eq!(step(s2, &event(1), 2 * DAY_MS, DAY_MS).0, Decision::Stale);
+        let mut o = Order::default();
+        o.step(event(1), 0, DAY_MS);
+        o.step(event(2), 2 * DAY_MS, DAY_MS);
+        assert_eq!(o.step(event(1), 2 * DAY_MS, DAY_MS), Decision::Stale);
+        assert_eq!(o.step(event(2), 2 * DAY_MS, DAY_MS), Decision::Duplicate);
+    }
+
+    #[test]
+    fn redelivery_of_a_chunked_entry_is_found_in_its_chunk() {
+        let mut o = Order::default();
+        for v in 1..=200 {
+            assert_eq!(o.step(event(v), v, DAY_MS), Decision::Apply);
+        }
+        assert!(o.chunks.len() >= 6);
+        for v in [1, 31, 32, 33, 100, 199, 200] {
+            assert_eq!(o.step(event(v), 300, DAY_MS), Decision::Duplicate, "version {v}");
+        }
+        // The state value stays small: chunked entries are not in it.
+        assert!(o.state.as_ref().unwrap().inbox.recent.len() < crate::event::INBOX_CHUNK);
     }
 
     proptest! {
         /// Any interleaving of duplicates and reorderings of one order's
-        /// events ends in the state of the highest version seen, and the
-        /// three outcomes add up to the events seen.
+        /// events ends in the state of the highest version seen; the three
+        /// outcomes add up; a redelivery of an applied event within the
+        /// window is always a duplicate.
         #[test]
         fn final_state_is_highest_version(
-            versions in 1i64..20,
-            picks in proptest::collection::vec(0usize..1000, 1..80),
+            versions in 1i64..120,
+            picks in proptest::collection::vec(0usize..1000, 1..300),
         ) {
             let all: Vec<OrderEvent> = (1..=versions).map(event).collect();
             let delivered: Vec<&OrderEvent> = picks.iter().map(|p| &all[p % all.len()]).collect();
-            let mut state: Option<OrderState> = None;
+            let mut o = Order::default();
+            let mut applied_versions = std::collections::HashSet::new();
             let (mut applied, mut dups, mut stale) = (0usize, 0usize, 0usize);
             for (now, ev) in delivered.iter().enumerate() {
-                let (decision, next) = step(state.take(), ev, now as i64, DAY_MS);
-                state = next;
-                match decision {
-                    Decision::Apply => applied += 1,
-                    Decision::Duplicate => dups += 1,
-                    Decision::Stale => stale += 1,
+                let was_applied = applied_versions.contains(&ev.version);
+                match o.step((*ev).clone(), now as i64, DAY_MS) {
+                    Decision::Apply => { applied += 1; prop_assert!(applied_versions.insert(ev.version)); }
+                    Decision::Duplicate => { dups += 1; prop_assert!(was_applied); }
+                    Decision::Stale => { stale += 1; prop_assert!(!was_applied); }
                 }
             }
             let highest = delivered.iter().map(|e| e.version).max().unwrap();
-            let final_state = state.expect("at least one event applies");
+            let final_state = o.state.expect("at least one event applies");
             prop_assert_eq!(final_state.view(), crate::event::StateView::of_event(&all[(highest - 1) as usize]));
             prop_assert_eq!(applied + dups + stale, delivered.len());
-            // Every applied event's id is unique: nothing applied twice.
-            let mut ids: Vec<String> = final_state.inbox.iter().map(|e| e.event_id.to_string()).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            prop_assert_eq!(ids.len(), applied);
+            prop_assert_eq!(final_state.inbox.len(), applied);
         }
 
         /// Version order is monotone: each applied event has a greater version
         /// than the one before it.
         #[test]
         fn state_only_moves_forward(picks in proptest::collection::vec(1i64..30, 1..60)) {
-            let mut state: Option<OrderState> = None;
+            let mut o = Order::default();
             for (now, v) in picks.iter().enumerate() {
-                let before = state.as_ref().map(|s| s.version).unwrap_or(0);
-                let (decision, next) = step(state.take(), &event(*v), now as i64, DAY_MS);
-                state = next;
-                let after = state.as_ref().map(|s| s.version).unwrap_or(0);
+                let before = o.state.as_ref().map(|s| s.version).unwrap_or(0);
+                let decision = o.step(event(*v), now as i64, DAY_MS);
+                let after = o.state.as_ref().map(|s| s.version).unwrap_or(0);
                 prop_assert!(after >= before);
                 prop_assert_eq!(decision == Decision::Apply, after > before);
             }

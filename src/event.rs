@@ -67,98 +67,124 @@ pub struct OrderEvent {
     pub occurred_at: i64,
 }
 
-/// An event id as the inbox stores it: 16 bytes for a canonical (lowercase,
-/// hyphenated) UUID, which is what producers send, and the text otherwise.
-/// Stored compactly (bincode: 25 bytes for a UUID instead of 44), shown as
-/// the original string in JSON.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum EventId {
-    Uuid(u128),
-    Text(String),
+/// An event id as the inbox stores it: a fixed-width 64-bit hash (XXH3) of
+/// the id's text, whatever its format (UUID, hex, anything). Fixed width keeps
+/// an inbox entry at 24 bytes and its lookup allocation-free.
+///
+/// A hash collision can never change state: the inbox is consulted only for
+/// an event whose version is not newer than the stored one, and such an event
+/// is dropped either way. A collision could only count a stale event as a
+/// duplicate, with probability 2^-64 per look-up (it must also carry the same
+/// order and version as an applied event).
+pub fn event_id_hash(event_id: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(event_id.as_bytes())
 }
 
-impl EventId {
-    pub fn new(text: &str) -> Self {
-        match uuid::Uuid::try_parse(text) {
-            Ok(uuid) if text.len() == 36 && uuid.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()) == text => {
-                EventId::Uuid(uuid.as_u128())
-            }
-            _ => EventId::Text(text.to_string()),
-        }
-    }
-}
-
-impl std::fmt::Display for EventId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            EventId::Uuid(value) => uuid::Uuid::from_u128(*value).hyphenated().fmt(f),
-            EventId::Text(text) => f.write_str(text),
-        }
-    }
-}
-
-const EVENT_ID_UUID: u8 = 0;
-const EVENT_ID_TEXT: u8 = 1;
-
-impl Serialize for EventId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if serializer.is_human_readable() {
-            return serializer.collect_str(self);
-        }
-        let mut bytes = Vec::with_capacity(17);
-        match self {
-            EventId::Uuid(value) => {
-                bytes.push(EVENT_ID_UUID);
-                bytes.extend_from_slice(&value.to_be_bytes());
-            }
-            EventId::Text(text) => {
-                bytes.push(EVENT_ID_TEXT);
-                bytes.extend_from_slice(text.as_bytes());
-            }
-        }
-        serializer.serialize_bytes(&bytes)
-    }
-}
-
-impl<'de> Deserialize<'de> for EventId {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = EventId;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an event id")
-            }
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<EventId, E> {
-                Ok(EventId::new(text))
-            }
-            fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<EventId, E> {
-                match bytes.split_first() {
-                    Some((&EVENT_ID_UUID, rest)) => {
-                        let raw: [u8; 16] = rest.try_into().map_err(|_| E::custom("uuid event id is not 16 bytes"))?;
-                        Ok(EventId::Uuid(u128::from_be_bytes(raw)))
-                    }
-                    Some((&EVENT_ID_TEXT, rest)) => std::str::from_utf8(rest)
-                        .map(|t| EventId::Text(t.to_string()))
-                        .map_err(|_| E::custom("event id is not UTF-8")),
-                    _ => Err(E::custom("unknown event id encoding")),
-                }
-            }
-        }
-        if deserializer.is_human_readable() {
-            deserializer.deserialize_str(Visitor)
-        } else {
-            deserializer.deserialize_bytes(Visitor)
-        }
-    }
-}
-
-/// An applied event id remembered in the inbox, with when it was applied.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// An applied event remembered in the inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InboxEntry {
-    pub event_id: EventId,
-    /// Wall-clock milliseconds when the event was applied; entries older than
-    /// the retention window are pruned.
+    /// The applied event's version: applied versions of one order strictly
+    /// increase, so an inbox is sorted by version and searched by it.
+    pub version: i64,
+    /// [`event_id_hash`] of the applied event's id.
+    pub id_hash: u64,
+    /// Wall-clock milliseconds when the event was applied; an entry older than
+    /// the retention window no longer counts (it is as if pruned).
     pub applied_at_ms: i64,
+}
+
+impl InboxEntry {
+    /// True when this entry records `event` (same version and id) and is
+    /// still within the retention window that starts at `horizon_ms`.
+    pub fn records(&self, version: i64, id_hash: u64, horizon_ms: i64) -> bool {
+        self.version == version && self.id_hash == id_hash && self.applied_at_ms >= horizon_ms
+    }
+}
+
+/// How many entries the inbox keeps inside the order's state value; when the
+/// tail reaches this many, they move into one chunk key of their own, written
+/// once and read only to classify an old redelivery.
+pub const INBOX_CHUNK: usize = 32;
+
+/// A chunk of older inbox entries stored under its own key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRef {
+    /// Version of the chunk's first entry (its key).
+    pub first_version: i64,
+    /// When its newest entry was applied: the chunk expires with it.
+    pub last_applied_at_ms: i64,
+}
+
+/// An order's applied event ids within the retention window: the newest
+/// (fewer than [`INBOX_CHUNK`]) in the state value, older ones in chunks of
+/// [`INBOX_CHUNK`] under their own keys. Applying an event costs the same
+/// whatever the order's history: an append, and every [`INBOX_CHUNK`]
+/// events one chunk written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inbox {
+    /// Newest entries, by version.
+    pub recent: Vec<InboxEntry>,
+    /// Older chunks within the retention window, by version.
+    pub chunks: Vec<ChunkRef>,
+}
+
+/// Where the inbox entry for a version lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboxSlot {
+    /// In the state value (found or not).
+    Recent(Option<InboxEntry>),
+    /// In the chunk that starts at this version (read it to know).
+    Chunk(i64),
+    /// Nowhere: never applied, or expired.
+    Absent,
+}
+
+impl Inbox {
+    /// Entries within the window, the chunked ones included.
+    pub fn len(&self) -> usize {
+        self.recent.len() + self.chunks.len() * INBOX_CHUNK
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.recent.is_empty() && self.chunks.is_empty()
+    }
+
+    /// Where the entry of `version` would be. O(log n), no I/O.
+    pub fn slot(&self, version: i64) -> InboxSlot {
+        if let Some(first) = self.recent.first() {
+            if version >= first.version {
+                let found = self.recent.binary_search_by_key(&version, |e| e.version).ok().map(|i| self.recent[i]);
+                return InboxSlot::Recent(found);
+            }
+        }
+        match self.chunks.partition_point(|c| c.first_version <= version) {
+            0 => InboxSlot::Absent,
+            i => InboxSlot::Chunk(self.chunks[i - 1].first_version),
+        }
+    }
+
+    /// Appends the entry of an applied event. Returns the entries that fill a
+    /// chunk (to be written under their own key) and the chunks that expired
+    /// before `horizon_ms` (to be deleted).
+    pub fn push(&mut self, entry: InboxEntry, horizon_ms: i64) -> (Option<Vec<InboxEntry>>, Vec<i64>) {
+        debug_assert!(self.recent.last().is_none_or(|last| last.version < entry.version));
+        self.recent.push(entry);
+        let mut spilled = None;
+        if self.recent.len() >= INBOX_CHUNK {
+            let full = std::mem::replace(&mut self.recent, Vec::with_capacity(INBOX_CHUNK));
+            let (first, last) = (full[0], full[full.len() - 1]);
+            self.chunks.push(ChunkRef { first_version: first.version, last_applied_at_ms: last.applied_at_ms });
+            spilled = Some(full);
+        }
+        let expired = self.chunks.iter().take_while(|c| c.last_applied_at_ms < horizon_ms).count();
+        let dropped = self.chunks.drain(..expired).map(|c| c.first_version).collect();
+        (spilled, dropped)
+    }
+
+    /// Rough heap bytes, for the cache budget.
+    pub fn heap_bytes(&self) -> usize {
+        self.recent.capacity() * std::mem::size_of::<InboxEntry>() + self.chunks.capacity() * std::mem::size_of::<ChunkRef>()
+    }
 }
 
 /// What the store keeps for one order: the newest applied event's fields
@@ -173,17 +199,11 @@ pub struct OrderState {
     /// The event that produced this state.
     pub event_id: String,
     pub occurred_at: i64,
-    /// Applied event ids within the retention window, oldest first. Kept in the
-    /// state value so one key per order is written per event.
-    pub inbox: Vec<InboxEntry>,
+    /// Applied event ids within the retention window.
+    pub inbox: Inbox,
 }
 
 impl OrderState {
-    /// True when `event_id` was applied to this order within the retention window.
-    pub fn inbox_contains(&self, event_id: &EventId) -> bool {
-        self.inbox.iter().any(|entry| entry.event_id == *event_id)
-    }
-
     /// The state fields without the inbox, for comparing against an expected
     /// state computed elsewhere.
     pub fn view(&self) -> StateView {
@@ -196,6 +216,15 @@ impl OrderState {
             event_id: self.event_id.clone(),
             occurred_at: self.occurred_at,
         }
+    }
+
+    /// Rough heap and inline bytes, for the cache budget.
+    pub fn approx_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.order_id.capacity()
+            + self.currency.capacity()
+            + self.event_id.capacity()
+            + self.inbox.heap_bytes()
     }
 }
 
@@ -231,19 +260,60 @@ impl StateView {
 mod tests {
     use super::*;
 
+    fn entry(version: i64, at: i64) -> InboxEntry {
+        InboxEntry { version, id_hash: event_id_hash(&format!("e-{version}")), applied_at_ms: at }
+    }
+
     #[test]
-    fn event_ids_round_trip_compactly_and_as_text() {
-        for text in ["5f0c6f2e-0000-4000-8000-000000000001", "5F0C6F2E-0000-4000-8000-000000000001", "evt-7", ""] {
-            let id = EventId::new(text);
-            assert_eq!(id.to_string(), text);
-            let bytes = bincode::serialize(&id).unwrap();
-            assert_eq!(bincode::deserialize::<EventId>(&bytes).unwrap(), id);
-            let json = serde_json::to_string(&id).unwrap();
-            assert_eq!(json, format!("\"{text}\""));
-            assert_eq!(serde_json::from_str::<EventId>(&json).unwrap(), id);
+    fn ids_of_any_format_hash_to_fixed_width() {
+        let a = event_id_hash("5f0c6f2e-0000-4000-8000-000000000001");
+        assert_eq!(a, event_id_hash("5f0c6f2e-0000-4000-8000-000000000001"), "stable");
+        assert_ne!(a, event_id_hash("5F0C6F2E-0000-4000-8000-000000000001"), "case matters: ids are opaque");
+        assert_ne!(event_id_hash("0123456789abcdef0123456789abcdef"), event_id_hash("0123456789abcdef0123456789abcdee"));
+        // Persisted values: the hash must never change between releases.
+        assert_eq!(event_id_hash("evt-7"), xxhash_rust::xxh3::xxh3_64(b"evt-7"));
+    }
+
+    #[test]
+    fn inbox_spills_full_chunks_and_finds_every_version() {
+        let mut inbox = Inbox::default();
+        let mut spilled = Vec::new();
+        for v in 1..=100 {
+            let (chunk, expired) = inbox.push(entry(v, v), 0);
+            assert!(expired.is_empty());
+            if let Some(chunk) = chunk {
+                assert_eq!(chunk.len(), INBOX_CHUNK);
+                spilled.push(chunk);
+            }
         }
-        assert!(matches!(EventId::new("5f0c6f2e-0000-4000-8000-000000000001"), EventId::Uuid(_)));
-        assert!(matches!(EventId::new("5F0C6F2E-0000-4000-8000-000000000001"), EventId::Text(_)), "non-canonical stays text");
-        assert_eq!(bincode::serialize(&EventId::new("5f0c6f2e-0000-4000-8000-000000000001")).unwrap().len(), 8 + 17);
+        assert_eq!(spilled.len(), 3);
+        assert_eq!(inbox.recent.len(), 100 - 3 * INBOX_CHUNK);
+        assert_eq!(inbox.len(), 100);
+        for v in 1..=100 {
+            match inbox.slot(v) {
+                InboxSlot::Recent(Some(e)) => assert_eq!(e.version, v),
+                InboxSlot::Chunk(first) => {
+                    let chunk = spilled.iter().find(|c| c[0].version == first).expect("chunk exists");
+                    assert!(chunk.iter().any(|e| e.version == v));
+                }
+                other => panic!("version {v}: {other:?}"),
+            }
+        }
+        assert_eq!(inbox.slot(0), InboxSlot::Absent);
+        assert_eq!(inbox.slot(101), InboxSlot::Recent(None));
+    }
+
+    #[test]
+    fn expired_chunks_are_dropped_in_order() {
+        let mut inbox = Inbox::default();
+        for v in 1..=64 {
+            inbox.push(entry(v, v), 0);
+        }
+        assert_eq!(inbox.chunks.len(), 2);
+        // The first chunk's newest entry was applied at 32.
+        let (_, expired) = inbox.push(entry(65, 65), 33);
+        assert_eq!(expired, vec![1]);
+        assert_eq!(inbox.slot(5), InboxSlot::Absent);
+        assert_eq!(inbox.slot(40), InboxSlot::Chunk(33));
     }
 }

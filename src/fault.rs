@@ -5,7 +5,9 @@
 //!
 //! Points: `after_dlq` (dead letters acknowledged, batch not yet written),
 //! `after_batch` (sled batch written, not flushed), `after_flush` (flushed,
-//! offsets not committed to Kafka).
+//! offsets not committed to Kafka); `panic_batch` panics (rather than
+//! aborts) inside a partition task, to prove that a panicking task stops the
+//! process.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -18,6 +20,7 @@ pub enum Point {
     AfterDlq,
     AfterBatch,
     AfterFlush,
+    PanicBatch,
 }
 
 impl Point {
@@ -26,6 +29,7 @@ impl Point {
             Point::AfterDlq => "after_dlq",
             Point::AfterBatch => "after_batch",
             Point::AfterFlush => "after_flush",
+            Point::PanicBatch => "panic_batch",
         }
     }
 }
@@ -42,14 +46,14 @@ fn armed() -> Option<&'static Armed> {
         .get_or_init(|| {
             let raw = std::env::var(ENV).ok()?;
             let (point, at) = raw.split_once(':').unwrap_or((raw.as_str(), "1"));
-            let point = [Point::AfterDlq, Point::AfterBatch, Point::AfterFlush]
+            let point = [Point::AfterDlq, Point::AfterBatch, Point::AfterFlush, Point::PanicBatch]
                 .into_iter()
                 .map(Point::name)
                 .find(|name| *name == point);
             match (point, at.parse::<u64>()) {
                 (Some(point), Ok(at)) if at > 0 => Some(Armed { point, at, hits: AtomicU64::new(0) }),
                 _ => {
-                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush[:N]");
+                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush|panic_batch[:N]");
                     None
                 }
             }
@@ -64,6 +68,9 @@ pub fn hit(point: Point) {
         return;
     }
     if armed.hits.fetch_add(1, Ordering::Relaxed) + 1 == armed.at {
+        if point == Point::PanicBatch {
+            panic!("fault injection: panic at {}", armed.point);
+        }
         eprintln!("orderly: fault injection: aborting at {}", armed.point);
         std::process::abort();
     }

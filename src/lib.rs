@@ -23,13 +23,15 @@
 //!
 //! * [`decide`]: the pure core: one event against one order's state
 //!   → apply, duplicate or stale. No I/O.
-//! * [`batch`]: one processing batch against one partition's store: decide
-//!   each event, write changed states and the checkpoint atomically.
+//! * [`partition_state`]: one partition's order cache (read through from
+//!   its store): decide each event in memory, write each changed order once
+//!   per commit interval with the checkpoint, atomically.
 //! * [`event`]: the event and state model.
 //! * [`codec`]: Avro in the Confluent wire format; poison classification.
 //! * [`registry`]: schema registry client (HTTP, or in-process for the demo).
-//! * [`store`]: sled layout: a tree per partition with states, inboxes and
-//!   the checkpoint (next offset and counters), written as one batch.
+//! * [`store`]: sled layout: a tree per partition with states (recent inbox
+//!   entries inside), older inbox chunks and the checkpoint (next offset and
+//!   counters), written as one batch.
 //! * [`processor`]: the consumer-group member: poll thread, partition tasks,
 //!   dead letters, group flush and offset commits.
 //! * [`config`]: layered configuration with validation.
@@ -39,7 +41,6 @@
 //! * [`load`]: producing a planned workload, every record acknowledged.
 //! * [`fault`]: crash points for the crash drill (test-only switch).
 
-pub mod batch;
 pub mod codec;
 pub mod config;
 pub mod decide;
@@ -47,6 +48,7 @@ pub mod demo;
 pub mod event;
 pub mod fault;
 pub mod load;
+pub mod partition_state;
 pub mod processor;
 pub mod registry;
 pub mod store;

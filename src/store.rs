@@ -1,18 +1,33 @@
 //! The embedded sled store. One tree per input partition holds that
-//! partition's order states (each with its inbox of applied event ids) and
-//! its checkpoint (next input offset and durable counters). A processing
-//! batch is one `apply_batch` on that tree: states and checkpoint move
-//! together or not at all. `Store::flush` makes every earlier batch of every
-//! tree durable with one sync.
+//! partition's order states (each with its recent inbox entries), older
+//! inbox chunks, and its checkpoint (next input offset and durable
+//! counters). A write-out is one `apply_batch` on that tree: states, chunks
+//! and checkpoint move together or not at all. `Store::flush` makes every
+//! earlier batch of every tree durable with one sync.
+//!
+//! Keys of a partition tree:
+//!
+//! * `\x00checkpoint`: the [`Checkpoint`];
+//! * `o` + order id: the [`OrderState`] (bincode);
+//! * `i` + order id length (u32, big-endian) + order id + first version
+//!   (i64, big-endian): a chunk of [`INBOX_CHUNK`](crate::event::INBOX_CHUNK)
+//!   inbox entries.
+//!
+//! The default tree holds `format`: the layout version, checked at open.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::OrderState;
+use crate::event::{InboxEntry, OrderState};
 
 const CHECKPOINT_KEY: &[u8] = b"\x00checkpoint";
 const ORDER_PREFIX: u8 = b'o';
+const CHUNK_PREFIX: u8 = b'i';
+const FORMAT_KEY: &[u8] = b"format";
+/// The store layout this build reads and writes. 1: whole inbox in the
+/// state value (before write coalescing); 2: recent entries plus chunks.
+pub const FORMAT: u32 = 2;
 const TREE_PREFIX: &str = "partition/";
 
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +41,11 @@ pub enum StoreError {
     Io { path: PathBuf, source: sled::Error },
     #[error("corrupt value under key {key:?} in tree {tree}: {message}")]
     Corrupt { tree: String, key: String, message: String },
+    #[error(
+        "the store at {path} has layout {found}, this orderly reads layout {FORMAT}; \
+         move the directory aside and rebuild it (see README, \"Rebuilding the store\")"
+    )]
+    Format { path: PathBuf, found: String },
 }
 
 /// The next offset to read after processing `offset`. The only `+ 1` between
@@ -84,7 +104,28 @@ impl Store {
             .cache_capacity(cache_capacity_mb.saturating_mul(1024 * 1024))
             .open()
             .map_err(|source| StoreError::Open { path: path.to_path_buf(), source })?;
-        Ok(Store { db, path: path.to_path_buf() })
+        let store = Store { db, path: path.to_path_buf() };
+        store.check_format()?;
+        Ok(store)
+    }
+
+    /// Refuses a store of another layout; marks a new store with this one.
+    fn check_format(&self) -> Result<(), StoreError> {
+        let found = self.db.get(FORMAT_KEY).map_err(|e| self.io(e))?;
+        match found {
+            Some(bytes) if bytes.as_ref() == FORMAT.to_be_bytes() => Ok(()),
+            Some(bytes) => Err(StoreError::Format {
+                path: self.path.clone(),
+                found: <[u8; 4]>::try_from(bytes.as_ref())
+                    .map(|b| u32::from_be_bytes(b).to_string())
+                    .unwrap_or_else(|_| format!("{:?}", bytes.as_ref())),
+            }),
+            None if self.partitions().is_empty() => {
+                self.db.insert(FORMAT_KEY, &FORMAT.to_be_bytes()).map_err(|e| self.io(e))?;
+                Ok(())
+            }
+            None => Err(StoreError::Format { path: self.path.clone(), found: "1 (no layout mark)".into() }),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -188,6 +229,27 @@ pub struct BatchWrite {
 }
 
 impl BatchWrite {
+    /// Stores a full chunk of an order's older inbox entries.
+    pub fn put_chunk(&mut self, order_id: &str, entries: &[InboxEntry]) -> Result<(), StoreError> {
+        let Some(first) = entries.first() else { return Ok(()) };
+        let value = encode(&entries).map_err(|message| StoreError::Corrupt {
+            tree: String::new(),
+            key: order_id.to_string(),
+            message,
+        })?;
+        let key = chunk_key(order_id, first.version);
+        self.keys += 1;
+        self.bytes += key.len() + value.len();
+        self.batch.insert(key, value);
+        Ok(())
+    }
+
+    /// Deletes an expired chunk.
+    pub fn delete_chunk(&mut self, order_id: &str, first_version: i64) {
+        self.keys += 1;
+        self.batch.remove(chunk_key(order_id, first_version));
+    }
+
     pub fn put_state(&mut self, state: &OrderState) -> Result<(), StoreError> {
         let value = encode(state).map_err(|message| StoreError::Corrupt {
             tree: String::new(),
@@ -234,6 +296,19 @@ impl PartitionStore {
         }
     }
 
+    /// One chunk of an order's older inbox entries.
+    pub fn get_chunk(&self, order_id: &str, first_version: i64) -> Result<Option<Vec<InboxEntry>>, StoreError> {
+        let key = chunk_key(order_id, first_version);
+        match self.tree.get(&key).map_err(|e| self.io(e))? {
+            None => Ok(None),
+            Some(bytes) => bincode::deserialize(&bytes).map(Some).map_err(|e| StoreError::Corrupt {
+                tree: self.name.clone(),
+                key: format!("inbox chunk {order_id}@{first_version}"),
+                message: e.to_string(),
+            }),
+        }
+    }
+
     /// Writes the batch's states and `checkpoint` in one atomic batch. Not
     /// durable until `Store::flush`.
     pub fn commit_batch(&self, mut write: BatchWrite, checkpoint: &Checkpoint) -> Result<(), StoreError> {
@@ -254,6 +329,15 @@ fn order_key(order_id: &str) -> Vec<u8> {
     key
 }
 
+fn chunk_key(order_id: &str, first_version: i64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + 4 + order_id.len() + 8);
+    key.push(CHUNK_PREFIX);
+    key.extend_from_slice(&(order_id.len() as u32).to_be_bytes());
+    key.extend_from_slice(order_id.as_bytes());
+    key.extend_from_slice(&first_version.to_be_bytes());
+    key
+}
+
 fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
     bincode::serialize(value).map_err(|e| e.to_string())
 }
@@ -261,7 +345,7 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{EventId, EventType, InboxEntry};
+    use crate::event::{event_id_hash, EventType, Inbox, InboxEntry};
 
     fn state(order: &str, version: i64) -> OrderState {
         OrderState {
@@ -272,7 +356,10 @@ mod tests {
             currency: "EUR".into(),
             event_id: format!("{order}-{version}"),
             occurred_at: 1,
-            inbox: vec![InboxEntry { event_id: EventId::new(&format!("{order}-{version}")), applied_at_ms: 5 }],
+            inbox: Inbox {
+                recent: vec![InboxEntry { version, id_hash: event_id_hash(&format!("{order}-{version}")), applied_at_ms: 5 }],
+                chunks: Vec::new(),
+            },
         }
     }
 
@@ -285,6 +372,9 @@ mod tests {
             let mut write = BatchWrite::default();
             write.put_state(&state("a", 1)).unwrap();
             write.put_state(&state("b", 2)).unwrap();
+            let chunk: Vec<InboxEntry> =
+                (1..=3).map(|v| InboxEntry { version: v, id_hash: v as u64, applied_at_ms: v }).collect();
+            write.put_chunk("b", &chunk).unwrap();
             let cp = Checkpoint { start_offset: 0, next_offset: 2, applied: 2, ..Default::default() };
             p.commit_batch(write, &cp).unwrap();
             store.flush().unwrap();
@@ -301,8 +391,10 @@ mod tests {
         let p = store.partition("orders", 3).unwrap();
         assert_eq!(p.checkpoint().unwrap().unwrap().next_offset, 2);
         assert_eq!(store.get_order("b").unwrap().unwrap().version, 2);
+        assert_eq!(p.get_chunk("b", 1).unwrap().unwrap().len(), 3);
+        assert_eq!(p.get_chunk("b", 2).unwrap(), None);
         let stats = store.stats().unwrap();
-        assert_eq!(stats[0].orders, 2);
+        assert_eq!(stats[0].orders, 2, "chunks are not orders");
         assert_eq!(stats[0].checkpoint.outcomes(), 2);
     }
 
@@ -315,5 +407,25 @@ mod tests {
         std::fs::write(&file, b"x").unwrap();
         let err = Store::open(&file, 8).err().expect("a file is not a store");
         assert!(err.to_string().contains("not-a-dir"), "{err}");
+    }
+
+    #[test]
+    fn a_store_of_another_layout_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            db.open_tree("partition/orders/0").unwrap().insert("x", "y").unwrap();
+            db.flush().unwrap();
+        }
+        let store = (0..100).find_map(|_| match Store::open(dir.path(), 8) {
+            Err(StoreError::Open { .. }) => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                None
+            }
+            other => Some(other),
+        });
+        let err = store.expect("lock released").err().expect("old layout refused");
+        assert!(matches!(err, StoreError::Format { .. }), "{err}");
+        assert!(err.to_string().contains("rebuild"), "{err}");
     }
 }

@@ -19,7 +19,13 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use tracing::{error, info, info_span, warn, Instrument};
 
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+
+use futures::FutureExt;
+
 use super::flusher::FlushMsg;
+use crate::partition_state::PartitionState;
 use super::partition::{Command, PartitionInput, PartitionTask};
 use super::Shared;
 
@@ -104,20 +110,34 @@ impl Router {
             queue.set_nonempty_callback(move || signal.notify_one());
             info!(partition, checkpoint = ?checkpoint.map(|c| c.next_offset), "partition assigned");
             let (tx, rx) = mpsc::channel(1);
-            let task = PartitionTask { shared: shared.clone(), partition, store, checkpoint, rx };
+            let state = PartitionState::new(store, checkpoint);
+            let task = PartitionTask { shared: shared.clone(), partition, state, rx };
             let input = PartitionInput { queue, ready };
             let span = info_span!("partition", topic = %topic, partition, group = %shared.config.kafka.group_id);
             let fatal = shared.clone();
+            // Supervised: an error or a panic in the task stops the process
+            // (non-zero exit, naming the partition). Nothing it had not
+            // written out is committed: offsets reach the flusher only after
+            // their write-out.
             let join = self.runtime.spawn(
                 async move {
-                    if let Err(e) = task.run(input).await {
-                        error!(error = %e, "partition task failed");
-                        fatal.fatal(format!("partition {partition}: {e}"));
+                    match AssertUnwindSafe(task.run(input)).catch_unwind().await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            error!(error = %e, "partition task failed");
+                            fatal.fatal(format!("partition {partition}: {e}"));
+                        }
+                        Err(panic) => {
+                            let what = panic_message(panic.as_ref());
+                            error!(panic = %what, "partition task panicked");
+                            fatal.fatal(format!("partition {partition}: task panicked: {what}"));
+                        }
                     }
                 }
                 .instrument(span),
             );
             self.tasks().insert(partition, PartitionHandle { tx, join });
+            shared.assigned.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -135,6 +155,7 @@ impl Router {
         if handles.is_empty() {
             return;
         }
+        self.shared.assigned.fetch_sub(handles.len(), Ordering::Relaxed);
         let deadline = Instant::now() + Duration::from_millis(self.shared.config.processing.shutdown_timeout_ms);
         let release: Vec<i32> = handles.iter().map(|(p, _)| *p).collect();
         let runtime = self.runtime.clone();
@@ -183,6 +204,17 @@ impl Router {
             Ok(()) => info!(partitions = ?release, finished, lost, "partitions released after flush and commit"),
             Err(_) => warn!(partitions = ?release, "flush and commit did not finish before the deadline"),
         }
+    }
+}
+
+/// The text of a panic payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "non-text panic payload".into()
     }
 }
 

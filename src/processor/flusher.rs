@@ -10,15 +10,19 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::context::OrderlyContext;
 use super::Shared;
 use crate::fault::{self, Point};
 
 pub enum FlushMsg {
-    /// A batch covering everything before `next_offset` was written.
+    /// A write-out covering everything before `next_offset` was written.
     Covered { partition: i32, next_offset: i64 },
+    /// A partition task started on a durable checkpoint: commit it if the
+    /// group's committed offset is behind it (a crash between a flush and
+    /// its commit), without waiting for new input.
+    Resume { partition: i32, next_offset: i64 },
     /// Flush and commit everything reported so far, then stop committing
     /// `release`d partitions (revoked); commit them first unless `lost`.
     Barrier { release: Vec<i32>, lost: bool, reply: std::sync::mpsc::SyncSender<()> },
@@ -55,10 +59,14 @@ impl Flusher {
             };
             let Some(first) = first else { break };
             let mut covered: BTreeMap<i32, i64> = BTreeMap::new();
+            let mut resumed: BTreeMap<i32, i64> = BTreeMap::new();
             let mut barriers = Vec::new();
             let mut stop = false;
             let mut take = |msg: FlushMsg| match msg {
                 FlushMsg::Stop => stop = true,
+                FlushMsg::Resume { partition, next_offset } => {
+                    resumed.insert(partition, next_offset);
+                }
                 FlushMsg::Covered { partition, next_offset } => {
                     let entry = covered.entry(partition).or_insert(next_offset);
                     *entry = (*entry).max(next_offset);
@@ -79,6 +87,9 @@ impl Flusher {
                     let entry = self.uncommitted.entry(partition).or_insert(next_offset);
                     *entry = (*entry).max(next_offset);
                 }
+            }
+            if !resumed.is_empty() {
+                self.resume(resumed).await;
             }
             let mut lost: Vec<i32> = Vec::new();
             for (release, was_lost, _) in &barriers {
@@ -115,6 +126,50 @@ impl Flusher {
             Err(join) => {
                 self.shared.fatal(format!("store flush panicked: {join}"));
                 false
+            }
+        }
+    }
+
+    /// Queues for commit each resumed checkpoint that is ahead of the group's
+    /// committed offset. (Never one that is behind: that store is stale, and
+    /// the commit must not go backwards.) The checkpoints were read from the
+    /// store, so they are durable already.
+    async fn resume(&mut self, resumed: BTreeMap<i32, i64>) {
+        let consumer = self.consumer.clone();
+        let topic = self.shared.topic.clone();
+        let partitions: Vec<i32> = resumed.keys().copied().collect();
+        // The list lives only inside the blocking call (a list alive when the
+        // consumer drops can hang the drop).
+        let committed = tokio::task::spawn_blocking(move || {
+            let mut tpl = TopicPartitionList::with_capacity(partitions.len());
+            for partition in &partitions {
+                tpl.add_partition(&topic, *partition);
+            }
+            consumer.committed_offsets(tpl, Duration::from_secs(10)).map(|list| {
+                list.elements()
+                    .iter()
+                    .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { Some(o) } else { None }))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .await;
+        let committed = match committed {
+            Ok(Ok(list)) => list,
+            Ok(Err(error)) => {
+                warn!(%error, "cannot read the group's committed offsets; committing the durable checkpoints");
+                resumed.keys().map(|p| (*p, None)).collect()
+            }
+            Err(join) => {
+                warn!(%join, "committed-offsets task failed; committing the durable checkpoints");
+                resumed.keys().map(|p| (*p, None)).collect()
+            }
+        };
+        for (partition, group_offset) in committed {
+            let Some(&next_offset) = resumed.get(&partition) else { continue };
+            if group_offset.is_none_or(|o| o < next_offset) {
+                info!(partition, committed = ?group_offset, checkpoint = next_offset, "durable checkpoint ahead of the group's offset; committing it");
+                let entry = self.uncommitted.entry(partition).or_insert(next_offset);
+                *entry = (*entry).max(next_offset);
             }
         }
     }

@@ -16,7 +16,7 @@ mod flusher;
 mod kafka;
 mod partition;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -58,24 +58,37 @@ pub struct Counters {
     pub stale: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub batches: AtomicU64,
+    /// Applied events that skipped versions.
+    pub version_gaps: AtomicU64,
+    /// Write-outs (one atomic sled batch each) and what they wrote.
+    pub write_outs: AtomicU64,
     pub keys_written: AtomicU64,
+    pub bytes_written: AtomicU64,
     pub flushes: AtomicU64,
     /// Batch latencies in microseconds, for percentiles (bounded).
     batch_micros: Mutex<Vec<u32>>,
+    write_micros: Mutex<Vec<u32>>,
     flush_micros: Mutex<Vec<u32>>,
 }
 
 const LATENCY_SAMPLES: usize = 100_000;
 
 impl Counters {
-    fn record_batch(&self, applied: u64, duplicates: u64, stale: u64, dead: u64, keys: usize, elapsed: Duration) {
+    fn record_batch(&self, applied: u64, duplicates: u64, stale: u64, dead: u64, version_gaps: u64, elapsed: Duration) {
         self.applied.fetch_add(applied, Ordering::Relaxed);
         self.duplicates.fetch_add(duplicates, Ordering::Relaxed);
         self.stale.fetch_add(stale, Ordering::Relaxed);
         self.dead_lettered.fetch_add(dead, Ordering::Relaxed);
+        self.version_gaps.fetch_add(version_gaps, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);
-        self.keys_written.fetch_add(keys as u64, Ordering::Relaxed);
         push_sample(&self.batch_micros, elapsed);
+    }
+
+    fn record_write(&self, keys: usize, bytes: usize, elapsed: Duration) {
+        self.write_outs.fetch_add(1, Ordering::Relaxed);
+        self.keys_written.fetch_add(keys as u64, Ordering::Relaxed);
+        self.bytes_written.fetch_add(bytes as u64, Ordering::Relaxed);
+        push_sample(&self.write_micros, elapsed);
     }
 
     fn record_flush(&self, elapsed: Duration) {
@@ -93,6 +106,11 @@ impl Counters {
     /// (p50, p99) batch latency in milliseconds.
     pub fn batch_latency_ms(&self) -> (f64, f64) {
         percentiles(&self.batch_micros)
+    }
+
+    /// (p50, p99) write-out latency in milliseconds.
+    pub fn write_latency_ms(&self) -> (f64, f64) {
+        percentiles(&self.write_micros)
     }
 
     /// (p50, p99) flush latency in milliseconds.
@@ -129,6 +147,8 @@ pub struct Shared {
     pub dead_letters: DeadLetters,
     pub retention: Duration,
     pub counters: Counters,
+    /// Partitions with a running task: they share `processing.cache_max_bytes`.
+    assigned: AtomicUsize,
     flush_tx: mpsc::Sender<FlushMsg>,
     fatal: Mutex<Option<String>>,
     fatal_notify: Notify,
@@ -145,6 +165,12 @@ impl Shared {
         self.fatal_notify.notify_one();
     }
 
+    /// One partition's share of `processing.cache_max_bytes`.
+    pub fn cache_share(&self) -> usize {
+        let total = usize::try_from(self.config.processing.cache_max_bytes).unwrap_or(usize::MAX);
+        total / self.assigned.load(Ordering::Relaxed).max(1)
+    }
+
     fn fatal_message(&self) -> Option<String> {
         self.fatal.lock().ok().and_then(|s| s.clone())
     }
@@ -157,11 +183,16 @@ pub struct RunReport {
     pub duplicates: u64,
     pub stale: u64,
     pub dead_lettered: u64,
+    pub version_gaps: u64,
     pub batches: u64,
+    pub write_outs: u64,
     pub flushes: u64,
     pub keys_written: u64,
+    pub bytes_written: u64,
     pub batch_p50_ms: f64,
     pub batch_p99_ms: f64,
+    pub write_p50_ms: f64,
+    pub write_p99_ms: f64,
     pub flush_p50_ms: f64,
 }
 
@@ -191,6 +222,7 @@ impl Processor {
             decoder: Decoder::new(self.registry),
             retention,
             counters: Counters::default(),
+            assigned: AtomicUsize::new(0),
             config: self.config,
             flush_tx,
             fatal: Mutex::new(None),
@@ -226,16 +258,22 @@ impl Processor {
         }
         let c = &shared.counters;
         let (batch_p50_ms, batch_p99_ms) = c.batch_latency_ms();
+        let (write_p50_ms, write_p99_ms) = c.write_latency_ms();
         let report = RunReport {
             applied: c.applied.load(Ordering::Relaxed),
             duplicates: c.duplicates.load(Ordering::Relaxed),
             stale: c.stale.load(Ordering::Relaxed),
             dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
+            version_gaps: c.version_gaps.load(Ordering::Relaxed),
             batches: c.batches.load(Ordering::Relaxed),
+            write_outs: c.write_outs.load(Ordering::Relaxed),
             flushes: c.flushes.load(Ordering::Relaxed),
             keys_written: c.keys_written.load(Ordering::Relaxed),
+            bytes_written: c.bytes_written.load(Ordering::Relaxed),
             batch_p50_ms,
             batch_p99_ms,
+            write_p50_ms,
+            write_p99_ms,
             flush_p50_ms: c.flush_latency_ms().0,
         };
         info!(?report, "stopped cleanly");

@@ -1,5 +1,8 @@
 //! One ordered task per assigned partition: batch, decode, dead-letter,
-//! decide, write one atomic sled batch, report to the flusher.
+//! decide against the partition's order cache; once per commit interval (or
+//! when its changed orders pass their memory share, or on a drain) write
+//! them with the checkpoint in one atomic sled batch and report it to the
+//! flusher.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,10 +17,10 @@ use super::dlq::DeadLetter;
 use super::flusher::FlushMsg;
 use super::{jitter, ProcessError, Shared};
 use crate::codec::DecodeError;
-use crate::batch::{apply_batch, BatchOutcome};
 use crate::event::OrderEvent;
 use crate::fault::{self, Point};
-use crate::store::{next_offset_after, Checkpoint, PartitionStore};
+use crate::partition_state::{BatchOutcome, PartitionState};
+use crate::store::{next_offset_after, Checkpoint};
 
 /// The consumer side of one partition: its own librdkafka queue (split off
 /// the consumer's main queue, so records reach the task without a copy or a
@@ -37,9 +40,9 @@ pub enum Command {
 pub struct PartitionTask {
     pub shared: Arc<Shared>,
     pub partition: i32,
-    pub store: PartitionStore,
-    /// `None` until the first batch on a partition this store never processed.
-    pub checkpoint: Option<Checkpoint>,
+    /// The order cache, the pending and written checkpoints (`None` until
+    /// the first batch on a partition this store never processed).
+    pub state: PartitionState,
     pub rx: mpsc::Receiver<Command>,
 }
 
@@ -51,7 +54,16 @@ impl PartitionTask {
     pub async fn run(mut self, input: PartitionInput) -> Result<(), ProcessError> {
         let max_records = self.shared.config.processing.batch_max_records;
         let max_wait = Duration::from_millis(self.shared.config.processing.batch_max_wait_ms);
+        let interval = Duration::from_millis(self.shared.config.processing.commit_interval_ms);
         let PartitionInput { queue, ready } = input;
+        if let Some(checkpoint) = self.state.written() {
+            // A checkpoint made durable before a crash may never have been
+            // committed to Kafka; the flusher commits it if the group's
+            // offset is behind, without waiting for new input.
+            let resume = FlushMsg::Resume { partition: self.partition, next_offset: checkpoint.next_offset };
+            self.shared.flush_tx.send(resume).await.map_err(|_| ProcessError::FlusherGone)?;
+        }
+        let mut last_write = tokio::time::Instant::now();
         loop {
             let mut batch: Vec<BorrowedMessage<'_>> = Vec::with_capacity(max_records);
             let mut drain = None;
@@ -64,7 +76,14 @@ impl PartitionTask {
                 if !batch.is_empty() && deadline.is_none() {
                     deadline = Some(tokio::time::Instant::now() + max_wait);
                 }
-                let wait_until = deadline.unwrap_or_else(|| tokio::time::Instant::now() + IDLE_RECHECK);
+                let mut wait_until = deadline.unwrap_or_else(|| tokio::time::Instant::now() + IDLE_RECHECK);
+                let write_due = last_write + interval;
+                if self.state.has_unwritten() {
+                    if tokio::time::Instant::now() >= write_due {
+                        break;
+                    }
+                    wait_until = wait_until.min(write_due);
+                }
                 tokio::select! {
                     biased;
                     command = self.rx.recv() => {
@@ -74,7 +93,7 @@ impl PartitionTask {
                     }
                     _ = ready.notified() => {}
                     _ = tokio::time::sleep_until(wait_until) => {
-                        if deadline.is_some() {
+                        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                             break;
                         }
                     }
@@ -91,41 +110,65 @@ impl PartitionTask {
                     self.process(&batch).await?;
                     batch.clear();
                 }
+                self.write_out().await?;
                 if let Some(reply) = reply {
-                    let _ = reply.send(self.checkpoint);
+                    let _ = reply.send(self.state.written());
                 }
                 return Ok(());
             }
             if !batch.is_empty() {
                 self.process(&batch).await?;
             }
+            drop(batch);
+            let now = tokio::time::Instant::now();
+            if self.state.has_unwritten() && (now >= last_write + interval || self.state.dirty_bytes() > self.shared.cache_share()) {
+                self.write_out().await?;
+                last_write = now;
+            }
         }
     }
 
+    /// Writes the changed orders and the checkpoint in one atomic batch and
+    /// reports it to the flusher (which makes it durable, then commits).
+    async fn write_out(&mut self) -> Result<(), ProcessError> {
+        let started = Instant::now();
+        // Runs on the worker: measured, handing sled work to extra threads
+        // (block_in_place) let every partition contend for sled's locks on 2
+        // cores and halved throughput.
+        let Some(written) = self.state.write_out(self.shared.cache_share())? else { return Ok(()) };
+        fault::hit(Point::AfterBatch);
+        self.shared.counters.record_write(written.keys, written.bytes, started.elapsed());
+        let next_offset = written.checkpoint.next_offset;
+        debug!(partition = self.partition, orders = written.orders, keys = written.keys, next_offset, "write-out");
+        self.shared
+            .flush_tx
+            .send(FlushMsg::Covered { partition: self.partition, next_offset })
+            .await
+            .map_err(|_| ProcessError::FlusherGone)
+    }
+
     /// Processes one batch: everything in it ends applied, duplicate, stale
-    /// or dead-lettered, in one atomic write with the checkpoint.
+    /// or dead-lettered, decided against the order cache; the pending
+    /// checkpoint moves past it (written at the next write-out).
     async fn process(&mut self, batch: &[BorrowedMessage<'_>]) -> Result<(), ProcessError> {
         let started = Instant::now();
-        let mut checkpoint = match self.checkpoint {
-            Some(cp) => cp,
-            None => {
-                let first = batch[0].offset();
-                info!(partition = self.partition, offset = first, "first batch on this partition; starting the checkpoint here");
-                Checkpoint::starting_at(first)
-            }
-        };
+        let expected = self.state.pending().map(|c| c.next_offset);
         // Records the checkpoint already covers were processed before a crash
         // or a rebalance: skip them, they are counted already.
-        let fresh: Vec<&BorrowedMessage<'_>> = batch.iter().filter(|m| m.offset() >= checkpoint.next_offset).collect();
-        let Some(last) = fresh.last() else { return Ok(()) };
-        if fresh[0].offset() != checkpoint.next_offset {
-            warn!(
+        let fresh: Vec<&BorrowedMessage<'_>> =
+            batch.iter().filter(|m| expected.is_none_or(|next| m.offset() >= next)).collect();
+        let (Some(first), Some(last)) = (fresh.first(), fresh.last()) else { return Ok(()) };
+        match expected {
+            None => info!(partition = self.partition, offset = first.offset(), "first batch on this partition; starting the checkpoint here"),
+            Some(next) if first.offset() != next => warn!(
                 partition = self.partition,
-                expected = checkpoint.next_offset,
-                got = fresh[0].offset(),
+                expected = next,
+                got = first.offset(),
                 "offset gap (retention, compaction or transaction markers); counters will not add up to the offset span"
-            );
+            ),
+            Some(_) => {}
         }
+        let first_offset = first.offset();
         let next_offset = next_offset_after(last.offset());
 
         let mut events: Vec<OrderEvent> = Vec::with_capacity(fresh.len());
@@ -151,20 +194,12 @@ impl PartitionTask {
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         let retention_ms = self.shared.retention.as_millis() as i64;
         let dead = letters.len() as u64;
-        // Runs on the worker: measured, handing sled work to extra threads
-        // (block_in_place) let up to one batch per partition contend for
-        // sled's locks on 2 cores and halved throughput.
-        let outcome = apply_batch(&self.store, &mut checkpoint, &events, dead, next_offset, now_ms, retention_ms)?;
-        fault::hit(Point::AfterBatch);
-        self.checkpoint = Some(checkpoint);
-        let BatchOutcome { applied, duplicates, stale, keys, .. } = outcome;
-        self.shared.counters.record_batch(applied, duplicates, stale, dead, keys, started.elapsed());
-        debug!(partition = self.partition, records = fresh.len(), applied, duplicates, stale, next_offset, "batch written");
-        self.shared
-            .flush_tx
-            .send(FlushMsg::Covered { partition: self.partition, next_offset })
-            .await
-            .map_err(|_| ProcessError::FlusherGone)
+        fault::hit(Point::PanicBatch);
+        let outcome = self.state.apply(events, dead, first_offset, next_offset, now_ms, retention_ms)?;
+        let BatchOutcome { applied, duplicates, stale, version_gaps, .. } = outcome;
+        self.shared.counters.record_batch(applied, duplicates, stale, dead, version_gaps, started.elapsed());
+        debug!(partition = self.partition, records = fresh.len(), applied, duplicates, stale, next_offset, "batch decided");
+        Ok(())
     }
 
     /// Decodes one record; a registry outage is retried here (the record is

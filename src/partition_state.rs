@@ -1,0 +1,369 @@
+//! One partition's state between write-outs, as Kafka Streams' record cache
+//! keeps it: every decoded event is decided against an in-memory cache of the
+//! partition's order states (read through from its sled tree), and each
+//! changed order is written once per write-out, with the checkpoint, in one
+//! atomic sled batch. An order touched a hundred times between two
+//! write-outs costs one key.
+//!
+//! The processor's partition tasks and the store-limit benchmark both drive
+//! this, so they write exactly the same keys.
+//!
+//! Nothing here is durable until a write-out's batch is flushed
+//! (`Store::flush`); a crash loses only what the last durable checkpoint
+//! does not cover, and a restart re-processes exactly that.
+
+use std::collections::HashMap;
+
+use crate::decide::{apply, apply_in_place, decide, needs, recent_entry, Decision, InboxSpill, Needs};
+use crate::event::{InboxEntry, OrderEvent, OrderState};
+use crate::store::{BatchWrite, Checkpoint, PartitionStore, StoreError};
+
+/// What one batch of decisions did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    pub applied: u64,
+    pub duplicates: u64,
+    pub stale: u64,
+    /// Applied events that skipped versions (the order's previous version
+    /// was not `version - 1`; its first event not version 1).
+    pub version_gaps: u64,
+    /// Inbox chunks read from the store to classify an old redelivery.
+    pub chunk_reads: u64,
+}
+
+/// What one write-out wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// Orders written.
+    pub orders: usize,
+    /// Keys written or deleted, the checkpoint included.
+    pub keys: usize,
+    /// Bytes of keys and values handed to sled.
+    pub bytes: usize,
+    /// The checkpoint written.
+    pub checkpoint: Checkpoint,
+}
+
+/// An order in the cache.
+struct Cached {
+    state: OrderState,
+    /// Changed since the last write-out.
+    dirty: bool,
+    /// Full inbox chunks not yet written.
+    new_chunks: Vec<Vec<InboxEntry>>,
+    /// Chunks past the retention window, not yet deleted.
+    expired_chunks: Vec<i64>,
+    /// Approximate memory held, for the cache budget.
+    bytes: usize,
+}
+
+/// Per-entry overhead beyond the state: the map's key and slot.
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<(String, Cached)>() + 16;
+
+impl Cached {
+    fn measure(&self, key_len: usize) -> usize {
+        ENTRY_OVERHEAD
+            + key_len
+            + self.state.approx_bytes()
+            + self.new_chunks.iter().map(|c| c.capacity() * std::mem::size_of::<InboxEntry>()).sum::<usize>()
+            + self.expired_chunks.capacity() * 8
+    }
+}
+
+/// One partition's order cache, pending checkpoint and store tree.
+pub struct PartitionState {
+    store: PartitionStore,
+    cache: HashMap<String, Cached>,
+    /// Covers every record decided so far (in memory until written).
+    pending: Option<Checkpoint>,
+    /// The checkpoint of the last write-out (or as opened).
+    written: Option<Checkpoint>,
+    /// Bytes of dirty entries.
+    dirty_bytes: usize,
+    /// Bytes of all entries.
+    cached_bytes: usize,
+}
+
+impl PartitionState {
+    /// The partition as its store holds it (`checkpoint` as read from it).
+    pub fn new(store: PartitionStore, checkpoint: Option<Checkpoint>) -> Self {
+        PartitionState { store, cache: HashMap::new(), pending: checkpoint, written: checkpoint, dirty_bytes: 0, cached_bytes: 0 }
+    }
+
+    /// The checkpoint covering every record decided so far.
+    pub fn pending(&self) -> Option<Checkpoint> {
+        self.pending
+    }
+
+    /// The checkpoint last written to the store.
+    pub fn written(&self) -> Option<Checkpoint> {
+        self.written
+    }
+
+    /// True when decisions were made since the last write-out.
+    pub fn has_unwritten(&self) -> bool {
+        self.pending != self.written
+    }
+
+    /// Memory held by changed, unwritten orders.
+    pub fn dirty_bytes(&self) -> usize {
+        self.dirty_bytes
+    }
+
+    /// Memory held by the cache, changed or not.
+    pub fn cached_bytes(&self) -> usize {
+        self.cached_bytes
+    }
+
+    /// Orders in the cache.
+    pub fn cached_orders(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The state of one order as decided so far (cache, then store).
+    pub fn get(&self, order_id: &str) -> Result<Option<OrderState>, StoreError> {
+        match self.cache.get(order_id) {
+            Some(cached) => Ok(Some(cached.state.clone())),
+            None => self.store.get(order_id),
+        }
+    }
+
+    /// Decides `events` (the decoded records of one batch, in offset order)
+    /// against the cache and moves the pending checkpoint to `next_offset`,
+    /// counting `dead_lettered` records of the batch too. `first_offset` is
+    /// the batch's first record: where the checkpoint starts on a partition
+    /// this store never processed. Nothing is written.
+    pub fn apply(
+        &mut self,
+        events: Vec<OrderEvent>,
+        dead_lettered: u64,
+        first_offset: i64,
+        next_offset: i64,
+        now_ms: i64,
+        retention_ms: i64,
+    ) -> Result<BatchOutcome, StoreError> {
+        let horizon = now_ms.saturating_sub(retention_ms);
+        let mut outcome = BatchOutcome::default();
+        for event in events {
+            if !self.cache.contains_key(event.order_id.as_str()) {
+                if let Some(state) = self.store.get(&event.order_id)? {
+                    let mut cached =
+                        Cached { state, dirty: false, new_chunks: Vec::new(), expired_chunks: Vec::new(), bytes: 0 };
+                    cached.bytes = cached.measure(event.order_id.len());
+                    self.cached_bytes += cached.bytes;
+                    self.cache.insert(event.order_id.clone(), cached);
+                }
+            }
+            let cached = self.cache.get(event.order_id.as_str());
+            let state = cached.map(|c| &c.state);
+            let entry = match needs(state, &event) {
+                Needs::Nothing => recent_entry(state, &event),
+                Needs::Chunk(first) => {
+                    outcome.chunk_reads += 1;
+                    self.chunk_entry(cached, &event.order_id, first, event.version)?
+                }
+            };
+            let decision = decide(state, entry.as_ref(), &event, horizon);
+            match decision {
+                Decision::Duplicate => outcome.duplicates += 1,
+                Decision::Stale => outcome.stale += 1,
+                Decision::Apply => {
+                    outcome.applied += 1;
+                    let previous = state.map(|s| s.version).unwrap_or(0);
+                    if event.version != previous + 1 {
+                        outcome.version_gaps += 1;
+                    }
+                    self.apply_one(event, now_ms, retention_ms);
+                }
+            }
+        }
+        let mut next = self.pending.unwrap_or_else(|| Checkpoint::starting_at(first_offset));
+        next.next_offset = next_offset;
+        next.applied += outcome.applied;
+        next.duplicates += outcome.duplicates;
+        next.stale += outcome.stale;
+        next.dead_lettered += dead_lettered;
+        self.pending = Some(next);
+        Ok(outcome)
+    }
+
+    /// The inbox entry of `version` in the chunk starting at `first`: among
+    /// the chunks not yet written, else in the store.
+    fn chunk_entry(
+        &self,
+        cached: Option<&Cached>,
+        order_id: &str,
+        first: i64,
+        version: i64,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        let unwritten = cached.and_then(|c| c.new_chunks.iter().find(|chunk| chunk.first().is_some_and(|e| e.version == first)));
+        let find = |chunk: &[InboxEntry]| chunk.iter().find(|e| e.version == version).copied();
+        match unwritten {
+            Some(chunk) => Ok(find(chunk)),
+            None => Ok(self.store.get_chunk(order_id, first)?.and_then(|chunk| find(&chunk))),
+        }
+    }
+
+    fn apply_one(&mut self, event: OrderEvent, now_ms: i64, retention_ms: i64) {
+        match self.cache.get_mut(event.order_id.as_str()) {
+            Some(cached) => {
+                let spill = apply_in_place(&mut cached.state, event, now_ms, retention_ms);
+                let key_len = cached.state.order_id.len();
+                record_spill(cached, spill);
+                let before = cached.bytes;
+                cached.bytes = cached.measure(key_len);
+                self.cached_bytes = self.cached_bytes + cached.bytes - before;
+                if cached.dirty {
+                    self.dirty_bytes = self.dirty_bytes + cached.bytes - before;
+                } else {
+                    cached.dirty = true;
+                    self.dirty_bytes += cached.bytes;
+                }
+            }
+            None => {
+                let key = event.order_id.clone();
+                let (state, spill) = apply(None, event, now_ms, retention_ms);
+                let mut cached = Cached { state, dirty: true, new_chunks: Vec::new(), expired_chunks: Vec::new(), bytes: 0 };
+                record_spill(&mut cached, spill);
+                cached.bytes = cached.measure(key.len());
+                self.cached_bytes += cached.bytes;
+                self.dirty_bytes += cached.bytes;
+                self.cache.insert(key, cached);
+            }
+        }
+    }
+
+    /// Writes every changed order (state, new inbox chunks, expired chunk
+    /// deletions) and the pending checkpoint in one atomic sled batch. Then,
+    /// when the cache holds more than `keep_bytes`, forgets every order (all
+    /// are clean now; the next read goes through to sled). Not durable until
+    /// the store is flushed. `None` when nothing was decided since the last
+    /// write-out.
+    pub fn write_out(&mut self, keep_bytes: usize) -> Result<Option<WriteOutcome>, StoreError> {
+        let Some(checkpoint) = self.pending.filter(|_| self.has_unwritten()) else { return Ok(None) };
+        let mut write = BatchWrite::default();
+        let mut orders = 0;
+        for (order_id, cached) in self.cache.iter().filter(|(_, c)| c.dirty) {
+            orders += 1;
+            write.put_state(&cached.state)?;
+            for chunk in &cached.new_chunks {
+                write.put_chunk(order_id, chunk)?;
+            }
+            for first in &cached.expired_chunks {
+                write.delete_chunk(order_id, *first);
+            }
+        }
+        let (keys, bytes) = (write.keys + 1, write.bytes);
+        self.store.commit_batch(write, &checkpoint)?;
+        self.written = Some(checkpoint);
+        if self.cached_bytes > keep_bytes {
+            self.cache = HashMap::new();
+            self.cached_bytes = 0;
+        } else {
+            for cached in self.cache.values_mut().filter(|c| c.dirty) {
+                cached.dirty = false;
+                cached.new_chunks = Vec::new();
+                cached.expired_chunks = Vec::new();
+                let key_len = cached.state.order_id.len();
+                let before = cached.bytes;
+                cached.bytes = cached.measure(key_len);
+                self.cached_bytes = self.cached_bytes + cached.bytes - before;
+            }
+        }
+        self.dirty_bytes = 0;
+        Ok(Some(WriteOutcome { orders, keys, bytes, checkpoint }))
+    }
+}
+
+fn record_spill(cached: &mut Cached, spill: InboxSpill) {
+    if let Some(chunk) = spill.chunk {
+        cached.new_chunks.push(chunk);
+    }
+    for first in spill.expired {
+        // A chunk that expires before it was ever written is just dropped.
+        match cached.new_chunks.iter().position(|c| c.first().is_some_and(|e| e.version == first)) {
+            Some(i) => {
+                cached.new_chunks.remove(i);
+            }
+            None => cached.expired_chunks.push(first),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::EventType;
+    use crate::store::Store;
+
+    const DAY_MS: i64 = 86_400_000;
+
+    fn event(order: &str, version: i64, id: &str) -> OrderEvent {
+        OrderEvent {
+            event_id: id.into(),
+            order_id: order.into(),
+            version,
+            event_type: EventType::Shipped,
+            amount: version,
+            currency: "EUR".into(),
+            occurred_at: version,
+        }
+    }
+
+    fn open() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 8).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn an_order_touched_many_times_is_written_once_per_write_out() {
+        let (_dir, store) = open();
+        let mut p = PartitionState::new(store.partition("t", 0).unwrap(), None);
+        let events: Vec<OrderEvent> = (1..=50).flat_map(|v| [event("a", v, &format!("a{v}")), event("b", v, &format!("b{v}"))]).collect();
+        let out = p.apply(events, 0, 100, 200, 1000, DAY_MS).unwrap();
+        assert_eq!(out.applied, 100);
+        assert!(p.dirty_bytes() > 0);
+        assert_eq!(store.partition("t", 0).unwrap().checkpoint().unwrap(), None, "nothing written before the write-out");
+        let written = p.write_out(usize::MAX).unwrap().expect("something to write");
+        // 2 states + 1 full chunk each + checkpoint.
+        assert_eq!(written.orders, 2);
+        assert_eq!(written.keys, 2 + 2 + 1);
+        assert_eq!(written.checkpoint.next_offset, 200);
+        assert_eq!(written.checkpoint.start_offset, 100);
+        assert_eq!(p.dirty_bytes(), 0);
+        assert_eq!(p.write_out(usize::MAX).unwrap(), None, "nothing new");
+        let tree = store.partition("t", 0).unwrap();
+        assert_eq!(tree.get("a").unwrap().unwrap().version, 50);
+        assert_eq!(tree.checkpoint().unwrap().unwrap().applied, 100);
+    }
+
+    #[test]
+    fn redeliveries_are_found_after_the_cache_is_dropped() {
+        let (_dir, store) = open();
+        let tree = store.partition("t", 0).unwrap();
+        let mut p = PartitionState::new(tree.clone(), None);
+        let events: Vec<OrderEvent> = (1..=70).map(|v| event("a", v, &format!("id-{v}"))).collect();
+        p.apply(events, 0, 0, 70, 1000, DAY_MS).unwrap();
+        p.write_out(0).unwrap();
+        assert_eq!(p.cached_orders(), 0, "over budget: forgotten after the write-out");
+        // A fresh state over the same tree, as after a restart.
+        let mut p = PartitionState::new(tree.clone(), tree.checkpoint().unwrap());
+        let again: Vec<OrderEvent> = [1, 32, 33, 64, 65, 70].iter().map(|v| event("a", *v, &format!("id-{v}"))).collect();
+        let out = p.apply(again, 0, 70, 76, 2000, DAY_MS).unwrap();
+        assert_eq!((out.duplicates, out.stale, out.applied), (6, 0, 0));
+        assert_eq!(out.chunk_reads, 4, "versions 1, 32, 33 and 64 are in chunks");
+        let other = p.apply(vec![event("a", 5, "not-id-5")], 0, 76, 77, 2000, DAY_MS).unwrap();
+        assert_eq!(other.stale, 1);
+        let cp = p.write_out(usize::MAX).unwrap().unwrap().checkpoint;
+        assert_eq!(cp.outcomes() as i64, cp.next_offset - cp.start_offset);
+    }
+
+    #[test]
+    fn version_gaps_are_counted() {
+        let (_dir, store) = open();
+        let mut p = PartitionState::new(store.partition("t", 0).unwrap(), None);
+        let out = p.apply(vec![event("a", 1, "1"), event("a", 3, "3"), event("b", 2, "b2")], 0, 0, 3, 0, DAY_MS).unwrap();
+        assert_eq!(out.version_gaps, 2);
+    }
+}
