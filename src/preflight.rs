@@ -48,7 +48,7 @@ impl Check {
 impl std::fmt::Display for Check {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let status = if self.ok { "ok" } else { "FAIL" };
-        write!(f, "{status:<5}{:<12}{}", self.name, self.detail)
+        write!(f, "{status:<5}{:<13}{}", self.name, self.detail)
     }
 }
 
