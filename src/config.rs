@@ -1,12 +1,19 @@
 //! Configuration: `config/default.toml` (compiled in), then `--config FILE`,
 //! then `ORDERLY_<SECTION>__<KEY>` environment variables. Unknown keys and
 //! unsafe combinations are errors that name the key and what is allowed.
+//!
+//! An environment value takes the type of the key it sets, as the compiled-in
+//! defaults declare it: `ORDERLY_KAFKA__GROUP_ID=42` is the string "42", an
+//! integer key must parse as an integer. `[kafka.librdkafka]` keys come from
+//! `ORDERLY_KAFKA__LIBRDKAFKA__<NAME>`, the name lowercased with `_` read as
+//! `.` (`..__SASL_PASSWORD` sets "sasl.password"); librdkafka's settable
+//! properties have no underscores in their names.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The defaults, documented key by key.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -23,19 +30,54 @@ const FORCED_KEYS: &[(&str, &str)] = &[
     ("auto.offset.reset", "set kafka.auto_offset_reset instead"),
 ];
 
+/// Each message states its cause once: a variant that prints an underlying
+/// error keeps it in a field that is not a `source`, so `{:#}` chains (anyhow)
+/// do not print it a second time.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot read config file {path}: {cause}")]
+    Read { path: PathBuf, cause: std::io::Error },
     #[error("invalid TOML in {origin}: {message}")]
     Syntax { origin: String, message: String },
     #[error("invalid configuration: {0}")]
     Invalid(String),
     #[error("invalid value for `{key}`: {message}")]
     Value { key: String, message: String },
+    /// An `ORDERLY_*` variable that names no key, or whose value does not
+    /// parse as the type of its key.
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+    #[error("cannot print the configuration as TOML: {0}")]
+    Print(String),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// What `config show` prints in place of a secret.
+pub const REDACTED: &str = "<redacted>";
+
+/// Parts of librdkafka setting names whose values are secrets (passwords,
+/// private keys, JAAS and OAuth configurations, tokens).
+const SECRET_MARKERS: &[&str] =
+    &["password", "secret", "sasl.jaas", "sasl.oauthbearer.config", "ssl.key.pem", "ssl_key", "token", "credential"];
+
+/// True when a librdkafka setting's value must not be printed.
+pub fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    SECRET_MARKERS.iter().any(|marker| key.contains(marker))
+}
+
+/// `url` with the password of its user info (`https://user:pw@host`) redacted.
+fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else { return url.to_string() };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:{REDACTED}@{host}{path}"),
+        None => url.to_string(),
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub kafka: KafkaConfig,
@@ -44,7 +86,7 @@ pub struct Config {
     pub processing: ProcessingConfig,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     pub bootstrap_servers: String,
@@ -58,14 +100,14 @@ pub struct KafkaConfig {
     pub librdkafka: BTreeMap<String, toml::Value>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryConfig {
     pub url: String,
     pub timeout_ms: u64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     pub path: PathBuf,
@@ -73,7 +115,7 @@ pub struct StoreConfig {
     pub cache_capacity_mb: u64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessingConfig {
     pub batch_max_records: usize,
@@ -103,24 +145,16 @@ impl Config {
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
-        let mut table = parse_table(DEFAULT_TOML, "config/default.toml")?;
+        let defaults = parse_table(DEFAULT_TOML, "config/default.toml")?;
+        let mut table = defaults.clone();
         if let Some(path) = file {
             let text = std::fs::read_to_string(path)
-                .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+                .map_err(|cause| ConfigError::Read { path: path.to_path_buf(), cause })?;
             let overlay = parse_table(&text, &path.display().to_string())?;
             merge(&mut table, overlay);
         }
         for (name, raw) in env {
-            let Some(rest) = name.strip_prefix("ORDERLY_") else { continue };
-            let Some((section, key)) = rest.split_once("__") else { continue };
-            let (section, key) = (section.to_ascii_lowercase(), key.to_ascii_lowercase());
-            let entry = table
-                .entry(section.clone())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            let toml::Value::Table(section_table) = entry else {
-                return Err(ConfigError::Invalid(format!("{name}: `{section}` is not a section")));
-            };
-            section_table.insert(key, env_value(&raw));
+            apply_env(&mut table, &defaults, &name, &raw)?;
         }
         let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
             let key = e.path().to_string();
@@ -211,6 +245,25 @@ impl Config {
         })
     }
 
+    /// A copy safe to print: secret librdkafka settings and the password of
+    /// the registry URL replaced by [`REDACTED`].
+    pub fn redacted(&self) -> Config {
+        let mut config = self.clone();
+        for (key, value) in config.kafka.librdkafka.iter_mut() {
+            if is_secret_key(key) {
+                *value = toml::Value::String(REDACTED.into());
+            }
+        }
+        config.registry.url = redact_url(&config.registry.url);
+        config
+    }
+
+    /// This configuration as TOML, in the layout of `config/default.toml`
+    /// (loadable again with `--config`). Redact it first to print it.
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        toml::to_string(self).map_err(|e| ConfigError::Print(e.to_string()))
+    }
+
     /// The pass-through librdkafka settings as strings.
     pub fn librdkafka_passthrough(&self) -> impl Iterator<Item = (&str, String)> {
         self.kafka.librdkafka.iter().map(|(k, v)| {
@@ -240,15 +293,91 @@ fn merge(base: &mut toml::Table, overlay: toml::Table) {
     }
 }
 
-/// An environment value is read as a TOML scalar when it parses as one
-/// (`500`, `true`), otherwise as a plain string.
-fn env_value(raw: &str) -> toml::Value {
-    format!("v = {raw}")
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .filter(|v| !v.is_table())
-        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+/// Prefix of the environment variables that override settings.
+pub const ENV_PREFIX: &str = "ORDERLY_";
+
+/// Sets the key an `ORDERLY_<SECTION>__<KEY>` (or
+/// `ORDERLY_KAFKA__LIBRDKAFKA__<NAME>`) variable names, parsed as the type
+/// that key has in `defaults`. Variables without `__` are not settings and
+/// are ignored.
+fn apply_env(table: &mut toml::Table, defaults: &toml::Table, var: &str, raw: &str) -> Result<(), ConfigError> {
+    let Some(rest) = var.strip_prefix(ENV_PREFIX) else { return Ok(()) };
+    if !rest.contains("__") {
+        return Ok(());
+    }
+    let env_err = |message: String| ConfigError::Env { var: var.to_string(), message };
+    let parts: Vec<String> = rest.split("__").map(|p| p.to_ascii_lowercase()).collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(env_err("empty name part: use ORDERLY_<SECTION>__<KEY>".into()));
+    }
+    let section = &parts[0];
+    let Some(toml::Value::Table(section_defaults)) = defaults.get(section) else {
+        return Err(env_err(format!("unknown section `{section}`: sections are {}", names(defaults))));
+    };
+    let key = &parts[1];
+    let Some(default) = section_defaults.get(key) else {
+        return Err(env_err(format!("unknown key `{section}.{key}`: keys of [{section}] are {}", names(section_defaults))));
+    };
+    let section_table = table
+        .entry(section.clone())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    let toml::Value::Table(section_table) = section_table else {
+        return Err(env_err(format!("`{section}` is not a section")));
+    };
+    if section == "kafka" && key == "librdkafka" {
+        let [_, _, name] = parts.as_slice() else {
+            return Err(env_err("name the librdkafka setting: ORDERLY_KAFKA__LIBRDKAFKA__<NAME>, e.g. ORDERLY_KAFKA__LIBRDKAFKA__SASL_PASSWORD".into()));
+        };
+        let entry = section_table
+            .entry(key.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(passthrough) = entry else {
+            return Err(env_err("`kafka.librdkafka` is not a table".into()));
+        };
+        passthrough.insert(librdkafka_name(name), toml::Value::String(raw.to_string()));
+        return Ok(());
+    }
+    if parts.len() > 2 {
+        return Err(env_err(format!("`{section}.{key}` has no keys below it: use ORDERLY_<SECTION>__<KEY>")));
+    }
+    let value = typed_like(default, raw).map_err(|message| ConfigError::Value {
+        key: format!("{section}.{key}"),
+        message: format!("{message} (from {var})"),
+    })?;
+    section_table.insert(key.clone(), value);
+    Ok(())
+}
+
+/// The librdkafka property an environment name part sets: `sasl_password`
+/// is "sasl.password".
+pub fn librdkafka_name(part: &str) -> String {
+    part.to_ascii_lowercase().replace('_', ".")
+}
+
+/// `raw` parsed as the type of `default`: a string key takes the text as it
+/// is, an integer, float or boolean key must parse as one.
+fn typed_like(default: &toml::Value, raw: &str) -> Result<toml::Value, String> {
+    let text = raw.trim();
+    match default {
+        toml::Value::String(_) => Ok(toml::Value::String(raw.to_string())),
+        toml::Value::Integer(_) => text
+            .replace('_', "")
+            .parse::<i64>()
+            .map(toml::Value::Integer)
+            .map_err(|_| format!("`{raw}` is not an integer")),
+        toml::Value::Float(_) => text.parse::<f64>().map(toml::Value::Float).map_err(|_| format!("`{raw}` is not a number")),
+        toml::Value::Boolean(_) => match text.to_ascii_lowercase().as_str() {
+            "true" => Ok(toml::Value::Boolean(true)),
+            "false" => Ok(toml::Value::Boolean(false)),
+            _ => Err(format!("`{raw}` is not a boolean: use true or false")),
+        },
+        toml::Value::Table(_) => Err("is a section: set its keys, one variable each".into()),
+        toml::Value::Array(_) | toml::Value::Datetime(_) => Err("cannot be set from the environment".into()),
+    }
+}
+
+fn names(table: &toml::Table) -> String {
+    table.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
 }
 
 /// Parses `250ms`, `30s`, `15m`, `12h`, `7d`.
@@ -339,6 +468,99 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("batch_max_records"), "{msg}");
+    }
+
+    #[test]
+    fn numeric_group_id_from_env_stays_a_string() {
+        let c = Config::from_layers(None, env(&[("ORDERLY_KAFKA__GROUP_ID", "42"), ("ORDERLY_STORE__PATH", "7")])).unwrap();
+        assert_eq!(c.kafka.group_id, "42");
+        assert_eq!(c.store.path, PathBuf::from("7"));
+    }
+
+    #[test]
+    fn integer_from_env_must_parse_and_names_key_and_variable() {
+        let err = Config::from_layers(None, env(&[("ORDERLY_KAFKA__SESSION_TIMEOUT_MS", "10s")])).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("kafka.session_timeout_ms") && msg.contains("ORDERLY_KAFKA__SESSION_TIMEOUT_MS"), "{msg}");
+        assert!(msg.contains("not an integer"), "{msg}");
+        let c = Config::from_layers(None, env(&[("ORDERLY_KAFKA__SESSION_TIMEOUT_MS", "12000")])).unwrap();
+        assert_eq!(c.kafka.session_timeout_ms, 12000);
+    }
+
+    #[test]
+    fn librdkafka_settings_from_env() {
+        let c = Config::from_layers(
+            None,
+            env(&[
+                ("ORDERLY_KAFKA__LIBRDKAFKA__SASL_PASSWORD", "s3cret"),
+                ("ORDERLY_KAFKA__LIBRDKAFKA__SECURITY_PROTOCOL", "SASL_SSL"),
+                ("ORDERLY_KAFKA__LIBRDKAFKA__FETCH_MIN_BYTES", "1024"),
+            ]),
+        )
+        .unwrap();
+        let pass: BTreeMap<&str, String> = c.librdkafka_passthrough().collect();
+        assert_eq!(pass.get("sasl.password").map(String::as_str), Some("s3cret"));
+        assert_eq!(pass.get("security.protocol").map(String::as_str), Some("SASL_SSL"));
+        assert_eq!(pass.get("fetch.min.bytes").map(String::as_str), Some("1024"));
+    }
+
+    #[test]
+    fn forced_key_from_env_is_refused() {
+        let msg = Config::from_layers(None, env(&[("ORDERLY_KAFKA__LIBRDKAFKA__ENABLE_AUTO_COMMIT", "true")]))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("enable.auto.commit") && msg.contains("cannot be passed through"), "{msg}");
+    }
+
+    #[test]
+    fn env_names_outside_the_schema_are_errors_naming_the_variable() {
+        for (var, want) in [
+            ("ORDERLY_NOPE__X", "unknown section `nope`"),
+            ("ORDERLY_KAFKA__LIBRDKAFKA", "name the librdkafka setting"),
+            ("ORDERLY_KAFKA__GROUP_ID__X", "no keys below it"),
+            ("ORDERLY_KAFKA__", "empty name part"),
+        ] {
+            let msg = Config::from_layers(None, env(&[(var, "v")])).unwrap_err().to_string();
+            assert!(msg.contains(var) && msg.contains(want), "{var}: {msg}");
+        }
+        // Variables without `__` are not settings.
+        assert!(Config::from_layers(None, env(&[("ORDERLY_E2E_BOOTSTRAP", "x")])).is_ok());
+    }
+
+    #[test]
+    fn missing_file_states_its_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Config::from_layers(Some(&dir.path().join("absent.toml")), env(&[])).unwrap_err();
+        let text = format!("{:#}", anyhow::Error::new(err).context("configuration"));
+        assert_eq!(text.matches("os error 2").count(), 1, "{text}");
+        assert!(text.contains("absent.toml"), "{text}");
+    }
+
+    #[test]
+    fn redacted_toml_hides_secrets_and_loads_again() {
+        let c = Config::from_layers(
+            None,
+            env(&[
+                ("ORDERLY_KAFKA__LIBRDKAFKA__SASL_PASSWORD", "hunter2"),
+                ("ORDERLY_KAFKA__LIBRDKAFKA__SASL_JAAS_CONFIG", "jaas-secret"),
+                ("ORDERLY_KAFKA__LIBRDKAFKA__SSL_KEY_PEM", "pem-secret"),
+                ("ORDERLY_KAFKA__LIBRDKAFKA__SASL_USERNAME", "alice"),
+                ("ORDERLY_REGISTRY__URL", "https://bob:pw-secret@registry:8081/base"),
+            ]),
+        )
+        .unwrap();
+        let text = c.redacted().to_toml().unwrap();
+        for secret in ["hunter2", "jaas-secret", "pem-secret", "pw-secret"] {
+            assert!(!text.contains(secret), "{secret} shown:\n{text}");
+        }
+        assert!(text.contains("alice") && text.contains("https://bob:<redacted>@registry:8081/base"), "{text}");
+        assert_eq!(text.matches(REDACTED).count(), 4, "{text}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shown.toml");
+        std::fs::write(&path, &text).unwrap();
+        let again = Config::from_layers(Some(&path), env(&[])).unwrap();
+        assert_eq!(again.kafka.group_id, c.kafka.group_id);
+        assert_eq!(again.processing.batch_max_records, c.processing.batch_max_records);
     }
 
     #[test]

@@ -35,6 +35,8 @@
 //! * [`processor`]: the consumer-group member: poll thread, partition tasks,
 //!   dead letters, group flush and offset commits.
 //! * [`config`]: layered configuration with validation.
+//! * [`preflight`]: start-up checks (store, broker, topics, registry) for
+//!   `config check` and `run`.
 //! * [`workload`]: the load generator and its independently computed
 //!   expected outcome.
 //! * [`demo`]: the embedded default run on librdkafka's mock cluster.
@@ -49,6 +51,7 @@ pub mod event;
 pub mod fault;
 pub mod load;
 pub mod partition_state;
+pub mod preflight;
 pub mod processor;
 pub mod registry;
 pub mod store;

@@ -1,6 +1,6 @@
-//! The `orderly` binary: `run`, `demo`, `produce`, `state`.
+//! The `orderly` binary: `run`, `demo`, `produce`, `state`, `config`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -9,16 +9,72 @@ use rdkafka::producer::FutureProducer;
 use tracing_subscriber::EnvFilter;
 
 use orderly::codec::Encoder;
-use orderly::config::Config;
+use orderly::config::{Config, ConfigError, ENV_PREFIX};
 use orderly::demo::{run_demo, DemoOptions};
 use orderly::load::produce_planned;
+use orderly::preflight::{self, Check};
 use orderly::processor::{producer_config, Processor};
 use orderly::registry::Registry;
 use orderly::store::{Checkpoint, Store};
 use orderly::workload::{plan, WorkloadSpec};
 
+/// The process's exit codes; each means one thing (`--help` lists them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exit {
+    Success = 0,
+    /// Broker, registry, store or I/O failure at run time.
+    Runtime = 1,
+    /// Invalid command line (clap exits with 2 itself).
+    #[allow(dead_code)]
+    Usage = 2,
+    /// `state get`: no state for the order.
+    NotFound = 3,
+    /// `config check`: a check failed.
+    CheckFailed = 4,
+    /// The configuration (file, environment, values) is invalid.
+    Config = 5,
+    /// A command that only reads the store found none at `store.path`.
+    NoStore = 6,
+    /// `demo`: the results disagree with the generator's expectation.
+    DemoMismatch = 7,
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(exit: Exit) -> Self {
+        std::process::ExitCode::from(exit as u8)
+    }
+}
+
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success
+  1  runtime error (broker, registry, store or I/O; the message says which)
+  2  usage error: invalid command line
+  3  state get: no state for the order
+  4  config check: a check failed (its line says what to do)
+  5  invalid configuration (file, environment or value; the message names the key)
+  6  no store at store.path (state get, dump, stats only read a store; they never create one)
+  7  demo: the results disagree with the generator's expectation
+
+Configuration: config/default.toml (compiled in), then --config FILE, then ORDERLY_<SECTION>__<KEY>
+variables (ORDERLY_KAFKA__LIBRDKAFKA__<NAME> for librdkafka settings, `_` read as `.`).
+`orderly config show` prints the result, `orderly config check` probes it.";
+
+/// A command that only reads the store was pointed at a directory without one.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no store at {0} (store.path): check --config and {ENV_PREFIX}STORE__PATH; this command only reads a store, \
+     `orderly run` creates one"
+)]
+struct NoStore(PathBuf);
+
 #[derive(Parser)]
-#[command(name = "orderly", version, about = "Ordered, idempotent Kafka event processor with an embedded sled store")]
+#[command(
+    name = "orderly",
+    version,
+    about = "Ordered, idempotent Kafka event processor with an embedded sled store",
+    after_help = EXIT_CODES_HELP
+)]
 struct Cli {
     /// TOML file overriding config/default.toml (ORDERLY_<SECTION>__<KEY> variables override both)
     #[arg(long, global = true, value_name = "FILE")]
@@ -54,10 +110,28 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         expect_out: Option<PathBuf>,
     },
-    /// Read the local store (while the processor is stopped)
+    /// Read the local store (while the processor is stopped); never creates one
     State {
         #[command(subcommand)]
         command: StateCommand,
+    },
+    /// Show the effective configuration, or check it against the broker, topics and registry
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the effective configuration (defaults, then --config, then ORDERLY_* variables) as TOML, secrets redacted
+    Show,
+    /// Validate the configuration, then check the store directory, the broker, the input and dead-letter topics
+    /// and the schema registry, one line each; exits 4 at the first failure
+    Check {
+        /// How long to wait for the broker's metadata, per check
+        #[arg(long, value_name = "MS", default_value_t = 5000)]
+        timeout_ms: u64,
     },
 }
 
@@ -138,26 +212,51 @@ fn main() -> std::process::ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
+            return Exit::Runtime.into();
         }
     };
     match runtime.block_on(dispatch(cli)) {
-        Ok(code) => code,
+        Ok(exit) => exit.into(),
         Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            // Each cause once: a library error that prints its source is not
+            // followed by that source again.
+            eprintln!("error: {}", preflight::error_text(e.as_ref()));
+            exit_for(&e).into()
         }
+    }
+}
+
+/// The exit code of a failed command.
+fn exit_for(error: &anyhow::Error) -> Exit {
+    if error.chain().any(|cause| cause.is::<ConfigError>()) {
+        Exit::Config
+    } else if error.chain().any(|cause| cause.is::<NoStore>()) {
+        Exit::NoStore
+    } else {
+        Exit::Runtime
     }
 }
 
 fn default_log_filter(command: &Command) -> &'static str {
     match command {
         Command::Demo { .. } | Command::State { .. } => "warn",
+        // The checks report broker errors on their own lines.
+        Command::Config { .. } => "error,librdkafka=off,rdkafka=off",
         _ => "info,librdkafka=warn,rdkafka=warn",
     }
 }
 
-async fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
+/// Opens the store for a command that only reads it: a `store.path` without
+/// a store is an error, not a new empty store.
+fn open_existing_store(config: &Config) -> Result<Store> {
+    let path = preflight::absolute(&config.store.path);
+    if !preflight::store_present(&path) {
+        return Err(NoStore(path).into());
+    }
+    Ok(Store::open(&path, config.store.cache_capacity_mb)?)
+}
+
+async fn dispatch(cli: Cli) -> Result<Exit> {
     let load_config = || Config::load(cli.config.as_deref()).context("configuration");
     match cli.command {
         Command::Run => {
@@ -165,11 +264,13 @@ async fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
             // clean stop, not the default kill.
             let shutdown = shutdown_signal()?;
             let config = load_config()?;
-            let store = Store::open(&config.store.path, config.store.cache_capacity_mb)?;
+            let store_path = preflight::absolute(&config.store.path);
+            tracing::info!(store = %store_path.display(), existing = preflight::store_present(&store_path), "opening the store");
+            let store = Store::open(&store_path, config.store.cache_capacity_mb)?;
             let registry = Registry::http(&config.registry.url, Duration::from_millis(config.registry.timeout_ms))?;
             let report = Processor::new(config, store, registry).run(shutdown).await?;
             tracing::info!(applied = report.applied, duplicates = report.duplicates, stale = report.stale, dead_lettered = report.dead_lettered, "exiting");
-            Ok(std::process::ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         Command::Demo { json, store_dir, partitions, workload } => {
             if !(1..=256).contains(&partitions) {
@@ -191,7 +292,7 @@ async fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
             } else {
                 print!("{}", summary.table());
             }
-            Ok(if summary.passed() { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::from(2) })
+            Ok(if summary.passed() { Exit::Success } else { Exit::DemoMismatch })
         }
         Command::Produce { workload, expect_out } => {
             let config = load_config()?;
@@ -211,26 +312,73 @@ async fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
                     "applied": expected.applied, "duplicates": expected.duplicates,
                     "stale": expected.stale, "dead_lettered": expected.dead_lettered } })
             );
-            Ok(std::process::ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         Command::State { command } => {
             let config = load_config()?;
-            let store = Store::open(&config.store.path, config.store.cache_capacity_mb)?;
+            let store = open_existing_store(&config)?;
             state_command(&store, command)
+        }
+        Command::Config { command: ConfigCommand::Show } => {
+            let config = load_config()?;
+            print!("{}", show_config(&config, cli.config.as_deref())?);
+            Ok(Exit::Success)
+        }
+        Command::Config { command: ConfigCommand::Check { timeout_ms } } => {
+            let config = match Config::load(cli.config.as_deref()) {
+                Ok(config) => config,
+                Err(e) => {
+                    println!("{}", Check::fail("config", format!("{e}: fix it, then check again")));
+                    return Ok(Exit::Config);
+                }
+            };
+            println!("{}", Check::ok("config", config_sources(cli.config.as_deref())));
+            let checks = preflight::check_all_reporting(&config, Duration::from_millis(timeout_ms), |check| println!("{check}")).await;
+            Ok(if checks.iter().all(|c| c.ok) { Exit::Success } else { Exit::CheckFailed })
         }
     }
 }
 
-fn state_command(store: &Store, command: StateCommand) -> Result<std::process::ExitCode> {
+/// The names (not the values) of the environment variables that set keys.
+fn env_setting_names() -> Vec<String> {
+    let mut names: Vec<String> =
+        std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| k.starts_with(ENV_PREFIX) && k.contains("__")).collect();
+    names.sort();
+    names
+}
+
+/// Where the effective configuration came from, on one line.
+fn config_sources(file: Option<&Path>) -> String {
+    let file = match file {
+        Some(path) => format!("{} over the defaults", preflight::absolute(path).display()),
+        None => "the defaults (no --config)".into(),
+    };
+    let vars = env_setting_names();
+    match vars.len() {
+        0 => format!("{file}, no {ENV_PREFIX}* variables"),
+        n => format!("{file}, {n} {ENV_PREFIX}* variable(s): {}", vars.join(", ")),
+    }
+}
+
+/// `config show`: the effective configuration as TOML, secrets redacted.
+fn show_config(config: &Config, file: Option<&Path>) -> Result<String> {
+    let body = config.redacted().to_toml()?;
+    Ok(format!(
+        "# effective orderly configuration: {}\n# secrets redacted; the rest loads again with --config\n\n{body}",
+        config_sources(file)
+    ))
+}
+
+fn state_command(store: &Store, command: StateCommand) -> Result<Exit> {
     match command {
         StateCommand::Get { order_id, json } => match store.get_order(&order_id)? {
             None => {
                 eprintln!("no state for order {order_id}");
-                Ok(std::process::ExitCode::from(3))
+                Ok(Exit::NotFound)
             }
             Some(state) if json => {
                 println!("{}", serde_json::to_string(&state)?);
-                Ok(std::process::ExitCode::SUCCESS)
+                Ok(Exit::Success)
             }
             Some(state) => {
                 println!(
@@ -244,7 +392,7 @@ fn state_command(store: &Store, command: StateCommand) -> Result<std::process::E
                     state.occurred_at,
                     state.inbox.len()
                 );
-                Ok(std::process::ExitCode::SUCCESS)
+                Ok(Exit::Success)
             }
         },
         StateCommand::Dump => {
@@ -263,7 +411,7 @@ fn state_command(store: &Store, command: StateCommand) -> Result<std::process::E
                 return Err(e);
             }
             out.flush()?;
-            Ok(std::process::ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         StateCommand::Stats { json } => {
             let stats = store.stats()?;
@@ -291,7 +439,7 @@ fn state_command(store: &Store, command: StateCommand) -> Result<std::process::E
                 }
                 println!("{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9}", "total", "", "", orders, total.applied, total.duplicates, total.stale, total.dead_lettered);
             }
-            Ok(std::process::ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
     }
 }

@@ -1,0 +1,360 @@
+//! Pre-flight checks: what `orderly config check` reports, one [`Check`] per
+//! line, and what `run` can verify before it joins the group. Each check says
+//! what it found or, when it fails, what to do.
+//!
+//! Order of [`check_all`]: store directory, broker, input topic, dead-letter
+//! topic, schema registry. It stops at the first failure (the later checks
+//! depend on the earlier ones, and the operator fixes one thing at a time).
+
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::metadata::Metadata;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::ClientConfig;
+
+use crate::config::Config;
+
+/// How long a Kafka probe waits for metadata unless told otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The outcome of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// What was checked: "store", "broker", "input topic", "dlq topic",
+    /// "registry".
+    pub name: &'static str,
+    pub ok: bool,
+    /// What was found; on a failure, also what to do.
+    pub detail: String,
+}
+
+impl Check {
+    pub fn ok(name: &'static str, detail: impl Into<String>) -> Self {
+        Check { name, ok: true, detail: detail.into() }
+    }
+
+    pub fn fail(name: &'static str, detail: impl Into<String>) -> Self {
+        Check { name, ok: false, detail: detail.into() }
+    }
+}
+
+impl std::fmt::Display for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = if self.ok { "ok" } else { "FAIL" };
+        write!(f, "{status:<5}{:<13}{}", self.name, self.detail)
+    }
+}
+
+/// Runs every check in order and stops after the first failure, which is
+/// then the last element.
+pub async fn check_all(config: &Config, timeout: Duration) -> Vec<Check> {
+    check_all_reporting(config, timeout, |_| {}).await
+}
+
+/// [`check_all`], handing each check to `report` as soon as it is done.
+pub async fn check_all_reporting(config: &Config, timeout: Duration, mut report: impl FnMut(&Check)) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let mut push = |check: Check, checks: &mut Vec<Check>| {
+        report(&check);
+        let ok = check.ok;
+        checks.push(check);
+        ok
+    };
+    let _ = push(check_store(config), &mut checks)
+        && push(check_broker(config, timeout).await, &mut checks)
+        && push(check_input_topic(config, timeout).await, &mut checks)
+        && push(check_dlq_topic(config, timeout).await, &mut checks)
+        && push(check_registry(config).await, &mut checks);
+    checks
+}
+
+/// `path` made absolute against the current directory (without resolving
+/// links, and without requiring it to exist).
+pub fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// True when `path` holds a sled store: sled 0.34 writes `conf` and `db`
+/// into its directory when it creates the store.
+pub fn store_present(path: &Path) -> bool {
+    path.join("conf").is_file() && path.join("db").is_file()
+}
+
+/// `store.path`: an existing store, or a place where `run` can create one.
+pub fn check_store(config: &Config) -> Check {
+    let path = absolute(&config.store.path);
+    let shown = path.display();
+    if store_present(&path) {
+        return Check::ok("store", format!("existing store at {shown}"));
+    }
+    if path.is_file() {
+        return Check::fail("store", format!("{shown} is a file: set store.path to a directory"));
+    }
+    match std::fs::read_dir(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Check::ok("store", format!("no store yet at {shown}; `orderly run` creates it"))
+        }
+        Err(e) => Check::fail("store", format!("cannot read {shown}: {e}: fix its permissions or set store.path")),
+        Ok(mut entries) => {
+            if entries.next().is_none() {
+                Check::ok("store", format!("{shown} is empty; `orderly run` creates the store there"))
+            } else {
+                Check::fail(
+                    "store",
+                    format!(
+                        "{shown} holds files but no store (no sled `conf` and `db`): set store.path to a store or to a new directory"
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// The broker answers a metadata request within `timeout`.
+pub async fn check_broker(config: &Config, timeout: Duration) -> Check {
+    let servers = config.kafka.bootstrap_servers.clone();
+    let started = Instant::now();
+    match metadata(config, None, timeout).await {
+        Ok(meta) => Check::ok(
+            "broker",
+            format!(
+                "{servers}: {} broker(s) answered metadata in {} ms",
+                meta.brokers().len(),
+                started.elapsed().as_millis()
+            ),
+        ),
+        Err(e) => Check::fail(
+            "broker",
+            format!(
+                "no metadata from {servers} within {} ms ({e}): check kafka.bootstrap_servers, that the brokers run and \
+                 are reachable from here, and the security settings in [kafka.librdkafka]",
+                timeout.as_millis()
+            ),
+        ),
+    }
+}
+
+/// The input topic exists; reports its partition count.
+pub async fn check_input_topic(config: &Config, timeout: Duration) -> Check {
+    let topic = &config.kafka.input_topic;
+    match topic_partitions(config, topic, timeout).await {
+        Ok(Some(n)) => Check::ok("input topic", format!("{topic}: {n} partition(s)")),
+        Ok(None) => Check::fail(
+            "input topic",
+            format!(
+                "{topic} does not exist: create it (one partition per instance you may run, or more) or set kafka.input_topic"
+            ),
+        ),
+        Err(e) => Check::fail("input topic", format!("cannot describe {topic}: {e}")),
+    }
+}
+
+/// The dead-letter topic exists; if not, says how to create it.
+pub async fn check_dlq_topic(config: &Config, timeout: Duration) -> Check {
+    let topic = &config.kafka.dlq_topic;
+    match topic_partitions(config, topic, timeout).await {
+        Ok(Some(n)) => Check::ok("dlq topic", format!("{topic}: {n} partition(s)")),
+        Ok(None) => Check::fail(
+            "dlq topic",
+            format!(
+                "{topic} does not exist: create it before `orderly run` (poison records go there), e.g. \
+                 kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions 1; or set kafka.dlq_topic",
+                config.kafka.bootstrap_servers
+            ),
+        ),
+        Err(e) => Check::fail("dlq topic", format!("cannot describe {topic}: {e}")),
+    }
+}
+
+/// The registry answers like a Confluent schema registry: `GET
+/// {url}/subjects` returns a JSON array of subject names.
+pub async fn check_registry(config: &Config) -> Check {
+    let shown_url = config.redacted().registry.url;
+    let base = config.registry.url.trim_end_matches('/');
+    let url = format!("{base}/subjects");
+    let shown = format!("{}/subjects", shown_url.trim_end_matches('/'));
+    let timeout = Duration::from_millis(config.registry.timeout_ms);
+    let client = match reqwest::Client::builder().timeout(timeout).build() {
+        Ok(client) => client,
+        Err(e) => return Check::fail("registry", format!("cannot set up an HTTP client: {}", error_text(&e))),
+    };
+    let response = match client.get(&url).header("Accept", "application/vnd.schemaregistry.v1+json, application/json").send().await {
+        Ok(response) => response,
+        Err(e) => {
+            return Check::fail(
+                "registry",
+                format!("GET {shown} failed ({}): check registry.url and that the registry runs", error_text(&e)),
+            )
+        }
+    };
+    let status = response.status();
+    let body = match response.bytes().await {
+        Ok(body) => body,
+        Err(e) => return Check::fail("registry", format!("GET {shown}: cannot read the answer ({})", error_text(&e))),
+    };
+    let not_registry = "this is not a Confluent-compatible schema registry: set registry.url to the registry's base URL";
+    if !status.is_success() {
+        return Check::fail("registry", format!("GET {shown} answered {status} {}: {not_registry}", snippet(&body)));
+    }
+    match serde_json::from_slice::<Vec<String>>(&body) {
+        Ok(subjects) => {
+            let subject = format!("{}-value", config.kafka.input_topic);
+            let note = if subjects.contains(&subject) { "registered" } else { "not registered yet (producers register it)" };
+            Check::ok("registry", format!("{shown_url}: {} subject(s); {subject} {note}", subjects.len()))
+        }
+        Err(_) => Check::fail(
+            "registry",
+            format!("GET {shown} answered {status} but not a JSON array of subjects {}: {not_registry}", snippet(&body)),
+        ),
+    }
+}
+
+/// An error and its causes, each stated once: a cause whose text the message
+/// already holds (a wrapper that prints its source) is not repeated.
+pub fn error_text(err: &(dyn Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let part = cause.to_string();
+        if !part.is_empty() && !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The start of an HTTP body, on one line, for an error message.
+fn snippet(body: &[u8]) -> String {
+    let text: String = String::from_utf8_lossy(body).split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.is_empty() {
+        return "(empty body)".into();
+    }
+    let mut short: String = text.chars().take(120).collect();
+    if short.len() < text.len() {
+        short.push_str("...");
+    }
+    format!("({short})")
+}
+
+/// Keeps the last error librdkafka reported (e.g. "Connect to ... failed:
+/// Connection refused"), which says more than a metadata timeout does.
+#[derive(Default)]
+struct ProbeContext {
+    last_error: Mutex<Option<String>>,
+}
+
+impl ProbeContext {
+    fn record(&self, reason: &str) {
+        if let Ok(mut last) = self.last_error.lock() {
+            *last = Some(reason.to_string());
+        }
+    }
+}
+
+impl ClientContext for ProbeContext {
+    fn log(&self, level: RDKafkaLogLevel, _fac: &str, log_message: &str) {
+        if (level as i32) <= (RDKafkaLogLevel::Warning as i32) {
+            self.record(log_message);
+        }
+    }
+
+    fn error(&self, _error: KafkaError, reason: &str) {
+        self.record(reason);
+    }
+}
+
+impl ConsumerContext for ProbeContext {}
+
+/// A client for metadata only: the pass-through settings (security) and the
+/// bootstrap servers, no group.
+fn metadata_client(config: &Config) -> Result<BaseConsumer<ProbeContext>, KafkaError> {
+    let mut client = ClientConfig::new();
+    for (key, value) in config.librdkafka_passthrough() {
+        client.set(key, value);
+    }
+    client.set("bootstrap.servers", &config.kafka.bootstrap_servers).set("allow.auto.create.topics", "false");
+    client.create_with_context(ProbeContext::default())
+}
+
+/// Cluster metadata (of one topic, or of every topic), off the async workers.
+async fn metadata(config: &Config, topic: Option<&str>, timeout: Duration) -> Result<Metadata, String> {
+    let consumer = metadata_client(config).map_err(|e| error_text(&e))?;
+    let topic = topic.map(str::to_string);
+    tokio::task::spawn_blocking(move || {
+        consumer.fetch_metadata(topic.as_deref(), timeout).map_err(|e| {
+            // Client errors are delivered as events: serve them (no
+            // subscription, so no records) to learn the last one.
+            let _ = consumer.poll(Duration::from_millis(50));
+            let last = consumer.context().last_error.lock().ok().and_then(|l| l.clone());
+            match last {
+                Some(reason) => format!("{}; last client error: {reason}", error_text(&e)),
+                None => error_text(&e),
+            }
+        })
+    })
+    .await
+    .map_err(|e| format!("metadata request task failed: {e}"))?
+}
+
+/// The partition count of `topic`, or `None` when it does not exist.
+async fn topic_partitions(config: &Config, topic: &str, timeout: Duration) -> Result<Option<usize>, String> {
+    let meta = metadata(config, Some(topic), timeout).await?;
+    let Some(found) = meta.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
+    match found.error() {
+        Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => Ok(None),
+        Some(code) => Err(RDKafkaErrorCode::from(code).to_string()),
+        None if found.partitions().is_empty() => Ok(None),
+        None => Ok(Some(found.partitions().len())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {source}")]
+    struct Repeats {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn error_text_states_each_cause_once() {
+        let err = Repeats { source: std::io::Error::new(std::io::ErrorKind::NotFound, "gone") };
+        assert_eq!(error_text(&err), "outer: gone");
+        let wrapped = anyhow::Error::new(err).context("loading");
+        assert_eq!(error_text(wrapped.as_ref()), "loading: outer: gone");
+    }
+
+    #[test]
+    fn a_new_sled_store_is_recognised_by_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        assert!(!store_present(&path));
+        {
+            let _store = crate::store::Store::open(&path, 8).unwrap();
+        }
+        assert!(store_present(&path), "sled wrote conf and db: {:?}", std::fs::read_dir(&path).map(|d| d.count()));
+        assert!(!store_present(dir.path()));
+    }
+
+    #[test]
+    fn store_check_refuses_a_directory_of_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
+        let mut config = Config::defaults().unwrap();
+        config.store.path = dir.path().to_path_buf();
+        assert!(!check_store(&config).ok);
+        config.store.path = dir.path().join("new");
+        assert!(check_store(&config).ok);
+    }
+}
