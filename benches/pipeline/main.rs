@@ -35,7 +35,10 @@
 //! batch), so it excludes connecting and joining the group. For (c) and (d)
 //! the table gives keys and bytes written to sled per event ("bytes/ev":
 //! keys + values handed to sled; for (c) once `RunReport` reports them) and
-//! the store directory's growth per event ("disk B/ev"). For (c) it also
+//! the store directory's growth per event ("disk B/ev"); for every phase,
+//! the bytes this process passed to write(2) per event ("wrote B/ev", from
+//! /proc/self/io: in (c) and (d) almost all sled's log writes, rewrites
+//! included, which the directory's growth does not show). For (c) it also
 //! gives the time after the first batch in which no checkpoint moved (a
 //! stall), batch and flush figures and CPU per thread.
 //!
@@ -259,6 +262,10 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         let (phase, f) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout))?;
         out_phases.push(phase);
         full = Some(f);
+    }
+
+    for p in &mut out_phases {
+        p.written_bytes_per_event = p.written_bytes.map(|b| b as f64 / p.events.max(1) as f64);
     }
 
     // The loader (mock cluster) stops when its stdin closes.

@@ -17,6 +17,7 @@ pub struct Meter {
     /// The broker process's CPU seconds at the start.
     pub broker_cpu: Option<f64>,
     rss_at_start_mib: f64,
+    written_at_start: Option<u64>,
 }
 
 impl Meter {
@@ -28,6 +29,7 @@ impl Meter {
             broker_pid,
             broker_cpu: broker_pid.and_then(|pid| process_cpu(Some(pid))),
             rss_at_start_mib: kib_to_mib(status_kib("VmRSS").unwrap_or(0)),
+            written_at_start: written_bytes(),
         }
     }
 
@@ -50,6 +52,11 @@ impl Meter {
             keys_written_per_event: None,
             bytes_written_per_event: None,
             disk_bytes_per_event: None,
+            written_bytes: match (written_bytes(), self.written_at_start) {
+                (Some(end), Some(start)) => Some(end.saturating_sub(start)),
+                _ => None,
+            },
+            written_bytes_per_event: None,
         }
     }
 
@@ -63,6 +70,14 @@ impl Meter {
         }
         phase
     }
+}
+
+/// Bytes this process has passed to write(2), pwrite(2) and the like so far
+/// (`wchar` of /proc/self/io): whether or not they reached the disk yet, and
+/// not counting socket sends (librdkafka uses sendmsg).
+pub fn written_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    io.lines().find_map(|l| l.strip_prefix("wchar:")).and_then(|v| v.trim().parse().ok())
 }
 
 /// Resets VmHWM to the current RSS (Linux >= 4.0).

@@ -82,6 +82,12 @@ pub struct Phase {
     pub bytes_written_per_event: Option<f64>,
     /// Growth of the store directory on disk per event ((c), (d)).
     pub disk_bytes_per_event: Option<f64>,
+    /// Bytes this process passed to write(2)/pwrite(2) during the phase
+    /// (/proc/self/io `wchar`): in (c) and (d) almost all sled's writes to
+    /// its log (socket sends are not counted).
+    pub written_bytes: Option<u64>,
+    /// `written_bytes` per event (set once the phase's events are final).
+    pub written_bytes_per_event: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -181,12 +187,12 @@ impl Results {
         line(String::new());
         let per_event = |x: Option<f64>, decimals: usize| x.map(|x| format!("{x:.decimals$}")).unwrap_or_else(|| "-".into());
         line(format!(
-            "{:<4} {:<34} {:>9} {:>7} {:>9} {:>11} {:>7} {:>9} {:>10} {:>10} {:>7} {:>8} {:>9}",
-            "", "phase", "events", "secs", "events/s", "steady ev/s", "cpu s", "cpu µs/ev", "broker cpu", "peak RSS", "keys/ev", "bytes/ev", "disk B/ev"
+            "{:<4} {:<34} {:>9} {:>7} {:>9} {:>11} {:>7} {:>9} {:>10} {:>10} {:>7} {:>8} {:>9} {:>10}",
+            "", "phase", "events", "secs", "events/s", "steady ev/s", "cpu s", "cpu µs/ev", "broker cpu", "peak RSS", "keys/ev", "bytes/ev", "disk B/ev", "wrote B/ev"
         ));
         for p in &self.phases {
             line(format!(
-                "({:<2}) {:<34} {:>9} {:>7.2} {:>9.0} {:>11.0} {:>7.2} {:>9.2} {:>10} {:>6.0} MiB {:>7} {:>8} {:>9}",
+                "({:<2}) {:<34} {:>9} {:>7.2} {:>9.0} {:>11.0} {:>7.2} {:>9.2} {:>10} {:>6.0} MiB {:>7} {:>8} {:>9} {:>10}",
                 p.key,
                 p.name,
                 p.events,
@@ -200,6 +206,7 @@ impl Results {
                 per_event(p.keys_written_per_event, 3),
                 per_event(p.bytes_written_per_event, 0),
                 per_event(p.disk_bytes_per_event, 0),
+                per_event(p.written_bytes_per_event, 0),
             ));
         }
         line(String::new());
