@@ -16,7 +16,7 @@ use orderly::preflight::{self, Check};
 use orderly::processor::{producer_config, Processor};
 use orderly::registry::Registry;
 use orderly::store::{Checkpoint, Store};
-use orderly::workload::{plan, WorkloadSpec};
+use orderly::workload::{plan, IdFormat, Shape, WorkloadSpec};
 
 /// The process's exit codes; each means one thing (`--help` lists them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +106,15 @@ enum Command {
     Produce {
         #[command(flatten)]
         workload: WorkloadArgs,
+        /// Give every order exactly N events (CREATED, PAID, SHIPPED updates, DELIVERED) instead of 1 to 4
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        events_per_order: Option<u32>,
+        /// How each order's events spread over the topic
+        #[arg(long, value_enum, default_value_t = Shape::Clustered)]
+        shape: Shape,
+        /// How event ids are written
+        #[arg(long, value_enum, default_value_t = IdFormat::Uuid)]
+        id_format: IdFormat,
         /// Write the independently computed expected outcome (counts and final states) to this JSON file
         #[arg(long, value_name = "FILE")]
         expect_out: Option<PathBuf>,
@@ -179,7 +188,7 @@ impl WorkloadArgs {
             reorder_rate: self.reorder_rate,
             poison_rate: self.poison_rate,
             v1_share: self.v1_share,
-            events_per_order: None,
+            ..Default::default()
         })
     }
 }
@@ -294,13 +303,14 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             }
             Ok(if summary.passed() { Exit::Success } else { Exit::DemoMismatch })
         }
-        Command::Produce { workload, expect_out } => {
+        Command::Produce { workload, events_per_order, shape, id_format, expect_out } => {
+            let spec = WorkloadSpec { events_per_order, shape, id_format, ..workload.spec()? };
             let config = load_config()?;
             let registry = Registry::http(&config.registry.url, Duration::from_millis(config.registry.timeout_ms))?;
             let encoder = Encoder::register(&registry, &config.kafka.input_topic)
                 .await
                 .with_context(|| format!("registering schemas at {}", config.registry.url))?;
-            let (records, expected) = plan(&workload.spec()?, &encoder)?;
+            let (records, expected) = plan(&spec, &encoder)?;
             if let Some(path) = &expect_out {
                 std::fs::write(path, serde_json::to_vec(&expected)?).with_context(|| format!("writing {}", path.display()))?;
             }

@@ -31,11 +31,85 @@ pub struct WorkloadSpec {
     /// lifecycles, some cancelled.
     #[serde(default)]
     pub events_per_order: Option<u32>,
+    /// How the orders' events are spread over the topic.
+    #[serde(default)]
+    pub shape: Shape,
+    /// How event ids are written.
+    #[serde(default)]
+    pub id_format: IdFormat,
 }
 
 impl Default for WorkloadSpec {
     fn default() -> Self {
-        WorkloadSpec { orders: 5_000, seed: 42, duplicate_rate: 0.05, reorder_rate: 0.02, poison_rate: 0.002, v1_share: 0.3, events_per_order: None }
+        WorkloadSpec {
+            orders: 5_000,
+            seed: 42,
+            duplicate_rate: 0.05,
+            reorder_rate: 0.02,
+            poison_rate: 0.002,
+            v1_share: 0.3,
+            events_per_order: None,
+            shape: Shape::default(),
+            id_format: IdFormat::default(),
+        }
+    }
+}
+
+/// How the orders' events are spread over the topic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Shape {
+    /// Each order's events in a short window
+    ///
+    /// An order starts at a uniform time and each of its next sends follows
+    /// 0.5 to 20 time units later (orders start over as many units as there
+    /// are orders). A batch touches few distinct orders.
+    #[default]
+    Clustered,
+    /// Every order's events spread over the whole topic
+    ///
+    /// Every order lives for the whole stream: its sends are at uniform times
+    /// over the whole topic (sorted, so its own sequence keeps its order), so
+    /// each order's events are spread among every other order's.
+    Interleaved,
+}
+
+/// How event ids are written. The processor takes ids of any format; a
+/// canonical UUID may be stored more compactly than other text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum IdFormat {
+    /// Canonical lowercase UUID with hyphens (36 characters)
+    #[default]
+    Uuid,
+    /// 32 lowercase hex characters, no hyphens (a UUID's "simple" form)
+    #[value(alias = "hex")]
+    Hex32,
+}
+
+impl Shape {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shape::Clustered => "clustered",
+            Shape::Interleaved => "interleaved",
+        }
+    }
+}
+
+impl IdFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdFormat::Uuid => "uuid",
+            IdFormat::Hex32 => "hex32",
+        }
+    }
+
+    /// The id of 128 random bits in this format.
+    pub fn format(self, bits: u128) -> String {
+        match self {
+            IdFormat::Uuid => uuid::Uuid::from_u128(bits).hyphenated().to_string(),
+            IdFormat::Hex32 => uuid::Uuid::from_u128(bits).simple().to_string(),
+        }
     }
 }
 
@@ -58,6 +132,16 @@ pub struct Expectation {
 }
 
 /// Generates the records in send order and their expected outcome.
+///
+/// Per order, the event sequence is built first (lifecycle, reorderings,
+/// duplicates), then given send times by the spec's [`Shape`]; all sends are
+/// then interleaved by time, each order's own sends keeping their order. The
+/// expectation is computed from that send order alone, by the documented
+/// rules, independently of the processor. With the same seed, the id format
+/// changes only the ids' text, and the shape only the send times (both
+/// shapes draw one number per send), so the two shapes have the same
+/// expected counts and final states (poison records may sit next to other
+/// events).
 pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord>, Expectation), EncodeError> {
     let mut rng = StdRng::seed_from_u64(spec.seed);
     // (send time, order index, event, writer version)
@@ -79,7 +163,7 @@ pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord
             .map(|(i, event_type)| {
                 let writer = if rng.gen_bool(spec.v1_share) { WriterVersion::V1 } else { WriterVersion::V2 };
                 let event = OrderEvent {
-                    event_id: uuid::Uuid::from_u128(rng.gen()).to_string(),
+                    event_id: spec.id_format.format(rng.gen()),
                     order_id: order_id.clone(),
                     version: i as i64 + 1,
                     event_type: *event_type,
@@ -106,13 +190,27 @@ pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord
         }
         keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
         let sequence = keyed.into_iter().map(|(_, sent)| sent);
-        let mut t = start;
-        for (event, writer) in sequence {
-            sends.push((t, index, event, writer));
-            t += rng.gen_range(0.5..20.0);
+        match spec.shape {
+            Shape::Clustered => {
+                let mut t = start;
+                for (event, writer) in sequence {
+                    sends.push((t, index, event, writer));
+                    t += rng.gen_range(0.5..20.0);
+                }
+            }
+            Shape::Interleaved => {
+                // One draw per send, as above, so both shapes plan the same
+                // sequences and differ only in their interleaving.
+                let mut times: Vec<f64> = (0..sequence.len()).map(|_| rng.gen_range(0.0..horizon)).collect();
+                times.sort_by(f64::total_cmp);
+                for (t, (event, writer)) in times.into_iter().zip(sequence) {
+                    sends.push((t, index, event, writer));
+                }
+            }
         }
     }
-    // Interleave orders by send time; an order's own sends keep their order.
+    // Interleave orders by send time; an order's own sends keep their order
+    // (their times are non-decreasing and the sort is stable).
     sends.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
 
     let mut expectation = Expectation::default();
@@ -207,5 +305,145 @@ mod tests {
         assert_eq!(expected.applied + expected.duplicates + expected.stale + expected.dead_lettered, expected.records);
         assert_eq!(expected.states.len(), 500);
         assert!(expected.duplicates > 0 && expected.stale > 0, "{expected:?}");
+    }
+
+    /// Decodes every planned record: (position, event), poison records left out.
+    async fn decoded(spec: &WorkloadSpec) -> (Vec<(usize, OrderEvent)>, Expectation) {
+        let registry = crate::registry::Registry::memory();
+        let encoder = Encoder::register(&registry, "t").await.unwrap();
+        let decoder = crate::codec::Decoder::new(registry);
+        let (records, expected) = plan(spec, &encoder).unwrap();
+        let mut out = Vec::with_capacity(records.len());
+        for (i, record) in records.iter().enumerate() {
+            if let Ok(event) = decoder.decode(Some(&record.payload)).await {
+                assert_eq!(event.order_id, record.key);
+                out.push((i, event));
+            }
+        }
+        assert_eq!(out.len() as u64, expected.records - expected.dead_lettered, "every good record decodes, no poison does");
+        (out, expected)
+    }
+
+    /// Each order's first-to-last distance over the records, as a share of the stream.
+    fn spans(events: &[(usize, OrderEvent)], records: u64) -> Vec<f64> {
+        let mut span: HashMap<&str, (usize, usize)> = HashMap::new();
+        for (i, event) in events {
+            let e = span.entry(event.order_id.as_str()).or_insert((*i, *i));
+            e.0 = e.0.min(*i);
+            e.1 = e.1.max(*i);
+        }
+        span.values().map(|(first, last)| (last - first) as f64 / records as f64).collect()
+    }
+
+    fn median(mut xs: Vec<f64>) -> f64 {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    }
+
+    fn interleaved(orders: usize, events: u32) -> WorkloadSpec {
+        WorkloadSpec {
+            orders,
+            events_per_order: Some(events),
+            shape: Shape::Interleaved,
+            id_format: IdFormat::Hex32,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn interleaved_orders_span_the_stream_and_counts_add_up() {
+        let spec = interleaved(200, 50);
+        let (events, expected) = decoded(&spec).await;
+        assert_eq!(expected.applied + expected.duplicates + expected.stale + expected.dead_lettered, expected.records);
+        assert_eq!(expected.states.len(), 200);
+        assert!(expected.duplicates > 0 && expected.stale > 0 && expected.dead_lettered > 0, "{expected:?}");
+        // Every order ends delivered at version 50, its last event (a
+        // reordering of the last two leaves version 50 applied first and 49
+        // stale).
+        assert!(expected.states.values().all(|s| s.version == 50 && s.status == EventType::Delivered));
+        // 50 uniform sends over the stream: first and last are expected ~96%
+        // of the stream apart; every order spans most of it.
+        let spans = spans(&events, expected.records);
+        let least = spans.iter().copied().fold(f64::INFINITY, f64::min);
+        let mid = median(spans);
+        assert!(mid > 0.9 && least > 0.6, "median {mid}, least {least}");
+        // Ids are 32 lowercase hex characters, no hyphens.
+        assert!(events.iter().all(|(_, e)| e.event_id.len() == 32
+            && e.event_id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))));
+        let (again, expected_again) = decoded(&spec).await;
+        assert_eq!(expected, expected_again);
+        assert_eq!(events, again, "the same seed plans the same records");
+    }
+
+    #[tokio::test]
+    async fn interleaved_keeps_each_orders_own_sequence() {
+        // Without duplicates and reorderings every order's versions rise
+        // 1, 2, 3, ... in send order, and everything applies.
+        let spec = WorkloadSpec { duplicate_rate: 0.0, reorder_rate: 0.0, poison_rate: 0.0, ..interleaved(100, 30) };
+        let (events, expected) = decoded(&spec).await;
+        let mut next: HashMap<String, i64> = HashMap::new();
+        for (_, event) in &events {
+            let want = next.entry(event.order_id.clone()).or_insert(1);
+            assert_eq!(event.version, *want, "order {}", event.order_id);
+            *want += 1;
+        }
+        assert_eq!((expected.applied, expected.duplicates, expected.stale, expected.records), (3_000, 0, 0, 3_000));
+    }
+
+    #[tokio::test]
+    async fn clustered_orders_stay_in_a_short_window() {
+        // An order's window is ~10 time units per event over a stream of
+        // ~`orders` units: 10 events over 1,000 orders span ~9% of it.
+        let spec = WorkloadSpec { orders: 1_000, events_per_order: Some(10), ..Default::default() };
+        let (events, expected) = decoded(&spec).await;
+        assert_eq!(expected.applied + expected.duplicates + expected.stale + expected.dead_lettered, expected.records);
+        let mid = median(spans(&events, expected.records));
+        assert!(mid < 0.2, "median span {mid}");
+        assert!(events.iter().all(|(_, e)| e.event_id.len() == 36 && uuid::Uuid::try_parse(&e.event_id).is_ok()));
+    }
+
+    #[test]
+    fn id_format_changes_only_the_ids() {
+        let encoder = Encoder::with_ids(1, 2);
+        let base = WorkloadSpec { orders: 300, events_per_order: Some(20), ..Default::default() };
+        let (_, uuid) = plan(&base, &encoder).unwrap();
+        let (_, hex) = plan(&WorkloadSpec { id_format: IdFormat::Hex32, ..base.clone() }, &encoder).unwrap();
+        assert_eq!((uuid.records, uuid.applied, uuid.duplicates, uuid.stale), (hex.records, hex.applied, hex.duplicates, hex.stale));
+        for (order, state) in &uuid.states {
+            let other = &hex.states[order];
+            assert_eq!(other.event_id, state.event_id.replace('-', ""));
+            assert_eq!(StateView { event_id: state.event_id.clone(), ..other.clone() }, *state);
+        }
+    }
+
+    #[test]
+    fn shape_changes_only_the_interleaving() {
+        let encoder = Encoder::with_ids(1, 2);
+        // (Poison records go next to whichever event is sent at their draw,
+        // so only their count is the same: leave them out here.)
+        let clustered = WorkloadSpec { orders: 300, events_per_order: Some(20), poison_rate: 0.0, ..Default::default() };
+        let interleaved = WorkloadSpec { shape: Shape::Interleaved, ..clustered.clone() };
+        let (a, expected_a) = plan(&clustered, &encoder).unwrap();
+        let (b, expected_b) = plan(&interleaved, &encoder).unwrap();
+        assert_eq!(expected_a, expected_b);
+        // Same records per order, in the same order within each order.
+        fn per_order(records: &[PlannedRecord]) -> HashMap<&str, Vec<&[u8]>> {
+            let mut m: HashMap<&str, Vec<&[u8]>> = HashMap::new();
+            for r in records {
+                m.entry(r.key.as_str()).or_default().push(&r.payload);
+            }
+            m
+        }
+        assert_eq!(per_order(&a), per_order(&b));
+        assert!(a.iter().zip(&b).any(|(x, y)| x.key != y.key), "the interleaving differs");
+    }
+
+    #[test]
+    fn old_spec_json_still_parses() {
+        let old = r#"{"orders":10,"seed":1,"duplicate_rate":0.05,"reorder_rate":0.02,"poison_rate":0.0,"v1_share":0.3}"#;
+        let spec: WorkloadSpec = serde_json::from_str(old).unwrap();
+        assert_eq!((spec.shape, spec.id_format, spec.events_per_order), (Shape::Clustered, IdFormat::Uuid, None));
+        let new: WorkloadSpec = serde_json::from_str(&serde_json::to_string(&WorkloadSpec { shape: Shape::Interleaved, id_format: IdFormat::Hex32, ..spec }).unwrap()).unwrap();
+        assert_eq!((new.shape, new.id_format), (Shape::Interleaved, IdFormat::Hex32));
     }
 }

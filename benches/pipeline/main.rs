@@ -1,0 +1,321 @@
+//! End-to-end throughput benchmark (issues 4 and 7).
+//!
+//! ```text
+//! cargo bench --bench pipeline -- [--events N] [--orders N] [--shape interleaved|clustered]
+//!                                  [--id-format hex32|uuid] [--bootstrap HOST:PORT] [--json]
+//! cargo bench --bench pipeline -- --distinct-orders-rss [--events N] [--json]
+//! ```
+//!
+//! Pre-loads a planned workload (default 1,000,000 events over 10,000 orders,
+//! 5% duplicates, 2% reorderings, no poison) into a broker. Its shape is
+//! `interleaved` by default (every order's events spread uniformly over the
+//! whole topic, event ids of 32 hex characters: issue 7's workload) or, with
+//! `--shape clustered`, each order's events in a short window with canonical
+//! UUID ids (issue 4's workload); `--id-format` picks the ids of either. The
+//! expected counters come from `orderly::workload::plan`, computed from the
+//! send order independently of the processor. The broker is librdkafka's mock
+//! cluster by default, run in a child process (this same binary with
+//! `--loader`) so that its in-memory log does not count towards this process's
+//! RSS, or any broker given with `--bootstrap` (a random topic is created).
+//! Then, on the same data, it measures events/s of:
+//!
+//! * (a)  a bare consumer (assign all partitions from the beginning, no group,
+//!   no commits) reading and discarding every record: the broker+client limit;
+//! * (b)  the bare consumer plus Avro decoding (warm schema cache);
+//! * (d)  the store alone: the processor's sled writes per batch of the processor's configured size
+//!   and partition (`orderly::batch::apply_batch`: read state, `step`, put
+//!   changed states + checkpoint in one `commit_batch`), one `flush` per round
+//!   of all partitions' batches, on pre-decoded events, no Kafka: the storage
+//!   limit;
+//! * (c)  the full `Processor` with durability on, from start (including
+//!   joining the group) to the moment the store's checkpoints cover the end
+//!   offsets, with a fresh group id and store.
+//!
+//! "steady ev/s" counts from a phase's first record (for (c): its first
+//! batch), so it excludes connecting and joining the group. For (c) and (d)
+//! the table gives keys and bytes written to sled per event ("bytes/ev":
+//! keys + values handed to sled; for (c) once `RunReport` reports them) and
+//! the store directory's growth per event ("disk B/ev"); for every phase,
+//! the bytes this process passed to write(2) per event ("wrote B/ev", from
+//! /proc/self/io: in (c) and (d) almost all sled's log writes, rewrites
+//! included, which the directory's growth does not show). For (c) it also
+//! gives the time after the first batch in which no checkpoint moved (a
+//! stall), batch and flush figures and CPU per thread.
+//!
+//! The mock cluster keeps at most 5 MiB of record batches per partition and
+//! silently drops older ones, so on the mock the topic gets as many
+//! partitions as the workload needs (22 for the default one; the table says
+//! so) unless `--partitions` is given, which then must fit. The loader checks
+//! that no record was dropped. `--bootstrap` uses 4 partitions by default.
+//!
+//! Peak RSS per phase is VmHWM of this process, reset before each phase by
+//! writing 5 to /proc/self/clear_refs. CPU per phase is read from /proc for
+//! this process, per thread (grouped by thread name) for (c), and for the
+//! broker's process (the mock's child, or `--broker-pid`).
+//!
+//! `--distinct-orders-rss` runs 1,000,000 distinct orders (one event each)
+//! through (c) only (`--phases` to add others) and reports its peak RSS
+//! against the 512 MiB target.
+//!
+//! Knobs for experiments without editing the library: `--batch-max-records`,
+//! `--batch-max-wait-ms`, `--cache-mb`, `--librdkafka KEY=VALUE` (consumers
+//! of (a), (b) and (c)), `--phases`, `--timeline` (with `--json`).
+//!
+//! Layout: `main.rs` (arguments, orchestration), `loader.rs` (the loader
+//! child: mock cluster or topic creation, plan and produce), `phases/`
+//! (`bare.rs`: (a) and (b); `store_alone.rs`: (d); `full.rs`: (c);
+//! `mod.rs`: the consumer shared by (a), (b) and (d)'s untimed read),
+//! `measure.rs` (/proc: RSS, CPU; directory sizes) and `report.rs` (the
+//! results, as JSON or a table).
+
+
+mod loader;
+mod measure;
+mod phases;
+mod report;
+
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::Parser;
+
+use orderly::codec::{Decoder, Encoder};
+use orderly::registry::Registry;
+use orderly::workload::{IdFormat, Shape, WorkloadSpec};
+
+use measure::trim_heap;
+use report::{Machine, Results, WorkloadOut};
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "orderly end-to-end throughput benchmark")]
+pub struct Args {
+    /// Events to plan (before duplicates and poison are added).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub events: usize,
+    /// Distinct orders (default 10,000; with --distinct-orders-rss, = events).
+    #[arg(long)]
+    pub orders: Option<usize>,
+    /// How orders' events spread over the topic: interleaved (every order over
+    /// the whole topic, issue 7) or clustered (each order in a short window).
+    #[arg(long, value_enum, default_value_t = Shape::Interleaved)]
+    pub shape: Shape,
+    /// Event id format (default: hex32 with --shape interleaved, uuid with
+    /// --shape clustered, as in the issues' workloads).
+    #[arg(long, value_enum)]
+    pub id_format: Option<IdFormat>,
+    /// Use this broker instead of the mock cluster (a random topic is created).
+    #[arg(long)]
+    pub bootstrap: Option<String>,
+    /// With --bootstrap: the broker's process id on this machine, to report
+    /// its CPU per phase (the mock cluster's is reported on its own).
+    #[arg(long)]
+    pub broker_pid: Option<u32>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// 1,000,000 distinct orders (one event each) through the full pipeline,
+    /// reporting peak RSS against the 512 MiB target. Runs phase c only unless
+    /// --phases says otherwise.
+    #[arg(long, alias = "distinct-orders")]
+    pub distinct_orders_rss: bool,
+    /// Which phases to run, comma-separated, of a,b,d,c.
+    #[arg(long)]
+    pub phases: Option<String>,
+    /// Partitions of the input topic (default 4; on the mock cluster raised
+    /// to what the workload needs, as it keeps only 5 MiB per partition).
+    #[arg(long)]
+    pub partitions: Option<i32>,
+    #[arg(long, default_value_t = 0.05)]
+    pub duplicate_rate: f64,
+    #[arg(long, default_value_t = 0.02)]
+    pub reorder_rate: f64,
+    #[arg(long, default_value_t = 0.0)]
+    pub poison_rate: f64,
+    #[arg(long, default_value_t = 0.3)]
+    pub v1_share: f64,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Override processing.batch_max_records for (c) (and (d)'s batch size).
+    #[arg(long)]
+    pub batch_max_records: Option<usize>,
+    /// Override processing.batch_max_wait_ms for (c).
+    #[arg(long)]
+    pub batch_max_wait_ms: Option<u64>,
+    /// Override store.cache_capacity_mb for (c) and (d).
+    #[arg(long)]
+    pub cache_mb: Option<u64>,
+    /// A librdkafka setting for every consumer of (a), (b) and (c), as
+    /// KEY=VALUE (through `kafka.librdkafka`); repeatable.
+    #[arg(long = "librdkafka", value_name = "KEY=VALUE")]
+    pub librdkafka: Vec<String>,
+    /// Include (c)'s progress every 20 ms in the JSON output.
+    #[arg(long)]
+    pub timeline: bool,
+    /// Give up on a phase after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_secs: u64,
+    /// Internal: run as the loader child (mock cluster + produce).
+    #[arg(long, hide = true)]
+    pub loader: bool,
+    #[arg(long, hide = true)]
+    pub topic: Option<String>,
+    #[arg(long, hide = true)]
+    pub spec: Option<String>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    pub bench: bool,
+}
+
+
+impl Args {
+    /// `--id-format`, or the one of the shape's workload in the issues.
+    pub fn event_id_format(&self) -> IdFormat {
+        self.id_format.unwrap_or(match self.shape {
+            Shape::Interleaved => IdFormat::Hex32,
+            Shape::Clustered => IdFormat::Uuid,
+        })
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    if args.loader {
+        return runtime.block_on(loader::loader(args));
+    }
+    let results = bench(&args, &runtime)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print!("{}", results.table());
+    }
+    Ok(())
+}
+
+/// Loads the workload, runs the chosen phases on it and gathers the results.
+fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Results> {
+    let orders = args.orders.unwrap_or(if args.distinct_orders_rss { args.events } else { 10_000 }).max(1);
+    let events_per_order = if args.distinct_orders_rss { 1 } else { args.events.div_ceil(orders).max(1) as u32 };
+    let phases: Vec<String> = args
+        .phases
+        .clone()
+        .unwrap_or_else(|| if args.distinct_orders_rss { "c".into() } else { "a,b,d,c".into() })
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let spec = WorkloadSpec {
+        orders,
+        seed: args.seed,
+        duplicate_rate: args.duplicate_rate,
+        reorder_rate: args.reorder_rate,
+        poison_rate: args.poison_rate,
+        v1_share: args.v1_share,
+        events_per_order: Some(events_per_order),
+        shape: args.shape,
+        id_format: args.event_id_format(),
+    };
+    let topic = format!("orderly-bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    eprintln!(
+        "pipeline: planning and producing {} orders x {events_per_order} events ({}, {} ids) to {} ...",
+        orders,
+        spec.shape.as_str(),
+        spec.id_format.as_str(),
+        args.bootstrap.as_deref().unwrap_or("the mock cluster (child process)")
+    );
+    let (mut child, load) = loader::start_loader(args, &spec, &topic)?;
+    let broker_pid = if args.bootstrap.is_none() { Some(child.id()) } else { args.broker_pid };
+    eprintln!(
+        "pipeline: {} records loaded (plan {:.1} s, produce {:.1} s); ends {:?}",
+        load.records, load.plan_seconds, load.produce_seconds, load.ends
+    );
+
+    let registry = Registry::memory();
+    let encoder = runtime.block_on(Encoder::register(&registry, &load.topic))?;
+    if (encoder.v1_id, encoder.v2_id) != (load.v1_id, load.v2_id) {
+        bail!("schema ids differ between the loader and this process");
+    }
+    let total: u64 = load.ends.values().map(|e| *e as u64).sum();
+    let timeout = Duration::from_secs(args.timeout_secs);
+    let mut out_phases = Vec::new();
+    let mut storage = None;
+    let mut full = None;
+
+    let run = |key: &str| phases.iter().any(|p| p == key);
+    if run("a") {
+        out_phases.push(phases::bare::read_discard(args, &load, broker_pid, timeout)?);
+    }
+    let decoder = Decoder::new(registry.clone());
+    phases::warm(runtime, &decoder, &encoder)?;
+    if run("b") {
+        out_phases.push(phases::bare::read_decode(args, &load, &decoder, runtime, broker_pid, timeout)?);
+    }
+    if run("d") {
+        let (phase, s) = phases::store_alone::run(args, &load, &decoder, runtime, broker_pid, timeout)?;
+        out_phases.push(phase);
+        storage = Some(s);
+        trim_heap();
+    }
+    if run("c") {
+        trim_heap();
+        let (phase, f) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout))?;
+        out_phases.push(phase);
+        full = Some(f);
+    }
+
+    for p in &mut out_phases {
+        p.written_bytes_per_event = p.written_bytes.map(|b| b as f64 / p.events.max(1) as f64);
+    }
+
+    // The loader (mock cluster) stops when its stdin closes.
+    drop(child.stdin.take());
+    let _ = child.wait();
+
+    let ratio = |steady: bool| {
+        let eps = |key: &str| {
+            out_phases.iter().find(|p| p.key == key).map(|p| if steady { p.steady_events_per_s } else { p.events_per_s })
+        };
+        match (eps("c"), eps("a"), eps("d")) {
+            (Some(c), Some(a), Some(d)) => Some(c / a.min(d)),
+            (Some(c), Some(a), None) => Some(c / a),
+            (Some(c), None, Some(d)) => Some(c / d),
+            _ => None,
+        }
+    };
+    let (ratio_total, ratio_steady) = (ratio(false), ratio(true));
+    Ok(Results {
+        machine: Machine {
+            cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            broker: match &args.bootstrap {
+                None => "librdkafka mock cluster (1 broker, child process)".into(),
+                Some(b) => b.clone(),
+            },
+        },
+        workload: WorkloadOut {
+            topic: load.topic.clone(),
+            partitions: load.partitions,
+            requested_partitions: load.requested_partitions,
+            broker_log_mib: load.log_mib,
+            shape: spec.shape,
+            id_format: spec.id_format,
+            orders,
+            events_per_order,
+            records: total,
+            duplicate_rate: args.duplicate_rate,
+            reorder_rate: args.reorder_rate,
+            poison_rate: args.poison_rate,
+            v1_share: args.v1_share,
+            expected: load.expected,
+            plan_seconds: load.plan_seconds,
+            produce_seconds: load.produce_seconds,
+            produce_events_per_s: total as f64 / load.produce_seconds.max(1e-9),
+        },
+        phases: out_phases,
+        ratio_c_to_slower_of_a_d: ratio_total,
+        ratio_c_to_slower_of_a_d_steady: ratio_steady,
+        full_pipeline: full,
+        storage,
+    })
+}
+

@@ -1,0 +1,272 @@
+//! The benchmark's results: what each phase measured, as one JSON object
+//! (`--json`) or a table.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use orderly::workload::{IdFormat, Shape};
+
+/// The four outcome counters, as the store's checkpoints or the workload's
+/// expectation give them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub applied: u64,
+    pub duplicates: u64,
+    pub stale: u64,
+    pub dead_lettered: u64,
+}
+
+
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub machine: Machine,
+    pub workload: WorkloadOut,
+    pub phases: Vec<Phase>,
+    /// (c) events/s over the slower of (a) and (d).
+    pub ratio_c_to_slower_of_a_d: Option<f64>,
+    /// The same with steady rates (after the first record / first batch).
+    pub ratio_c_to_slower_of_a_d_steady: Option<f64>,
+    pub full_pipeline: Option<FullPipeline>,
+    pub storage: Option<StorageOut>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Machine {
+    pub cores: usize,
+    pub broker: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WorkloadOut {
+    pub topic: String,
+    pub partitions: i32,
+    pub requested_partitions: i32,
+    pub broker_log_mib: f64,
+    pub shape: Shape,
+    pub id_format: IdFormat,
+    pub orders: usize,
+    pub events_per_order: u32,
+    pub records: u64,
+    pub duplicate_rate: f64,
+    pub reorder_rate: f64,
+    pub poison_rate: f64,
+    pub v1_share: f64,
+    pub expected: Counts,
+    pub plan_seconds: f64,
+    pub produce_seconds: f64,
+    pub produce_events_per_s: f64,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct Phase {
+    pub key: String,
+    pub name: String,
+    pub events: u64,
+    pub seconds: f64,
+    pub events_per_s: f64,
+    /// CPU seconds of this process during the phase (user + system).
+    pub cpu_seconds: f64,
+    /// CPU seconds of the mock broker's process during the phase.
+    pub broker_cpu_seconds: Option<f64>,
+    /// Events/s after the phase's first record (excludes connecting, the
+    /// first fetch and, for (c), joining the group).
+    pub steady_events_per_s: f64,
+    /// Peak RSS (VmHWM) of this process during the phase, reset at its start.
+    pub peak_rss_mib: f64,
+    pub rss_at_start_mib: f64,
+    /// Keys written to sled per event, the checkpoints included ((c), (d)).
+    pub keys_written_per_event: Option<f64>,
+    /// Key + value bytes handed to sled per event ((d); (c) once the
+    /// processor's `RunReport` reports them).
+    pub bytes_written_per_event: Option<f64>,
+    /// Growth of the store directory on disk per event ((c), (d)).
+    pub disk_bytes_per_event: Option<f64>,
+    /// Bytes this process passed to write(2)/pwrite(2) during the phase
+    /// (/proc/self/io `wchar`): in (c) and (d) almost all sled's writes to
+    /// its log (socket sends are not counted).
+    pub written_bytes: Option<u64>,
+    /// `written_bytes` per event (set once the phase's events are final).
+    pub written_bytes_per_event: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FullPipeline {
+    /// Seconds from `Processor::run` to the checkpoints covering the end offsets.
+    pub total_seconds: f64,
+    /// Seconds until the first batch was visible in the store (group join).
+    pub join_seconds: f64,
+    /// Events/s after the first batch (excludes joining the group).
+    pub steady_events_per_s: f64,
+    pub batches: u64,
+    pub avg_records_per_batch: f64,
+    pub batch_p50_ms: f64,
+    pub batch_p99_ms: f64,
+    pub flush_p50_ms: f64,
+    pub flushes: u64,
+    pub flushes_per_s: f64,
+    pub keys_written_per_event: f64,
+    /// Key + value bytes handed to sled per event: `None` until the
+    /// processor's `RunReport` reports its bytes written.
+    pub bytes_written_per_event: Option<f64>,
+    /// Growth of the store directory (apparent file sizes) per event, from
+    /// the freshly opened store to the closed one.
+    pub store_disk_bytes_per_event: f64,
+    pub counters: Counts,
+    pub counters_match_expected: bool,
+    pub peak_rss_mib: f64,
+    pub rss_target_mib: f64,
+    /// CPU seconds per thread group of this process while (c) ran (until covered).
+    pub thread_cpu_seconds: BTreeMap<String, f64>,
+    /// Time after the first batch during which no checkpoint moved (20 ms
+    /// samples), and the longest such stretch.
+    pub stalled_seconds: f64,
+    pub longest_stall_seconds: f64,
+    /// (ms since start, events covered) every 20 ms; with --timeline only.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<(u64, u64)>,
+    pub timed_out: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StorageOut {
+    pub batches: u64,
+    pub flushes: u64,
+    pub flushes_per_s: f64,
+    pub keys_per_event: f64,
+    /// Key + value bytes of order states handed to sled per event.
+    pub bytes_per_event: f64,
+    /// Bytes `Store::flush` reported per event.
+    pub flushed_bytes_per_event: f64,
+    /// Growth of the store directory (apparent file sizes) per event, from
+    /// the freshly opened store to the closed one.
+    pub disk_bytes_per_event: f64,
+    /// Key + value bytes of one written order state.
+    pub avg_state_value_bytes: f64,
+    pub batch_p50_ms: f64,
+    pub batch_p99_ms: f64,
+    pub flush_p50_ms: f64,
+    /// Share of (d)'s time spent in `Store::flush`.
+    pub flush_share: f64,
+}
+
+
+
+impl Results {
+    /// The results as a text table.
+    pub fn table(&self) -> String {
+        let w = &self.workload;
+        let mut s = String::new();
+        let mut line = |text: String| {
+            s.push_str(&text);
+            s.push('\n');
+        };
+        line(format!(
+            "orderly pipeline benchmark: {} records ({} orders x {} events, {}, {} ids, + {:.0}% duplicates, {:.0}% reorderings, poison {}), {} partitions",
+            w.records,
+            w.orders,
+            w.events_per_order,
+            w.shape.as_str(),
+            w.id_format.as_str(),
+            w.duplicate_rate * 100.0,
+            w.reorder_rate * 100.0,
+            w.poison_rate,
+            w.partitions
+        ));
+        line(format!("machine: {} cores; broker: {}", self.machine.cores, self.machine.broker));
+        if w.partitions != w.requested_partitions {
+            line(format!(
+                "NOTE: {} partitions instead of {}: the mock cluster keeps only 5 MiB per partition and this workload is ~{:.0} MiB",
+                w.partitions, w.requested_partitions, w.broker_log_mib
+            ));
+        }
+        line(format!(
+            "load: plan {:.1} s, produce {:.1} s ({:.0} events/s)",
+            w.plan_seconds, w.produce_seconds, w.produce_events_per_s
+        ));
+        line(String::new());
+        let per_event = |x: Option<f64>, decimals: usize| x.map(|x| format!("{x:.decimals$}")).unwrap_or_else(|| "-".into());
+        line(format!(
+            "{:<4} {:<34} {:>9} {:>7} {:>9} {:>11} {:>7} {:>9} {:>10} {:>10} {:>7} {:>8} {:>9} {:>10}",
+            "", "phase", "events", "secs", "events/s", "steady ev/s", "cpu s", "cpu µs/ev", "broker cpu", "peak RSS", "keys/ev", "bytes/ev", "disk B/ev", "wrote B/ev"
+        ));
+        for p in &self.phases {
+            line(format!(
+                "({:<2}) {:<34} {:>9} {:>7.2} {:>9.0} {:>11.0} {:>7.2} {:>9.2} {:>10} {:>6.0} MiB {:>7} {:>8} {:>9} {:>10}",
+                p.key,
+                p.name,
+                p.events,
+                p.seconds,
+                p.events_per_s,
+                p.steady_events_per_s,
+                p.cpu_seconds,
+                p.cpu_seconds * 1e6 / p.events.max(1) as f64,
+                p.broker_cpu_seconds.map(|c| format!("{c:.2}")).unwrap_or_else(|| "-".into()),
+                p.peak_rss_mib,
+                per_event(p.keys_written_per_event, 3),
+                per_event(p.bytes_written_per_event, 0),
+                per_event(p.disk_bytes_per_event, 0),
+                per_event(p.written_bytes_per_event, 0),
+            ));
+        }
+        line(String::new());
+        if let (Some(r), Some(steady)) = (self.ratio_c_to_slower_of_a_d, self.ratio_c_to_slower_of_a_d_steady) {
+            line(format!("(c) / slower of (a) and (d): {r:.2} (steady rates: {steady:.2})"));
+        }
+        if let Some(f) = &self.full_pipeline {
+            line(format!(
+                "(c) total {:.2} s = group join {:.2} s + processing; steady state {:.0} events/s{}",
+                f.total_seconds,
+                f.join_seconds,
+                f.steady_events_per_s,
+                if f.timed_out { "  (TIMED OUT)" } else { "" }
+            ));
+            line(format!(
+                "(c) batches {} ({:.0} records/batch), batch latency p50 {:.2} ms, p99 {:.2} ms",
+                f.batches, f.avg_records_per_batch, f.batch_p50_ms, f.batch_p99_ms
+            ));
+            line(format!(
+                "(c) no checkpoint moved for {:.2} s of the processing time (longest stretch {:.2} s)",
+                f.stalled_seconds, f.longest_stall_seconds
+            ));
+            line(format!(
+                "(c) flushes {} ({:.1}/s, p50 {:.2} ms); keys written/event {:.3}; bytes written/event {}; store dir growth {:.0} bytes/event",
+                f.flushes,
+                f.flushes_per_s,
+                f.flush_p50_ms,
+                f.keys_written_per_event,
+                f.bytes_written_per_event.map(|b| format!("{b:.0}")).unwrap_or_else(|| "n/a (RunReport has no bytes_written yet)".into()),
+                f.store_disk_bytes_per_event
+            ));
+            line(format!(
+                "(c) peak RSS {:.0} MiB (target < {:.0} MiB); counters {:?} match expected: {}",
+                f.peak_rss_mib,
+                f.rss_target_mib,
+                f.counters,
+                if f.counters_match_expected { "yes" } else { "NO" }
+            ));
+            let mut threads: Vec<(&String, &f64)> = f.thread_cpu_seconds.iter().collect();
+            threads.sort_by(|a, b| b.1.total_cmp(a.1));
+            let shown: Vec<String> = threads.iter().map(|(n, s)| format!("{n} {s:.2}")).collect();
+            line(format!("(c) cpu s by thread: {}", shown.join(", ")));
+        }
+        if let Some(d) = &self.storage {
+            line(format!(
+                "(d) batches {}, flushes {} ({:.1}/s, p50 {:.2} ms, {:.0}% of the time); batch p50 {:.2} ms, p99 {:.2} ms",
+                d.batches,
+                d.flushes,
+                d.flushes_per_s,
+                d.flush_p50_ms,
+                d.flush_share * 100.0,
+                d.batch_p50_ms,
+                d.batch_p99_ms
+            ));
+            line(format!(
+                "(d) keys/event {:.3}, state bytes handed to sled/event {:.0} (avg state key+value {:.0} bytes), bytes flushed/event {:.0}, store dir growth {:.0} bytes/event",
+                d.keys_per_event, d.bytes_per_event, d.avg_state_value_bytes, d.flushed_bytes_per_event, d.disk_bytes_per_event
+            ));
+        }
+        s
+    }
+}
+
