@@ -135,6 +135,12 @@ pub struct Args {
     pub v1_share: f64,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Override processing.commit_interval_ms for (c) and (d).
+    #[arg(long)]
+    pub commit_interval_ms: Option<u64>,
+    /// Override processing.cache_max_bytes for (c) and (d).
+    #[arg(long)]
+    pub cache_max_bytes: Option<u64>,
     /// Override processing.batch_max_records for (c) (and (d)'s batch size).
     #[arg(long)]
     pub batch_max_records: Option<usize>,

@@ -21,11 +21,9 @@ use crate::Args;
 
 /// Key + value bytes the processor handed to sled over the run, when its
 /// `RunReport` says.
-// TODO(RunReport bytes_written): the processor's owner is adding
-// `bytes_written: u64` to `RunReport`; once it exists, make this
-// `Some(report.bytes_written)` (the table and JSON already show it).
-fn bytes_written(_report: &RunReport) -> Option<u64> {
-    None
+/// Bytes of keys and values the processor handed to sled.
+fn bytes_written(report: &RunReport) -> Option<u64> {
+    Some(report.bytes_written)
 }
 
 /// Events the checkpoints cover, and whether they reached every end offset.
@@ -70,6 +68,12 @@ pub async fn run(
     config.kafka.input_topic = load.topic.clone();
     config.kafka.dlq_topic = load.dlq_topic.clone();
     config.store.path = store_path.clone();
+    if let Some(ms) = args.commit_interval_ms {
+        config.processing.commit_interval_ms = ms;
+    }
+    if let Some(bytes) = args.cache_max_bytes {
+        config.processing.cache_max_bytes = bytes;
+    }
     if let Some(n) = args.batch_max_records {
         config.processing.batch_max_records = n;
     }

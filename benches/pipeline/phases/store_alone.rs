@@ -1,11 +1,11 @@
-//! (d) the store alone: the processor's sled writes per batch of the
-//! processor's configured size and partition (`orderly::batch::apply_batch`:
-//! read state, `step`, put changed states + checkpoint in one
-//! `commit_batch`), one `flush` per round of all partitions' batches, on
-//! pre-decoded events, no Kafka: the storage limit.
-//!
-//! Everything that depends on `apply_batch`'s signature and its
-//! `BatchOutcome` is in this module.
+//! (d) the store alone: the processor's state work on pre-decoded events,
+//! no Kafka: the storage limit. Per partition, batches of the processor's
+//! configured size are decided against its order cache
+//! (`orderly::partition_state::PartitionState::apply`, what a partition task
+//! calls per batch); once per commit interval (or when a partition's changed
+//! orders pass their share of `cache_max_bytes`) every partition writes out
+//! (`write_out`: changed orders + checkpoint in one sled batch) and one
+//! `flush` makes them durable, as the processor's group flush does.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -13,11 +13,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::message::Message;
 
-use orderly::batch::apply_batch;
 use orderly::codec::Decoder;
+use orderly::partition_state::PartitionState;
 use orderly::config::Config;
 use orderly::event::OrderEvent;
-use orderly::store::{Checkpoint, Store};
+use orderly::store::Store;
 
 use super::{plain_consumer, read_all};
 use crate::loader::LoadInfo;
@@ -47,16 +47,25 @@ pub fn run(
     })?;
     drop(consumer);
     // The same batch size as (c): the processor's configured one.
-    let batch = args.batch_max_records.unwrap_or(Config::defaults()?.processing.batch_max_records);
+    let defaults = Config::defaults()?.processing;
+    let settings = Settings {
+        batch: args.batch_max_records.unwrap_or(defaults.batch_max_records),
+        interval: Duration::from_millis(args.commit_interval_ms.unwrap_or(defaults.commit_interval_ms)),
+        cache_max_bytes: args.cache_max_bytes.unwrap_or(defaults.cache_max_bytes) as usize,
+        cache_mb: args.cache_mb.unwrap_or(64),
+    };
+    // Untimed: the batches, by value (the processor moves decoded events
+    // into its cache).
+    let batches: Vec<(i32, Vec<Batch>)> = by_partition.iter().map(|(p, records)| (*p, records.batches(settings.batch))).collect();
+    drop(by_partition);
     let m = Meter::start(broker_pid);
-    let (n, s) = store_alone(&by_partition, batch, args.cache_mb.unwrap_or(64), &load.topic)?;
-    let mut phase = m.finish("d", "store alone (apply_batch + flush)", n);
+    let (n, s) = store_alone(batches, &settings, &load.topic)?;
+    let mut phase = m.finish("d", "store alone (cache + write-out + flush)", n);
     eprintln!("pipeline: (d) {n} events in {:.2} s", phase.seconds);
     phase.keys_written_per_event = Some(s.keys_per_event);
     phase.bytes_written_per_event = Some(s.bytes_per_event);
     phase.disk_bytes_per_event = Some(s.disk_bytes_per_event);
     let storage = StorageOut { flushes_per_s: s.flushes as f64 / phase.seconds.max(1e-9), ..s };
-    drop(by_partition);
     Ok((phase, storage))
 }
 
@@ -84,66 +93,113 @@ impl PartitionRecords {
         let p1 = self.poison_at.partition_point(|i| *i < to);
         (&self.events[from - p0..to - p1], (p1 - p0) as u64)
     }
+
+    /// The records cut into batches of `size`.
+    fn batches(&self, size: usize) -> Vec<Batch> {
+        (0..self.records)
+            .step_by(size.max(1))
+            .map(|from| {
+                let to = (from + size).min(self.records);
+                let (events, dead) = self.slice(from, to);
+                Batch { events: events.to_vec(), dead, from: from as i64, to: to as i64 }
+            })
+            .collect()
+    }
 }
 
-/// (d): the processor's store work (`orderly::batch::apply_batch`, what a
-/// partition task calls per batch) on pre-decoded events, round-robin over
-/// the partitions, one flush per round. Returns the records processed.
-fn store_alone(
-    by_partition: &BTreeMap<i32, PartitionRecords>,
-    batch_size: usize,
+/// One batch of (d): its decoded events, its poison count, its offsets.
+struct Batch {
+    events: Vec<OrderEvent>,
+    dead: u64,
+    from: i64,
+    to: i64,
+}
+
+/// The processor settings (d) uses.
+struct Settings {
+    batch: usize,
+    interval: Duration,
+    cache_max_bytes: usize,
     cache_mb: u64,
-    topic: &str,
-) -> anyhow::Result<(u64, StorageOut)> {
+}
+
+/// (d): the processor's state work on pre-decoded events, round-robin over
+/// the partitions one batch at a time; every commit interval all partitions
+/// write out and one flush follows. Returns the records processed.
+fn store_alone(partitions: Vec<(i32, Vec<Batch>)>, settings: &Settings, topic: &str) -> anyhow::Result<(u64, StorageOut)> {
     let dir = tempfile::Builder::new().prefix("orderly-bench-d-").tempdir()?;
     let store_path = dir.path().join("store");
-    let store = Store::open(&store_path, cache_mb)?;
+    let store = Store::open(&store_path, settings.cache_mb)?;
     let retention_ms = Config::defaults()?.inbox_retention()?.as_millis() as i64;
+    let share = settings.cache_max_bytes / partitions.len().max(1);
     let mut parts = Vec::new();
-    for (p, records) in by_partition {
-        parts.push((store.partition(topic, *p)?, records, 0usize, Checkpoint::starting_at(0)));
+    for (p, batches) in partitions {
+        parts.push((PartitionState::new(store.partition(topic, p)?, None), batches.into_iter()));
     }
     let disk_at_start = dir_size(&store_path);
-    let (mut records_done, mut batches, mut flushes, mut keys, mut bytes, mut flushed) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut records_done, mut batches, mut write_outs, mut flushes, mut keys, mut bytes, mut flushed) =
+        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut orders_written = 0u64;
     let mut batch_micros = Vec::new();
+    let mut write_micros = Vec::new();
     let mut flush_micros = Vec::new();
     let mut flush_time = Duration::ZERO;
     let started = Instant::now();
+    let mut last_write = Instant::now();
     loop {
-        let mut wrote = false;
-        for (tree, records, cursor, checkpoint) in parts.iter_mut() {
-            if *cursor >= records.records {
-                continue;
-            }
+        let mut decided = false;
+        let mut over_budget = false;
+        for (state, queue) in parts.iter_mut() {
+            let Some(batch) = queue.next() else { continue };
             let t = Instant::now();
-            let to = (*cursor + batch_size).min(records.records);
-            let (events, dead) = records.slice(*cursor, to);
             let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-            let outcome = apply_batch(tree, checkpoint, events, dead, to as i64, now_ms, retention_ms)?;
+            let records = (batch.to - batch.from) as u64;
+            let outcome = state.apply(batch.events, batch.dead, batch.from, batch.to, now_ms, retention_ms)?;
             black_box(&outcome);
-            keys += outcome.keys as u64;
-            bytes += outcome.bytes as u64;
+            over_budget |= state.dirty_bytes() > share;
             batch_micros.push(t.elapsed().as_micros() as u64);
-            records_done += (to - *cursor) as u64;
-            *cursor = to;
+            records_done += records;
             batches += 1;
-            wrote = true;
+            decided = true;
         }
-        if !wrote {
+        if decided && !over_budget && last_write.elapsed() < settings.interval {
+            continue;
+        }
+        // A write-out round: every partition with unwritten work, then one
+        // flush for all of them.
+        let mut wrote = false;
+        for (state, _) in parts.iter_mut() {
+            let t = Instant::now();
+            if let Some(w) = state.write_out(share)? {
+                keys += w.keys as u64;
+                bytes += w.bytes as u64;
+                orders_written += w.orders as u64;
+                write_outs += 1;
+                write_micros.push(t.elapsed().as_micros() as u64);
+                wrote = true;
+            }
+        }
+        last_write = Instant::now();
+        if wrote {
+            let t = Instant::now();
+            flushed += store.flush()? as u64;
+            let took = t.elapsed();
+            flush_time += took;
+            flush_micros.push(took.as_micros() as u64);
+            flushes += 1;
+        }
+        if !decided {
             break;
         }
-        let t = Instant::now();
-        flushed += store.flush()? as u64;
-        let took = t.elapsed();
-        flush_time += took;
-        flush_micros.push(took.as_micros() as u64);
-        flushes += 1;
     }
     let elapsed = started.elapsed();
     let per_event = |x: u64| x as f64 / records_done.max(1) as f64;
     let (b50, b99) = percentiles_ms(&mut batch_micros);
+    let (w50, w99) = percentiles_ms(&mut write_micros);
     let (f50, _) = percentiles_ms(&mut flush_micros);
-    let states = keys.saturating_sub(batches);
+    eprintln!(
+        "pipeline: (d) {batches} batches, {write_outs} write-outs (p50 {w50:.1} ms, p99 {w99:.1} ms), {orders_written} orders written"
+    );
     drop(parts);
     drop(store);
     let disk_growth = dir_size(&store_path).saturating_sub(disk_at_start);
@@ -155,7 +211,7 @@ fn store_alone(
         bytes_per_event: per_event(bytes),
         flushed_bytes_per_event: per_event(flushed),
         disk_bytes_per_event: per_event(disk_growth),
-        avg_state_value_bytes: bytes as f64 / states.max(1) as f64,
+        avg_state_value_bytes: bytes as f64 / orders_written.max(1) as f64,
         batch_p50_ms: b50,
         batch_p99_ms: b99,
         flush_p50_ms: f50,
@@ -163,4 +219,3 @@ fn store_alone(
     };
     Ok((records_done, out))
 }
-
