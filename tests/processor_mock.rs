@@ -208,7 +208,7 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
         dlq_topic: &c.dlq,
         session_timeout_ms: 6000,
         // Small batches: many batches, so the crash points land mid-stream.
-        extra: "batch_max_records = 50\nbatch_max_wait_ms = 5",
+        extra: "batch_max_records = 50\nbatch_max_wait_ms = 5\ncommit_interval_ms = 10",
     });
     for fault in ["after_dlq:1", "after_batch:5", "after_flush:3", "after_batch:30", "after_flush:10"] {
         let mut child = instance.spawn_run(Some(fault));
