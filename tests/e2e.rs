@@ -177,7 +177,9 @@ fn crash_drill() {
     let spec = WorkloadSpec { orders: 33_000, poison_rate: 0.002, seed: 2026, ..Default::default() };
     let (records, expected) = world.plan(&spec);
     assert!(records.len() >= 100_000, "{} records", records.len());
-    let instance = world.instance("batch_max_records = 500");
+    // Frequent write-outs, so the crash points and kills land between many
+    // of them.
+    let instance = world.instance("batch_max_records = 500\ncommit_interval_ms = 100");
     let drill_started = Instant::now();
 
     // Chosen crash points first, then random SIGKILLs; records are produced
@@ -188,7 +190,8 @@ fn crash_drill() {
     let chunk = records.len().div_ceil(cycles);
     let mut chunks = records.chunks(chunk);
     let mut rng = rand::thread_rng();
-    let (mut sigkills, mut aborts, mut restarts) = (0, 0, 0);
+    let (mut sigkills, mut mid_work_kills, mut aborts, mut restarts) = (0, 0, 0, 0);
+    let mut produced = 0i64;
     for cycle in 0..cycles {
         let before = world.committed_total();
         let fault = faults.get(cycle).copied();
@@ -196,6 +199,7 @@ fn crash_drill() {
         restarts += 1;
         if let Some(part) = chunks.next() {
             world.produce(part);
+            produced += part.len() as i64;
         }
         match fault {
             Some(fault) => {
@@ -208,10 +212,16 @@ fn crash_drill() {
                 let progressed = wait_until(Duration::from_secs(60), || world.committed_total() > before);
                 assert!(progressed, "cycle {cycle}: no progress\n{}", tail(&instance.log()));
                 std::thread::sleep(Duration::from_millis(rng.gen_range(0..700)));
+                // Work was left at the moment of the kill: it interrupted
+                // processing, not an idle process.
+                let left = produced - world.committed_total();
                 signal(&child, "KILL");
                 let status = wait_exit(&mut child, Duration::from_secs(10));
                 assert!(status.is_some(), "SIGKILL ends the process");
                 sigkills += 1;
+                if left > 0 {
+                    mid_work_kills += 1;
+                }
             }
         }
         eprintln!("cycle {cycle}: {} at {:.1} s, committed {}", fault.unwrap_or("SIGKILL"), drill_started.elapsed().as_secs_f64(), world.committed_total());
@@ -224,7 +234,7 @@ fn crash_drill() {
     let mismatches = world.verify(&instance, &expected);
     let aborted_points = instance.log().matches("fault injection: aborting at").count();
     eprintln!(
-        "crash drill: {} events ({} applied, {} duplicates, {} stale, {} dead-lettered), {sigkills} SIGKILLs, \
+        "crash drill: {} events ({} applied, {} duplicates, {} stale, {} dead-lettered), {sigkills} SIGKILLs ({mid_work_kills} with work left), \
          {aborts} aborts at chosen points ({aborted_points} logged), {restarts} starts, {mismatches} mismatches, \
          final catch-up {:.1} s, drill {:.1} s",
         records.len(),
@@ -235,7 +245,7 @@ fn crash_drill() {
         finish.as_secs_f64(),
         drill_started.elapsed().as_secs_f64()
     );
-    assert!(sigkills >= 20);
+    assert!(mid_work_kills >= 20, "only {mid_work_kills} of {sigkills} SIGKILLs landed while records were left to process");
     assert_eq!(aborted_points, faults.len());
 }
 

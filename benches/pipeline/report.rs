@@ -102,6 +102,12 @@ pub struct FullPipeline {
     pub avg_records_per_batch: f64,
     pub batch_p50_ms: f64,
     pub batch_p99_ms: f64,
+    /// Write-outs (changed orders + checkpoint, one sled batch each).
+    pub write_outs: u64,
+    pub write_p50_ms: f64,
+    pub write_p99_ms: f64,
+    /// p99 of how late partition-task timers fired (batch wait, write-out due).
+    pub timer_late_p99_ms: f64,
     pub flush_p50_ms: f64,
     pub flushes: u64,
     pub flushes_per_s: f64,
@@ -224,6 +230,10 @@ impl Results {
             line(format!(
                 "(c) batches {} ({:.0} records/batch), batch latency p50 {:.2} ms, p99 {:.2} ms",
                 f.batches, f.avg_records_per_batch, f.batch_p50_ms, f.batch_p99_ms
+            ));
+            line(format!(
+                "(c) write-outs {} (p50 {:.2} ms, p99 {:.2} ms); partition timers late by p99 {:.2} ms",
+                f.write_outs, f.write_p50_ms, f.write_p99_ms, f.timer_late_p99_ms
             ));
             line(format!(
                 "(c) no checkpoint moved for {:.2} s of the processing time (longest stretch {:.2} s)",

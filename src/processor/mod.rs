@@ -69,6 +69,8 @@ pub struct Counters {
     batch_micros: Mutex<Vec<u32>>,
     write_micros: Mutex<Vec<u32>>,
     flush_micros: Mutex<Vec<u32>>,
+    /// How late partition tasks' timers fired (batch wait, write-out due).
+    timer_late_micros: Mutex<Vec<u32>>,
 }
 
 const LATENCY_SAMPLES: usize = 100_000;
@@ -106,6 +108,15 @@ impl Counters {
     /// (p50, p99) batch latency in milliseconds.
     pub fn batch_latency_ms(&self) -> (f64, f64) {
         percentiles(&self.batch_micros)
+    }
+
+    fn record_timer_lateness(&self, late: Duration) {
+        push_sample(&self.timer_late_micros, late);
+    }
+
+    /// (p50, p99) of how late partition task timers fired, in milliseconds.
+    pub fn timer_lateness_ms(&self) -> (f64, f64) {
+        percentiles(&self.timer_late_micros)
     }
 
     /// (p50, p99) write-out latency in milliseconds.
@@ -194,6 +205,8 @@ pub struct RunReport {
     pub write_p50_ms: f64,
     pub write_p99_ms: f64,
     pub flush_p50_ms: f64,
+    /// How late partition task timers fired (p99), in milliseconds.
+    pub timer_late_p99_ms: f64,
 }
 
 pub struct Processor {
@@ -275,6 +288,7 @@ impl Processor {
             write_p50_ms,
             write_p99_ms,
             flush_p50_ms: c.flush_latency_ms().0,
+            timer_late_p99_ms: c.timer_lateness_ms().1,
         };
         info!(?report, "stopped cleanly");
         Ok(report)

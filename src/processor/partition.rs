@@ -93,6 +93,9 @@ impl PartitionTask {
                     }
                     _ = ready.notified() => {}
                     _ = tokio::time::sleep_until(wait_until) => {
+                        // How late the runtime woke this task: the batch wait
+                        // and the write-out interval hold only this well.
+                        self.shared.counters.record_timer_lateness(tokio::time::Instant::now().saturating_duration_since(wait_until));
                         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                             break;
                         }
