@@ -359,6 +359,14 @@ mod tests {
         let mut no_order = sample("EUR");
         no_order.order_id.clear();
         assert_eq!(poison_kind(&decoder, &encoder.encode(&no_order, WriterVersion::V2).unwrap()).await, PoisonKind::Invalid);
+        for version in [WriterVersion::V1, WriterVersion::V2] {
+            let mut no_id = sample("EUR");
+            no_id.event_id.clear();
+            match decoder.decode(Some(&encoder.encode(&no_id, version).unwrap())).await {
+                Err(DecodeError::Poison { kind: PoisonKind::Invalid, message }) => assert!(message.contains("event_id"), "{message}"),
+                other => panic!("an empty event_id is poison ({version:?}), got {other:?}"),
+            }
+        }
         let mut zero = sample("EUR");
         zero.version = 0;
         assert_eq!(poison_kind(&decoder, &encoder.encode(&zero, WriterVersion::V1).unwrap()).await, PoisonKind::Invalid);
