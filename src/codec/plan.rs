@@ -5,7 +5,16 @@
 //! primitive or enum fields, which are skipped. Anything else (unions,
 //! nested records, renamed fields) is left to apache-avro's generic
 //! resolution, which `Plan::compile` signals by returning `None`.
-//! `tests::plan_agrees_with_generic_resolution` checks the two agree.
+//! `tests::plan_agrees_with_generic_resolution` checks the two agree on
+//! valid records; `tests/fuzz_read_plan.rs` checks they agree on corrupted
+//! ones (same accept/reject, same value, no panic, no allocation larger
+//! than the input).
+//!
+//! The plan reads untrusted bytes: every length is checked against the
+//! input left before anything is allocated, and every value is checked the
+//! way apache-avro checks it (an `int` must fit 32 bits, a boolean is 0 or 1,
+//! an enum index must name a symbol, a string must be UTF-8), including in
+//! fields it skips.
 
 use apache_avro::Schema;
 
@@ -29,8 +38,10 @@ enum Target {
 enum Step {
     /// Read a string into a target field.
     Str(Target),
-    /// Read an int or long (zigzag varint; int promotes) into a target field.
+    /// Read a long (zigzag varint) into a target field.
     Long(Target),
+    /// Read an int (zigzag varint that must fit 32 bits), promoted to long.
+    Int(Target),
     /// Read an enum index and map it by symbol to an event type.
     EventType(Vec<Option<EventType>>),
     /// Skip a field the reader does not have.
@@ -40,11 +51,20 @@ enum Step {
 #[derive(Debug, Clone, Copy)]
 enum Skip {
     Nothing,
-    Byte,
-    Varint,
+    /// One byte, 0 or 1.
+    Boolean,
+    /// A varint that must fit 32 bits (int, date, time-millis).
+    Int,
+    /// A varint (long and the 64-bit logical types).
+    Long,
+    /// An int naming one of this many symbols.
+    Enum(usize),
     Four,
     Eight,
-    LengthPrefixed,
+    /// A length, then that many bytes.
+    Bytes,
+    /// A length, then that many bytes of UTF-8.
+    String,
     Fixed(usize),
 }
 
@@ -80,8 +100,10 @@ impl Plan {
             };
             let step = match (target, &field.schema) {
                 (Some(t @ (Target::EventId | Target::OrderId | Target::Currency)), Schema::String) => Step::Str(t),
-                (Some(t @ (Target::Version | Target::Amount)), Schema::Long | Schema::Int) => Step::Long(t),
-                (Some(Target::OccurredAt), Schema::Long | Schema::Int | Schema::TimestampMillis) => Step::Long(Target::OccurredAt),
+                (Some(t @ (Target::Version | Target::Amount)), Schema::Long) => Step::Long(t),
+                (Some(t @ (Target::Version | Target::Amount)), Schema::Int) => Step::Int(t),
+                (Some(Target::OccurredAt), Schema::Long | Schema::TimestampMillis) => Step::Long(Target::OccurredAt),
+                (Some(Target::OccurredAt), Schema::Int) => Step::Int(Target::OccurredAt),
                 (Some(Target::EventType), Schema::Enum(e)) => {
                     if e.name.fullname(None) != "io.orderly.EventType" {
                         return None;
@@ -130,19 +152,13 @@ impl Plan {
                         }
                     }
                 }
-                Step::Long(target) => {
-                    let value = input.long()?;
-                    match target {
-                        Target::Version => event.version = value,
-                        Target::Amount => event.amount = value,
-                        _ => event.occurred_at = value,
-                    }
-                }
+                Step::Long(target) => set_number(&mut event, *target, input.long()?),
+                Step::Int(target) => set_number(&mut event, *target, i64::from(input.int()?)),
                 Step::EventType(symbols) => {
-                    let index = input.long()?;
-                    event.event_type = usize::try_from(index)
-                        .ok()
-                        .and_then(|i| symbols.get(i).copied())
+                    let index = input.enum_index(symbols.len())?;
+                    event.event_type = symbols
+                        .get(index)
+                        .copied()
                         .flatten()
                         .ok_or_else(|| format!("enum index {index} has no EventType symbol in the reader schema"))?;
                 }
@@ -159,25 +175,33 @@ impl Plan {
     }
 }
 
+/// Stores a number read by a `Long` or `Int` step.
+fn set_number(event: &mut OrderEvent, target: Target, value: i64) {
+    match target {
+        Target::Version => event.version = value,
+        Target::Amount => event.amount = value,
+        _ => event.occurred_at = value,
+    }
+}
+
 fn skip_for(schema: &Schema) -> Option<Skip> {
     Some(match schema {
         Schema::Null => Skip::Nothing,
-        Schema::Boolean => Skip::Byte,
-        Schema::Int
-        | Schema::Long
-        | Schema::Enum(_)
-        | Schema::Date
-        | Schema::TimeMillis
+        Schema::Boolean => Skip::Boolean,
+        Schema::Int | Schema::Date | Schema::TimeMillis => Skip::Int,
+        Schema::Enum(e) => Skip::Enum(e.symbols.len()),
+        Schema::Long
         | Schema::TimeMicros
         | Schema::TimestampMillis
         | Schema::TimestampMicros
         | Schema::TimestampNanos
         | Schema::LocalTimestampMillis
         | Schema::LocalTimestampMicros
-        | Schema::LocalTimestampNanos => Skip::Varint,
+        | Schema::LocalTimestampNanos => Skip::Long,
         Schema::Float => Skip::Four,
         Schema::Double => Skip::Eight,
-        Schema::Bytes | Schema::String => Skip::LengthPrefixed,
+        Schema::Bytes => Skip::Bytes,
+        Schema::String => Skip::String,
         Schema::Fixed(f) => Skip::Fixed(f.size),
         _ => return None,
     })
@@ -198,41 +222,72 @@ impl Input<'_> {
         Ok(out)
     }
 
-    /// A zigzag-encoded variable-length long.
+    /// A zigzag-encoded variable-length long. At most ten bytes; as in
+    /// apache-avro (and Avro's Java reader), bits of the tenth byte beyond
+    /// the 64th are dropped rather than rejected, so both readers accept the
+    /// same records.
     fn long(&mut self) -> Result<i64, PlanError> {
         let mut value: u64 = 0;
-        for shift in (0..70).step_by(7) {
-            let byte = *self.take(1)?.first().unwrap_or(&0);
-            if shift == 63 && byte > 1 {
-                return Err("varint overflows a long".into());
-            }
+        for shift in (0..64).step_by(7) {
+            let Some(&byte) = self.bytes.get(self.at) else {
+                return Err(format!("record is truncated: varint needs a byte at {}", self.at));
+            };
+            self.at += 1;
             value |= u64::from(byte & 0x7f) << shift;
             if byte & 0x80 == 0 {
                 return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
             }
         }
-        Err("varint overflows a long".into())
+        Err("varint is longer than ten bytes".into())
     }
 
+    /// A long that must fit 32 bits (Avro `int`).
+    fn int(&mut self) -> Result<i32, PlanError> {
+        let value = self.long()?;
+        i32::try_from(value).map_err(|_| format!("int value {value} does not fit 32 bits"))
+    }
+
+    /// An enum index into `symbols` symbols.
+    fn enum_index(&mut self, symbols: usize) -> Result<usize, PlanError> {
+        let index = self.int()?;
+        usize::try_from(index)
+            .ok()
+            .filter(|i| *i < symbols)
+            .ok_or_else(|| format!("enum index {index} is out of range for {symbols} symbols"))
+    }
+
+    /// A length prefix. Not checked against the input here: `take` does
+    /// that before anything is read or allocated.
     fn length(&mut self) -> Result<usize, PlanError> {
         let len = self.long()?;
         usize::try_from(len).map_err(|_| format!("negative length {len}"))
     }
 
-    fn string(&mut self) -> Result<String, PlanError> {
+    fn utf8(&mut self) -> Result<&str, PlanError> {
         let len = self.length()?;
         let raw = self.take(len)?;
-        std::str::from_utf8(raw).map(str::to_owned).map_err(|e| format!("string is not UTF-8: {e}"))
+        std::str::from_utf8(raw).map_err(|e| format!("string is not UTF-8: {e}"))
+    }
+
+    fn string(&mut self) -> Result<String, PlanError> {
+        self.utf8().map(str::to_owned)
     }
 
     fn skip(&mut self, skip: Skip) -> Result<(), PlanError> {
         match skip {
             Skip::Nothing => {}
-            Skip::Byte => {
-                self.take(1)?;
+            Skip::Boolean => match self.take(1)? {
+                [0 | 1] => {}
+                other => return Err(format!("boolean byte is {other:?}, not 0 or 1")),
+            },
+            Skip::Int => {
+                self.int()?;
             }
-            Skip::Varint => {
+            Skip::Long => {
                 self.long()?;
+            }
+            Skip::Enum(symbols) => {
+                self.enum_index(symbols)?;
             }
             Skip::Four => {
                 self.take(4)?;
@@ -240,9 +295,12 @@ impl Input<'_> {
             Skip::Eight => {
                 self.take(8)?;
             }
-            Skip::LengthPrefixed => {
+            Skip::Bytes => {
                 let len = self.length()?;
                 self.take(len)?;
+            }
+            Skip::String => {
+                self.utf8()?;
             }
             Skip::Fixed(n) => {
                 self.take(n)?;

@@ -1,12 +1,23 @@
 //! Dead letters: poison records are produced to the dead-letter topic with
 //! headers naming where they came from and why, and acknowledged by the
 //! broker before the checkpoint moves past them.
+//!
+//! A produce failure is classified on rdkafka's error code. Transient ones
+//! (broker down, leader moving, timeouts, a full queue) are retried with
+//! jittered backoff and a rate-limited warning. Permanent ones (the topic
+//! does not exist, this client may not write to it, the record is too large
+//! for it, the broker rejects the record) cannot heal by retrying: `send_all`
+//! returns them, the partition task fails, and the processor stops with a
+//! message that names the topic and what to do. Either way the record is
+//! never skipped: the batch is not written, so its checkpoint and offset
+//! commit never move past it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use tracing::warn;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use tracing::{debug, error, warn};
 
 use crate::codec::PoisonKind;
 
@@ -16,6 +27,14 @@ pub const HEADER_OFFSET: &str = "orderly.source.offset";
 pub const HEADER_ERROR_KIND: &str = "orderly.error.kind";
 pub const HEADER_ERROR_MESSAGE: &str = "orderly.error.message";
 
+/// How long librdkafka may queue one dead letter before `send` gives up on
+/// enqueueing it (the retry loop then tries again).
+const QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Transient failures are logged at most this often (each at debug level).
+const WARN_EVERY: Duration = Duration::from_secs(10);
+const BACKOFF_START: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
 /// One record to dead-letter.
 pub struct DeadLetter<'a> {
     pub key: Option<&'a [u8]>,
@@ -24,6 +43,101 @@ pub struct DeadLetter<'a> {
     pub offset: i64,
     pub kind: PoisonKind,
     pub message: String,
+}
+
+/// Why a dead letter can never be produced as things stand: an operator has
+/// to change the topic, its configuration or this client's rights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermanentCause {
+    /// The topic or partition does not exist (reported after librdkafka's
+    /// own wait, `topic.metadata.propagation.max.ms`).
+    MissingTopic,
+    /// This client may not write to the topic (or to the cluster as an
+    /// idempotent producer).
+    NotAuthorized,
+    /// The record is larger than the topic or the client accepts.
+    TooLarge,
+    /// The broker rejects the record itself (policy, format, timestamp).
+    Rejected,
+    /// The idempotent producer hit a fatal error and cannot produce again.
+    ProducerFailed,
+}
+
+impl PermanentCause {
+    /// Sorts an rdkafka error code; `None` for transient codes. Codes not
+    /// listed count as transient: retrying never loses a record, and the
+    /// rate-limited warning names the code, so a stall is never silent.
+    pub fn of(code: RDKafkaErrorCode) -> Option<Self> {
+        use RDKafkaErrorCode as C;
+        Some(match code {
+            C::UnknownTopic | C::UnknownTopicOrPartition | C::UnknownPartition | C::InvalidTopic => {
+                PermanentCause::MissingTopic
+            }
+            C::TopicAuthorizationFailed
+            | C::ClusterAuthorizationFailed
+            | C::SaslAuthenticationFailed
+            | C::Authentication => PermanentCause::NotAuthorized,
+            C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge => PermanentCause::TooLarge,
+            C::InvalidRecord
+            | C::InvalidTimestamp
+            | C::PolicyViolation
+            | C::UnsupportedForMessageFormat
+            | C::InvalidRequiredAcks
+            | C::BadMessage
+            | C::InvalidArgument => PermanentCause::Rejected,
+            C::Fatal | C::ProducerFenced => PermanentCause::ProducerFailed,
+            _ => return None,
+        })
+    }
+
+    fn remedy(self, topic: &str) -> String {
+        match self {
+            PermanentCause::MissingTopic => format!(
+                "create topic {topic} (for example `kafka-topics.sh --bootstrap-server BROKER --create --topic {topic} \
+                 --partitions 1 --replication-factor 3`) or set kafka.dlq_topic to an existing topic, then restart"
+            ),
+            PermanentCause::NotAuthorized => format!(
+                "grant this client's principal WRITE on topic {topic} (and IDEMPOTENT_WRITE on the cluster for brokers \
+                 before 2.8), then restart"
+            ),
+            PermanentCause::TooLarge => format!(
+                "raise max.message.bytes of topic {topic} (and message.max.bytes under [kafka.librdkafka]) above the \
+                 record's size, then restart"
+            ),
+            PermanentCause::Rejected => {
+                format!("check the configuration of topic {topic} (policies, message format, timestamps), then restart")
+            }
+            PermanentCause::ProducerFailed => "restart orderly to get a new producer".to_string(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeadLetterError {
+    /// Producing to the dead-letter topic failed for good. The record was
+    /// not skipped: nothing after it was written or committed.
+    #[error(
+        "cannot dead-letter the record of {source_topic} partition {partition} offset {offset} to topic {topic}: \
+         {code} ({code:?}); {remedy}"
+    )]
+    Permanent {
+        topic: String,
+        source_topic: String,
+        partition: i32,
+        offset: i64,
+        cause: PermanentCause,
+        code: RDKafkaErrorCode,
+        remedy: String,
+    },
+    /// The start-up check did not find the topic.
+    #[error(
+        "dead-letter topic {topic} does not exist (or this client may not describe it); create it (for example \
+         `kafka-topics.sh --bootstrap-server BROKER --create --topic {topic} --partitions 1 --replication-factor 3`) \
+         or set kafka.dlq_topic to an existing topic"
+    )]
+    TopicMissing { topic: String },
+    #[error("cannot read cluster metadata to check dead-letter topic {topic}: {source}")]
+    Metadata { topic: String, source: KafkaError },
 }
 
 pub struct DeadLetters {
@@ -37,29 +151,118 @@ impl DeadLetters {
         DeadLetters { producer, dlq_topic, source_topic }
     }
 
-    /// Produces every letter and waits until the broker acknowledged each.
-    /// Failures are transient (broker): retried with backoff until acknowledged.
-    pub async fn send_all(&self, letters: &[DeadLetter<'_>]) {
-        let mut backoff = Duration::from_millis(100);
-        let mut pending: Vec<&DeadLetter<'_>> = letters.iter().collect();
-        while !pending.is_empty() {
-            let results = futures::future::join_all(pending.iter().map(|l| self.send_one(l))).await;
-            let mut failed = Vec::new();
-            for (letter, result) in pending.into_iter().zip(results) {
-                if let Err(error) = result {
-                    warn!(partition = letter.partition, offset = letter.offset, %error, "dead-letter produce failed; retrying");
-                    failed.push(letter);
-                }
-            }
-            pending = failed;
-            if !pending.is_empty() {
-                tokio::time::sleep(crate::processor::jitter(backoff)).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
+    pub fn topic(&self) -> &str {
+        &self.dlq_topic
+    }
+
+    /// Checks that the dead-letter topic exists, without asking the broker
+    /// to create it (a metadata request for every topic never auto-creates).
+    /// Blocking, up to `timeout`: call it from a thread that may block.
+    pub fn check_topic(&self, timeout: Duration) -> Result<(), DeadLetterError> {
+        let metadata = self
+            .producer
+            .client()
+            .fetch_metadata(None, timeout)
+            .map_err(|source| DeadLetterError::Metadata { topic: self.dlq_topic.clone(), source })?;
+        let exists = metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == self.dlq_topic && t.error().is_none() && !t.partitions().is_empty());
+        if exists {
+            Ok(())
+        } else {
+            Err(DeadLetterError::TopicMissing { topic: self.dlq_topic.clone() })
         }
     }
 
-    async fn send_one(&self, letter: &DeadLetter<'_>) -> Result<(), rdkafka::error::KafkaError> {
+    /// Produces every letter and waits until the broker acknowledged each.
+    /// Transient failures are retried with jittered backoff until
+    /// acknowledged; the first permanent one is returned. The caller must
+    /// then stop without writing the batch: its letters are not all durable,
+    /// so nothing may move past them.
+    pub async fn try_send_all(&self, letters: &[DeadLetter<'_>]) -> Result<(), DeadLetterError> {
+        let mut pending: Vec<&DeadLetter<'_>> = letters.iter().collect();
+        self.send_pending(&mut pending).await
+    }
+
+    /// Like [`try_send_all`](Self::try_send_all), for a caller with no way to
+    /// stop: a permanent failure is logged as an error with its remedy (at
+    /// most every 10 s) and retried until it clears, so the records are
+    /// never skipped. The processor's partition tasks should call
+    /// `try_send_all` and stop instead.
+    pub async fn send_all(&self, letters: &[DeadLetter<'_>]) {
+        let mut pending: Vec<&DeadLetter<'_>> = letters.iter().collect();
+        let mut last_error: Option<Instant> = None;
+        while let Err(error) = self.send_pending(&mut pending).await {
+            if last_error.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                error!(%error, "dead-letter produce fails permanently; retrying until fixed, nothing moves past these records");
+                last_error = Some(Instant::now());
+            }
+            tokio::time::sleep(crate::processor::jitter(BACKOFF_MAX)).await;
+        }
+    }
+
+    /// Sends `pending` until every letter is acknowledged (removing each as
+    /// it is) or one fails permanently.
+    async fn send_pending(&self, pending: &mut Vec<&DeadLetter<'_>>) -> Result<(), DeadLetterError> {
+        let started = Instant::now();
+        let mut backoff = BACKOFF_START;
+        let mut attempts: u64 = 0;
+        let mut last_warn: Option<Instant> = None;
+        while !pending.is_empty() {
+            attempts += 1;
+            let results = futures::future::join_all(pending.iter().map(|l| self.send_one(l))).await;
+            let mut failed = Vec::new();
+            let mut permanent = None;
+            let mut transient = None;
+            for (letter, result) in pending.drain(..).zip(results) {
+                let Err(error) = result else { continue };
+                failed.push(letter);
+                if permanent.is_none() {
+                    permanent = self.permanent(letter, &error);
+                }
+                debug!(partition = letter.partition, offset = letter.offset, %error, "dead-letter produce failed");
+                transient.get_or_insert(error);
+            }
+            *pending = failed;
+            if let Some(error) = permanent {
+                return Err(error);
+            }
+            if let Some(error) = transient {
+                if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                    warn!(
+                        topic = %self.dlq_topic,
+                        pending = pending.len(),
+                        attempts,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        %error,
+                        "dead-letter produce failing (transient); retrying, nothing moves past these records"
+                    );
+                    last_warn = Some(Instant::now());
+                }
+                tokio::time::sleep(crate::processor::jitter(backoff)).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+        Ok(())
+    }
+
+    /// The permanent error for `error`, or `None` when it is transient.
+    fn permanent(&self, letter: &DeadLetter<'_>, error: &KafkaError) -> Option<DeadLetterError> {
+        let KafkaError::MessageProduction(code) = *error else { return None };
+        let cause = PermanentCause::of(code)?;
+        Some(DeadLetterError::Permanent {
+            topic: self.dlq_topic.clone(),
+            source_topic: self.source_topic.clone(),
+            partition: letter.partition,
+            offset: letter.offset,
+            cause,
+            code,
+            remedy: cause.remedy(&self.dlq_topic),
+        })
+    }
+
+    async fn send_one(&self, letter: &DeadLetter<'_>) -> Result<(), KafkaError> {
         let partition = letter.partition.to_string();
         let offset = letter.offset.to_string();
         let headers = OwnedHeaders::new_with_capacity(5)
@@ -75,6 +278,52 @@ impl DeadLetters {
         if let Some(payload) = letter.payload {
             record = record.payload(payload);
         }
-        self.producer.send(record, Duration::from_secs(30)).await.map(|_| ()).map_err(|(e, _)| e)
+        self.producer.send(record, QUEUE_TIMEOUT).await.map(|_| ()).map_err(|(e, _)| e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn produce_errors_are_sorted_by_code() {
+        use RDKafkaErrorCode as C;
+        for (code, want) in [
+            (C::UnknownTopic, Some(PermanentCause::MissingTopic)),
+            (C::UnknownTopicOrPartition, Some(PermanentCause::MissingTopic)),
+            (C::TopicAuthorizationFailed, Some(PermanentCause::NotAuthorized)),
+            (C::ClusterAuthorizationFailed, Some(PermanentCause::NotAuthorized)),
+            (C::MessageSizeTooLarge, Some(PermanentCause::TooLarge)),
+            (C::InvalidRecord, Some(PermanentCause::Rejected)),
+            (C::Fatal, Some(PermanentCause::ProducerFailed)),
+            (C::MessageTimedOut, None),
+            (C::QueueFull, None),
+            (C::NotEnoughReplicas, None),
+            (C::LeaderNotAvailable, None),
+            (C::NotLeaderForPartition, None),
+            (C::RequestTimedOut, None),
+            (C::AllBrokersDown, None),
+            (C::BrokerTransportFailure, None),
+        ] {
+            assert_eq!(PermanentCause::of(code), want, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn a_permanent_error_names_the_topic_the_record_and_the_remedy() {
+        let error = DeadLetterError::Permanent {
+            topic: "orders.dlq".into(),
+            source_topic: "orders".into(),
+            partition: 3,
+            offset: 42,
+            cause: PermanentCause::MissingTopic,
+            code: RDKafkaErrorCode::UnknownTopic,
+            remedy: PermanentCause::MissingTopic.remedy("orders.dlq"),
+        };
+        let text = error.to_string();
+        for part in ["orders.dlq", "partition 3 offset 42", "UnknownTopic", "create topic orders.dlq", "kafka.dlq_topic"] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
     }
 }

@@ -70,13 +70,57 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         std::fs::write(&path, "[kafka.librdkafka]\n\"fetch.min.bytes\" = 1024\n\"client.id\" = \"me\"\n").unwrap();
-        let config = Config::from_layers(Some(&path), Vec::new()).unwrap();
-        let client = consumer_config(&config);
-        assert_eq!(client.get("enable.auto.commit"), Some("false"));
-        assert_eq!(client.get("enable.auto.offset.store"), Some("false"));
-        assert_eq!(client.get("fetch.min.bytes"), Some("1024"));
-        assert_eq!(client.get("client.id"), Some("me"));
-        assert_eq!(client.get("fetch.queue.backoff.ms"), Some("10"), "orderly's default");
-        assert_eq!(producer_config(&config).get("enable.idempotence"), Some("true"));
+        let mut config = Config::from_layers(Some(&path), Vec::new()).unwrap();
+        // Config validation rejects these keys in the pass-through; inserting
+        // them directly proves the client builders force them regardless.
+        let hostile = [
+            ("enable.auto.commit", "true"),
+            ("enable.auto.offset.store", "true"),
+            ("partition.assignment.strategy", "range"),
+            ("group.id", "someone-else"),
+            ("bootstrap.servers", "elsewhere:9092"),
+            ("session.timeout.ms", "999999"),
+            ("auto.offset.reset", "error"),
+            ("enable.partition.eof", "true"),
+            ("enable.idempotence", "false"),
+            ("acks", "1"),
+        ];
+        for (key, value) in hostile {
+            config.kafka.librdkafka.insert(key.to_string(), toml::Value::String(value.to_string()));
+        }
+        let session = config.kafka.session_timeout_ms.to_string();
+        let consumer = consumer_config(&config);
+        for (key, want) in [
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            ("group.id", config.kafka.group_id.as_str()),
+            ("bootstrap.servers", config.kafka.bootstrap_servers.as_str()),
+            ("session.timeout.ms", session.as_str()),
+            ("auto.offset.reset", config.kafka.auto_offset_reset.as_str()),
+            ("enable.partition.eof", "false"),
+        ] {
+            assert_eq!(consumer.get(key), Some(want), "consumer {key} is forced");
+        }
+        assert_eq!(consumer.get("fetch.min.bytes"), Some("1024"), "other keys pass through");
+        assert_eq!(consumer.get("client.id"), Some("me"));
+        assert_eq!(consumer.get("fetch.queue.backoff.ms"), Some("10"), "orderly's default");
+
+        let producer = producer_config(&config);
+        for (key, want) in [
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            ("bootstrap.servers", config.kafka.bootstrap_servers.as_str()),
+        ] {
+            assert_eq!(producer.get(key), Some(want), "producer {key} is forced");
+        }
+        assert_eq!(producer.get("client.id"), Some("me"));
+    }
+
+    #[test]
+    fn passthrough_can_change_orderly_defaults() {
+        let mut config = Config::defaults().unwrap();
+        config.kafka.librdkafka.insert("queued.min.messages".into(), toml::Value::Integer(5000));
+        assert_eq!(consumer_config(&config).get("queued.min.messages"), Some("5000"));
     }
 }

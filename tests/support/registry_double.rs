@@ -3,7 +3,8 @@
 //! one. It speaks the REST endpoints `schema_registry_converter` calls
 //! (register, look up, latest, by version, by id) over real HTTP, keeps
 //! schemas in memory, assigns ids from 1, and does no compatibility checks.
-//! Not for production use.
+//! Tests can make it answer look-ups by id the way a misconfigured
+//! deployment would ([`ByIdMode`]). Not for production use.
 
 #![allow(dead_code)]
 
@@ -18,8 +19,24 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+/// How the double answers `GET /schemas/ids/{id}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ByIdMode {
+    /// As a Confluent registry does: the schema, or 404 with error code
+    /// 40403 ("schema not found").
+    #[default]
+    Normal,
+    /// 404 with a registry error body of another code (40401 is "subject
+    /// not found"), for every id.
+    NotFoundWithCode(u32),
+    /// 404 with a plain HTML page, as an ingress or a wrong base path
+    /// answers, for every id.
+    HtmlNotFound,
+}
+
 #[derive(Default)]
 struct Inner {
+    mode: ByIdMode,
     /// id -> schema text
     by_id: HashMap<u32, String>,
     /// subject -> versions (schema text, id), version n at index n-1
@@ -63,6 +80,13 @@ impl RegistryDouble {
         RegistryDouble { url: format!("http://{addr}"), inner, _runtime: runtime }
     }
 
+    /// Changes how look-ups by id are answered from now on.
+    pub fn set_by_id_mode(&self, mode: ByIdMode) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.mode = mode;
+        }
+    }
+
     /// How many requests of `kind` ("by_id", "register", ...) were answered.
     pub fn requests(&self, kind: &str) -> u64 {
         self.inner.lock().map(|i| i.requests.get(kind).copied().unwrap_or(0)).unwrap_or(0)
@@ -76,6 +100,14 @@ fn not_found(code: u32, message: &str) -> Response {
 async fn by_id(State(inner): State<Shared>, Path(id): Path<u32>) -> Response {
     let mut inner = inner.lock().expect("registry double lock");
     *inner.requests.entry("by_id").or_default() += 1;
+    match inner.mode {
+        ByIdMode::Normal => {}
+        ByIdMode::NotFoundWithCode(code) => return not_found(code, "Subject not found"),
+        ByIdMode::HtmlNotFound => {
+            let page = "<html><head><title>404 Not Found</title></head><body><h1>404 Not Found</h1><hr>nginx</body></html>";
+            return (StatusCode::NOT_FOUND, [(axum::http::header::CONTENT_TYPE, "text/html")], page).into_response();
+        }
+    }
     match inner.by_id.get(&id) {
         Some(schema) => Json(json!({ "schema": schema, "schemaType": "AVRO" })).into_response(),
         None => not_found(40403, "Schema not found"),

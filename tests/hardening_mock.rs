@@ -1,0 +1,365 @@
+//! Issue 12 hardening, on librdkafka's in-process mock cluster and the
+//! registry test double: invalid ids are dead-lettered, a registry that does
+//! not answer like one never turns records into poison, and a dead-letter
+//! topic that cannot take records stops the processor instead of stalling
+//! or skipping.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::FutureProducer;
+use rdkafka::ClientConfig;
+
+use orderly::codec::{wire, Encoder, WriterVersion};
+use orderly::config::Config;
+use orderly::demo::covers;
+use orderly::event::{EventType, OrderEvent};
+use orderly::load::produce_planned;
+use orderly::processor::{DeadLetter, DeadLetters, Processor, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET};
+use orderly::registry::{Registry, RegistryError};
+use orderly::store::Store;
+use orderly::workload::PlannedRecord;
+use support::registry_double::{ByIdMode, RegistryDouble};
+use support::{committed, read_all, unique};
+
+struct Cluster {
+    mock: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    bootstrap: String,
+    topic: String,
+    dlq: String,
+}
+
+/// A one-partition input topic and, when `with_dlq`, its dead-letter topic.
+fn cluster(with_dlq: bool) -> Cluster {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    let topic = unique("orders");
+    let dlq = unique("orders-dlq");
+    mock.create_topic(&topic, 1, 1).expect("topic");
+    if with_dlq {
+        mock.create_topic(&dlq, 1, 1).expect("dlq topic");
+    }
+    let bootstrap = mock.bootstrap_servers();
+    Cluster { mock, bootstrap, topic, dlq }
+}
+
+fn producer(bootstrap: &str) -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer")
+}
+
+fn config(c: &Cluster, store: &std::path::Path) -> Config {
+    let mut config = Config::defaults().expect("defaults");
+    config.kafka.bootstrap_servers = c.bootstrap.clone();
+    config.kafka.group_id = unique("group");
+    config.kafka.input_topic = c.topic.clone();
+    config.kafka.dlq_topic = c.dlq.clone();
+    config.store.path = store.to_path_buf();
+    config
+}
+
+fn event(event_id: &str, order_id: &str, version: i64, event_type: EventType) -> OrderEvent {
+    OrderEvent {
+        event_id: event_id.into(),
+        order_id: order_id.into(),
+        version,
+        event_type,
+        amount: 1_000,
+        currency: "EUR".into(),
+        occurred_at: 1_764_547_200_000 + version,
+    }
+}
+
+fn record(encoder: &Encoder, event: &OrderEvent) -> PlannedRecord {
+    PlannedRecord { key: event.order_id.clone(), payload: encoder.encode(event, WriterVersion::V2).expect("encode") }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+async fn wait_async(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    check()
+}
+
+async fn committed_async(c: &Cluster, group: &str) -> BTreeMap<i32, i64> {
+    let (bootstrap, group, topic) = (c.bootstrap.clone(), group.to_string(), c.topic.clone());
+    tokio::task::spawn_blocking(move || committed(&bootstrap, &group, &topic, 1)).await.expect("committed")
+}
+
+/// The number of records in partition 0 of `topic` (its high watermark).
+async fn end_offset(bootstrap: &str, topic: &str) -> i64 {
+    let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &bootstrap).create().expect("consumer");
+        consumer.fetch_watermarks(&topic, 0, Duration::from_secs(10)).expect("watermarks").1
+    })
+    .await
+    .expect("watermarks task")
+}
+
+/// The checkpoint's `(next_offset, dead_lettered)` of partition 0, if any.
+fn checkpoint(store: &Store) -> Option<(i64, u64)> {
+    let checkpoints = store.checkpoints().expect("checkpoints");
+    checkpoints.iter().find(|(_, p, _)| *p == 0).map(|(_, _, c)| (c.next_offset, c.dead_lettered))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_event_id_is_dead_lettered_and_never_a_duplicate() {
+    let c = cluster(true);
+    let registry = Registry::memory();
+    let encoder = Encoder::register(&registry, &c.topic).await.expect("register");
+    let records = vec![
+        record(&encoder, &event("", "order-e", 1, EventType::Created)),
+        record(&encoder, &event("e-1", "order-e", 1, EventType::Created)),
+        // Had the first record's empty id entered the inbox, this one would
+        // be dropped as a duplicate of it.
+        record(&encoder, &event("", "order-e", 2, EventType::Paid)),
+    ];
+    let ends = produce_planned(&producer(&c.bootstrap), &c.topic, &records).await.expect("produce");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(&c, &dir.path().join("store"));
+    let store = Store::open(&config.store.path, 16).expect("store");
+    let watcher = store.clone();
+    let caught_up = async move {
+        assert!(wait_async(Duration::from_secs(60), || covers(&watcher, &ends)).await, "processor did not catch up");
+    };
+    Processor::new(config, store.clone(), registry).run(caught_up).await.expect("processor run");
+
+    let stats = store.stats().expect("stats");
+    let total = |f: fn(&orderly::store::Checkpoint) -> u64| stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>();
+    assert_eq!(total(|c| c.dead_lettered), 2, "both empty ids dead-lettered: {stats:?}");
+    assert_eq!(total(|c| c.applied), 1, "{stats:?}");
+    assert_eq!(total(|c| c.duplicates), 0, "an empty id is never a duplicate: {stats:?}");
+    let state = store.get_order("order-e").expect("get").expect("order-e has a state");
+    assert_eq!((state.version, state.status), (1, EventType::Created));
+
+    let (bootstrap, dlq) = (c.bootstrap.clone(), c.dlq.clone());
+    let letters = tokio::task::spawn_blocking(move || read_all(&bootstrap, &dlq)).await.expect("read dlq");
+    let offsets: Vec<&str> = letters.iter().map(|l| l.headers[HEADER_OFFSET].as_str()).collect();
+    assert_eq!(offsets, ["0", "2"]);
+    for letter in &letters {
+        assert_eq!(letter.headers[HEADER_ERROR_KIND], "invalid");
+        assert!(letter.headers[HEADER_ERROR_MESSAGE].contains("event_id"), "{:?}", letter.headers);
+    }
+    drop(c.mock);
+}
+
+/// Classification on the registry's own error code: 40403 only is an
+/// unknown id; a 404 with another code, an HTML 404 or a wrong base path is
+/// not, and the start-up probe rejects such an endpoint.
+#[test]
+fn registry_answers_are_classified_on_the_error_code() {
+    // The double runs its own runtime, so it is started outside the test's.
+    let double = RegistryDouble::start();
+    runtime().block_on(registry_answers(&double));
+}
+
+async fn registry_answers(double: &RegistryDouble) {
+    let registry = Registry::http(&double.url, Duration::from_secs(5)).expect("client");
+    let id = registry.register("orders-value", orderly::codec::SCHEMA_V2).await.expect("register");
+    assert!(registry.schema_by_id(id).await.is_ok());
+    assert!(matches!(registry.schema_by_id(id + 100).await, Err(RegistryError::UnknownId { .. })), "40403 is an unknown id");
+    registry.probe().await.expect("a registry passes the probe");
+
+    for mode in [ByIdMode::NotFoundWithCode(40401), ByIdMode::HtmlNotFound] {
+        double.set_by_id_mode(mode);
+        for look_up in [id, id + 100] {
+            match registry.schema_by_id(look_up).await {
+                Err(RegistryError::Unexpected { url, message, .. }) => {
+                    assert_eq!(url, double.url);
+                    assert!(message.contains("404"), "{message}");
+                }
+                other => panic!("{mode:?}, id {look_up}: expected an unexpected answer, got {other:?}"),
+            }
+        }
+        match registry.probe().await {
+            Err(e @ RegistryError::NotARegistry { .. }) => assert!(e.to_string().contains(&double.url), "{e}"),
+            other => panic!("{mode:?}: the probe fails, got {other:?}"),
+        }
+    }
+    double.set_by_id_mode(ByIdMode::Normal);
+
+    // A wrong base path: the server answers 404 with no registry body.
+    let wrong = Registry::http(&format!("{}/not-the-registry", double.url), Duration::from_secs(5)).expect("client");
+    assert!(matches!(wrong.schema_by_id(id).await, Err(RegistryError::Unexpected { .. })));
+    assert!(matches!(wrong.probe().await, Err(RegistryError::NotARegistry { .. })));
+    // Nothing listening: unavailable, not poison.
+    let down = Registry::http("http://127.0.0.1:1", Duration::from_secs(2)).expect("client");
+    assert!(matches!(down.schema_by_id(id).await, Err(RegistryError::Unavailable(_))));
+}
+
+/// A registry endpoint answering 404 without Confluent's 40403 (an HTML page,
+/// then another error code) makes the processor retry: nothing is
+/// dead-lettered and the checkpoint and the committed offset stay before the
+/// records until the registry answers properly again.
+#[test]
+fn registry_404_without_schema_code_is_retried_not_dead_lettered() {
+    let double = RegistryDouble::start();
+    runtime().block_on(registry_404_retried(&double));
+}
+
+async fn registry_404_retried(double: &RegistryDouble) {
+    let c = cluster(true);
+    let registry = Registry::http(&double.url, Duration::from_secs(5)).expect("client");
+    let encoder = Encoder::register(&registry, &c.topic).await.expect("register");
+    double.set_by_id_mode(ByIdMode::HtmlNotFound);
+    let records: Vec<PlannedRecord> = (1..=3)
+        .map(|v| record(&encoder, &event(&format!("r-{v}"), "order-r", v, EventType::Created)))
+        .collect();
+    let ends = produce_planned(&producer(&c.bootstrap), &c.topic, &records).await.expect("produce");
+    assert_eq!(ends, BTreeMap::from([(0, 3)]));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(&c, &dir.path().join("store"));
+    let group = config.kafka.group_id.clone();
+    let store = Store::open(&config.store.path, 16).expect("store");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        let _ = stop_rx.await;
+    };
+    let processor = Processor::new(config, store.clone(), registry);
+    let driver = async {
+        let mut observed = Vec::new();
+        for (mode, more) in [(ByIdMode::HtmlNotFound, 3), (ByIdMode::NotFoundWithCode(40401), 2)] {
+            double.set_by_id_mode(mode);
+            let target = double.requests("by_id") + more;
+            let retried = wait_async(Duration::from_secs(60), || double.requests("by_id") >= target).await;
+            observed.push((mode, retried, checkpoint(&store), end_offset(&c.bootstrap, &c.dlq).await, committed_async(&c, &group).await));
+        }
+        double.set_by_id_mode(ByIdMode::Normal);
+        let caught_up = wait_async(Duration::from_secs(60), || covers(&store, &ends)).await;
+        let _ = stop_tx.send(());
+        (observed, caught_up)
+    };
+    let (result, (observed, caught_up)) = tokio::join!(processor.run(shutdown), driver);
+    result.expect("processor run");
+
+    for (mode, retried, checkpoint, dlq_records, committed) in observed {
+        assert!(retried, "{mode:?}: the look-up is retried");
+        assert!(checkpoint.is_none_or(|(next, dead)| next == 0 && dead == 0), "{mode:?}: checkpoint {checkpoint:?}");
+        assert_eq!(dlq_records, 0, "{mode:?}: nothing dead-lettered");
+        assert_eq!(committed, BTreeMap::from([(0, -1)]), "{mode:?}: nothing committed");
+    }
+    assert!(caught_up, "the records are processed once the registry answers");
+    assert_eq!(checkpoint(&store), Some((3, 0)));
+    let stats = store.stats().expect("stats");
+    assert_eq!(stats.iter().map(|s| s.checkpoint.applied).sum::<u64>(), 3);
+    assert_eq!(end_offset(&c.bootstrap, &c.dlq).await, 0, "nothing dead-lettered");
+    assert_eq!(committed_async(&c, &group).await, ends);
+    drop(c.mock);
+}
+
+/// Client settings under which a missing topic is reported instead of
+/// created: brokers in production usually do not auto-create topics, and the
+/// mock cluster does unless the client asks it not to. A short propagation
+/// wait keeps the test quick (librdkafka's default is 30 s).
+const NO_AUTO_CREATE: [(&str, &str); 2] = [("allow.auto.create.topics", "false"), ("topic.metadata.propagation.max.ms", "1000")];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_dlq_topic_is_a_permanent_error_naming_the_topic() {
+    let c = cluster(false);
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", &c.bootstrap).set("enable.idempotence", "true");
+    for (key, value) in NO_AUTO_CREATE {
+        client.set(key, value);
+    }
+    let letters = DeadLetters::new(client.create().expect("producer"), c.dlq.clone(), c.topic.clone());
+    let error = tokio::task::block_in_place(|| letters.check_topic(Duration::from_secs(10))).expect_err("the topic is missing");
+    assert!(error.to_string().contains(&c.dlq), "{error}");
+
+    let letter = DeadLetter {
+        key: Some(b"k"),
+        payload: Some(b"not avro"),
+        partition: 0,
+        offset: 7,
+        kind: orderly::codec::PoisonKind::BadMagicByte,
+        message: "magic byte is 110".into(),
+    };
+    let started = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(30), letters.try_send_all(std::slice::from_ref(&letter))).await;
+    let error = result.expect("fails within the bound").expect_err("a missing topic is permanent");
+    let text = error.to_string();
+    assert!(text.contains(&c.dlq) && text.contains("offset 7") && text.contains("create topic"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+
+    // Once the topic exists the same letter goes through.
+    c.mock.create_topic(&c.dlq, 1, 1).expect("dlq topic");
+    tokio::task::block_in_place(|| letters.check_topic(Duration::from_secs(10))).expect("the topic exists now");
+    tokio::time::timeout(Duration::from_secs(30), letters.try_send_all(std::slice::from_ref(&letter)))
+        .await
+        .expect("within the bound")
+        .expect("delivered");
+    assert_eq!(end_offset(&c.bootstrap, &c.dlq).await, 1);
+}
+
+/// A poison record with no dead-letter topic to take it stops the processor
+/// with an error naming the topic, and nothing is committed past it: the
+/// committed offset and the checkpoint stay at the poison record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_dlq_topic_stops_the_processor_before_the_poison_record() {
+    let c = cluster(false);
+    let registry = Registry::memory();
+    let encoder = Encoder::register(&registry, &c.topic).await.expect("register");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = config(&c, &dir.path().join("store"));
+    for (key, value) in NO_AUTO_CREATE {
+        config.kafka.librdkafka.insert(key.into(), toml::Value::String(value.into()));
+    }
+    let group = config.kafka.group_id.clone();
+    let store = Store::open(&config.store.path, 16).expect("store");
+    let producer = producer(&c.bootstrap);
+    let first = record(&encoder, &event("d-1", "order-d", 1, EventType::Created));
+    produce_planned(&producer, &c.topic, &[first]).await.expect("produce");
+
+    let processor = Processor::new(config, store.clone(), registry);
+    // Stops the run only if the processor never stops on its own.
+    let shutdown = tokio::time::sleep(Duration::from_secs(90));
+    let driver = async {
+        let committed_first = wait_async_committed(&c, &group, 1).await;
+        let poison = wire(encoder.v2_id, b"\x02not an avro body");
+        let after = record(&encoder, &event("d-2", "order-d", 2, EventType::Paid));
+        let poison_at = Instant::now();
+        let ends = produce_planned(&producer, &c.topic, &[PlannedRecord { key: "order-d".into(), payload: poison }, after])
+            .await
+            .expect("produce");
+        (committed_first, poison_at, ends)
+    };
+    let (result, (committed_first, poison_at, ends)) = tokio::join!(processor.run(shutdown), driver);
+    let stopped_after = poison_at.elapsed();
+    assert!(committed_first, "the first record was processed and committed");
+    assert_eq!(ends, BTreeMap::from([(0, 3)]));
+    // Needs the partition task to stop on `DeadLetters::try_send_all`'s error
+    // (src/processor/partition.rs, issue 12).
+    let error = result.expect_err("the processor stops on a permanent dead-letter failure");
+    let text = error.to_string();
+    assert!(text.contains(&c.dlq) && text.contains("offset 1") && text.contains("create topic"), "{text}");
+    assert!(stopped_after < Duration::from_secs(60), "stopped {stopped_after:?} after the poison record");
+    assert_eq!(checkpoint(&store), Some((1, 0)), "the checkpoint stays at the poison record");
+    assert_eq!(committed_async(&c, &group).await, BTreeMap::from([(0, 1)]), "nothing committed past the poison record");
+    drop(c.mock);
+}
+
+async fn wait_async_committed(c: &Cluster, group: &str, offset: i64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if committed_async(c, group).await.get(&0) == Some(&offset) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
