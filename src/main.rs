@@ -277,6 +277,14 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             tracing::info!(store = %store_path.display(), existing = preflight::store_present(&store_path), "opening the store");
             let store = Store::open(&store_path, config.store.cache_capacity_mb)?;
             let registry = Registry::http(&config.registry.url, Duration::from_millis(config.registry.timeout_ms))?;
+            // Something that answers, but not like a schema registry, is a
+            // wrong URL: stop now rather than retry every record. An
+            // unreachable registry is waited for record by record.
+            match registry.probe().await {
+                Err(e @ orderly::registry::RegistryError::NotARegistry { .. }) => return Err(e.into()),
+                Err(e) => tracing::warn!(error = %e, "schema registry not reachable at start-up; records wait for it"),
+                Ok(()) => {}
+            }
             let report = Processor::new(config, store, registry).run(shutdown).await?;
             tracing::info!(applied = report.applied, duplicates = report.duplicates, stale = report.stale, dead_lettered = report.dead_lettered, "exiting");
             Ok(Exit::Success)

@@ -90,6 +90,12 @@ impl PartitionState {
         PartitionState { store, cache: HashMap::new(), pending: checkpoint, written: checkpoint, dirty_bytes: 0, cached_bytes: 0 }
     }
 
+    /// An empty stand-in over the same tree (no cache, no checkpoint), for
+    /// while the state is lent to a blocking thread.
+    pub fn empty_like(&self) -> Self {
+        PartitionState::new(self.store.clone(), None)
+    }
+
     /// The checkpoint covering every record decided so far.
     pub fn pending(&self) -> Option<Checkpoint> {
         self.pending

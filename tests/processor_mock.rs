@@ -21,7 +21,7 @@ use orderly::registry::Registry;
 use orderly::store::Store;
 use orderly::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
 use support::registry_double::RegistryDouble;
-use support::{committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
+use support::{commit_offsets, committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
 
 const PARTITIONS: i32 = 4;
 
@@ -250,6 +250,102 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
     sources.dedup();
     assert_eq!(sources.len() as u64, expected.dead_lettered, "every poison record dead-lettered at least once");
     drop(c.mock);
+}
+
+/// A crash after a flush and before its offset commit, with no more input
+/// coming: the restarted processor commits its durable checkpoints within
+/// seconds, without waiting for new records.
+#[test]
+fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
+    let c = cluster();
+    let registry = RegistryDouble::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let http = Registry::http(&registry.url, Duration::from_secs(5)).unwrap();
+    let encoder = runtime.block_on(Encoder::register(&http, &c.topic)).expect("register over HTTP");
+    let (records, _) = plan(&WorkloadSpec { orders: 500, seed: 8, ..Default::default() }, &encoder).expect("plan");
+    let ends = runtime.block_on(produce_planned(&producer(&c.bootstrap), &c.topic, &records)).expect("produce");
+    let group = unique("group");
+    let instance = Instance::new(&Setup {
+        bootstrap: &c.bootstrap,
+        registry_url: &registry.url,
+        group: &group,
+        topic: &c.topic,
+        dlq_topic: &c.dlq,
+        session_timeout_ms: 6000,
+        extra: "",
+    });
+    let before = instance.connected_count();
+    let mut child = instance.spawn_run(None);
+    assert!(instance.wait_ready(before), "never connected\n{}", instance.log());
+    assert!(wait_until(Duration::from_secs(60), || committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends), "first run caught up");
+    signal(&child, "TERM");
+    assert!(wait_exit(&mut child, Duration::from_secs(30)).is_some_and(|s| s.success()));
+    // The group's offsets fall behind the durable checkpoints, as a kill
+    // between the flush and the commit leaves them.
+    let behind: BTreeMap<i32, i64> = ends.iter().map(|(p, o)| (*p, o / 2)).collect();
+    commit_offsets(&c.bootstrap, &group, &c.topic, &behind);
+    assert_eq!(committed(&c.bootstrap, &group, &c.topic, PARTITIONS), behind);
+    let before = instance.connected_count();
+    let mut child = instance.spawn_run(None);
+    assert!(instance.wait_ready(before), "never connected\n{}", instance.log());
+    let caught_up = wait_until(Duration::from_secs(20), || committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends);
+    signal(&child, "TERM");
+    let _ = wait_exit(&mut child, Duration::from_secs(30));
+    assert!(caught_up, "committed offsets reach the checkpoints with no new input\n{}", instance.log());
+    drop(c.mock);
+}
+
+/// A partition task that panics stops the process with a non-zero exit
+/// naming the partition, and nothing beyond durable state is committed: the
+/// group's committed offsets never pass the store's checkpoints.
+#[test]
+fn a_panicking_partition_task_stops_the_process_naming_the_partition() {
+    let c = cluster();
+    let registry = RegistryDouble::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let http = Registry::http(&registry.url, Duration::from_secs(5)).unwrap();
+    let encoder = runtime.block_on(Encoder::register(&http, &c.topic)).expect("register over HTTP");
+    let spec = WorkloadSpec { orders: 2_000, poison_rate: 0.0, seed: 3, ..Default::default() };
+    let (records, _) = plan(&spec, &encoder).expect("plan");
+    let ends = runtime.block_on(produce_planned(&producer(&c.bootstrap), &c.topic, &records)).expect("produce");
+    let total: i64 = ends.values().sum();
+    let group = unique("group");
+    let instance = Instance::new(&Setup {
+        bootstrap: &c.bootstrap,
+        registry_url: &registry.url,
+        group: &group,
+        topic: &c.topic,
+        dlq_topic: &c.dlq,
+        session_timeout_ms: 6000,
+        extra: "batch_max_records = 50\nbatch_max_wait_ms = 5\ncommit_interval_ms = 10",
+    });
+    let mut child = instance.spawn_run(Some("panic_batch:20"));
+    let status = wait_exit(&mut child, Duration::from_secs(60)).unwrap_or_else(|| panic!("never stopped\n{}", instance.log()));
+    assert!(!status.success(), "a panic is a failure exit: {status:?}\n{}", instance.log());
+    let log = instance.log();
+    assert!(log.contains("fault injection: panic at panic_batch"), "{log}");
+    let named = regex_lite_partition(&log);
+    assert!(named, "the error names the panicking partition\n{log}");
+    let stats = instance.stats();
+    let consumed = stats["totals"]["consumed"].as_u64().unwrap();
+    assert!(consumed < total as u64, "stopped before the end ({consumed} of {total})");
+    let committed = committed(&c.bootstrap, &group, &c.topic, PARTITIONS);
+    for p in stats["partitions"].as_array().expect("partitions") {
+        let partition = p["partition"].as_i64().unwrap() as i32;
+        let next = p["next_offset"].as_i64().unwrap();
+        let group_offset = committed.get(&partition).copied().unwrap_or(-1);
+        assert!(group_offset <= next, "partition {partition}: committed {group_offset} beyond the durable checkpoint {next}");
+    }
+    drop(c.mock);
+}
+
+/// True when the log says "partition N: task panicked".
+fn regex_lite_partition(log: &str) -> bool {
+    log.match_indices(": task panicked").any(|(at, _)| {
+        let before = &log[..at];
+        let digits = before.chars().rev().take_while(|c| c.is_ascii_digit()).count();
+        digits > 0 && before[..before.len() - digits].ends_with("partition ")
+    })
 }
 
 #[test]

@@ -10,13 +10,13 @@ use crate::config::Config;
 /// its prefetch limits per partition queue: its own defaults (100,000
 /// messages or 64 MiB each) would prefetch whole topics into memory. A short
 /// fetch back-off refills a drained partition queue quickly. Measured with
-/// the pipeline bench: 1,000,000 new orders on 22 partitions peak at 559 MiB
-/// with 100,000, 429 MiB with 30,000 and 283 MiB with 10,000; on a 4-partition
-/// nisshi topic 10,000 starves the tasks (3.3 s of stalls, half the rate)
-/// and 30,000 does not.
+/// the pipeline bench on nisshi (4 partitions, 1,000,000 interleaved
+/// events): 1,000 messages / 1 MiB per queue kept the processor's rate
+/// (decisions no longer wait on sled, so a short queue does not starve)
+/// and peaked about 75-150 MiB lower than 30,000 / 16 MiB.
 pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
-    ("queued.min.messages", "30000"),
-    ("queued.max.messages.kbytes", "16384"),
+    ("queued.min.messages", "1000"),
+    ("queued.max.messages.kbytes", "1024"),
     ("fetch.queue.backoff.ms", "10"),
 ];
 

@@ -25,7 +25,7 @@ use rdkafka::producer::FutureProducer;
 use tokio::sync::{mpsc, Notify};
 use tracing::{error, info, warn};
 
-pub use dlq::{DeadLetter, DeadLetters, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+pub use dlq::{DeadLetter, DeadLetterError, DeadLetters, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
 pub use kafka::{consumer_config, producer_config};
 
 use crate::codec::Decoder;
@@ -39,6 +39,8 @@ use flusher::{FlushMsg, Flusher};
 pub enum ProcessError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    DeadLetter(#[from] dlq::DeadLetterError),
     #[error("the flusher stopped (a store flush failed)")]
     FlusherGone,
     #[error("kafka client setup failed: {0}")]
@@ -327,8 +329,15 @@ fn poll_loop(
         backoff = (backoff * 2).min(Duration::from_secs(10));
     }
     if !stop.load(Ordering::SeqCst) {
-        if let Err(e) = consumer.subscribe(&[&topic]) {
-            shared.fatal(format!("cannot subscribe to {topic}: {e}"));
+        // A missing dead-letter topic would stop the first poison record
+        // anyway; say so before joining the group.
+        match shared.dead_letters.check_topic(Duration::from_secs(10)) {
+            Err(e) => shared.fatal(e.to_string()),
+            Ok(()) => {
+                if let Err(e) = consumer.subscribe(&[&topic]) {
+                    shared.fatal(format!("cannot subscribe to {topic}: {e}"));
+                }
+            }
         }
     }
     let mut last_log = Instant::now();

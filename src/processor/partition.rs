@@ -134,11 +134,25 @@ impl PartitionTask {
     /// Writes the changed orders and the checkpoint in one atomic batch and
     /// reports it to the flusher (which makes it durable, then commits).
     async fn write_out(&mut self) -> Result<(), ProcessError> {
+        if !self.state.has_unwritten() {
+            return Ok(());
+        }
         let started = Instant::now();
-        // Runs on the worker: measured, handing sled work to extra threads
-        // (block_in_place) let every partition contend for sled's locks on 2
-        // cores and halved throughput.
-        let Some(written) = self.state.write_out(self.shared.cache_share())? else { return Ok(()) };
+        // A write-out (encoding and writing every changed order) takes tens
+        // of milliseconds: it runs on a blocking thread so the async workers
+        // keep the other partitions' timers and batches on time. The task
+        // owns its state and waits, so nothing else touches it meanwhile.
+        let share = self.shared.cache_share();
+        let placeholder = self.state.empty_like();
+        let mut state = std::mem::replace(&mut self.state, placeholder);
+        let (state, result) = tokio::task::spawn_blocking(move || {
+            let result = state.write_out(share);
+            (state, result)
+        })
+        .await
+        .map_err(|join| ProcessError::Fatal(format!("partition {}: write-out thread failed: {join}", self.partition)))?;
+        self.state = state;
+        let Some(written) = result? else { return Ok(()) };
         fault::hit(Point::AfterBatch);
         self.shared.counters.record_write(written.keys, written.bytes, started.elapsed());
         let next_offset = written.checkpoint.next_offset;
@@ -190,7 +204,9 @@ impl PartitionTask {
             }
         }
         if !letters.is_empty() {
-            self.shared.dead_letters.send_all(&letters).await;
+            // A permanent failure stops the processor before this batch is
+            // decided: nothing moves past a record whose letter is not durable.
+            self.shared.dead_letters.try_send_all(&letters).await?;
             fault::hit(Point::AfterDlq);
         }
 
