@@ -43,14 +43,6 @@
 //! * [`load`]: producing a planned workload, every record acknowledged.
 //! * [`fault`]: crash points for the crash drill (test-only switch).
 
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
-#[global_allocator]
-static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
 pub mod codec;
 pub mod config;
 pub mod decide;

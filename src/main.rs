@@ -1,5 +1,14 @@
 //! The `orderly` binary: `run`, `demo`, `produce`, `state`, `config`.
 
+// The allocator (feature `jemalloc`, the default; see README, Performance).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -33,12 +33,12 @@ const TREE_PREFIX: &str = "partition/";
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(
-        "cannot open the store at {path}: {source}. If another orderly process is running on this store, stop it first; \
+        "cannot open the store at {path}: {cause}. If another orderly process is running on this store, stop it first; \
          if the store is damaged, move the directory aside and rebuild it (see README, \"Rebuilding the store\")"
     )]
-    Open { path: PathBuf, source: sled::Error },
-    #[error("store I/O error at {path}: {source}")]
-    Io { path: PathBuf, source: sled::Error },
+    Open { path: PathBuf, cause: sled::Error },
+    #[error("store I/O error at {path}: {cause}")]
+    Io { path: PathBuf, cause: sled::Error },
     #[error("corrupt value under key {key:?} in tree {tree}: {message}")]
     Corrupt { tree: String, key: String, message: String },
     #[error(
@@ -103,7 +103,7 @@ impl Store {
             .path(path)
             .cache_capacity(cache_capacity_mb.saturating_mul(1024 * 1024))
             .open()
-            .map_err(|source| StoreError::Open { path: path.to_path_buf(), source })?;
+            .map_err(|cause| StoreError::Open { path: path.to_path_buf(), cause })?;
         let store = Store { db, path: path.to_path_buf() };
         store.check_format()?;
         Ok(store)
@@ -132,8 +132,8 @@ impl Store {
         &self.path
     }
 
-    fn io(&self, source: sled::Error) -> StoreError {
-        StoreError::Io { path: self.path.clone(), source }
+    fn io(&self, cause: sled::Error) -> StoreError {
+        StoreError::Io { path: self.path.clone(), cause }
     }
 
     /// The tree of one input partition.
@@ -265,8 +265,8 @@ impl BatchWrite {
 }
 
 impl PartitionStore {
-    fn io(&self, source: sled::Error) -> StoreError {
-        StoreError::Io { path: self.path.clone(), source }
+    fn io(&self, cause: sled::Error) -> StoreError {
+        StoreError::Io { path: self.path.clone(), cause }
     }
 
     fn decode_state(&self, key: &[u8], value: &[u8]) -> Result<OrderState, StoreError> {

@@ -21,7 +21,7 @@ use orderly::registry::Registry;
 use orderly::store::Store;
 use orderly::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
 use support::registry_double::RegistryDouble;
-use support::{commit_offsets, committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
+use support::{committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
 
 const PARTITIONS: i32 = 4;
 
@@ -264,6 +264,7 @@ fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
     let encoder = runtime.block_on(Encoder::register(&http, &c.topic)).expect("register over HTTP");
     let (records, _) = plan(&WorkloadSpec { orders: 500, seed: 8, ..Default::default() }, &encoder).expect("plan");
     let ends = runtime.block_on(produce_planned(&producer(&c.bootstrap), &c.topic, &records)).expect("produce");
+    let total: i64 = ends.values().sum();
     let group = unique("group");
     let instance = Instance::new(&Setup {
         bootstrap: &c.bootstrap,
@@ -272,19 +273,18 @@ fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
         topic: &c.topic,
         dlq_topic: &c.dlq,
         session_timeout_ms: 6000,
-        extra: "",
+        // Everything is decided well before the first write-out, so the first
+        // flush covers every record.
+        extra: "commit_interval_ms = 3000",
     });
-    let before = instance.connected_count();
-    let mut child = instance.spawn_run(None);
-    assert!(instance.wait_ready(before), "never connected\n{}", instance.log());
-    assert!(wait_until(Duration::from_secs(60), || committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends), "first run caught up");
-    signal(&child, "TERM");
-    assert!(wait_exit(&mut child, Duration::from_secs(30)).is_some_and(|s| s.success()));
-    // The group's offsets fall behind the durable checkpoints, as a kill
-    // between the flush and the commit leaves them.
-    let behind: BTreeMap<i32, i64> = ends.iter().map(|(p, o)| (*p, o / 2)).collect();
-    commit_offsets(&c.bootstrap, &group, &c.topic, &behind);
-    assert_eq!(committed(&c.bootstrap, &group, &c.topic, PARTITIONS), behind);
+    let mut child = instance.spawn_run(Some("after_flush:1"));
+    let status = wait_exit(&mut child, Duration::from_secs(60)).unwrap_or_else(|| panic!("never crashed\n{}", instance.log()));
+    assert!(!status.success(), "aborted after the flush\n{}", instance.log());
+    let consumed = instance.stats()["totals"]["consumed"].as_u64().unwrap();
+    assert_eq!(consumed, total as u64, "the crash came after the flush covering every record\n{}", instance.log());
+    let behind = committed(&c.bootstrap, &group, &c.topic, PARTITIONS);
+    assert_ne!(behind, ends, "the crash came before the commit");
+    // No new input from here on.
     let before = instance.connected_count();
     let mut child = instance.spawn_run(None);
     assert!(instance.wait_ready(before), "never connected\n{}", instance.log());

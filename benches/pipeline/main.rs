@@ -69,6 +69,15 @@
 //! results, as JSON or a table).
 
 
+// The same allocator as the `orderly` binary, so (c) and (d) measure what it runs.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod loader;
 mod measure;
 mod phases;

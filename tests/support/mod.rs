@@ -167,22 +167,6 @@ pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> 
     result
 }
 
-/// Commits `offsets` for `group` from outside the group (no member may be
-/// active), as a crash between a flush and its commit would leave them.
-pub fn commit_offsets(bootstrap: &str, group: &str, topic: &str, offsets: &BTreeMap<i32, i64>) {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    for (p, o) in offsets {
-        tpl.add_partition_offset(topic, *p, Offset::Offset(*o)).expect("offset");
-    }
-    consumer.commit(&tpl, rdkafka::consumer::CommitMode::Sync).expect("commit");
-}
-
 /// Polls `check` every 200 ms until it is true or `limit` passes.
 pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
