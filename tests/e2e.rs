@@ -179,7 +179,7 @@ fn crash_drill() {
     assert!(records.len() >= 100_000, "{} records", records.len());
     // Frequent write-outs, so the crash points and kills land between many
     // of them.
-    let instance = world.instance("batch_max_records = 500\ncommit_interval_ms = 100");
+    let instance = world.instance("batch_max_records = 500\ncommit_interval_ms = 20");
     let drill_started = Instant::now();
 
     // Chosen crash points first, then random SIGKILLs; records are produced
@@ -197,10 +197,12 @@ fn crash_drill() {
         let fault = faults.get(cycle).copied();
         let mut child = instance.spawn_run(fault);
         restarts += 1;
-        if let Some(part) = chunks.next() {
-            world.produce(part);
-            produced += part.len() as i64;
-        }
+        // A SIGKILL cycle gets half its chunk before the kill is armed and
+        // half just before it, so the kill lands while records are in flight.
+        let part = chunks.next().unwrap_or(&[]);
+        let (now, later) = if fault.is_some() { (part, &part[..0]) } else { part.split_at(part.len() / 2) };
+        world.produce(now);
+        produced += now.len() as i64;
         match fault {
             Some(fault) => {
                 let status = wait_exit(&mut child, Duration::from_secs(120));
@@ -211,15 +213,28 @@ fn crash_drill() {
                 // Kill once it is demonstrably working, at a random moment.
                 let progressed = wait_until(Duration::from_secs(60), || world.committed_total() > before);
                 assert!(progressed, "cycle {cycle}: no progress\n{}", tail(&instance.log()));
-                std::thread::sleep(Duration::from_millis(rng.gen_range(0..700)));
-                // Work was left at the moment of the kill: it interrupted
-                // processing, not an idle process.
-                let left = produced - world.committed_total();
-                signal(&child, "KILL");
+                // The rest of the chunk streams in small pieces; the kill
+                // lands at a random moment while it is still arriving, so it
+                // interrupts a processor with work in flight.
+                let delay = Duration::from_millis(rng.gen_range(0..250));
+                let in_flight = std::thread::scope(|scope| {
+                    let feeding = scope.spawn(|| {
+                        for piece in later.chunks(later.len().div_ceil(10).max(1)) {
+                            world.produce(piece);
+                            std::thread::sleep(Duration::from_millis(30));
+                        }
+                    });
+                    std::thread::sleep(delay);
+                    let in_flight = !feeding.is_finished() || world.committed_total() < produced + later.len() as i64;
+                    signal(&child, "KILL");
+                    feeding.join().expect("feeding thread");
+                    in_flight
+                });
+                produced += later.len() as i64;
                 let status = wait_exit(&mut child, Duration::from_secs(10));
                 assert!(status.is_some(), "SIGKILL ends the process");
                 sigkills += 1;
-                if left > 0 {
+                if in_flight {
                     mid_work_kills += 1;
                 }
             }

@@ -184,21 +184,29 @@ async fn v1_and_v2_records_of_one_order_both_apply() {
     assert_eq!(stats.iter().map(|s| s.checkpoint.dead_lettered).sum::<u64>(), 0);
 }
 
-/// The binary, killed at each chosen crash point (after the dead-letter
-/// produce, after the sled batch before the flush, after the flush before
-/// the offset commit) and restarted, ends with exact counters and states.
-#[test]
-fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
+/// A mock cluster whose topic holds a planned workload (schemas registered
+/// through the registry double over HTTP), and an `orderly` binary instance
+/// configured for it with a fresh group and `extra` processing settings.
+struct Loaded {
+    c: Cluster,
+    /// Serves the binary's schema look-ups for as long as the test runs.
+    _registry: RegistryDouble,
+    group: String,
+    ends: BTreeMap<i32, i64>,
+    total: i64,
+    expected: Expectation,
+    instance: Instance,
+}
+
+fn loaded(spec: WorkloadSpec, extra: &str) -> Loaded {
     let c = cluster();
     let registry = RegistryDouble::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let http = Registry::http(&registry.url, Duration::from_secs(5)).unwrap();
     let encoder = runtime.block_on(Encoder::register(&http, &c.topic)).expect("register over HTTP");
-    let spec = WorkloadSpec { orders: 3_000, poison_rate: 0.01, seed: 11, ..Default::default() };
     let (records, expected) = plan(&spec, &encoder).expect("plan");
     let ends = runtime.block_on(produce_planned(&producer(&c.bootstrap), &c.topic, &records)).expect("produce");
     let total: i64 = ends.values().sum();
-
     let group = unique("group");
     let instance = Instance::new(&Setup {
         bootstrap: &c.bootstrap,
@@ -207,9 +215,22 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
         topic: &c.topic,
         dlq_topic: &c.dlq,
         session_timeout_ms: 6000,
-        // Small batches: many batches, so the crash points land mid-stream.
-        extra: "batch_max_records = 50\nbatch_max_wait_ms = 5\ncommit_interval_ms = 10",
+        extra,
     });
+    Loaded { c, _registry: registry, group, ends, total, expected, instance }
+}
+
+/// The binary, killed at each chosen crash point (after the dead-letter
+/// produce, after the sled batch before the flush, after the flush before
+/// the offset commit) and restarted, ends with exact counters and states.
+#[test]
+fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
+    // Small batches and frequent write-outs, so the crash points land
+    // mid-stream.
+    let Loaded { c, _registry, group, ends, total, expected, instance } = loaded(
+        WorkloadSpec { orders: 3_000, poison_rate: 0.01, seed: 11, ..Default::default() },
+        "batch_max_records = 50\nbatch_max_wait_ms = 5\ncommit_interval_ms = 10",
+    );
     for fault in ["after_dlq:1", "after_batch:5", "after_flush:3", "after_batch:30", "after_flush:10"] {
         let mut child = instance.spawn_run(Some(fault));
         let status = wait_exit(&mut child, Duration::from_secs(90)).unwrap_or_else(|| panic!("{fault}: never crashed\n{}", instance.log()));
@@ -257,26 +278,10 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
 /// seconds, without waiting for new records.
 #[test]
 fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
-    let c = cluster();
-    let registry = RegistryDouble::start();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let http = Registry::http(&registry.url, Duration::from_secs(5)).unwrap();
-    let encoder = runtime.block_on(Encoder::register(&http, &c.topic)).expect("register over HTTP");
-    let (records, _) = plan(&WorkloadSpec { orders: 500, seed: 8, ..Default::default() }, &encoder).expect("plan");
-    let ends = runtime.block_on(produce_planned(&producer(&c.bootstrap), &c.topic, &records)).expect("produce");
-    let total: i64 = ends.values().sum();
-    let group = unique("group");
-    let instance = Instance::new(&Setup {
-        bootstrap: &c.bootstrap,
-        registry_url: &registry.url,
-        group: &group,
-        topic: &c.topic,
-        dlq_topic: &c.dlq,
-        session_timeout_ms: 6000,
-        // Everything is decided well before the first write-out, so the first
-        // flush covers every record.
-        extra: "commit_interval_ms = 3000",
-    });
+    // Everything is decided well before the first write-out, so the first
+    // flush covers every record.
+    let Loaded { c, _registry, group, ends, total, instance, .. } =
+        loaded(WorkloadSpec { orders: 500, seed: 8, ..Default::default() }, "commit_interval_ms = 3000");
     let mut child = instance.spawn_run(Some("after_flush:1"));
     let status = wait_exit(&mut child, Duration::from_secs(60)).unwrap_or_else(|| panic!("never crashed\n{}", instance.log()));
     assert!(!status.success(), "aborted after the flush\n{}", instance.log());
@@ -300,25 +305,10 @@ fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
 /// group's committed offsets never pass the store's checkpoints.
 #[test]
 fn a_panicking_partition_task_stops_the_process_naming_the_partition() {
-    let c = cluster();
-    let registry = RegistryDouble::start();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let http = Registry::http(&registry.url, Duration::from_secs(5)).unwrap();
-    let encoder = runtime.block_on(Encoder::register(&http, &c.topic)).expect("register over HTTP");
-    let spec = WorkloadSpec { orders: 2_000, poison_rate: 0.0, seed: 3, ..Default::default() };
-    let (records, _) = plan(&spec, &encoder).expect("plan");
-    let ends = runtime.block_on(produce_planned(&producer(&c.bootstrap), &c.topic, &records)).expect("produce");
-    let total: i64 = ends.values().sum();
-    let group = unique("group");
-    let instance = Instance::new(&Setup {
-        bootstrap: &c.bootstrap,
-        registry_url: &registry.url,
-        group: &group,
-        topic: &c.topic,
-        dlq_topic: &c.dlq,
-        session_timeout_ms: 6000,
-        extra: "batch_max_records = 50\nbatch_max_wait_ms = 5\ncommit_interval_ms = 10",
-    });
+    let Loaded { c, _registry, group, total, instance, .. } = loaded(
+        WorkloadSpec { orders: 2_000, poison_rate: 0.0, seed: 3, ..Default::default() },
+        "batch_max_records = 50\nbatch_max_wait_ms = 5\ncommit_interval_ms = 10",
+    );
     let mut child = instance.spawn_run(Some("panic_batch:20"));
     let status = wait_exit(&mut child, Duration::from_secs(60)).unwrap_or_else(|| panic!("never stopped\n{}", instance.log()));
     assert!(!status.success(), "a panic is a failure exit: {status:?}\n{}", instance.log());
