@@ -17,7 +17,7 @@ mod kafka;
 mod partition;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -73,6 +73,9 @@ pub struct Counters {
     flush_micros: Mutex<Vec<u32>>,
     /// How late partition tasks' timers fired (batch wait, write-out due).
     timer_late_micros: Mutex<Vec<u32>>,
+    /// When the first batch started being decided, and the last one ended.
+    first_batch_at: OnceLock<Instant>,
+    last_batch_at: Mutex<Option<Instant>>,
 }
 
 const LATENCY_SAMPLES: usize = 100_000;
@@ -86,6 +89,21 @@ impl Counters {
         self.version_gaps.fetch_add(version_gaps, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);
         push_sample(&self.batch_micros, elapsed);
+        let now = Instant::now();
+        let _ = self.first_batch_at.set(now.checked_sub(elapsed).unwrap_or(now));
+        if let Ok(mut last) = self.last_batch_at.lock() {
+            *last = Some(now);
+        }
+    }
+
+    /// From the start of the first batch to the end of the last one: the
+    /// time spent deciding, without waiting for write-outs.
+    pub fn decide_span(&self) -> Duration {
+        let last = self.last_batch_at.lock().ok().and_then(|l| *l);
+        match (self.first_batch_at.get(), last) {
+            (Some(first), Some(last)) => last.saturating_duration_since(*first),
+            _ => Duration::ZERO,
+        }
     }
 
     fn record_write(&self, keys: usize, bytes: usize, elapsed: Duration) {
@@ -209,6 +227,8 @@ pub struct RunReport {
     pub flush_p50_ms: f64,
     /// How late partition task timers fired (p99), in milliseconds.
     pub timer_late_p99_ms: f64,
+    /// From the start of the first batch to the end of the last one.
+    pub decide_seconds: f64,
 }
 
 pub struct Processor {
@@ -291,6 +311,7 @@ impl Processor {
             write_p99_ms,
             flush_p50_ms: c.flush_latency_ms().0,
             timer_late_p99_ms: c.timer_lateness_ms().1,
+            decide_seconds: c.decide_span().as_secs_f64(),
         };
         info!(?report, "stopped cleanly");
         Ok(report)
