@@ -95,6 +95,12 @@ pub struct KafkaConfig {
     pub dlq_topic: String,
     pub session_timeout_ms: u64,
     pub auto_offset_reset: String,
+    /// The compacted topic every state change is produced to, from which a
+    /// moved partition is restored; `{group_id}` is replaced, `""` is off.
+    pub changelog_topic: String,
+    /// Replication factor of a changelog topic orderly creates (-1: the
+    /// broker's default).
+    pub changelog_replication_factor: i32,
     /// Raw librdkafka settings, applied before the forced ones.
     #[serde(default)]
     pub librdkafka: BTreeMap<String, toml::Value>,
@@ -184,6 +190,20 @@ impl Config {
         }
         if self.kafka.input_topic == self.kafka.dlq_topic {
             return Err(value_err("kafka.dlq_topic", "must differ from kafka.input_topic".into()));
+        }
+        if let Some(changelog) = crate::changelog::topic_name(self) {
+            if changelog == self.kafka.input_topic || changelog == self.kafka.dlq_topic {
+                return Err(value_err(
+                    "kafka.changelog_topic",
+                    format!("`{changelog}` must differ from kafka.input_topic and kafka.dlq_topic"),
+                ));
+            }
+        }
+        if self.kafka.changelog_replication_factor == 0 || self.kafka.changelog_replication_factor < -1 {
+            return Err(value_err(
+                "kafka.changelog_replication_factor",
+                "must be positive, or -1 for the broker's default".into(),
+            ));
         }
         if !matches!(self.kafka.auto_offset_reset.as_str(), "earliest" | "latest") {
             return Err(value_err(

@@ -162,6 +162,9 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     let cluster = MockCluster::new(1)?;
     cluster.create_topic(topic, options.partitions, 1)?;
     cluster.create_topic(dlq_topic, 1, 1)?;
+    // The mock cluster has no CreateTopics: the changelog is created here.
+    let changelog_topic = "orderly-demo-changelog";
+    cluster.create_topic(changelog_topic, options.partitions, 1)?;
     let bootstrap = cluster.bootstrap_servers();
 
     let registry = Registry::memory();
@@ -193,6 +196,7 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     config.kafka.group_id = "orderly-demo".into();
     config.kafka.input_topic = topic.into();
     config.kafka.dlq_topic = dlq_topic.into();
+    config.kafka.changelog_topic = changelog_topic.into();
     config.store.path = store_path.clone();
     let store = Store::open(&store_path, config.store.cache_capacity_mb)?;
 

@@ -5,7 +5,9 @@
 //!
 //! Points: `after_dlq` (dead letters acknowledged, batch not yet written),
 //! `after_batch` (sled batch written, not flushed), `after_flush` (flushed,
-//! offsets not committed to Kafka); `panic_batch` panics (rather than
+//! offsets not committed to Kafka), `torn_changelog` (half of a write-out's
+//! changelog records acknowledged, its checkpoint record never sent);
+//! `panic_batch` panics (rather than
 //! aborts) inside a partition task, to prove that a panicking task stops the
 //! process.
 
@@ -21,6 +23,7 @@ pub enum Point {
     AfterBatch,
     AfterFlush,
     PanicBatch,
+    TornChangelog,
 }
 
 impl Point {
@@ -30,6 +33,7 @@ impl Point {
             Point::AfterBatch => "after_batch",
             Point::AfterFlush => "after_flush",
             Point::PanicBatch => "panic_batch",
+            Point::TornChangelog => "torn_changelog",
         }
     }
 }
@@ -46,14 +50,14 @@ fn armed() -> Option<&'static Armed> {
         .get_or_init(|| {
             let raw = std::env::var(ENV).ok()?;
             let (point, at) = raw.split_once(':').unwrap_or((raw.as_str(), "1"));
-            let point = [Point::AfterDlq, Point::AfterBatch, Point::AfterFlush, Point::PanicBatch]
+            let point = [Point::AfterDlq, Point::AfterBatch, Point::AfterFlush, Point::PanicBatch, Point::TornChangelog]
                 .into_iter()
                 .map(Point::name)
                 .find(|name| *name == point);
             match (point, at.parse::<u64>()) {
                 (Some(point), Ok(at)) if at > 0 => Some(Armed { point, at, hits: AtomicU64::new(0) }),
                 _ => {
-                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush|panic_batch[:N]");
+                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush|panic_batch|torn_changelog[:N]");
                     None
                 }
             }
@@ -74,4 +78,17 @@ pub fn hit(point: Point) {
         eprintln!("orderly: fault injection: aborting at {}", armed.point);
         std::process::abort();
     }
+}
+
+/// Counts a hit of `point` and tells whether it is the armed one, for a
+/// fault that must do something before it aborts ([`abort`]).
+pub fn due(point: Point) -> bool {
+    let Some(armed) = armed() else { return false };
+    armed.point == point.name() && armed.hits.fetch_add(1, Ordering::Relaxed) + 1 == armed.at
+}
+
+/// Aborts the process at `point` (after [`due`] said it is time).
+pub fn abort(point: Point) -> ! {
+    eprintln!("orderly: fault injection: aborting at {}", point.name());
+    std::process::abort();
 }

@@ -16,8 +16,11 @@
 //!    to disk. The partition's next offset is written in the same atomic sled
 //!    batch as the state it covers, so after a crash at any instant the store
 //!    and its checkpoint agree and restart resumes exactly there.
-//! 5. (Planned: restoring a moved partition from a changelog topic. Until
-//!    then, guarantee 1 holds per instance's store; see the README.)
+//! 5. A partition that moves to another instance (or whose store is lost) is
+//!    restored there from a compacted changelog topic before any of its
+//!    records is processed, so guarantees 1-3 hold across a consumer group.
+//!    Per write-out the changelog is acknowledged before the local store is
+//!    written, so it is never behind a durable store.
 //!
 //! ## Module map
 //!
@@ -32,7 +35,10 @@
 //! * [`store`]: sled layout: a tree per partition with states (recent inbox
 //!   entries inside), older inbox chunks and the checkpoint (next offset and
 //!   counters), written as one batch.
-//! * [`processor`]: the consumer-group member: poll thread, partition tasks,
+//! * [`changelog`]: the changelog topic: publishing write-outs, restoring a
+//!   partition's tree from it, creating the topic.
+//! * [`processor`]: the consumer-group member: poll thread, the partition
+//!   supervisor and its partition tasks (restoring, processing, draining),
 //!   dead letters, group flush and offset commits.
 //! * [`config`]: layered configuration with validation.
 //! * [`preflight`]: start-up checks (store, broker, topics, registry) for
@@ -43,6 +49,7 @@
 //! * [`load`]: producing a planned workload, every record acknowledged.
 //! * [`fault`]: crash points for the crash drill (test-only switch).
 
+pub mod changelog;
 pub mod codec;
 pub mod config;
 pub mod decide;

@@ -96,6 +96,11 @@ impl PartitionState {
         PartitionState::new(self.store.clone(), None)
     }
 
+    /// The partition's tree.
+    pub fn store(&self) -> &PartitionStore {
+        &self.store
+    }
+
     /// The checkpoint covering every record decided so far.
     pub fn pending(&self) -> Option<Checkpoint> {
         self.pending
@@ -240,14 +245,24 @@ impl PartitionState {
     }
 
     /// Writes every changed order (state, new inbox chunks, expired chunk
-    /// deletions) and the pending checkpoint in one atomic sled batch. Then,
-    /// when the cache holds more than `keep_bytes`, forgets every order (all
-    /// are clean now; the next read goes through to sled). Not durable until
-    /// the store is flushed. `None` when nothing was decided since the last
-    /// write-out.
+    /// deletions) and the pending checkpoint in one atomic sled batch: the
+    /// write-out without a changelog ([`Self::prepare_write_out`] then
+    /// [`Self::finish_write_out`]). Not durable until the store is flushed.
+    /// `None` when nothing was decided since the last write-out.
     pub fn write_out(&mut self, keep_bytes: usize) -> Result<Option<WriteOutcome>, StoreError> {
+        match self.prepare_write_out(false)? {
+            None => Ok(None),
+            Some(prepared) => self.finish_write_out(prepared, None, keep_bytes).map(Some),
+        }
+    }
+
+    /// Encodes every changed order (state, new inbox chunks, expired chunk
+    /// deletions) into one batch, with the changelog records of the same
+    /// changes when `changelog`. Nothing is written; the cache must not
+    /// change before [`Self::finish_write_out`].
+    pub fn prepare_write_out(&self, changelog: bool) -> Result<Option<PreparedWrite>, StoreError> {
         let Some(checkpoint) = self.pending.filter(|_| self.has_unwritten()) else { return Ok(None) };
-        let mut write = BatchWrite::default();
+        let mut write = if changelog { BatchWrite::with_changelog() } else { BatchWrite::default() };
         let mut orders = 0;
         for (order_id, cached) in self.cache.iter().filter(|(_, c)| c.dirty) {
             orders += 1;
@@ -259,9 +274,28 @@ impl PartitionState {
                 write.delete_chunk(order_id, *first);
             }
         }
+        let checkpoint_bytes = self.store.encode_checkpoint(&checkpoint)?;
+        Ok(Some(PreparedWrite { write, orders, checkpoint, checkpoint_bytes }))
+    }
+
+    /// Writes a prepared write-out with its checkpoint (recording the
+    /// changelog position `changelog_next` when it went to a changelog).
+    /// Then, when the cache holds more than `keep_bytes`, forgets every order
+    /// (all are clean now; the next read goes through to sled).
+    pub fn finish_write_out(
+        &mut self,
+        prepared: PreparedWrite,
+        changelog_next: Option<i64>,
+        keep_bytes: usize,
+    ) -> Result<WriteOutcome, StoreError> {
+        let PreparedWrite { write, orders, mut checkpoint, .. } = prepared;
+        if changelog_next.is_some() {
+            checkpoint.changelog_next = changelog_next;
+        }
         let (keys, bytes) = (write.keys + 1, write.bytes);
         self.store.commit_batch(write, &checkpoint)?;
         self.written = Some(checkpoint);
+        self.pending = Some(checkpoint);
         if self.cached_bytes > keep_bytes {
             self.cache = HashMap::new();
             self.cached_bytes = 0;
@@ -277,8 +311,19 @@ impl PartitionState {
             }
         }
         self.dirty_bytes = 0;
-        Ok(Some(WriteOutcome { orders, keys, bytes, checkpoint }))
+        Ok(WriteOutcome { orders, keys, bytes, checkpoint })
     }
+}
+
+/// A write-out encoded and not yet written.
+pub struct PreparedWrite {
+    /// The changed keys (and their changelog records, when collected).
+    pub write: BatchWrite,
+    pub orders: usize,
+    /// The checkpoint it moves the partition to.
+    pub checkpoint: Checkpoint,
+    /// Its bytes, for the changelog's checkpoint record.
+    pub checkpoint_bytes: Vec<u8>,
 }
 
 fn record_spill(cached: &mut Cached, spill: InboxSpill) {

@@ -13,7 +13,14 @@
 //!   (i64, big-endian): a chunk of [`INBOX_CHUNK`](crate::event::INBOX_CHUNK)
 //!   inbox entries.
 //!
-//! The default tree holds `format`: the layout version, checked at open.
+//! The default tree holds `format`: the layout version, checked at open, and
+//! `binding`: the group, input topic and changelog topic the store was built
+//! for (a store is refused for another).
+//!
+//! Every key but the format and binding has a changelog form
+//! ([`to_changelog_key`]): an order's key is its `order_id`, every other key
+//! is prefixed with `0xFF`, a byte no UTF-8 text (so no valid `order_id`)
+//! contains. The changelog value is the sled value, byte for byte.
 
 use std::path::{Path, PathBuf};
 
@@ -22,12 +29,19 @@ use serde::{Deserialize, Serialize};
 use crate::event::{InboxEntry, OrderState};
 
 const CHECKPOINT_KEY: &[u8] = b"\x00checkpoint";
+/// Present while a restore from the changelog is under way: the tree's
+/// states may be ahead of its checkpoint until the restore ends.
+const RESTORING_KEY: &[u8] = b"\x00restoring";
+const BINDING_KEY: &[u8] = b"binding";
+/// Prefix of changelog keys that are not orders (no UTF-8 text has it).
+pub const CHANGELOG_RESERVED: u8 = 0xFF;
 const ORDER_PREFIX: u8 = b'o';
 const CHUNK_PREFIX: u8 = b'i';
 const FORMAT_KEY: &[u8] = b"format";
 /// The store layout this build reads and writes. 1: whole inbox in the
-/// state value (before write coalescing); 2: recent entries plus chunks.
-pub const FORMAT: u32 = 2;
+/// state value (before write coalescing); 2: recent entries plus chunks;
+/// 3: the checkpoint records its changelog position.
+pub const FORMAT: u32 = 3;
 const TREE_PREFIX: &str = "partition/";
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +60,11 @@ pub enum StoreError {
          move the directory aside and rebuild it (see README, \"Rebuilding the store\")"
     )]
     Format { path: PathBuf, found: String },
+    #[error(
+        "the store at {path} was built for {found}, and this configuration is for {wanted}; point store.path at \
+         another directory (each group, input topic and changelog topic needs its own store)"
+    )]
+    Binding { path: PathBuf, found: String, wanted: String },
 }
 
 /// The next offset to read after processing `offset`. The only `+ 1` between
@@ -67,6 +86,10 @@ pub struct Checkpoint {
     pub duplicates: u64,
     pub stale: u64,
     pub dead_lettered: u64,
+    /// The changelog offset after the checkpoint record this state reflects
+    /// (`None` without a changelog, or before the first write-out to it).
+    /// Below the changelog's end offset means the store is behind it.
+    pub changelog_next: Option<i64>,
 }
 
 impl Checkpoint {
@@ -130,6 +153,24 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Records what the store is built for on first use; refuses a store
+    /// built for another group, input topic or changelog topic.
+    pub fn bind(&self, binding: &Binding) -> Result<(), StoreError> {
+        let wanted = binding.to_string();
+        match self.db.get(BINDING_KEY).map_err(|e| self.io(e))? {
+            Some(found) if found.as_ref() == wanted.as_bytes() => Ok(()),
+            Some(found) => Err(StoreError::Binding {
+                path: self.path.clone(),
+                found: String::from_utf8_lossy(&found).into_owned(),
+                wanted,
+            }),
+            None => {
+                self.db.insert(BINDING_KEY, wanted.as_bytes()).map_err(|e| self.io(e))?;
+                Ok(())
+            }
+        }
     }
 
     fn io(&self, cause: sled::Error) -> StoreError {
@@ -212,6 +253,62 @@ impl Store {
     }
 }
 
+/// What a store is built for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub group: String,
+    pub input_topic: String,
+    /// Empty without a changelog.
+    pub changelog_topic: String,
+}
+
+impl std::fmt::Display for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let changelog = if self.changelog_topic.is_empty() { "no changelog" } else { self.changelog_topic.as_str() };
+        write!(f, "group {}, input topic {}, changelog {}", self.group, self.input_topic, changelog)
+    }
+}
+
+/// A key of a partition tree in its changelog form: an order's `order_id`,
+/// anything else behind [`CHANGELOG_RESERVED`].
+pub fn to_changelog_key(key: &[u8]) -> Vec<u8> {
+    match key.split_first() {
+        Some((&ORDER_PREFIX, order_id)) => order_id.to_vec(),
+        _ => {
+            let mut out = Vec::with_capacity(1 + key.len());
+            out.push(CHANGELOG_RESERVED);
+            out.extend_from_slice(key);
+            out
+        }
+    }
+}
+
+/// The tree key of a changelog key.
+pub fn from_changelog_key(key: &[u8]) -> Vec<u8> {
+    match key.split_first() {
+        Some((&CHANGELOG_RESERVED, rest)) => rest.to_vec(),
+        _ => {
+            let mut out = Vec::with_capacity(1 + key.len());
+            out.push(ORDER_PREFIX);
+            out.extend_from_slice(key);
+            out
+        }
+    }
+}
+
+/// The changelog key of a partition's checkpoint record.
+pub fn changelog_checkpoint_key() -> Vec<u8> {
+    to_changelog_key(CHECKPOINT_KEY)
+}
+
+/// One change of a write-out as the changelog carries it: the key in its
+/// changelog form, the value (`None`: a deletion, a tombstone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeRecord {
+    pub key: Vec<u8>,
+    pub value: Option<sled::IVec>,
+}
+
 /// One input partition's tree.
 #[derive(Clone)]
 pub struct PartitionStore {
@@ -220,15 +317,54 @@ pub struct PartitionStore {
     path: PathBuf,
 }
 
-/// The writes of one processing batch: applied states plus the checkpoint.
+/// The writes of one write-out: changed states and inbox chunks, then the
+/// checkpoint. With a changelog, the same changes as changelog records.
 #[derive(Default)]
 pub struct BatchWrite {
     batch: sled::Batch,
     pub keys: usize,
     pub bytes: usize,
+    /// `Some` when the changes also go to a changelog.
+    pub changes: Option<Vec<ChangeRecord>>,
 }
 
 impl BatchWrite {
+    /// A write whose changes are also collected for the changelog.
+    pub fn with_changelog() -> Self {
+        BatchWrite { changes: Some(Vec::new()), ..Default::default() }
+    }
+
+    fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.keys += 1;
+        self.bytes += key.len() + value.len();
+        let value = sled::IVec::from(value);
+        if let Some(changes) = &mut self.changes {
+            changes.push(ChangeRecord { key: to_changelog_key(&key), value: Some(value.clone()) });
+        }
+        self.batch.insert(key, value);
+    }
+
+    fn remove(&mut self, key: Vec<u8>) {
+        self.keys += 1;
+        if let Some(changes) = &mut self.changes {
+            changes.push(ChangeRecord { key: to_changelog_key(&key), value: None });
+        }
+        self.batch.remove(key);
+    }
+
+    /// Applies a changelog record as restored (its key in changelog form).
+    pub fn restore(&mut self, change: ChangeRecord) {
+        let key = from_changelog_key(&change.key);
+        match change.value {
+            Some(value) => {
+                self.keys += 1;
+                self.bytes += key.len() + value.len();
+                self.batch.insert(key, value);
+            }
+            None => self.remove(key),
+        }
+    }
+
     /// Stores a full chunk of an order's older inbox entries.
     pub fn put_chunk(&mut self, order_id: &str, entries: &[InboxEntry]) -> Result<(), StoreError> {
         let Some(first) = entries.first() else { return Ok(()) };
@@ -237,17 +373,13 @@ impl BatchWrite {
             key: order_id.to_string(),
             message,
         })?;
-        let key = chunk_key(order_id, first.version);
-        self.keys += 1;
-        self.bytes += key.len() + value.len();
-        self.batch.insert(key, value);
+        self.insert(chunk_key(order_id, first.version), value);
         Ok(())
     }
 
     /// Deletes an expired chunk.
     pub fn delete_chunk(&mut self, order_id: &str, first_version: i64) {
-        self.keys += 1;
-        self.batch.remove(chunk_key(order_id, first_version));
+        self.remove(chunk_key(order_id, first_version));
     }
 
     pub fn put_state(&mut self, state: &OrderState) -> Result<(), StoreError> {
@@ -256,10 +388,7 @@ impl BatchWrite {
             key: state.order_id.clone(),
             message,
         })?;
-        let key = order_key(&state.order_id);
-        self.keys += 1;
-        self.bytes += key.len() + value.len();
-        self.batch.insert(key, value);
+        self.insert(order_key(&state.order_id), value);
         Ok(())
     }
 }
@@ -312,13 +441,50 @@ impl PartitionStore {
     /// Writes the batch's states and `checkpoint` in one atomic batch. Not
     /// durable until `Store::flush`.
     pub fn commit_batch(&self, mut write: BatchWrite, checkpoint: &Checkpoint) -> Result<(), StoreError> {
-        let value = encode(checkpoint).map_err(|message| StoreError::Corrupt {
-            tree: self.name.clone(),
-            key: "checkpoint".into(),
-            message,
-        })?;
-        write.batch.insert(CHECKPOINT_KEY, value);
+        write.batch.insert(CHECKPOINT_KEY, self.encode_checkpoint(checkpoint)?);
         self.tree.apply_batch(write.batch).map_err(|e| self.io(e))
+    }
+
+    /// The checkpoint's bytes (as stored, and as its changelog record carries them).
+    pub fn encode_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Vec<u8>, StoreError> {
+        encode(checkpoint).map_err(|message| StoreError::Corrupt { tree: self.name.clone(), key: "checkpoint".into(), message })
+    }
+
+    /// A checkpoint as its changelog record carries it.
+    pub fn decode_checkpoint(&self, bytes: &[u8]) -> Result<Checkpoint, StoreError> {
+        bincode::deserialize(bytes).map_err(|e| StoreError::Corrupt {
+            tree: self.name.clone(),
+            key: "checkpoint (changelog)".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// True while a restore into this tree has not finished (its states may
+    /// be ahead of its checkpoint).
+    pub fn restoring(&self) -> Result<bool, StoreError> {
+        self.tree.contains_key(RESTORING_KEY).map_err(|e| self.io(e))
+    }
+
+    /// Marks the tree as being restored.
+    pub fn begin_restore(&self) -> Result<(), StoreError> {
+        self.tree.insert(RESTORING_KEY, &[]).map(|_| ()).map_err(|e| self.io(e))
+    }
+
+    /// Applies restored changes, still marked as restoring.
+    pub fn restore_batch(&self, write: BatchWrite) -> Result<(), StoreError> {
+        self.tree.apply_batch(write.batch).map_err(|e| self.io(e))
+    }
+
+    /// Applies the last restored changes with the checkpoint that covers
+    /// them and clears the restoring mark, atomically.
+    pub fn finish_restore(&self, mut write: BatchWrite, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        write.batch.remove(RESTORING_KEY);
+        self.commit_batch(write, checkpoint)
+    }
+
+    /// The tree's name, for messages.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 }
 

@@ -31,6 +31,7 @@ struct Cluster {
     bootstrap: String,
     topic: String,
     dlq: String,
+    changelog: String,
 }
 
 /// A one-partition input topic and, when `with_dlq`, its dead-letter topic.
@@ -42,8 +43,11 @@ fn cluster(with_dlq: bool) -> Cluster {
     if with_dlq {
         mock.create_topic(&dlq, 1, 1).expect("dlq topic");
     }
+    // The mock cluster has no CreateTopics: the changelog is created here.
+    let changelog = format!("{topic}-changelog");
+    mock.create_topic(&changelog, 1, 1).expect("changelog topic");
     let bootstrap = mock.bootstrap_servers();
-    Cluster { mock, bootstrap, topic, dlq }
+    Cluster { mock, bootstrap, topic, dlq, changelog }
 }
 
 fn producer(bootstrap: &str) -> FutureProducer {
@@ -60,6 +64,7 @@ fn config(c: &Cluster, store: &std::path::Path) -> Config {
     config.kafka.group_id = unique("group");
     config.kafka.input_topic = c.topic.clone();
     config.kafka.dlq_topic = c.dlq.clone();
+    config.kafka.changelog_topic = c.changelog.clone();
     config.store.path = store.to_path_buf();
     config
 }

@@ -30,6 +30,7 @@ struct Cluster {
     bootstrap: String,
     topic: String,
     dlq: String,
+    changelog: String,
 }
 
 fn cluster() -> Cluster {
@@ -38,8 +39,11 @@ fn cluster() -> Cluster {
     let dlq = unique("orders-dlq");
     mock.create_topic(&topic, PARTITIONS, 1).expect("topic");
     mock.create_topic(&dlq, 1, 1).expect("dlq topic");
+    // The mock cluster has no CreateTopics: the changelog is created here.
+    let changelog = format!("{topic}-changelog");
+    mock.create_topic(&changelog, PARTITIONS, 1).expect("changelog topic");
     let bootstrap = mock.bootstrap_servers();
-    Cluster { mock, bootstrap, topic, dlq }
+    Cluster { mock, bootstrap, topic, dlq, changelog }
 }
 
 fn producer(bootstrap: &str) -> FutureProducer {
@@ -56,6 +60,7 @@ fn config(c: &Cluster, store: &std::path::Path) -> Config {
     config.kafka.group_id = unique("group");
     config.kafka.input_topic = c.topic.clone();
     config.kafka.dlq_topic = c.dlq.clone();
+    config.kafka.changelog_topic = c.changelog.clone();
     config.store.path = store.to_path_buf();
     config
 }
@@ -147,6 +152,77 @@ async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {
         assert!(kinds.contains(&letter.headers[HEADER_ERROR_KIND].as_str()), "{:?}", letter.headers);
         assert!(!letter.headers[HEADER_ERROR_MESSAGE].is_empty());
         assert!(poison.iter().any(|p| Some(*p) == letter.payload.as_deref()), "letter payload is a produced poison record");
+    }
+    drop(c.mock);
+}
+
+/// A store that is lost (or a partition that moves) is rebuilt from the
+/// changelog; a torn write-out in the changelog (state records whose
+/// checkpoint record never came, here with a state no event produced) is
+/// not applied, also when later checkpoints follow it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::FutureRecord;
+
+    let c = cluster();
+    let registry = Registry::memory();
+    let encoder = Encoder::register(&registry, &c.topic).await.expect("register");
+    let spec = WorkloadSpec { orders: 400, poison_rate: 0.01, seed: 11, ..Default::default() };
+    let (records, expected) = plan(&spec, &encoder).expect("plan");
+    let (first, second) = records.split_at(records.len() / 2);
+    let producer = producer(&c.bootstrap);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(&c, &dir.path().join("a"));
+    let store = Store::open(&config.store.path, 16).expect("store a");
+    let ends = produce_planned(&producer, &c.topic, first).await.expect("produce first half");
+    process_until_caught_up(config.clone(), store.clone(), registry.clone(), ends).await;
+
+    // A torn write-out on every changelog partition: a forged state for an
+    // order of that partition, tagged far beyond any checkpoint.
+    let mut forged = Vec::new();
+    for stats in store.stats().expect("stats") {
+        let tree = store.partition(&c.topic, stats.partition).expect("tree");
+        let mut victim = None;
+        store
+            .for_each_order(|state| {
+                if victim.is_none() && tree.get(&state.order_id).ok().flatten().is_some() {
+                    victim = Some(state);
+                }
+            })
+            .expect("scan");
+        let mut state = victim.expect("an order in the partition");
+        state.version = 999;
+        state.status = EventType::Cancelled;
+        let value = bincode::serialize(&state).expect("encode");
+        let covers = (stats.checkpoint.next_offset + 1_000_000).to_string();
+        let headers = OwnedHeaders::new().insert(Header { key: orderly::changelog::HEADER_COVERS, value: Some(covers.as_str()) });
+        let record = FutureRecord::to(&c.changelog)
+            .partition(stats.partition)
+            .key(state.order_id.as_str())
+            .payload(&value)
+            .headers(headers);
+        producer.send(record, Duration::from_secs(10)).await.expect("torn record");
+        forged.push(state.order_id.clone());
+    }
+    // The same store goes on past the torn tail (nothing to restore: no
+    // checkpoint record follows its position), writing later checkpoints.
+    let ends = produce_planned(&producer, &c.topic, second).await.expect("produce second half");
+    process_until_caught_up(config.clone(), store.clone(), registry.clone(), ends.clone()).await;
+    assert_store_matches(&store, &expected);
+
+    // A fresh store in the same group and changelog: restored, exactly.
+    let mut fresh = config.clone();
+    fresh.store.path = dir.path().join("b");
+    let restored = Store::open(&fresh.store.path, 16).expect("store b");
+    process_until_caught_up(fresh, restored.clone(), registry, ends).await;
+    assert_store_matches(&restored, &expected);
+    for order_id in &forged {
+        let state = restored.get_order(order_id).expect("get").expect("restored order");
+        assert_ne!(state.version, 999, "the torn record of {order_id} was applied");
+    }
+    for stats in restored.stats().expect("stats") {
+        assert!(stats.checkpoint.changelog_next.is_some(), "partition {} records its changelog position", stats.partition);
     }
     drop(c.mock);
 }

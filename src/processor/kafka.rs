@@ -53,6 +53,29 @@ pub fn producer_config(config: &Config) -> ClientConfig {
     client
 }
 
+/// The settings of admin clients (topic creation).
+pub fn admin_config(config: &Config) -> ClientConfig {
+    let mut client = passthrough(config);
+    client.set("bootstrap.servers", &config.kafka.bootstrap_servers);
+    client
+}
+
+/// The changelog producer: idempotent and acknowledged by all in-sync
+/// replicas like the others, with a short linger so a write-out's records
+/// travel in few requests.
+pub fn changelog_producer_config(config: &Config) -> ClientConfig {
+    let mut client = ClientConfig::new();
+    client.set("linger.ms", "5");
+    for (key, value) in config.librdkafka_passthrough() {
+        client.set(key, value);
+    }
+    client
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all");
+    client
+}
+
 fn passthrough(config: &Config) -> ClientConfig {
     let mut client = ClientConfig::new();
     for (key, value) in config.librdkafka_passthrough() {

@@ -15,6 +15,7 @@ mod dlq;
 mod flusher;
 mod kafka;
 mod partition;
+mod supervisor;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -26,13 +27,15 @@ use tokio::sync::{mpsc, Notify};
 use tracing::{error, info, warn};
 
 pub use dlq::{DeadLetter, DeadLetterError, DeadLetters, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
-pub use kafka::{consumer_config, producer_config};
+pub use kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
 
+use crate::changelog::writer::ChangelogWriter;
 use crate::codec::Decoder;
 use crate::config::Config;
 use crate::registry::Registry;
-use crate::store::{Store, StoreError};
-use context::{OrderlyContext, Router};
+use crate::store::{Binding, Store, StoreError};
+use context::OrderlyContext;
+use supervisor::PartitionSupervisor;
 use flusher::{FlushMsg, Flusher};
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +48,8 @@ pub enum ProcessError {
     FlusherGone,
     #[error("kafka client setup failed: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    #[error(transparent)]
+    Changelog(#[from] crate::changelog::ChangelogError),
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("{0}")]
@@ -67,6 +72,11 @@ pub struct Counters {
     pub keys_written: AtomicU64,
     pub bytes_written: AtomicU64,
     pub flushes: AtomicU64,
+    /// Changelog records applied by restores, and the time restores took
+    /// (microseconds, summed over partitions).
+    pub restored_records: AtomicU64,
+    pub restore_micros: AtomicU64,
+    pub restores: AtomicU64,
     /// Batch latencies in microseconds, for percentiles (bounded).
     batch_micros: Mutex<Vec<u32>>,
     write_micros: Mutex<Vec<u32>>,
@@ -111,6 +121,12 @@ impl Counters {
         self.keys_written.fetch_add(keys as u64, Ordering::Relaxed);
         self.bytes_written.fetch_add(bytes as u64, Ordering::Relaxed);
         push_sample(&self.write_micros, elapsed);
+    }
+
+    fn record_restore(&self, records: u64, elapsed: Duration) {
+        self.restores.fetch_add(1, Ordering::Relaxed);
+        self.restored_records.fetch_add(records, Ordering::Relaxed);
+        self.restore_micros.fetch_add(elapsed.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
     }
 
     fn record_flush(&self, elapsed: Duration) {
@@ -176,6 +192,8 @@ pub struct Shared {
     pub store: Store,
     pub decoder: Decoder,
     pub dead_letters: DeadLetters,
+    /// `None` when the changelog is off.
+    pub changelog: Option<ChangelogWriter>,
     pub retention: Duration,
     pub counters: Counters,
     /// Partitions with a running task: they share `processing.cache_max_bytes`.
@@ -229,6 +247,11 @@ pub struct RunReport {
     pub timer_late_p99_ms: f64,
     /// From the start of the first batch to the end of the last one.
     pub decide_seconds: f64,
+    /// Partitions restored from the changelog, the records they applied and
+    /// the time they took (summed).
+    pub restores: u64,
+    pub restored_records: u64,
+    pub restore_seconds: f64,
 }
 
 pub struct Processor {
@@ -249,10 +272,24 @@ impl Processor {
         let retention = self.config.inbox_retention().map_err(|e| ProcessError::Config(e.to_string()))?;
         let producer: FutureProducer = producer_config(&self.config).create()?;
         let topic = self.config.kafka.input_topic.clone();
+        let changelog_topic = crate::changelog::topic_name(&self.config);
+        self.store.bind(&Binding {
+            group: self.config.kafka.group_id.clone(),
+            input_topic: topic.clone(),
+            changelog_topic: changelog_topic.clone().unwrap_or_default(),
+        })?;
+        let changelog = match changelog_topic {
+            Some(name) => {
+                let producer: FutureProducer = changelog_producer_config(&self.config).create()?;
+                Some(ChangelogWriter::new(producer, name))
+            }
+            None => None,
+        };
         let (flush_tx, flush_rx) = mpsc::channel(1024);
         let shared = Arc::new(Shared {
             dead_letters: DeadLetters::new(producer, self.config.kafka.dlq_topic.clone(), topic.clone()),
             topic: topic.clone(),
+            changelog,
             store: self.store,
             decoder: Decoder::new(self.registry),
             retention,
@@ -263,19 +300,19 @@ impl Processor {
             fatal: Mutex::new(None),
             fatal_notify: Notify::new(),
         });
-        let router = Arc::new(Router::new(shared.clone(), tokio::runtime::Handle::current()));
+        let supervisor = Arc::new(PartitionSupervisor::new(shared.clone(), tokio::runtime::Handle::current()));
         let consumer: BaseConsumer<OrderlyContext> =
-            consumer_config(&shared.config).create_with_context(OrderlyContext { router: router.clone() })?;
+            consumer_config(&shared.config).create_with_context(OrderlyContext { supervisor: supervisor.clone() })?;
         let consumer = Arc::new(consumer);
-        router.attach(&consumer);
+        supervisor.attach(&consumer);
         let flusher = tokio::spawn(Flusher::new(shared.clone(), consumer.clone(), flush_rx).run());
 
         let stop = Arc::new(AtomicBool::new(false));
         let poll = {
-            let (shared, router, stop) = (shared.clone(), router.clone(), stop.clone());
+            let (shared, supervisor, stop) = (shared.clone(), supervisor.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("orderly-poll".into())
-                .spawn(move || poll_loop(consumer, router, shared, stop, flusher))
+                .spawn(move || poll_loop(consumer, supervisor, shared, stop, flusher))
                 .map_err(|e| ProcessError::Fatal(format!("cannot start the poll thread: {e}")))?
         };
 
@@ -312,6 +349,9 @@ impl Processor {
             flush_p50_ms: c.flush_latency_ms().0,
             timer_late_p99_ms: c.timer_lateness_ms().1,
             decide_seconds: c.decide_span().as_secs_f64(),
+            restores: c.restores.load(Ordering::Relaxed),
+            restored_records: c.restored_records.load(Ordering::Relaxed),
+            restore_seconds: c.restore_micros.load(Ordering::Relaxed) as f64 / 1e6,
         };
         info!(?report, "stopped cleanly");
         Ok(report)
@@ -323,7 +363,7 @@ impl Processor {
 /// consumer (leaving the group).
 fn poll_loop(
     consumer: Arc<BaseConsumer<OrderlyContext>>,
-    router: Arc<Router>,
+    supervisor: Arc<PartitionSupervisor>,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     flusher: tokio::task::JoinHandle<()>,
@@ -331,6 +371,7 @@ fn poll_loop(
     let topic = shared.topic.clone();
     let bootstrap = shared.config.kafka.bootstrap_servers.clone();
     let mut backoff = Duration::from_millis(500);
+    let mut input_partitions = 0;
     // A broker that is down at start-up is waited for, with a clear message.
     while !stop.load(Ordering::SeqCst) {
         match consumer.fetch_metadata(Some(&topic), Duration::from_secs(5)) {
@@ -339,6 +380,7 @@ fn poll_loop(
                 match partitions {
                     Some((n, None)) if n > 0 => {
                         info!(topic = %topic, partitions = n, bootstrap = %bootstrap, "connected to kafka");
+                        input_partitions = n;
                         break;
                     }
                     _ => warn!(topic = %topic, bootstrap = %bootstrap, "input topic does not exist (yet); create it, retrying"),
@@ -352,8 +394,18 @@ fn poll_loop(
     if !stop.load(Ordering::SeqCst) {
         // A missing dead-letter topic would stop the first poison record
         // anyway; say so before joining the group.
-        match shared.dead_letters.check_topic(Duration::from_secs(10)) {
-            Err(e) => shared.fatal(e.to_string()),
+        let changelog = match &shared.changelog {
+            Some(writer) => {
+                let ensure = crate::changelog::topic::ensure(&shared.config, writer.topic(), input_partitions);
+                supervisor.runtime().block_on(ensure).map(|state| info!(changelog = writer.topic(), ?state, "changelog topic ready"))
+            }
+            None => {
+                warn!("the changelog is off (kafka.changelog_topic = \"\"): run a single instance only");
+                Ok(())
+            }
+        };
+        match shared.dead_letters.check_topic(Duration::from_secs(10)).map_err(|e| e.to_string()).and(changelog.map_err(|e| e.to_string())) {
+            Err(e) => shared.fatal(e),
             Ok(()) => {
                 if let Err(e) = consumer.subscribe(&[&topic]) {
                     shared.fatal(format!("cannot subscribe to {topic}: {e}"));
@@ -383,6 +435,11 @@ fn poll_loop(
         }
         if last_log.elapsed() >= Duration::from_secs(10) {
             let total = shared.counters.total();
+            let restoring: Vec<i32> =
+                supervisor.phases().into_iter().filter(|(_, phase)| *phase == partition::Phase::Restoring).map(|(p, _)| p).collect();
+            if !restoring.is_empty() {
+                info!(partitions = ?restoring, "restoring from the changelog");
+            }
             let rate = (total - last_total) as f64 / last_log.elapsed().as_secs_f64();
             info!(
                 processed = total,
@@ -398,7 +455,7 @@ fn poll_loop(
         }
     }
     // Shutdown: finish, flush and commit every partition, then leave.
-    router.drain(None, false);
+    supervisor.drain(None, false);
     if shared.flush_tx.blocking_send(FlushMsg::Stop).is_ok() {
         wait_for_flusher(flusher);
     }

@@ -1,14 +1,25 @@
-//! One ordered task per assigned partition: batch, decode, dead-letter,
-//! decide against the partition's order cache; once per commit interval (or
-//! when its changed orders pass their memory share, or on a drain) write
-//! them with the checkpoint in one atomic sled batch and report it to the
-//! flusher.
+//! One ordered task per assigned partition, through its lifecycle:
+//!
+//! * **restoring**: with a changelog, bring the partition's tree up to it
+//!   (on a blocking thread, cancelled by a revoke); without one, refuse a
+//!   partition whose committed offset is ahead of the store (its state is
+//!   elsewhere);
+//! * **processing**: batch, decode, dead-letter, decide against the
+//!   partition's order cache; once per commit interval (or when its changed
+//!   orders pass their memory share) produce the changes to the changelog,
+//!   wait for the acknowledgements, write them with the checkpoint in one
+//!   atomic sled batch and report it to the flusher;
+//! * **draining** (revoke, shutdown): finish the records already fetched,
+//!   write them out, reply with the checkpoint and stop.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info, warn};
 
@@ -16,6 +27,7 @@ use super::context::OrderlyContext;
 use super::dlq::DeadLetter;
 use super::flusher::FlushMsg;
 use super::{jitter, ProcessError, Shared};
+use crate::changelog::restore::Restore;
 use crate::codec::DecodeError;
 use crate::event::OrderEvent;
 use crate::fault::{self, Point};
@@ -37,6 +49,27 @@ pub enum Command {
     Drain(oneshot::Sender<Option<Checkpoint>>),
 }
 
+/// Where a partition task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Bringing the store up to the changelog; no input record is processed.
+    Restoring = 0,
+    Processing = 1,
+    /// Finishing what was fetched before the partition is released.
+    Draining = 2,
+}
+
+impl Phase {
+    pub fn from_u8(value: u8) -> Phase {
+        match value {
+            0 => Phase::Restoring,
+            1 => Phase::Processing,
+            _ => Phase::Draining,
+        }
+    }
+}
+
 pub struct PartitionTask {
     pub shared: Arc<Shared>,
     pub partition: i32,
@@ -44,6 +77,13 @@ pub struct PartitionTask {
     /// the first batch on a partition this store never processed).
     pub state: PartitionState,
     pub rx: mpsc::Receiver<Command>,
+    /// The task's [`Phase`], for the supervisor and status reports.
+    pub phase: Arc<AtomicU8>,
+    /// To seek after a restore and read the group's committed offset.
+    pub consumer: Weak<BaseConsumer<OrderlyContext>>,
+    /// The offset the partition was assigned at (the stored checkpoint);
+    /// `None`: the group's committed offset.
+    pub assigned_at: Option<i64>,
 }
 
 /// How long an idle task sleeps before polling its queue again even without
@@ -56,6 +96,14 @@ impl PartitionTask {
         let max_wait = Duration::from_millis(self.shared.config.processing.batch_max_wait_ms);
         let interval = Duration::from_millis(self.shared.config.processing.commit_interval_ms);
         let PartitionInput { queue, ready } = input;
+        if let Some(reply) = self.start().await? {
+            // Revoked while restoring: nothing was processed.
+            if let Some(reply) = reply {
+                let _ = reply.send(self.state.written());
+            }
+            return Ok(());
+        }
+        self.phase.store(Phase::Processing as u8, Ordering::Relaxed);
         if let Some(checkpoint) = self.state.written() {
             // A checkpoint made durable before a crash may never have been
             // committed to Kafka; the flusher commits it if the group's
@@ -103,6 +151,7 @@ impl PartitionTask {
                 }
             }
             if let Some(reply) = drain {
+                self.phase.store(Phase::Draining as u8, Ordering::Relaxed);
                 // Everything already fetched for this partition is processed
                 // before it is released.
                 loop {
@@ -131,28 +180,138 @@ impl PartitionTask {
         }
     }
 
-    /// Writes the changed orders and the checkpoint in one atomic batch and
-    /// reports it to the flusher (which makes it durable, then commits).
+    /// The restoring phase. With a changelog: restores the tree when it is
+    /// behind and seeks the partition to the restored checkpoint. Without:
+    /// refuses a partition whose state is elsewhere. `Some` when a drain
+    /// came first (its reply, if any).
+    async fn start(&mut self) -> Result<Option<Option<oneshot::Sender<Option<Checkpoint>>>>, ProcessError> {
+        let Some(changelog) = self.shared.changelog.clone() else {
+            self.check_without_changelog().await?;
+            return Ok(None);
+        };
+        let cancel = Arc::new(AtomicBool::new(false));
+        let tree = self.state.store().clone();
+        let job = {
+            let (shared, cancel, tree) = (self.shared.clone(), cancel.clone(), tree.clone());
+            let (topic, partition) = (changelog.topic().to_string(), self.partition);
+            tokio::task::spawn_blocking(move || {
+                let restored = Restore { config: &shared.config, topic: &topic, partition, tree: &tree, cancel: &cancel }.run()?;
+                if restored.restored {
+                    shared.store.flush()?;
+                }
+                Ok::<_, crate::changelog::ChangelogError>(restored)
+            })
+        };
+        tokio::pin!(job);
+        let joined = tokio::select! {
+            biased;
+            command = self.rx.recv() => {
+                cancel.store(true, Ordering::Relaxed);
+                // The restore stops at its next poll; the store keeps its
+                // restoring mark and the next owner starts it again.
+                let _ = (&mut job).await;
+                return Ok(Some(command.map(|Command::Drain(reply)| reply)));
+            }
+            joined = &mut job => joined,
+        };
+        let restored = joined
+            .map_err(|join| ProcessError::Fatal(format!("partition {}: restore thread failed: {join}", self.partition)))??;
+        if !restored.restored {
+            return Ok(None);
+        }
+        self.shared.counters.record_restore(restored.applied, restored.elapsed);
+        self.state = PartitionState::new(tree, restored.checkpoint);
+        if let Some(checkpoint) = restored.checkpoint {
+            if self.assigned_at != Some(checkpoint.next_offset) {
+                self.seek(checkpoint.next_offset).await;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Moves the partition's fetch position (after a restore). Records
+    /// before the checkpoint that still arrive are skipped by `process`.
+    async fn seek(&self, offset: i64) {
+        let Some(consumer) = self.consumer.upgrade() else { return };
+        let (topic, partition) = (self.shared.topic.clone(), self.partition);
+        let result = tokio::task::spawn_blocking(move || {
+            consumer.seek(&topic, partition, Offset::Offset(offset), Duration::from_secs(10))
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => info!(partition = self.partition, offset, "seeked to the restored checkpoint"),
+            Ok(Err(error)) => warn!(partition = self.partition, offset, %error, "cannot seek to the restored checkpoint; records before it are skipped as they arrive"),
+            Err(join) => warn!(partition = self.partition, %join, "seek task failed"),
+        }
+    }
+
+    /// Without a changelog, a partition whose committed offset is ahead of
+    /// this store's checkpoint (or that has a committed offset and no local
+    /// state) was processed elsewhere: its state is not here. Refused.
+    async fn check_without_changelog(&self) -> Result<(), ProcessError> {
+        let partition = self.partition;
+        if self.state.store().restoring()? {
+            return Err(ProcessError::Fatal(format!(
+                "partition {partition}: the store holds an interrupted restore from a changelog, and the changelog \
+                 is off; turn it back on (kafka.changelog_topic) or rebuild the store"
+            )));
+        }
+        let Some(consumer) = self.consumer.upgrade() else { return Ok(()) };
+        let topic = self.shared.topic.clone();
+        let committed = tokio::task::spawn_blocking(move || {
+            let mut tpl = TopicPartitionList::with_capacity(1);
+            tpl.add_partition(&topic, partition);
+            consumer.committed_offsets(tpl, Duration::from_secs(10)).map(|list| {
+                list.elements().first().and_then(|e| if let Offset::Offset(o) = e.offset() { Some(o) } else { None })
+            })
+        })
+        .await
+        .map_err(|join| ProcessError::Fatal(format!("partition {partition}: committed-offset task failed: {join}")))?
+        .map_err(ProcessError::Kafka)?;
+        let local = self.state.written().map(|c| c.next_offset);
+        match committed {
+            Some(group) if local.is_none_or(|l| group > l) => Err(ProcessError::Fatal(format!(
+                "partition {partition}: the group's committed offset {group} is ahead of this store's checkpoint \
+                 ({}); the state of the records in between is not in this store (another instance processed them, \
+                 or the store was lost), and processing on would apply stale events and let duplicates through. \
+                 Turn the changelog on (kafka.changelog_topic) so the state is restored, or rebuild the store from \
+                 the start of the topic (see README, \"Rebuilding the store\")",
+                local.map(|l| l.to_string()).unwrap_or_else(|| "none".into())
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes out the changed orders and the checkpoint: produced to the
+    /// changelog first (when on) and acknowledged, then written to the store
+    /// in one atomic batch and reported to the flusher (which makes it
+    /// durable, then commits).
     async fn write_out(&mut self) -> Result<(), ProcessError> {
         if !self.state.has_unwritten() {
             return Ok(());
         }
         let started = Instant::now();
-        // A write-out (encoding and writing every changed order) takes tens
-        // of milliseconds: it runs on a blocking thread so the async workers
+        // Encoding and writing every changed order takes tens of
+        // milliseconds: it runs on a blocking thread so the async workers
         // keep the other partitions' timers and batches on time. The task
         // owns its state and waits, so nothing else touches it meanwhile.
-        let share = self.shared.cache_share();
-        let placeholder = self.state.empty_like();
-        let mut state = std::mem::replace(&mut self.state, placeholder);
-        let (state, result) = tokio::task::spawn_blocking(move || {
-            let result = state.write_out(share);
-            (state, result)
-        })
-        .await
-        .map_err(|join| ProcessError::Fatal(format!("partition {}: write-out thread failed: {join}", self.partition)))?;
+        let changelog = self.shared.changelog.clone();
+        let with_changelog = changelog.is_some();
+        let (state, prepared) = self.lend_state(move |state| state.prepare_write_out(with_changelog)).await?;
         self.state = state;
-        let Some(written) = result? else { return Ok(()) };
+        let Some(mut prepared) = prepared? else { return Ok(()) };
+        let position = match &changelog {
+            Some(writer) => {
+                let changes = prepared.write.changes.take().unwrap_or_default();
+                let covers = prepared.checkpoint.next_offset;
+                Some(writer.publish(self.partition, &changes, &prepared.checkpoint_bytes, covers).await?)
+            }
+            None => None,
+        };
+        let share = self.shared.cache_share();
+        let (state, result) = self.lend_state(move |state| state.finish_write_out(prepared, position, share)).await?;
+        self.state = state;
+        let written = result?;
         fault::hit(Point::AfterBatch);
         self.shared.counters.record_write(written.keys, written.bytes, started.elapsed());
         let next_offset = written.checkpoint.next_offset;
@@ -162,6 +321,22 @@ impl PartitionTask {
             .send(FlushMsg::Covered { partition: self.partition, next_offset })
             .await
             .map_err(|_| ProcessError::FlusherGone)
+    }
+
+    /// Runs `work` on the partition's state on a blocking thread and hands
+    /// the state back with its result.
+    async fn lend_state<T: Send + 'static>(
+        &mut self,
+        work: impl FnOnce(&mut PartitionState) -> T + Send + 'static,
+    ) -> Result<(PartitionState, T), ProcessError> {
+        let placeholder = self.state.empty_like();
+        let mut state = std::mem::replace(&mut self.state, placeholder);
+        tokio::task::spawn_blocking(move || {
+            let result = work(&mut state);
+            (state, result)
+        })
+        .await
+        .map_err(|join| ProcessError::Fatal(format!("partition {}: write-out thread failed: {join}", self.partition)))
     }
 
     /// Processes one batch: everything in it ends applied, duplicate, stale

@@ -1,0 +1,67 @@
+//! The changelog: every write-out's changes, produced to a compacted topic
+//! (one partition per input partition, same number) before they are written
+//! to the local store, so a partition that moves to another instance, or a
+//! store that is lost, is restored from it.
+//!
+//! A record's key is the changed key in its changelog form
+//! ([`crate::store::to_changelog_key`]: an order's `order_id`, or a reserved
+//! key no `order_id` can equal); its value is the store's value, byte for
+//! byte (`None`, a tombstone, for a deletion). Each write-out's records carry
+//! the header [`HEADER_COVERS`]: the input offset its checkpoint moves to.
+//! The checkpoint record comes last, under the reserved checkpoint key.
+//!
+//! Restore applies a record only when the checkpoint it ends at covers it
+//! (`covers <= checkpoint.next_offset`): the tail of a write-out whose
+//! checkpoint record never made it (a crash mid-produce), and records a
+//! re-processed write-out with other boundaries made obsolete, are not
+//! applied beyond the checkpoint (the scheme Quix Streams uses with its
+//! processed-offset header).
+//!
+//! * [`writer`]: produces a write-out and waits for every acknowledgement.
+//! * [`restore`]: brings a partition's tree up to the changelog.
+//! * [`topic`]: creates the topic at start-up, or checks the one there is.
+
+pub mod restore;
+pub mod topic;
+pub mod writer;
+
+use rdkafka::error::KafkaError;
+
+use crate::store::StoreError;
+
+/// Header of every changelog record: the input offset (decimal text) the
+/// write-out it belongs to covers, i.e. its checkpoint's `next_offset`.
+pub const HEADER_COVERS: &str = "orderly.covers";
+
+/// The changelog topic a configuration names (`{group_id}` replaced), or
+/// `None` when the changelog is off.
+pub fn topic_name(config: &crate::config::Config) -> Option<String> {
+    let raw = config.kafka.changelog_topic.trim();
+    if raw.is_empty() {
+        None
+    } else {
+        Some(raw.replace("{group_id}", &config.kafka.group_id))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChangelogError {
+    #[error("changelog topic {topic}: {message}")]
+    Topic { topic: String, message: String },
+    #[error("changelog {topic} partition {partition}: produce failed: {cause}")]
+    Produce { topic: String, partition: i32, cause: KafkaError },
+    #[error("changelog {topic} partition {partition}: cannot read it: {cause}")]
+    Read { topic: String, partition: i32, cause: KafkaError },
+    #[error(
+        "changelog {topic} partition {partition} ends at offset {end}, but the store recorded position {local}: \
+         the changelog topic was deleted or recreated. Move the store directory aside and rebuild it from the \
+         input topic (see README, \"Rebuilding the store\")"
+    )]
+    StoreAhead { topic: String, partition: i32, local: i64, end: i64 },
+    #[error("changelog {topic} partition {partition}: record at offset {offset}: {message}")]
+    Corrupt { topic: String, partition: i32, offset: i64, message: String },
+    #[error("restore of partition {partition} was cancelled (the partition was revoked)")]
+    Cancelled { partition: i32 },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

@@ -1,0 +1,109 @@
+//! Produces a write-out's changes to the changelog and waits until the
+//! broker acknowledged every one of them, the checkpoint record last.
+
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use super::{ChangelogError, HEADER_COVERS};
+use crate::fault::{self, Point};
+use crate::store::{changelog_checkpoint_key, ChangeRecord};
+
+/// The changelog's producer (idempotent, `acks=all`) and topic.
+#[derive(Clone)]
+pub struct ChangelogWriter {
+    producer: FutureProducer,
+    topic: String,
+}
+
+impl ChangelogWriter {
+    pub fn new(producer: FutureProducer, topic: String) -> Self {
+        ChangelogWriter { producer, topic }
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Produces `changes` then the checkpoint record (`checkpoint`, the
+    /// checkpoint's bytes) into `partition`, each tagged with `covers`, and
+    /// returns the changelog offset after the checkpoint record once every
+    /// record is acknowledged. An error leaves nothing to undo: the local
+    /// store is written only after this returns, and a restore never applies
+    /// records past the last checkpoint record that covers them.
+    pub async fn publish(
+        &self,
+        partition: i32,
+        changes: &[ChangeRecord],
+        checkpoint: &[u8],
+        covers: i64,
+    ) -> Result<i64, ChangelogError> {
+        let covers_text = covers.to_string();
+        let headers = OwnedHeaders::new_with_capacity(1).insert(Header { key: HEADER_COVERS, value: Some(covers_text.as_str()) });
+        let mut acks = Vec::with_capacity(changes.len() + 1);
+        let torn_at = fault::due(Point::TornChangelog).then(|| changes.len() / 2);
+        for (i, change) in changes.iter().enumerate() {
+            if torn_at == Some(i) {
+                break;
+            }
+            let record = FutureRecord::<[u8], [u8]>::to(&self.topic)
+                .partition(partition)
+                .key(change.key.as_slice())
+                .headers(headers.clone());
+            let record = match &change.value {
+                Some(value) => record.payload(value.as_ref()),
+                None => record,
+            };
+            acks.push(self.enqueue(partition, record).await?);
+        }
+        if torn_at.is_some() {
+            // The crash drill's torn tail: half the changes acknowledged,
+            // the checkpoint record never sent.
+            for ack in acks {
+                let _ = ack.await;
+            }
+            fault::abort(Point::TornChangelog);
+        }
+        let key = changelog_checkpoint_key();
+        let record = FutureRecord::<[u8], [u8]>::to(&self.topic)
+            .partition(partition)
+            .key(key.as_slice())
+            .payload(checkpoint)
+            .headers(headers.clone());
+        acks.push(self.enqueue(partition, record).await?);
+        let mut last = None;
+        for ack in acks {
+            match ack.await {
+                Ok(Ok(delivery)) => last = Some(delivery.offset),
+                Ok(Err((cause, _))) => return Err(self.produce_error(partition, cause)),
+                Err(_cancelled) => return Err(self.produce_error(partition, KafkaError::Canceled)),
+            }
+        }
+        let offset = last.ok_or_else(|| self.produce_error(partition, KafkaError::Canceled))?;
+        Ok(offset + 1)
+    }
+
+    /// Hands one record to librdkafka, waiting while its queue is full.
+    async fn enqueue(
+        &self,
+        partition: i32,
+        mut record: FutureRecord<'_, [u8], [u8]>,
+    ) -> Result<rdkafka::producer::DeliveryFuture, ChangelogError> {
+        loop {
+            match self.producer.send_result(record) {
+                Ok(ack) => return Ok(ack),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((cause, _)) => return Err(self.produce_error(partition, cause)),
+            }
+        }
+    }
+
+    fn produce_error(&self, partition: i32, cause: KafkaError) -> ChangelogError {
+        ChangelogError::Produce { topic: self.topic.clone(), partition, cause }
+    }
+}

@@ -1,0 +1,245 @@
+//! The partition supervisor: owns every assigned partition's task and its
+//! lifecycle (restoring -> processing -> draining).
+//!
+//! The rebalance callback (on the poll thread) only does local work: on
+//! assignment it reads each partition's stored checkpoint (its start offset,
+//! set in the list before it is assigned), splits the partition's queue off
+//! the consumer and spawns its task; the task restores from the changelog
+//! when needed and then processes, off the poll thread. On revoke each task
+//! finishes the records already in its queue, writes them out (changelog
+//! acknowledged first), the flusher flushes and commits, and only then is
+//! the partition given up; every wait has the configured deadline.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+use tracing::{error, info, info_span, warn, Instrument};
+
+use super::context::OrderlyContext;
+use super::flusher::FlushMsg;
+use super::partition::{Command, PartitionInput, PartitionTask, Phase};
+use super::Shared;
+use crate::partition_state::PartitionState;
+
+struct PartitionHandle {
+    tx: mpsc::Sender<Command>,
+    join: JoinHandle<()>,
+    /// Where the task is in its life (restoring, processing, draining).
+    phase: Arc<std::sync::atomic::AtomicU8>,
+}
+
+/// Owns the partition tasks: starts them on assignment, drains them on
+/// revoke and shutdown, and stops the process when one fails or panics.
+pub struct PartitionSupervisor {
+    pub(super) shared: Arc<Shared>,
+    runtime: Handle,
+    tasks: Mutex<HashMap<i32, PartitionHandle>>,
+    /// Set once the consumer exists (it is created with this router inside
+    /// its context); weak, so the router does not keep the consumer alive.
+    consumer: OnceLock<Weak<BaseConsumer<OrderlyContext>>>,
+}
+
+impl PartitionSupervisor {
+    pub fn new(shared: Arc<Shared>, runtime: Handle) -> Self {
+        PartitionSupervisor { shared, runtime, tasks: Mutex::new(HashMap::new()), consumer: OnceLock::new() }
+    }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<i32, PartitionHandle>> {
+        // Only the poll thread touches the map; a poisoned lock means it
+        // panicked earlier, and the map itself is still consistent.
+        self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Each assigned partition's phase.
+    pub fn phases(&self) -> Vec<(i32, Phase)> {
+        let mut out: Vec<(i32, Phase)> =
+            self.tasks().iter().map(|(p, h)| (*p, Phase::from_u8(h.phase.load(Ordering::Relaxed)))).collect();
+        out.sort_by_key(|(p, _)| *p);
+        out
+    }
+
+    pub fn runtime(&self) -> &Handle {
+        &self.runtime
+    }
+
+    /// Lets the supervisor split partition queues off `consumer` on assignment.
+    pub fn attach(&self, consumer: &Arc<BaseConsumer<OrderlyContext>>) {
+        let _ = self.consumer.set(Arc::downgrade(consumer));
+    }
+
+    /// Opens each partition's store, sets its start offset from the stored
+    /// checkpoint, splits its queue off the consumer's main queue (before
+    /// the partition is assigned, so no record reaches the main queue) and
+    /// spawns its task.
+    pub(super) fn on_assign(&self, tpl: &mut TopicPartitionList) {
+        let shared = &self.shared;
+        let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) else {
+            shared.fatal("assignment before the consumer was attached".into());
+            return;
+        };
+        let mut assigned = Vec::new();
+        for elem in tpl.elements() {
+            assigned.push((elem.topic().to_string(), elem.partition()));
+        }
+        for (topic, partition) in assigned {
+            if self.tasks().contains_key(&partition) {
+                // Assigned again without a revoke in between (the assignment
+                // was lost): stop the old task first so one task at a time
+                // writes the partition's tree.
+                warn!(partition, "partition assigned while its task still runs; draining the old task");
+                self.drain(Some(&[partition]), true);
+            }
+            let store = match shared.store.partition(&topic, partition) {
+                Ok(store) => store,
+                Err(e) => {
+                    shared.fatal(format!("cannot open the store of partition {partition}: {e}"));
+                    continue;
+                }
+            };
+            let checkpoint = match store.checkpoint() {
+                Ok(cp) => cp,
+                Err(e) => {
+                    shared.fatal(format!("cannot read the checkpoint of partition {partition}: {e}"));
+                    continue;
+                }
+            };
+            if let Some(cp) = checkpoint {
+                if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(cp.next_offset)) {
+                    shared.fatal(format!("cannot seek partition {partition}: {e}"));
+                }
+            }
+            let Some(mut queue) = consumer.split_partition_queue(&topic, partition) else {
+                shared.fatal(format!("cannot split the queue of partition {partition}"));
+                continue;
+            };
+            let ready = Arc::new(Notify::new());
+            let signal = ready.clone();
+            queue.set_nonempty_callback(move || signal.notify_one());
+            info!(partition, checkpoint = ?checkpoint.map(|c| c.next_offset), "partition assigned");
+            let (tx, rx) = mpsc::channel(1);
+            let state = PartitionState::new(store, checkpoint);
+            let phase = Arc::new(std::sync::atomic::AtomicU8::new(Phase::Restoring as u8));
+            let task = PartitionTask {
+                shared: shared.clone(),
+                partition,
+                state,
+                rx,
+                phase: phase.clone(),
+                consumer: Arc::downgrade(&consumer),
+                assigned_at: checkpoint.map(|c| c.next_offset),
+            };
+            let input = PartitionInput { queue, ready };
+            let span = info_span!("partition", topic = %topic, partition, group = %shared.config.kafka.group_id);
+            let fatal = shared.clone();
+            // Supervised: an error or a panic in the task stops the process
+            // (non-zero exit, naming the partition). Nothing it had not
+            // written out is committed: offsets reach the flusher only after
+            // their write-out.
+            let join = self.runtime.spawn(
+                async move {
+                    match AssertUnwindSafe(task.run(input)).catch_unwind().await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            error!(error = %e, "partition task failed");
+                            fatal.fatal(format!("partition {partition}: {e}"));
+                        }
+                        Err(panic) => {
+                            let what = panic_message(panic.as_ref());
+                            error!(panic = %what, "partition task panicked");
+                            fatal.fatal(format!("partition {partition}: task panicked: {what}"));
+                        }
+                    }
+                }
+                .instrument(span),
+            );
+            self.tasks().insert(partition, PartitionHandle { tx, join, phase });
+            shared.assigned.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Finishes, flushes and commits the given partitions (or all), then
+    /// stops their tasks. Uncommitted when the assignment was lost.
+    pub fn drain(&self, partitions: Option<&[i32]>, lost: bool) {
+        let handles: Vec<(i32, PartitionHandle)> = {
+            let mut tasks = self.tasks();
+            let chosen: Vec<i32> = match partitions {
+                Some(list) => list.iter().copied().filter(|p| tasks.contains_key(p)).collect(),
+                None => tasks.keys().copied().collect(),
+            };
+            chosen.into_iter().filter_map(|p| tasks.remove(&p).map(|h| (p, h))).collect()
+        };
+        if handles.is_empty() {
+            return;
+        }
+        self.shared.assigned.fetch_sub(handles.len(), Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_millis(self.shared.config.processing.shutdown_timeout_ms);
+        let release: Vec<i32> = handles.iter().map(|(p, _)| *p).collect();
+        let runtime = self.runtime.clone();
+        let finished = runtime.block_on(async {
+            let mut replies = Vec::new();
+            for (partition, handle) in &handles {
+                let (reply, rx) = oneshot::channel();
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(remaining, handle.tx.send(Command::Drain(reply))).await {
+                    Ok(Ok(())) => replies.push((*partition, rx)),
+                    _ => warn!(partition, "could not ask partition task to drain"),
+                }
+            }
+            let mut all = replies.len() == handles.len();
+            for (partition, rx) in replies {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(remaining, rx).await {
+                    Ok(Ok(checkpoint)) => info!(partition, next_offset = ?checkpoint.map(|c| c.next_offset), "partition drained"),
+                    _ => {
+                        warn!(partition, "partition task did not drain before the deadline");
+                        all = false;
+                    }
+                }
+            }
+            all
+        });
+        // Tasks that drained have returned; one that missed the deadline is
+        // stopped here, at an await point between atomic batches, so its store
+        // is consistent at its last checkpoint. Waiting for each to end also
+        // releases its partition queue (which holds the consumer).
+        runtime.block_on(async {
+            for (partition, handle) in handles {
+                handle.join.abort();
+                if handle.join.await.is_err() {
+                    warn!(partition, "partition task was stopped at the deadline");
+                }
+            }
+        });
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        let barrier = FlushMsg::Barrier { release: release.clone(), lost, reply };
+        if self.shared.flush_tx.blocking_send(barrier).is_err() {
+            warn!("flusher is gone; revoked partitions are not committed");
+            return;
+        }
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100))) {
+            Ok(()) => info!(partitions = ?release, finished, lost, "partitions released after flush and commit"),
+            Err(_) => warn!(partitions = ?release, "flush and commit did not finish before the deadline"),
+        }
+    }
+}
+
+/// The text of a panic payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "non-text panic payload".into()
+    }
+}
+
