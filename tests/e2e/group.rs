@@ -1,0 +1,151 @@
+//! Several `orderly` processes in one consumer group, each with its own
+//! store, under continuous load: partitions move between them and are
+//! restored from the changelog; the one left at the end holds every order's
+//! exact state and exact durable counters.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use orderly::workload::WorkloadSpec;
+
+use crate::required_env;
+use crate::support::{signal, wait_exit, wait_until, Instance};
+use crate::world::{tail, World};
+
+/// How many times an instance's log says `what`.
+fn count(instance: &Instance, what: &str) -> usize {
+    instance.log().matches(what).count()
+}
+
+/// Waits until the group's committed offsets move past `before` (the group
+/// is processing), or fails with the logs of `instances`.
+fn wait_progress(world: &World, step: &str, instances: &[&Instance]) {
+    let before = world.committed_total();
+    let moved = wait_until(Duration::from_secs(90), || world.committed_total() > before);
+    if !moved {
+        for (i, instance) in instances.iter().enumerate() {
+            eprintln!("--- instance {i}\n{}", tail(&instance.log()));
+        }
+        panic!("{step}: no progress");
+    }
+}
+
+/// Scale 1 -> 3 -> 2 -> 3 -> 1 under load with duplicates, reorderings and
+/// poison records: a SIGKILL along the way, and one instance's store wiped
+/// before it rejoins. The instance left owns every partition; its state and
+/// durable counters are exact.
+#[test]
+fn consumer_group_scales_out_and_in_with_exact_state() {
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let spec = WorkloadSpec { orders: 12_000, poison_rate: 0.002, seed: 4242, ..Default::default() };
+    let (records, expected) = world.plan(&spec);
+    let settings = "batch_max_records = 500\ncommit_interval_ms = 200";
+    let (a, b, c) = (world.instance(settings), world.instance(settings), world.instance(settings));
+    let started = Instant::now();
+    let producing = AtomicBool::new(true);
+    let scaled = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // Continuous load: records arrive in small pieces while the group
+        // scales; the rest at once when the scaling is over.
+        let feeder = scope.spawn(|| {
+            let producer = world.producer();
+            let size = records.len().div_ceil(150);
+            let mut at = 0;
+            while at < records.len() && !scaled.load(Ordering::SeqCst) {
+                let end = (at + size).min(records.len());
+                world.produce_with(&producer, &records[at..end]);
+                at = end;
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            world.produce_with(&producer, &records[at..]);
+            producing.store(false, Ordering::SeqCst);
+        });
+
+        let mut run_a = a.spawn_run(None);
+        wait_progress(&world, "1 instance", &[&a]);
+
+        let mut run_b = b.spawn_run(None);
+        let mut run_c = c.spawn_run(None);
+        let joined = wait_until(Duration::from_secs(60), || count(&b, "partition assigned") > 0 && count(&c, "partition assigned") > 0);
+        assert!(joined, "3 instances: b and c got partitions\n{}\n---\n{}", tail(&b.log()), tail(&c.log()));
+        wait_progress(&world, "3 instances", &[&a, &b, &c]);
+        eprintln!("group: 3 instances at {:.1} s", started.elapsed().as_secs_f64());
+
+        // 3 -> 2: c is killed; its partitions move after the session timeout.
+        signal(&run_c, "KILL");
+        assert!(wait_exit(&mut run_c, Duration::from_secs(10)).is_some(), "SIGKILL ends c");
+        let a_before = count(&a, "partition assigned") + count(&b, "partition assigned");
+        let moved = wait_until(Duration::from_secs(60), || count(&a, "partition assigned") + count(&b, "partition assigned") > a_before);
+        assert!(moved, "c's partitions moved to a and b\n{}", tail(&a.log()));
+        wait_progress(&world, "2 instances", &[&a, &b]);
+        eprintln!("group: 2 instances at {:.1} s", started.elapsed().as_secs_f64());
+
+        // 2 -> 3: c rejoins with its store wiped: restored from the start of
+        // the changelog.
+        std::fs::remove_dir_all(&c.store_path).expect("wipe c's store");
+        let c_restores = count(&c, "restore finished");
+        run_c = c.spawn_run(None);
+        let restored = wait_until(Duration::from_secs(90), || count(&c, "restore finished") > c_restores);
+        assert!(restored, "c restored its partitions from the changelog\n{}", tail(&c.log()));
+        wait_progress(&world, "3 instances again", &[&a, &b, &c]);
+        eprintln!("group: 3 instances again at {:.1} s", started.elapsed().as_secs_f64());
+
+        // 3 -> 1: b and c leave cleanly (drain, flush, commit on revoke).
+        for (name, child, instance) in [("b", &mut run_b, &b), ("c", &mut run_c, &c)] {
+            signal(child, "TERM");
+            let status = wait_exit(child, Duration::from_secs(30));
+            assert!(status.is_some_and(|s| s.success()), "{name} exits 0 on SIGTERM: {status:?}\n{}", tail(&instance.log()));
+        }
+        eprintln!("group: 1 instance at {:.1} s", started.elapsed().as_secs_f64());
+        scaled.store(true, Ordering::SeqCst);
+        feeder.join().expect("feeder");
+        assert!(!producing.load(Ordering::SeqCst));
+        eprintln!("group: load produced at {:.1} s", started.elapsed().as_secs_f64());
+
+        // a catches up alone, then stops cleanly.
+        let ends = crate::support::end_offsets(&world.bootstrap, &world.topic, crate::PARTITIONS);
+        let caught_up = wait_until(Duration::from_secs(180), || world.committed() == ends);
+        eprintln!("group: a caught up at {:.1} s", started.elapsed().as_secs_f64());
+        signal(&run_a, "TERM");
+        let status = wait_exit(&mut run_a, Duration::from_secs(30));
+        assert!(caught_up, "a caught up: committed {:?}, ends {ends:?}\n{}", world.committed(), tail(&a.log()));
+        assert!(status.is_some_and(|s| s.success()), "a exits 0: {status:?}\n{}", tail(&a.log()));
+    });
+    let restores: usize = [&a, &b, &c].iter().map(|i| count(i, "restore finished")).sum();
+    let mismatches = world.verify(&a, &expected);
+    eprintln!(
+        "group: {} records ({} applied, {} duplicates, {} stale, {} dead-lettered), {restores} restores, {mismatches} \
+         mismatches, {:.1} s",
+        records.len(),
+        expected.applied,
+        expected.duplicates,
+        expected.stale,
+        expected.dead_lettered,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(count(&a, "restore finished") > 0, "a restored the partitions that came back to it\n{}", tail(&a.log()));
+}
+
+/// A crash after half of a write-out's changelog records were acknowledged
+/// and before its checkpoint record was sent; then a fresh store in the same
+/// group restores from the changelog and finishes: state and counters exact.
+#[test]
+fn torn_changelog_tail_is_not_restored() {
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let (records, expected) = world.plan(&WorkloadSpec { orders: 6_000, poison_rate: 0.002, seed: 77, ..Default::default() });
+    let settings = "batch_max_records = 500\ncommit_interval_ms = 100";
+    let first = world.instance(settings);
+    let (now, later) = records.split_at(records.len() / 2);
+    world.produce(now);
+    let mut child = first.spawn_run(Some("torn_changelog:4"));
+    let status = wait_exit(&mut child, Duration::from_secs(120));
+    assert!(status.is_some_and(|s| !s.success()), "aborted at the torn write-out\n{}", tail(&first.log()));
+    assert!(first.log().contains("fault injection: aborting at torn_changelog"), "{}", tail(&first.log()));
+    world.produce(later);
+
+    let fresh = world.instance(settings);
+    world.finish(&fresh);
+    let log = fresh.log();
+    assert!(log.contains("restore finished"), "the fresh store was restored\n{}", tail(&log));
+    world.verify(&fresh, &expected);
+}

@@ -1,0 +1,212 @@
+//! One test's world: a fresh input topic, dead-letter topic, group and
+//! registry double on the shared broker; producing planned records; the
+//! final exact checks; a nisshi broker a test can stop and start.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::FutureProducer;
+use rdkafka::ClientConfig;
+
+use orderly::codec::Encoder;
+use orderly::event::StateView;
+use orderly::load::produce_planned;
+use orderly::processor::{HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use orderly::registry::Registry;
+use orderly::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
+
+use crate::support::registry_double::RegistryDouble;
+use crate::support::{committed, create_topics, end_offsets, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
+use crate::{PARTITIONS, SESSION_TIMEOUT_MS};
+
+pub struct World {
+    pub bootstrap: String,
+    pub registry: RegistryDouble,
+    pub runtime: tokio::runtime::Runtime,
+    pub topic: String,
+    pub dlq: String,
+    pub group: String,
+}
+
+impl World {
+    pub fn new(bootstrap: String) -> Self {
+        let topic = unique("orders");
+        let dlq = unique("orders-dlq");
+        create_topics(&bootstrap, &[(&topic, PARTITIONS), (&dlq, 1)]);
+        World {
+            bootstrap,
+            registry: RegistryDouble::start(),
+            runtime: tokio::runtime::Runtime::new().expect("runtime"),
+            topic,
+            dlq,
+            group: unique("group"),
+        }
+    }
+
+    pub fn instance(&self, extra: &str) -> Instance {
+        Instance::new(&Setup {
+            bootstrap: &self.bootstrap,
+            registry_url: &self.registry.url,
+            group: &self.group,
+            topic: &self.topic,
+            dlq_topic: &self.dlq,
+            session_timeout_ms: SESSION_TIMEOUT_MS,
+            extra,
+        })
+    }
+
+    pub fn plan(&self, spec: &WorkloadSpec) -> (Vec<PlannedRecord>, Expectation) {
+        let registry = Registry::http(&self.registry.url, Duration::from_secs(5)).expect("registry client");
+        let encoder = self.runtime.block_on(Encoder::register(&registry, &self.topic)).expect("register schemas");
+        plan(spec, &encoder).expect("plan")
+    }
+
+    pub fn producer(&self) -> FutureProducer {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "5")
+            .create()
+            .expect("producer")
+    }
+
+    pub fn produce_with(&self, producer: &FutureProducer, records: &[PlannedRecord]) {
+        self.runtime.block_on(produce_planned(producer, &self.topic, records)).expect("produce");
+    }
+
+    pub fn produce(&self, records: &[PlannedRecord]) {
+        self.runtime.block_on(produce_planned(&self.producer(), &self.topic, records)).expect("produce");
+    }
+
+    pub fn committed(&self) -> BTreeMap<i32, i64> {
+        committed(&self.bootstrap, &self.group, &self.topic, PARTITIONS)
+    }
+
+    pub fn committed_total(&self) -> i64 {
+        self.committed().values().filter(|o| **o > 0).sum()
+    }
+
+    /// Runs a clean instance until the group's committed offsets reach the
+    /// topic's end offsets, then stops it with SIGTERM (must exit 0).
+    pub fn finish(&self, instance: &Instance) -> Duration {
+        let ends = end_offsets(&self.bootstrap, &self.topic, PARTITIONS);
+        let before = instance.connected_count();
+        let mut child = instance.spawn_run(None);
+        let started = Instant::now();
+        assert!(instance.wait_ready(before), "never connected\n{}", tail(&instance.log()));
+        let caught_up = wait_until(Duration::from_secs(300), || self.committed() == ends);
+        let took = started.elapsed();
+        signal(&child, "TERM");
+        let status = wait_exit(&mut child, Duration::from_secs(30));
+        assert!(caught_up, "committed {:?} never reached end offsets {ends:?}\n{}", self.committed(), tail(&instance.log()));
+        assert!(status.is_some_and(|s| s.success()), "SIGTERM exits 0: {status:?}\n{}", tail(&instance.log()));
+        took
+    }
+
+    /// The final checks: exact counters, every order's state, committed
+    /// offsets at the end, dead letters for exactly the poison records.
+    pub fn verify(&self, instance: &Instance, expected: &Expectation) -> usize {
+        let ends = end_offsets(&self.bootstrap, &self.topic, PARTITIONS);
+        assert_eq!(self.committed(), ends, "committed offsets equal end offsets");
+        let stats = instance.stats();
+        let totals = &stats["totals"];
+        let consumed: i64 = ends.values().sum();
+        assert_eq!(totals["consumed"].as_u64(), Some(consumed as u64), "{stats}");
+        assert_eq!(totals["applied"].as_u64(), Some(expected.applied), "{stats}");
+        assert_eq!(totals["duplicates"].as_u64(), Some(expected.duplicates), "{stats}");
+        assert_eq!(totals["stale"].as_u64(), Some(expected.stale), "{stats}");
+        assert_eq!(totals["dead_lettered"].as_u64(), Some(expected.dead_lettered), "{stats}");
+        let dump = instance.dump();
+        let mut mismatches = 0usize;
+        for (order_id, want) in &expected.states {
+            let got: Option<StateView> = dump.get(order_id).map(|v| serde_json::from_value(v.clone()).expect("state JSON"));
+            if got.as_ref() != Some(want) {
+                mismatches += 1;
+                if mismatches < 5 {
+                    eprintln!("mismatch {order_id}: got {got:?}, want {want:?}");
+                }
+            }
+        }
+        mismatches += dump.len().saturating_sub(expected.states.len());
+        assert_eq!(mismatches, 0, "final state mismatches");
+        let letters = read_all(&self.bootstrap, &self.dlq);
+        let mut sources: Vec<(String, String, String)> = letters
+            .iter()
+            .map(|l| (l.headers[HEADER_TOPIC].clone(), l.headers[HEADER_PARTITION].clone(), l.headers[HEADER_OFFSET].clone()))
+            .collect();
+        assert!(sources.iter().all(|(topic, _, _)| *topic == self.topic));
+        sources.sort();
+        sources.dedup();
+        assert_eq!(sources.len() as u64, expected.dead_lettered, "each poison record dead-lettered at least once, nothing else");
+        mismatches
+    }
+}
+
+pub fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
+}
+
+
+/// A nisshi broker this test owns, on sqlite storage, so it can be stopped
+/// and started with its data intact.
+pub struct Broker {
+    binary: PathBuf,
+    db: PathBuf,
+    port: u16,
+    pub bootstrap: String,
+    child: Option<Child>,
+}
+
+impl Broker {
+    pub fn start(binary: PathBuf, db: PathBuf) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+        let mut broker = Broker { binary, db, port, bootstrap: format!("127.0.0.1:{port}"), child: None };
+        broker.restart();
+        broker
+    }
+
+    pub fn restart(&mut self) {
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.db.with_extension("log"))
+            .expect("broker log");
+        let child = Command::new(&self.binary)
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            // nisshi reads the path after sqlite:// relative to its working directory.
+            .current_dir(self.db.parent().expect("db dir"))
+            .args(["--storage-engine", &format!("sqlite://{}", self.db.file_name().expect("db file").to_string_lossy())])
+            .args(["--group-initial-rebalance-delay", "200ms"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start nisshi");
+        self.child = Some(child);
+        let up = wait_until(Duration::from_secs(30), || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok());
+        assert!(up, "nisshi listens on {}", self.port);
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(&child, "TERM");
+            if wait_exit(&mut child, Duration::from_secs(10)).is_none() {
+                let _ = child.kill();
+            }
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
