@@ -411,6 +411,30 @@ mod tests {
     }
 
     #[test]
+    fn a_write_out_for_the_changelog_carries_the_same_changes() {
+        let (_dir, store) = open();
+        let tree = store.partition("t", 0).unwrap();
+        let mut p = PartitionState::new(tree.clone(), None);
+        let events: Vec<OrderEvent> = (1..=40).map(|v| event("a", v, &format!("a{v}"))).chain([event("b", 1, "b1")]).collect();
+        p.apply(events, 0, 0, 41, 1000, DAY_MS).unwrap();
+        let mut prepared = p.prepare_write_out(true).unwrap().expect("changes");
+        let changes = prepared.write.changes.take().expect("collected");
+        // Two states and a's first full inbox chunk; the checkpoint goes separately.
+        assert_eq!(changes.len(), 3);
+        assert_eq!(changes.len(), prepared.write.keys);
+        let mut keys: Vec<&[u8]> = changes.iter().map(|c| c.key.as_slice()).collect();
+        keys.sort();
+        assert_eq!(&keys[..2], &[b"a".as_slice(), b"b".as_slice()]);
+        assert_eq!(keys[2][0], crate::store::CHANGELOG_RESERVED, "the chunk's key is reserved");
+        assert_eq!(tree.decode_checkpoint(&prepared.checkpoint_bytes).unwrap().next_offset, 41);
+        assert_eq!(tree.checkpoint().unwrap(), None, "nothing written before finish");
+        let written = p.finish_write_out(prepared, Some(7), usize::MAX).unwrap();
+        assert_eq!(written.checkpoint.changelog_next, Some(7));
+        assert_eq!(tree.checkpoint().unwrap().unwrap().changelog_next, Some(7));
+        assert!(!p.has_unwritten());
+    }
+
+    #[test]
     fn version_gaps_are_counted() {
         let (_dir, store) = open();
         let mut p = PartitionState::new(store.partition("t", 0).unwrap(), None);

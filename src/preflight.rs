@@ -27,7 +27,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
-    /// What was checked: "store", "broker", "input topic", "dlq topic",
+    /// What was checked: "store", "broker", "input topic", "dlq topic", "changelog",
     /// "registry".
     pub name: &'static str,
     pub ok: bool,
@@ -71,6 +71,7 @@ pub async fn check_all_reporting(config: &Config, timeout: Duration, mut report:
         && push(check_broker(config, timeout).await, &mut checks)
         && push(check_input_topic(config, timeout).await, &mut checks)
         && push(check_dlq_topic(config, timeout).await, &mut checks)
+        && push(check_changelog_topic(config, timeout).await, &mut checks)
         && push(check_registry(config).await, &mut checks);
     checks
 }
@@ -170,6 +171,34 @@ pub async fn check_dlq_topic(config: &Config, timeout: Duration) -> Check {
             ),
         ),
         Err(e) => Check::fail("dlq topic", format!("cannot describe {topic}: {e}")),
+    }
+}
+
+/// The changelog topic: off, present with the input topic's partition
+/// count, or missing (then `run` creates it).
+pub async fn check_changelog_topic(config: &Config, timeout: Duration) -> Check {
+    let Some(topic) = crate::changelog::topic_name(config) else {
+        return Check::ok("changelog", "off (kafka.changelog_topic = \"\"): run a single instance only");
+    };
+    let input = match topic_partitions(config, &config.kafka.input_topic, timeout).await {
+        Ok(Some(n)) => n,
+        Ok(None) => return Check::fail("changelog", format!("the input topic {} does not exist", config.kafka.input_topic)),
+        Err(e) => return Check::fail("changelog", format!("cannot describe {}: {e}", config.kafka.input_topic)),
+    };
+    match topic_partitions(config, &topic, timeout).await {
+        Ok(Some(n)) if n == input => Check::ok("changelog", format!("{topic}: {n} partition(s), as the input topic")),
+        Ok(Some(n)) => Check::fail(
+            "changelog",
+            format!(
+                "{topic} has {n} partition(s) and the input topic has {input}; they must match: set another \
+                 kafka.changelog_topic or recreate it"
+            ),
+        ),
+        Ok(None) => Check::ok(
+            "changelog",
+            format!("{topic} does not exist yet; `orderly run` creates it ({input} partitions, cleanup.policy=compact)"),
+        ),
+        Err(e) => Check::fail("changelog", format!("cannot describe {topic}: {e}")),
     }
 }
 

@@ -565,6 +565,38 @@ mod tests {
     }
 
     #[test]
+    fn changelog_keys_round_trip_and_never_collide_with_an_order_id() {
+        for order_id in ["a", "order-1", "\u{7f}", "ÿ", "\u{10FFFF}", ""] {
+            let key = order_key(order_id);
+            let changelog = to_changelog_key(&key);
+            assert_eq!(changelog, order_id.as_bytes(), "an order's changelog key is its id");
+            assert_eq!(from_changelog_key(&changelog), key);
+        }
+        for key in [CHECKPOINT_KEY.to_vec(), chunk_key("o", 33), RESTORING_KEY.to_vec()] {
+            let changelog = to_changelog_key(&key);
+            assert_eq!(changelog[0], CHANGELOG_RESERVED);
+            assert!(std::str::from_utf8(&changelog).is_err(), "no valid order_id equals a reserved key");
+            assert_eq!(from_changelog_key(&changelog), key);
+        }
+    }
+
+    #[test]
+    fn a_store_is_refused_for_another_group_or_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 8).unwrap();
+        let built = Binding { group: "g".into(), input_topic: "orders".into(), changelog_topic: "g-changelog".into() };
+        store.bind(&built).unwrap();
+        store.bind(&built).unwrap();
+        let other = Binding { group: "h".into(), ..built.clone() };
+        let err = store.bind(&other).unwrap_err();
+        assert!(matches!(err, StoreError::Binding { .. }));
+        let text = err.to_string();
+        assert!(text.contains("group g,") && text.contains("group h,"), "{text}");
+        let off = Binding { changelog_topic: String::new(), ..built };
+        assert!(store.bind(&off).unwrap_err().to_string().contains("no changelog"));
+    }
+
+    #[test]
     fn unopenable_path_is_named_in_the_error() {
         // (A store held by another process is covered end to end in
         // tests/processor_mock.rs.)

@@ -261,7 +261,9 @@ fn config_check_probes_topics_and_registry() {
     let out = check(&registry.url);
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), 0, "all pass: {stdout}\n{}", text(&out.stderr));
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 6, "config, store, broker, topics, registry: {stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 7, "config, store, broker, topics, changelog, registry: {stdout}");
+    let changelog_line = line(&stdout, "changelog");
+    assert!(changelog_line.contains("does not exist yet") && changelog_line.contains("3 partitions"), "{stdout}");
 }
 
 /// Item 5: the exit codes are listed in `--help`, each once, and a usage

@@ -98,6 +98,9 @@ pub async fn loader(args: Args) -> anyhow::Result<()> {
             cluster = rdkafka::mocking::MockCluster::new(1)?;
             cluster.create_topic(&topic, partitions, 1)?;
             cluster.create_topic(&dlq_topic, 1, 1)?;
+            // (c)'s changelog: the mock cluster has no CreateTopics (on a
+            // broker, the processor creates it).
+            cluster.create_topic(&format!("{topic}-changelog"), partitions, 1)?;
             cluster.bootstrap_servers()
         }
         Some(bootstrap) => {

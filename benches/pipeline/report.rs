@@ -27,6 +27,8 @@ pub struct Results {
     pub ratio_c_to_slower_of_a_d: Option<f64>,
     /// The same with steady rates (after the first record / first batch).
     pub ratio_c_to_slower_of_a_d_steady: Option<f64>,
+    /// (c) (changelog on) over (e) (changelog off), total rates.
+    pub ratio_changelog_on_to_off: Option<f64>,
     pub full_pipeline: Option<FullPipeline>,
     pub storage: Option<StorageOut>,
 }
@@ -218,6 +220,9 @@ impl Results {
         line(String::new());
         if let (Some(r), Some(steady)) = (self.ratio_c_to_slower_of_a_d, self.ratio_c_to_slower_of_a_d_steady) {
             line(format!("(c) / slower of (a) and (d): {r:.2} (steady rates: {steady:.2})"));
+        }
+        if let Some(r) = self.ratio_changelog_on_to_off {
+            line(format!("(c) changelog on / (e) changelog off: {r:.2}"));
         }
         if let Some(f) = &self.full_pipeline {
             line(format!(

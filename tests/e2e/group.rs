@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use orderly::workload::WorkloadSpec;
 
 use crate::required_env;
-use crate::support::{signal, wait_exit, wait_until, Instance};
+use crate::support::{signal, wait_exit, wait_until, Instance, Reaper};
+use crate::pauses::{batches, median_max, pauses, BATCH_LOG};
 use crate::world::{tail, World};
 
 /// How many times an instance's log says `what`.
@@ -42,6 +43,7 @@ fn consumer_group_scales_out_and_in_with_exact_state() {
     let settings = "batch_max_records = 500\ncommit_interval_ms = 200";
     let (a, b, c) = (world.instance(settings), world.instance(settings), world.instance(settings));
     let started = Instant::now();
+    let reaper = Reaper::default();
     let producing = AtomicBool::new(true);
     let scaled = AtomicBool::new(false);
     std::thread::scope(|scope| {
@@ -61,11 +63,11 @@ fn consumer_group_scales_out_and_in_with_exact_state() {
             producing.store(false, Ordering::SeqCst);
         });
 
-        let mut run_a = a.spawn_run(None);
+        let mut run_a = reaper.watch(a.spawn_run_logging(None, BATCH_LOG));
         wait_progress(&world, "1 instance", &[&a]);
 
-        let mut run_b = b.spawn_run(None);
-        let mut run_c = c.spawn_run(None);
+        let mut run_b = reaper.watch(b.spawn_run_logging(None, BATCH_LOG));
+        let mut run_c = reaper.watch(c.spawn_run_logging(None, BATCH_LOG));
         let joined = wait_until(Duration::from_secs(60), || count(&b, "partition assigned") > 0 && count(&c, "partition assigned") > 0);
         assert!(joined, "3 instances: b and c got partitions\n{}\n---\n{}", tail(&b.log()), tail(&c.log()));
         wait_progress(&world, "3 instances", &[&a, &b, &c]);
@@ -84,7 +86,7 @@ fn consumer_group_scales_out_and_in_with_exact_state() {
         // the changelog.
         std::fs::remove_dir_all(&c.store_path).expect("wipe c's store");
         let c_restores = count(&c, "restore finished");
-        run_c = c.spawn_run(None);
+        run_c = reaper.watch(c.spawn_run_logging(None, BATCH_LOG));
         let restored = wait_until(Duration::from_secs(90), || count(&c, "restore finished") > c_restores);
         assert!(restored, "c restored its partitions from the changelog\n{}", tail(&c.log()));
         wait_progress(&world, "3 instances again", &[&a, &b, &c]);
@@ -112,6 +114,16 @@ fn consumer_group_scales_out_and_in_with_exact_state() {
         assert!(status.is_some_and(|s| s.success()), "a exits 0: {status:?}\n{}", tail(&a.log()));
     });
     let restores: usize = [&a, &b, &c].iter().map(|i| count(i, "restore finished")).sum();
+    let logs: Vec<String> = [&a, &b, &c].iter().map(|i| i.log()).collect();
+    let seen = pauses(&batches(&logs));
+    let ((moved_median, moved_max), (_, stayed_max)) = (median_max(&seen.moved), median_max(&seen.stayed_longest));
+    eprintln!(
+        "group: pauses: {} partition moves, gap between the old owner's last batch and the new owner's first: median \
+         {moved_median:.2} s, max {moved_max:.2} s (the SIGKILL's moves wait for the session timeout); longest gap of a \
+         partition on one instance: {stayed_max:.2} s",
+        seen.moved.len()
+    );
+    assert!(seen.moved.len() >= 4, "partitions moved between instances: {seen:?}");
     let mismatches = world.verify(&a, &expected);
     eprintln!(
         "group: {} records ({} applied, {} duplicates, {} stale, {} dead-lettered), {restores} restores, {mismatches} \

@@ -19,6 +19,7 @@
 mod support;
 mod drills;
 mod group;
+mod pauses;
 mod world;
 
 pub const PARTITIONS: i32 = 4;

@@ -77,9 +77,14 @@ impl Instance {
 
     /// Starts `orderly run`, optionally with a fault point armed.
     pub fn spawn_run(&self, fault: Option<&str>) -> Child {
+        self.spawn_run_logging(fault, "info,librdkafka=warn,rdkafka=warn")
+    }
+
+    /// [`Self::spawn_run`] with its own `RUST_LOG`.
+    pub fn spawn_run_logging(&self, fault: Option<&str>, rust_log: &str) -> Child {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("log file");
         let mut cmd = self.command(&["run"]);
-        cmd.env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+        cmd.env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log clone"))
             .stderr(log);
@@ -122,6 +127,29 @@ impl Instance {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+}
+
+/// Kills every child it watches when dropped, so a failing test leaves no
+/// `orderly` process behind.
+#[derive(Default)]
+pub struct Reaper(std::sync::Mutex<Vec<u32>>);
+
+impl Reaper {
+    pub fn watch(&self, child: Child) -> Child {
+        if let Ok(mut pids) = self.0.lock() {
+            pids.push(child.id());
+        }
+        child
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let pids = self.0.lock().map(|p| p.clone()).unwrap_or_default();
+        for pid in pids {
+            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).stderr(Stdio::null()).status();
+        }
     }
 }
 

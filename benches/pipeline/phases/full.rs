@@ -1,6 +1,7 @@
-//! (c) the full `Processor` with durability on, from start (including
-//! joining the group) to the moment the store's checkpoints cover the end
-//! offsets, with a fresh group id and store. A watcher thread samples the
+//! (c) the full `Processor` with durability and the changelog on, from start
+//! (including joining the group) to the moment the store's checkpoints cover
+//! the end offsets, with a fresh group id and store; (e) the same with the
+//! changelog off. A watcher thread samples the
 //! checkpoints every 20 ms for the first batch, stalls and the end.
 
 use std::collections::{BTreeMap, HashMap};
@@ -51,14 +52,22 @@ struct Progress {
     timeline: Vec<(u64, u64)>,
 }
 
-/// (c): the full processor, fresh group and store, until the store covers the ends.
+/// The changelog topic (c) writes (and (r) restores from).
+pub fn changelog_topic(load: &LoadInfo) -> String {
+    format!("{}-changelog", load.topic)
+}
+
+/// (c) with the changelog (or (e) without): the full processor, fresh group
+/// and store, until the store covers the ends.
 pub async fn run(
     args: &Args,
     load: &LoadInfo,
     registry: Registry,
     broker_pid: Option<u32>,
     timeout: Duration,
+    changelog: bool,
 ) -> anyhow::Result<(Phase, FullPipeline)> {
+    let (key, name) = if changelog { ("c", "full orderly Processor (durable, changelog on)") } else { ("e", "full orderly Processor (durable, changelog off)") };
     let dir = tempfile::Builder::new().prefix("orderly-bench-c-").tempdir()?;
     let store_path = dir.path().join("store");
     let mut config = Config::defaults()?;
@@ -67,6 +76,7 @@ pub async fn run(
     config.kafka.group_id = format!("orderly-bench-{}", uuid::Uuid::new_v4().simple());
     config.kafka.input_topic = load.topic.clone();
     config.kafka.dlq_topic = load.dlq_topic.clone();
+    config.kafka.changelog_topic = if changelog { changelog_topic(load) } else { String::new() };
     config.store.path = store_path.clone();
     if let Some(ms) = args.commit_interval_ms {
         config.processing.commit_interval_ms = ms;
@@ -126,7 +136,7 @@ pub async fn run(
                 }
             }
             if p.covered_at.is_none() {
-                eprintln!("pipeline: (c) stopped before the store covered the end offsets");
+                eprintln!("pipeline: ({key}) stopped before the store covered the end offsets");
             }
             let _ = done_tx.send(());
             p
@@ -140,7 +150,7 @@ pub async fn run(
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let progress = watcher.join().map_err(|_| anyhow!("the watcher thread panicked"))?;
     let report: RunReport = result?;
-    let mut phase = meter.finish("c", "full orderly Processor (durable)", 0);
+    let mut phase = meter.finish(key, name, 0);
     let timed_out = progress.covered_at.is_none();
     let total_seconds = progress.covered_at.unwrap_or_else(|| started.elapsed()).as_secs_f64();
     let (processed, _) = covered();
@@ -178,7 +188,7 @@ pub async fn run(
             run_ms = 0;
         }
     }
-    eprintln!("pipeline: (c) {processed} events in {total_seconds:.2} s");
+    eprintln!("pipeline: ({key}) {processed} events in {total_seconds:.2} s");
     let mut counts = Counts::default();
     for (_, tree) in &trees {
         if let Some(cp) = tree.checkpoint()? {

@@ -1,9 +1,11 @@
 //! The phases, each measured on the same pre-loaded topic: (a) and (b) in
-//! `bare`, (d) in `store_alone`, (c) in `full`; and the plain consumer that
+//! `bare`, (d) in `store_alone`, (c) and (e) in `full`, (r) (restoring what
+//! (c) wrote to its changelog) in `restore`; and the plain consumer that
 //! (a), (b) and (d)'s untimed read share.
 
 pub mod bare;
 pub mod full;
+pub mod restore;
 pub mod store_alone;
 
 use std::time::{Duration, Instant};

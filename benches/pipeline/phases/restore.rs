@@ -1,0 +1,64 @@
+//! (r) restore: every partition of the changelog (c) wrote, restored into a
+//! fresh store the way a new owner restores it (one thread per partition,
+//! as the processor's partition tasks run their restores in parallel),
+//! until each tree holds the last checkpoint. Events here are changelog
+//! records applied.
+
+use std::sync::atomic::AtomicBool;
+
+use anyhow::anyhow;
+
+use orderly::changelog::restore::Restore;
+use orderly::config::Config;
+use orderly::store::Store;
+
+use super::passthrough;
+use crate::loader::LoadInfo;
+use crate::measure::Meter;
+use crate::report::Phase;
+use crate::Args;
+
+pub fn run(args: &Args, load: &LoadInfo, broker_pid: Option<u32>) -> anyhow::Result<Phase> {
+    let dir = tempfile::Builder::new().prefix("orderly-bench-r-").tempdir()?;
+    let mut config = Config::defaults()?;
+    passthrough(args, &mut config)?;
+    config.kafka.bootstrap_servers = load.bootstrap.clone();
+    config.kafka.group_id = format!("orderly-bench-r-{}", uuid::Uuid::new_v4().simple());
+    config.store.path = dir.path().join("store");
+    if let Some(mb) = args.cache_mb {
+        config.store.cache_capacity_mb = mb;
+    }
+    let topic = super::full::changelog_topic(load);
+    let store = Store::open(&config.store.path, config.store.cache_capacity_mb)?;
+    let cancel = AtomicBool::new(false);
+    let meter = Meter::start(broker_pid);
+    let results: Vec<anyhow::Result<u64>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = load
+            .ends
+            .keys()
+            .map(|partition| {
+                let (config, topic, store, cancel) = (&config, &topic, &store, &cancel);
+                scope.spawn(move || -> anyhow::Result<u64> {
+                    let tree = store.partition(&load.topic, *partition)?;
+                    let restored = Restore { config, topic, partition: *partition, tree: &tree, cancel }.run()?;
+                    if !restored.restored {
+                        return Err(anyhow!("partition {partition}: nothing restored"));
+                    }
+                    Ok(restored.applied)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().map_err(|_| anyhow!("restore thread panicked"))?).collect()
+    });
+    store.flush()?;
+    let mut records = 0;
+    for result in results {
+        records += result?;
+    }
+    let mut phase = meter.finish("r", "restore (c)'s changelog into a fresh store", records);
+    phase.steady_events_per_s = phase.events_per_s;
+    // The restored checkpoints are (c)'s: its counters came back with it.
+    let outcomes: u64 = store.checkpoints()?.iter().map(|(_, _, cp)| cp.outcomes()).sum();
+    eprintln!("pipeline: (r) {records} changelog records restored in {:.2} s ({outcomes} events' counters)", phase.seconds);
+    Ok(phase)
+}
