@@ -459,9 +459,15 @@ fn poll_loop(
     if shared.flush_tx.blocking_send(FlushMsg::Stop).is_ok() {
         wait_for_flusher(flusher);
     }
-    consumer.unsubscribe();
+    // A static member (`group.instance.id`) must not leave the group: it
+    // comes back within the session timeout to the same partitions with no
+    // rebalance. librdkafka sends no LeaveGroup for one only when the
+    // consumer is closed, not on unsubscribe (KIP-345).
+    if !shared.config.kafka.librdkafka.contains_key("group.instance.id") {
+        consumer.unsubscribe();
+    }
     // Dropping the last handle closes the consumer: librdkafka revokes what
-    // is left (nothing) and leaves the group.
+    // is left (nothing) and leaves the group (a static member stays).
     drop(consumer);
 }
 

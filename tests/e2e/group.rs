@@ -161,3 +161,67 @@ fn torn_changelog_tail_is_not_restored() {
     assert!(log.contains("restore finished"), "the fresh store was restored\n{}", tail(&log));
     world.verify(&fresh, &expected);
 }
+
+/// Static membership (`group.instance.id`) for rolling restarts: a member
+/// that restarts within the session timeout gets its own partitions back,
+/// the other member's assignment does not change, and nothing is restored
+/// (its store is current).
+#[test]
+fn a_static_member_restarts_without_a_rebalance_or_a_restore() {
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let (records, expected) = world.plan(&WorkloadSpec { orders: 4_000, poison_rate: 0.002, seed: 31, ..Default::default() });
+    let member = |id: &str| world.instance(&format!("commit_interval_ms = 200\n[kafka.librdkafka]\n\"group.instance.id\" = \"{id}\""));
+    let (x, y) = (member("x"), member("y"));
+    let reaper = Reaper::default();
+    let (first, second) = records.split_at(records.len() / 2);
+    world.produce(first);
+    let mut run_x = reaper.watch(x.spawn_run(None));
+    let mut run_y = reaper.watch(y.spawn_run(None));
+    let both = wait_until(Duration::from_secs(60), || count(&x, "partition assigned") > 0 && count(&y, "partition assigned") > 0);
+    assert!(both, "both members got partitions\n{}\n---\n{}", tail(&x.log()), tail(&y.log()));
+    wait_progress(&world, "two static members", &[&x, &y]);
+    let assigned = |i: &Instance| -> Vec<String> {
+        i.log().lines().filter(|l| l.contains("partition assigned")).filter_map(|l| l.split("partition=").nth(1)).map(|p| p.split_whitespace().next().unwrap_or("").to_string()).collect()
+    };
+    let x_before = assigned(&x);
+    let (y_assigned, y_revoked) = (count(&y, "partition assigned"), count(&y, "partitions revoked"));
+
+    signal(&run_x, "TERM");
+    let status = wait_exit(&mut run_x, Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "x exits 0: {status:?}\n{}", tail(&x.log()));
+    let x_restores = count(&x, "restore finished");
+    run_x = reaper.watch(x.spawn_run(None));
+    world.produce(second);
+    let back = wait_until(Duration::from_secs(30), || assigned(&x).len() >= 2 * x_before.len());
+    assert!(back, "x got partitions back\n{}", tail(&x.log()));
+    let ends = crate::support::end_offsets(&world.bootstrap, &world.topic, crate::PARTITIONS);
+    let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);
+    assert!(caught_up, "caught up\n{}\n---\n{}", tail(&x.log()), tail(&y.log()));
+    let x_after = assigned(&x);
+    eprintln!("static: x {x_before:?} -> {x_after:?}; y assigned {y_assigned} -> {}, revoked {y_revoked} -> {}", count(&y, "partition assigned"), count(&y, "partitions revoked"));
+    assert_eq!(&x_after[x_before.len()..], &x_before[..], "x got the same partitions back");
+    assert_eq!(count(&y, "partitions revoked"), y_revoked, "y lost nothing\n{}", tail(&y.log()));
+    assert_eq!(count(&y, "partition assigned"), y_assigned, "y got nothing new\n{}", tail(&y.log()));
+    assert_eq!(count(&x, "restore finished"), x_restores, "x's store was current\n{}", tail(&x.log()));
+    for (name, child, instance) in [("x", &mut run_x, &x), ("y", &mut run_y, &y)] {
+        signal(child, "TERM");
+        let status = wait_exit(child, Duration::from_secs(30));
+        assert!(status.is_some_and(|s| s.success()), "{name} exits 0: {status:?}\n{}", tail(&instance.log()));
+    }
+    // Each partition's exact counters are in the store of its last owner
+    // (the one whose checkpoint reached the end; an earlier owner's tree of
+    // a partition that moved at the first join is behind).
+    let (sx, sy) = (x.stats(), y.stats());
+    let mut sums = [0u64; 4];
+    for (partition, end) in &ends {
+        let current = [&sx, &sy]
+            .iter()
+            .flat_map(|s| s["partitions"].as_array().cloned().unwrap_or_default())
+            .find(|p| p["partition"].as_i64() == Some(i64::from(*partition)) && p["next_offset"].as_i64() == Some(*end));
+        let Some(current) = current else { panic!("partition {partition}: no store reached {end}\n{sx}\n{sy}") };
+        for (i, key) in ["applied", "duplicates", "stale", "dead_lettered"].iter().enumerate() {
+            sums[i] += current[*key].as_u64().unwrap_or(0);
+        }
+    }
+    assert_eq!(sums, [expected.applied, expected.duplicates, expected.stale, expected.dead_lettered]);
+}
