@@ -115,6 +115,13 @@ fn consumer_group_scales_out_and_in_with_exact_state() {
     });
     let restores: usize = [&a, &b, &c].iter().map(|i| count(i, "restore finished")).sum();
     let logs: Vec<String> = [&a, &b, &c].iter().map(|i| i.log()).collect();
+    // ORDERLY_E2E_KEEP_LOGS=DIR keeps the three logs for reading afterwards.
+    if let Ok(dir) = std::env::var("ORDERLY_E2E_KEEP_LOGS") {
+        for (name, log) in ["a", "b", "c"].iter().zip(&logs) {
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{name}.log")), log);
+        }
+    }
     let seen = pauses(&batches(&logs));
     let ((moved_median, moved_max), (_, stayed_max)) = (median_max(&seen.moved), median_max(&seen.stayed_longest));
     eprintln!(

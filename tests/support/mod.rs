@@ -25,6 +25,8 @@ pub fn unique(prefix: &str) -> String {
 }
 
 /// Everything a child `orderly` needs: a config file and a store directory.
+/// Its changelog topic is `<input topic>-changelog` (the mock-cluster tests
+/// create it; on a broker the processor does).
 pub struct Instance {
     pub dir: tempfile::TempDir,
     pub config_path: PathBuf,
@@ -48,12 +50,13 @@ impl Instance {
         let config_path = dir.path().join("orderly.toml");
         let text = format!(
             "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{}\"\ninput_topic = \"{}\"\ndlq_topic = \"{}\"\n\
-             session_timeout_ms = {}\n[registry]\nurl = \"{}\"\n[store]\npath = \"{}\"\n\
+             changelog_topic = \"{}-changelog\"\nsession_timeout_ms = {}\n[registry]\nurl = \"{}\"\n[store]\npath = \"{}\"\n\
              [processing]\nshutdown_timeout_ms = {}\n{}\n",
             setup.bootstrap,
             setup.group,
             setup.topic,
             setup.dlq_topic,
+            setup.topic,
             setup.session_timeout_ms,
             setup.registry_url,
             store_path.display(),
