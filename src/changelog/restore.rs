@@ -72,7 +72,10 @@ fn consumer_config(config: &Config) -> ClientConfig {
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
         .set("auto.offset.reset", "earliest")
-        .set("queued.max.messages.kbytes", "16384");
+        .set("queued.max.messages.kbytes", "16384")
+        // A restore reads up to a known end: a fetch that finds nothing new
+        // should come back at once rather than wait for data.
+        .set("fetch.wait.max.ms", "10");
     client
 }
 

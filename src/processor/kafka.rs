@@ -18,6 +18,11 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("queued.min.messages", "1000"),
     ("queued.max.messages.kbytes", "1024"),
     ("fetch.queue.backoff.ms", "10"),
+    // The members of a group learn of a rebalance from a heartbeat answer:
+    // with librdkafka's 3 s default, a partition moved by a cooperative
+    // rebalance waited about 3 s between its release and its new owner's
+    // assignment on nisshi.
+    ("heartbeat.interval.ms", "500"),
 ];
 
 /// The consumer's settings. Offsets are never committed or stored by
