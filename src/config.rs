@@ -191,7 +191,7 @@ impl Config {
         if self.kafka.input_topic == self.kafka.dlq_topic {
             return Err(value_err("kafka.dlq_topic", "must differ from kafka.input_topic".into()));
         }
-        if let Some(changelog) = crate::changelog::topic_name(self) {
+        if let Some(changelog) = self.changelog_topic() {
             if changelog == self.kafka.input_topic || changelog == self.kafka.dlq_topic {
                 return Err(value_err(
                     "kafka.changelog_topic",
@@ -255,6 +255,17 @@ impl Config {
             return Err(value_err("store.cache_capacity_mb", "must be positive".into()));
         }
         Ok(())
+    }
+
+    /// The changelog topic (`{group_id}` replaced), or `None` when the
+    /// changelog is off.
+    pub fn changelog_topic(&self) -> Option<String> {
+        let raw = self.kafka.changelog_topic.trim();
+        if raw.is_empty() {
+            None
+        } else {
+            Some(raw.replace("{group_id}", &self.kafka.group_id))
+        }
     }
 
     /// `store.inbox_retention` as a duration.

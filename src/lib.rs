@@ -41,6 +41,8 @@
 //!   supervisor and its partition tasks (restoring, processing, draining),
 //!   dead letters, group flush and offset commits.
 //! * [`config`]: layered configuration with validation.
+//! * [`kafka`]: librdkafka client settings (consumer, producers, admin):
+//!   pass-through first, then the settings the guarantees depend on.
 //! * [`preflight`]: start-up checks (store, broker, topics, registry) for
 //!   `config check` and `run`.
 //! * [`workload`]: the load generator and its independently computed
@@ -56,6 +58,7 @@ pub mod decide;
 pub mod demo;
 pub mod event;
 pub mod fault;
+pub mod kafka;
 pub mod load;
 pub mod partition_state;
 pub mod preflight;

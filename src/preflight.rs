@@ -177,7 +177,7 @@ pub async fn check_dlq_topic(config: &Config, timeout: Duration) -> Check {
 /// The changelog topic: off, present with the input topic's partition
 /// count, or missing (then `run` creates it).
 pub async fn check_changelog_topic(config: &Config, timeout: Duration) -> Check {
-    let Some(topic) = crate::changelog::topic_name(config) else {
+    let Some(topic) = config.changelog_topic() else {
         return Check::ok("changelog", "off (kafka.changelog_topic = \"\"): run a single instance only");
     };
     let input = match topic_partitions(config, &config.kafka.input_topic, timeout).await {

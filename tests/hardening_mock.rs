@@ -14,7 +14,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 
-use orderly::codec::{wire, Encoder, WriterVersion};
+use orderly::codec::{Encoder, WriterVersion};
 use orderly::config::Config;
 use orderly::demo::covers;
 use orderly::event::{EventType, OrderEvent};

@@ -33,17 +33,6 @@ use crate::store::StoreError;
 /// write-out it belongs to covers, i.e. its checkpoint's `next_offset`.
 pub const HEADER_COVERS: &str = "orderly.covers";
 
-/// The changelog topic a configuration names (`{group_id}` replaced), or
-/// `None` when the changelog is off.
-pub fn topic_name(config: &crate::config::Config) -> Option<String> {
-    let raw = config.kafka.changelog_topic.trim();
-    if raw.is_empty() {
-        None
-    } else {
-        Some(raw.replace("{group_id}", &config.kafka.group_id))
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ChangelogError {
     #[error("changelog topic {topic}: {message}")]

@@ -38,7 +38,7 @@ fn partitions(admin: &AdminClient<DefaultClientContext>, topic: &str, timeout: D
 /// count differs.
 pub async fn ensure(config: &Config, topic: &str, input_partitions: usize) -> Result<TopicState, ChangelogError> {
     let timeout = Duration::from_secs(10);
-    let admin: AdminClient<DefaultClientContext> = crate::processor::admin_config(config)
+    let admin: AdminClient<DefaultClientContext> = crate::kafka::admin_config(config)
         .create()
         .map_err(|e| ChangelogError::Topic { topic: topic.into(), message: format!("cannot create an admin client: {e}") })?;
     if let Some(found) = partitions(&admin, topic, timeout)? {

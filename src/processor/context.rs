@@ -1,5 +1,6 @@
 //! The consumer context: rebalance callbacks, run on the poll thread, handed
-//! to the [`PartitionSupervisor`].
+//! to whoever owns the partitions (the partition supervisor) through
+//! [`Rebalance`].
 
 use std::sync::Arc;
 
@@ -9,11 +10,21 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, TopicPartitionList};
 use tracing::{info, warn};
 
-use super::supervisor::PartitionSupervisor;
+/// What the rebalance callbacks ask of the owner of the partitions.
+pub trait Rebalance: Send + Sync {
+    /// Prepares newly assigned partitions (start offsets are set in `tpl`
+    /// before they are assigned).
+    fn on_assign(&self, tpl: &mut TopicPartitionList);
+    /// Finishes, writes out, flushes and commits revoked partitions (not
+    /// committed when `lost`), within the revoke deadline.
+    fn on_revoke(&self, partitions: &[i32], lost: bool);
+    /// An unrecoverable error: the processor stops.
+    fn fatal(&self, message: String);
+}
 
 /// The rdkafka context of the processor's consumer.
 pub struct OrderlyContext {
-    pub supervisor: Arc<PartitionSupervisor>,
+    pub owner: Arc<dyn Rebalance>,
 }
 
 impl ClientContext for OrderlyContext {
@@ -27,17 +38,17 @@ impl ConsumerContext for OrderlyContext {
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                self.supervisor.on_assign(tpl);
+                self.owner.on_assign(tpl);
                 let result = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
                 if let Err(e) = result {
-                    self.supervisor.shared.fatal(format!("assign failed: {e}"));
+                    self.owner.fatal(format!("assign failed: {e}"));
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let lost = consumer.assignment_lost();
                 let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
                 info!(?partitions, lost, "partitions revoked");
-                self.supervisor.drain(Some(&partitions), lost);
+                self.owner.on_revoke(&partitions, lost);
                 let result = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
                 if let Err(e) = result {
                     warn!(error = %e, "unassign failed");

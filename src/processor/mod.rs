@@ -13,7 +13,6 @@
 mod context;
 mod dlq;
 mod flusher;
-mod kafka;
 mod partition;
 mod supervisor;
 
@@ -27,7 +26,7 @@ use tokio::sync::{mpsc, Notify};
 use tracing::{error, info, warn};
 
 pub use dlq::{DeadLetter, DeadLetterError, DeadLetters, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
-pub use kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
+pub use crate::kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
 
 use crate::changelog::writer::ChangelogWriter;
 use crate::codec::Decoder;
@@ -272,7 +271,7 @@ impl Processor {
         let retention = self.config.inbox_retention().map_err(|e| ProcessError::Config(e.to_string()))?;
         let producer: FutureProducer = producer_config(&self.config).create()?;
         let topic = self.config.kafka.input_topic.clone();
-        let changelog_topic = crate::changelog::topic_name(&self.config);
+        let changelog_topic = self.config.changelog_topic();
         self.store.bind(&Binding {
             group: self.config.kafka.group_id.clone(),
             input_topic: topic.clone(),
@@ -302,7 +301,7 @@ impl Processor {
         });
         let supervisor = Arc::new(PartitionSupervisor::new(shared.clone(), tokio::runtime::Handle::current()));
         let consumer: BaseConsumer<OrderlyContext> =
-            consumer_config(&shared.config).create_with_context(OrderlyContext { supervisor: supervisor.clone() })?;
+            consumer_config(&shared.config).create_with_context(OrderlyContext { owner: supervisor.clone() })?;
         let consumer = Arc::new(consumer);
         supervisor.attach(&consumer);
         let flusher = tokio::spawn(Flusher::new(shared.clone(), consumer.clone(), flush_rx).run());

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use tracing::{error, info, info_span, warn, Instrument};
 
-use super::context::OrderlyContext;
+use super::context::{OrderlyContext, Rebalance};
 use super::flusher::FlushMsg;
 use super::partition::{Command, PartitionInput, PartitionTask, Phase};
 use super::Shared;
@@ -40,7 +40,7 @@ struct PartitionHandle {
 /// Owns the partition tasks: starts them on assignment, drains them on
 /// revoke and shutdown, and stops the process when one fails or panics.
 pub struct PartitionSupervisor {
-    pub(super) shared: Arc<Shared>,
+    shared: Arc<Shared>,
     runtime: Handle,
     tasks: Mutex<HashMap<i32, PartitionHandle>>,
     /// Set once the consumer exists (it is created with this router inside
@@ -80,7 +80,7 @@ impl PartitionSupervisor {
     /// checkpoint, splits its queue off the consumer's main queue (before
     /// the partition is assigned, so no record reaches the main queue) and
     /// spawns its task.
-    pub(super) fn on_assign(&self, tpl: &mut TopicPartitionList) {
+    fn assign(&self, tpl: &mut TopicPartitionList) {
         let shared = &self.shared;
         let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) else {
             shared.fatal("assignment before the consumer was attached".into());
@@ -229,6 +229,20 @@ impl PartitionSupervisor {
             Ok(()) => info!(partitions = ?release, finished, lost, "partitions released after flush and commit"),
             Err(_) => warn!(partitions = ?release, "flush and commit did not finish before the deadline"),
         }
+    }
+}
+
+impl Rebalance for PartitionSupervisor {
+    fn on_assign(&self, tpl: &mut TopicPartitionList) {
+        self.assign(tpl);
+    }
+
+    fn on_revoke(&self, partitions: &[i32], lost: bool) {
+        self.drain(Some(partitions), lost);
+    }
+
+    fn fatal(&self, message: String) {
+        self.shared.fatal(message);
     }
 }
 
