@@ -40,6 +40,9 @@
 //! * [`processor`]: the consumer-group member: poll thread, the partition
 //!   supervisor and its partition tasks (restoring, processing, draining),
 //!   dead letters, group flush and offset commits.
+//! * [`replay`]: `orderly replay`: move partitions to a new offset on every
+//!   instance (a changelog marker, or the local store) and the group's
+//!   committed offsets.
 //! * [`config`]: layered configuration with validation.
 //! * [`kafka`]: librdkafka client settings (consumer, producers, admin):
 //!   pass-through first, then the settings the guarantees depend on.
@@ -64,5 +67,6 @@ pub mod partition_state;
 pub mod preflight;
 pub mod processor;
 pub mod registry;
+pub mod replay;
 pub mod store;
 pub mod workload;

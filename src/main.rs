@@ -34,7 +34,6 @@ enum Exit {
     /// Broker, registry, store or I/O failure at run time.
     Runtime = 1,
     /// Invalid command line (clap exits with 2 itself).
-    #[allow(dead_code)]
     Usage = 2,
     /// `state get`: no state for the order.
     NotFound = 3,
@@ -46,6 +45,8 @@ enum Exit {
     NoStore = 6,
     /// `demo`: the results disagree with the generator's expectation.
     DemoMismatch = 7,
+    /// `replay`: the group has active members.
+    GroupActive = 8,
 }
 
 impl From<Exit> for std::process::ExitCode {
@@ -64,6 +65,7 @@ Exit codes:
   5  invalid configuration (file, environment or value; the message names the key)
   6  no store at store.path (state get, dump, stats only read a store; they never create one)
   7  demo: the results disagree with the generator's expectation
+  8  replay: refused, the group has active members (stop every instance first)
 
 Configuration: config/default.toml (compiled in), then --config FILE, then ORDERLY_<SECTION>__<KEY>
 variables (ORDERLY_KAFKA__LIBRDKAFKA__<NAME> for librdkafka settings, `_` read as `.`).
@@ -76,6 +78,11 @@ variables (ORDERLY_KAFKA__LIBRDKAFKA__<NAME> for librdkafka settings, `_` read a
      `orderly run` creates one"
 )]
 struct NoStore(PathBuf);
+
+/// A command line that parses but does not make sense (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct UsageError(String);
 
 #[derive(Parser)]
 #[command(
@@ -132,6 +139,38 @@ enum Command {
     State {
         #[command(subcommand)]
         command: StateCommand,
+    },
+    /// Move partitions of the input topic to a new offset on every instance (checkpoints and the group's
+    /// committed offsets), like Kafka's offset reset tools; refused while the group has active members
+    #[command(group(clap::ArgGroup::new("target").required(true).args(["to_earliest", "to_latest", "to_offset", "to_datetime", "shift_by"])))]
+    Replay {
+        /// The start of each partition (its low watermark)
+        #[arg(long)]
+        to_earliest: bool,
+        /// The end of each partition: what is there now is passed over (counted as skipped)
+        #[arg(long)]
+        to_latest: bool,
+        /// This offset, in every chosen partition
+        #[arg(long, value_name = "N")]
+        to_offset: Option<i64>,
+        /// The first record at or after this time (RFC 3339, UTC: 2026-12-01T10:00:00Z)
+        #[arg(long, value_name = "RFC3339")]
+        to_datetime: Option<String>,
+        /// Move by N records from where each partition resumes today (negative: back), within the partition
+        #[arg(long, value_name = "N", allow_hyphen_values = true)]
+        shift_by: Option<i64>,
+        /// Only this partition (repeatable); default every partition
+        #[arg(long = "partition", value_name = "P")]
+        partitions: Vec<i32>,
+        /// Clear the chosen partitions' state, inbox and counters: rebuilt from the new offset
+        #[arg(long)]
+        reset_state: bool,
+        /// Print the plan (checkpoint, committed, new and end offsets) and change nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the plan as JSON
+        #[arg(long)]
+        json: bool,
     },
     /// Show the effective configuration, or check it against the broker, topics and registry
     Config {
@@ -210,7 +249,7 @@ enum StateCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Every order's state, as JSON lines
+    /// Every order's state with its input partition, as JSON lines
     Dump,
     /// Per-partition next offset and counters, and totals
     Stats {
@@ -246,8 +285,19 @@ fn main() -> std::process::ExitCode {
 
 /// The exit code of a failed command.
 fn exit_for(error: &anyhow::Error) -> Exit {
+    let replay = error.chain().find_map(|cause| cause.downcast_ref::<orderly::replay::ReplayError>());
+    if let Some(replay) = replay {
+        if matches!(replay, orderly::replay::ReplayError::ActiveMembers { .. }) {
+            return Exit::GroupActive;
+        }
+        if replay.is_usage() {
+            return Exit::Usage;
+        }
+    }
     if error.chain().any(|cause| cause.is::<ConfigError>()) {
         Exit::Config
+    } else if error.chain().any(|cause| cause.is::<UsageError>()) {
+        Exit::Usage
     } else if error.chain().any(|cause| cause.is::<NoStore>()) {
         Exit::NoStore
     } else {
@@ -296,6 +346,50 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             }
             let report = Processor::new(config, store, registry).run(shutdown).await?;
             tracing::info!(applied = report.applied, duplicates = report.duplicates, stale = report.stale, dead_lettered = report.dead_lettered, "exiting");
+            Ok(Exit::Success)
+        }
+        Command::Replay { to_earliest, to_latest, to_offset, to_datetime, shift_by, partitions, reset_state, dry_run, json } => {
+            use orderly::replay::{table, Replay, ReplayOptions, Target};
+            let target = match (to_earliest, to_latest, to_offset, to_datetime, shift_by) {
+                (true, ..) => Target::Earliest,
+                (_, true, ..) => Target::Latest,
+                (_, _, Some(offset), ..) => Target::Offset(offset),
+                (_, _, _, Some(text), _) => {
+                    let at = humantime::parse_rfc3339_weak(&text).map_err(|e| {
+                        anyhow::Error::new(UsageError(format!("--to-datetime {text}: {e} (use RFC 3339 in UTC, e.g. 2026-12-01T10:00:00Z)")))
+                    })?;
+                    let ms = at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+                    Target::Datetime(ms)
+                }
+                (_, _, _, _, Some(n)) => Target::ShiftBy(n),
+                _ => return Err(UsageError("choose one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by".into()).into()),
+            };
+            let config = load_config()?;
+            let options = ReplayOptions { target, partitions, reset_state };
+            let replay = tokio::task::spawn_blocking(move || Replay::new(config, options)).await??;
+            let replay = std::sync::Arc::new(replay);
+            let planner = replay.clone();
+            let rows = tokio::task::spawn_blocking(move || -> Result<_, orderly::replay::ReplayError> {
+                planner.check_no_members()?;
+                planner.plan()
+            })
+            .await??;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "dry_run": dry_run, "reset_state": reset_state, "partitions": rows }))?);
+            } else {
+                print!("{}", table(&rows));
+            }
+            if dry_run {
+                if !json {
+                    println!("dry run: nothing changed");
+                }
+                return Ok(Exit::Success);
+            }
+            replay.apply(&rows).await?;
+            if !json {
+                let what = if reset_state { "state reset, " } else { "" };
+                println!("replayed {} partition(s): {what}checkpoints and committed offsets moved; start the group to process from there", rows.len());
+            }
             Ok(Exit::Success)
         }
         Command::Demo { json, store_dir, partitions, workload } => {
@@ -427,9 +521,17 @@ fn state_command(store: &Store, command: StateCommand) -> Result<Exit> {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             let mut failure = None;
-            store.for_each_order(|state| {
+            store.for_each_order_in_partition(|partition, state| {
                 if failure.is_none() {
-                    if let Err(e) = serde_json::to_writer(&mut out, &state.view()).map_err(anyhow::Error::from).and_then(|_| writeln!(out).map_err(Into::into)) {
+                    let line = serde_json::to_value(state.view()).map(|mut v| {
+                        v["partition"] = serde_json::json!(partition);
+                        v
+                    });
+                    if let Err(e) = line
+                        .and_then(|v| serde_json::to_writer(&mut out, &v))
+                        .map_err(anyhow::Error::from)
+                        .and_then(|_| writeln!(out).map_err(Into::into))
+                    {
                         failure = Some(e);
                     }
                 }
@@ -449,22 +551,34 @@ fn state_command(store: &Store, command: StateCommand) -> Result<Exit> {
                 total.duplicates += s.checkpoint.duplicates;
                 total.stale += s.checkpoint.stale;
                 total.dead_lettered += s.checkpoint.dead_lettered;
+                total.replayed += s.checkpoint.replayed;
+                total.skipped += s.checkpoint.skipped;
                 orders += s.orders;
             }
             if json {
                 let value = serde_json::json!({
                     "partitions": stats,
                     "totals": { "applied": total.applied, "duplicates": total.duplicates, "stale": total.stale,
-                                "dead_lettered": total.dead_lettered, "consumed": total.outcomes(), "orders": orders }
+                                "dead_lettered": total.dead_lettered, "consumed": total.outcomes(), "orders": orders,
+                                "replayed": total.replayed, "skipped": total.skipped }
                 });
                 println!("{}", serde_json::to_string_pretty(&value)?);
             } else {
-                println!("{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9}", "topic", "partition", "next_offset", "orders", "applied", "dups", "stale", "dead");
+                println!(
+                    "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9}",
+                    "topic", "partition", "next_offset", "orders", "applied", "dups", "stale", "dead", "replayed", "skipped"
+                );
                 for s in &stats {
                     let c = &s.checkpoint;
-                    println!("{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9}", s.topic, s.partition, c.next_offset, s.orders, c.applied, c.duplicates, c.stale, c.dead_lettered);
+                    println!(
+                        "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9}",
+                        s.topic, s.partition, c.next_offset, s.orders, c.applied, c.duplicates, c.stale, c.dead_lettered, c.replayed, c.skipped
+                    );
                 }
-                println!("{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9}", "total", "", "", orders, total.applied, total.duplicates, total.stale, total.dead_lettered);
+                println!(
+                    "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9}",
+                    "total", "", "", orders, total.applied, total.duplicates, total.stale, total.dead_lettered, total.replayed, total.skipped
+                );
             }
             Ok(Exit::Success)
         }

@@ -75,7 +75,8 @@ pub fn next_offset_after(offset: i64) -> i64 {
 
 /// Where a partition stands, written in the same atomic batch as the states
 /// it covers. `applied + duplicates + stale + dead_lettered` always equals
-/// `next_offset - start_offset` (for topics without offset gaps).
+/// `next_offset - start_offset + replayed - skipped` (for topics without
+/// offset gaps; [`Checkpoint::consumed`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// The first offset this store processed on this partition.
@@ -90,6 +91,13 @@ pub struct Checkpoint {
     /// (`None` without a changelog, or before the first write-out to it).
     /// Below the changelog's end offset means the store is behind it.
     pub changelog_next: Option<i64>,
+    /// Records read again after `orderly replay` moved the partition back.
+    pub replayed: u64,
+    /// Records passed over by a replay that moved the partition forward.
+    pub skipped: u64,
+    /// Incremented by `orderly replay --reset-state`: state of an older
+    /// epoch is never restored.
+    pub epoch: u32,
 }
 
 impl Checkpoint {
@@ -99,6 +107,22 @@ impl Checkpoint {
 
     pub fn outcomes(&self) -> u64 {
         self.applied + self.duplicates + self.stale + self.dead_lettered
+    }
+
+    /// A checkpoint's bytes, as stored and as its changelog record carries them.
+    pub fn encode(&self) -> Result<Vec<u8>, String> {
+        encode(self)
+    }
+
+    /// The inverse of [`Self::encode`].
+    pub fn decode(bytes: &[u8]) -> Result<Checkpoint, String> {
+        bincode::deserialize(bytes).map_err(|e| format!("not a checkpoint: {e}"))
+    }
+
+    /// Records consumed: `next_offset - start_offset + replayed - skipped`,
+    /// which [`Self::outcomes`] always equals.
+    pub fn consumed(&self) -> i64 {
+        self.next_offset - self.start_offset + self.replayed as i64 - self.skipped as i64
     }
 }
 
@@ -242,11 +266,16 @@ impl Store {
 
     /// Visits every order state in the store.
     pub fn for_each_order(&self, mut visit: impl FnMut(OrderState)) -> Result<(), StoreError> {
+        self.for_each_order_in_partition(|_, state| visit(state))
+    }
+
+    /// Visits every order state in the store with its input partition.
+    pub fn for_each_order_in_partition(&self, mut visit: impl FnMut(i32, OrderState)) -> Result<(), StoreError> {
         for (topic, partition) in self.partitions() {
             let tree = self.partition(&topic, partition)?;
             for item in tree.tree.scan_prefix([ORDER_PREFIX]) {
                 let (key, value) = item.map_err(|e| self.io(e))?;
-                visit(tree.decode_state(&key, &value)?);
+                visit(partition, tree.decode_state(&key, &value)?);
             }
         }
         Ok(())
@@ -463,6 +492,12 @@ impl PartitionStore {
     /// be ahead of its checkpoint).
     pub fn restoring(&self) -> Result<bool, StoreError> {
         self.tree.contains_key(RESTORING_KEY).map_err(|e| self.io(e))
+    }
+
+    /// Removes every key of the tree (a restore of a newer epoch, or a
+    /// replay with `--reset-state` without a changelog).
+    pub fn clear(&self) -> Result<(), StoreError> {
+        self.tree.clear().map_err(|e| self.io(e))
     }
 
     /// Marks the tree as being restored.

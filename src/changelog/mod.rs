@@ -21,6 +21,8 @@
 //! * [`restore`]: brings a partition's tree up to the changelog.
 //! * [`topic`]: creates the topic at start-up, or checks the one there is.
 
+pub mod reader;
+pub mod replay;
 pub mod restore;
 pub mod topic;
 pub mod writer;
@@ -32,6 +34,13 @@ use crate::store::StoreError;
 /// Header of every changelog record: the input offset (decimal text) the
 /// write-out it belongs to covers, i.e. its checkpoint's `next_offset`.
 pub const HEADER_COVERS: &str = "orderly.covers";
+
+/// Header of every changelog record: the partition's state epoch (decimal
+/// text; absent means 0). `orderly replay --reset-state` starts a new epoch
+/// with its marker; a restore applies only records of the epoch of the
+/// checkpoint it ends at, so no state from before a reset comes back, even
+/// after compaction removed the tombstones.
+pub const HEADER_EPOCH: &str = "orderly.epoch";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChangelogError {

@@ -19,25 +19,20 @@
 //! Runs on a blocking thread with its own consumer (no group), so the poll
 //! thread and the other partitions go on meanwhile.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::message::Message;
 use tracing::{info, warn};
 
-use super::{ChangelogError, HEADER_COVERS};
+use super::reader::PartitionReader;
+use super::{ChangelogError, HEADER_COVERS, HEADER_EPOCH};
 use crate::config::Config;
 use crate::store::{changelog_checkpoint_key, BatchWrite, ChangeRecord, Checkpoint, PartitionStore};
 
 /// Records applied to sled per batch while restoring.
 const RESTORE_BATCH: usize = 10_000;
-/// The first window searched backwards for the last checkpoint record.
-const FIRST_WINDOW: i64 = 4_096;
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
-/// A broker that sends nothing for this long is reported (and waited for).
-const STALL_WARN: Duration = Duration::from_secs(15);
 
 /// What a restore did.
 #[derive(Debug, Clone, Copy, Default)]
@@ -52,31 +47,6 @@ pub struct Restored {
     /// restore (a torn or obsolete write-out).
     pub skipped: u64,
     pub elapsed: Duration,
-}
-
-/// The restore consumer's settings: it never joins a group (partitions are
-/// assigned by hand; librdkafka wants a group id for that) and commits
-/// nothing.
-fn consumer_config(config: &Config) -> ClientConfig {
-    let mut client = ClientConfig::new();
-    for (key, value) in config.librdkafka_passthrough() {
-        // Group membership settings belong to the processor's consumer.
-        if !key.starts_with("group.") {
-            client.set(key, value);
-        }
-    }
-    client
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("group.id", format!("{}-restore", config.kafka.group_id))
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("queued.max.messages.kbytes", "16384")
-        // A restore reads up to a known end: a fetch that finds nothing new
-        // should come back at once rather than wait for data.
-        .set("fetch.wait.max.ms", "10");
-    client
 }
 
 /// One partition's restore.
@@ -95,10 +65,8 @@ impl Restore<'_> {
         let started = Instant::now();
         let local = self.tree.checkpoint()?;
         let marked = self.tree.restoring()?;
-        let consumer: BaseConsumer = consumer_config(self.config).create().map_err(|cause| self.read_error(cause))?;
-        let (low, high) = consumer
-            .fetch_watermarks(self.topic, self.partition, Duration::from_secs(10))
-            .map_err(|cause| self.read_error(cause))?;
+        let reader = PartitionReader::new(self.config, self.topic, self.partition, self.cancel)?;
+        let (low, high) = reader.watermarks()?;
         let recorded = local.and_then(|c| c.changelog_next);
         if let Some(position) = recorded {
             if position > high {
@@ -110,25 +78,26 @@ impl Restore<'_> {
         if from >= high {
             return Ok(unchanged);
         }
-        let Some((at, checkpoint)) = self.last_checkpoint(&consumer, from, high)? else {
+        let Some((at, checkpoint)) = reader.last_checkpoint(from, high)? else {
             if marked {
                 warn!(partition = self.partition, "a restore was interrupted and no checkpoint record follows its position");
             }
             info!(partition = self.partition, from, end = high, "changelog holds no complete write-out past the store's position");
             return Ok(unchanged);
         };
-        if let Some(local) = local {
-            if checkpoint.next_offset < local.next_offset {
-                return Err(ChangelogError::Corrupt {
-                    topic: self.topic.into(),
-                    partition: self.partition,
-                    offset: at,
-                    message: format!(
-                        "its checkpoint (input offset {}) is behind the store's ({})",
-                        checkpoint.next_offset, local.next_offset
-                    ),
-                });
-            }
+        // A checkpoint of another epoch (`replay --reset-state` ran since
+        // this store was written): the store's state is from before the
+        // reset. Clear it and restore the new epoch from the start.
+        let mut from = from;
+        if local.is_some_and(|l| l.epoch != checkpoint.epoch) {
+            info!(
+                partition = self.partition,
+                store_epoch = local.map(|l| l.epoch),
+                changelog_epoch = checkpoint.epoch,
+                "the changelog was reset by a replay since this store was written; clearing it"
+            );
+            self.tree.clear()?;
+            from = low;
         }
         info!(
             partition = self.partition,
@@ -144,7 +113,7 @@ impl Restore<'_> {
         let mut last_log = Instant::now();
         let mut last_applied = 0u64;
         let checkpoint_key = changelog_checkpoint_key();
-        self.scan(&consumer, from, at + 1, |message| {
+        reader.scan(from, at + 1, |message| {
             if message.offset() == at {
                 return Ok(());
             }
@@ -152,7 +121,11 @@ impl Restore<'_> {
             if key == checkpoint_key.as_slice() {
                 return Ok(());
             }
-            if self.covers(message)? > checkpoint.next_offset {
+            // Only records of the checkpoint's epoch, and only those it covers.
+            if reader.header(message, HEADER_EPOCH)?.unwrap_or(0) != i64::from(checkpoint.epoch)
+                || reader.header(message, HEADER_COVERS)?.ok_or_else(|| reader.corrupt(message, format!("no {HEADER_COVERS} header")))?
+                    > checkpoint.next_offset
+            {
                 skipped += 1;
                 return Ok(());
             }
@@ -192,111 +165,4 @@ impl Restore<'_> {
         Ok(Restored { restored: true, checkpoint: Some(checkpoint), applied, skipped, elapsed })
     }
 
-    /// The last checkpoint record in `[from, high)`: its offset and value.
-    fn last_checkpoint(&self, consumer: &BaseConsumer, from: i64, high: i64) -> Result<Option<(i64, Checkpoint)>, ChangelogError> {
-        let key = changelog_checkpoint_key();
-        let mut window = FIRST_WINDOW;
-        let mut end = high;
-        while end > from {
-            let start = (end - window).max(from);
-            let mut found = None;
-            self.scan(consumer, start, end, |message| {
-                if message.key() == Some(key.as_slice()) {
-                    let bytes = message.payload().unwrap_or_default();
-                    let checkpoint = self.tree.decode_checkpoint(bytes)?;
-                    found = Some((message.offset(), checkpoint));
-                }
-                Ok(())
-            })?;
-            if found.is_some() {
-                return Ok(found);
-            }
-            end = start;
-            window = window.saturating_mul(4);
-        }
-        Ok(None)
-    }
-
-    /// The input offset a record's write-out covers (its header).
-    fn covers(&self, message: &BorrowedMessage<'_>) -> Result<i64, ChangelogError> {
-        let corrupt = |message_text: String| ChangelogError::Corrupt {
-            topic: self.topic.into(),
-            partition: self.partition,
-            offset: message.offset(),
-            message: message_text,
-        };
-        let headers = message.headers().ok_or_else(|| corrupt(format!("no {HEADER_COVERS} header")))?;
-        let value = headers
-            .iter()
-            .find(|h| h.key == HEADER_COVERS)
-            .and_then(|h| h.value)
-            .ok_or_else(|| corrupt(format!("no {HEADER_COVERS} header")))?;
-        std::str::from_utf8(value)
-            .ok()
-            .and_then(|text| text.parse().ok())
-            .ok_or_else(|| corrupt(format!("{HEADER_COVERS} header is not an offset")))
-    }
-
-    /// Reads `[start, end)` of the partition, calling `visit` for each record.
-    fn scan(
-        &self,
-        consumer: &BaseConsumer,
-        start: i64,
-        end: i64,
-        mut visit: impl FnMut(&BorrowedMessage<'_>) -> Result<(), ChangelogError>,
-    ) -> Result<(), ChangelogError> {
-        if start >= end {
-            return Ok(());
-        }
-        let mut tpl = TopicPartitionList::with_capacity(1);
-        tpl.add_partition_offset(self.topic, self.partition, Offset::Offset(start))
-            .map_err(|cause| self.read_error(cause))?;
-        consumer.assign(&tpl).map_err(|cause| self.read_error(cause))?;
-        drop(tpl);
-        let mut last_record = Instant::now();
-        loop {
-            if self.cancel.load(Ordering::Relaxed) {
-                return Err(ChangelogError::Cancelled { partition: self.partition });
-            }
-            match consumer.poll(Duration::from_millis(100)) {
-                Some(Ok(message)) => {
-                    last_record = Instant::now();
-                    if message.offset() >= end {
-                        break;
-                    }
-                    visit(&message)?;
-                    if message.offset() + 1 >= end {
-                        break;
-                    }
-                }
-                Some(Err(cause)) => warn!(partition = self.partition, %cause, "changelog read error (retrying)"),
-                None => {
-                    // A compacted changelog can have no record at `end - 1`:
-                    // the consumer's position says when the range is read.
-                    if self.position(consumer)? >= end {
-                        break;
-                    }
-                    if last_record.elapsed() >= STALL_WARN {
-                        warn!(partition = self.partition, start, end, "changelog read stalled; waiting for the broker");
-                        last_record = Instant::now();
-                    }
-                }
-            }
-        }
-        consumer.unassign().map_err(|cause| self.read_error(cause))?;
-        Ok(())
-    }
-
-    fn position(&self, consumer: &BaseConsumer) -> Result<i64, ChangelogError> {
-        let list = consumer.position().map_err(|cause| self.read_error(cause))?;
-        let position = list
-            .find_partition(self.topic, self.partition)
-            .and_then(|e| if let Offset::Offset(o) = e.offset() { Some(o) } else { None })
-            .unwrap_or(-1);
-        Ok(position)
-    }
-
-    fn read_error(&self, cause: rdkafka::error::KafkaError) -> ChangelogError {
-        ChangelogError::Read { topic: self.topic.into(), partition: self.partition, cause }
-    }
 }

@@ -7,7 +7,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use super::{ChangelogError, HEADER_COVERS};
+use super::{ChangelogError, HEADER_COVERS, HEADER_EPOCH};
 use crate::fault::{self, Point};
 use crate::store::{changelog_checkpoint_key, ChangeRecord};
 
@@ -39,9 +39,13 @@ impl ChangelogWriter {
         changes: &[ChangeRecord],
         checkpoint: &[u8],
         covers: i64,
+        epoch: u32,
     ) -> Result<i64, ChangelogError> {
         let covers_text = covers.to_string();
-        let headers = OwnedHeaders::new_with_capacity(1).insert(Header { key: HEADER_COVERS, value: Some(covers_text.as_str()) });
+        let epoch_text = epoch.to_string();
+        let headers = OwnedHeaders::new_with_capacity(2)
+            .insert(Header { key: HEADER_COVERS, value: Some(covers_text.as_str()) })
+            .insert(Header { key: HEADER_EPOCH, value: Some(epoch_text.as_str()) });
         let mut acks = Vec::with_capacity(changes.len() + 1);
         let torn_at = fault::due(Point::TornChangelog).then(|| changes.len() / 2);
         for (i, change) in changes.iter().enumerate() {

@@ -303,8 +303,8 @@ impl PartitionTask {
         let position = match &changelog {
             Some(writer) => {
                 let changes = prepared.write.changes.take().unwrap_or_default();
-                let covers = prepared.checkpoint.next_offset;
-                Some(writer.publish(self.partition, &changes, &prepared.checkpoint_bytes, covers).await?)
+                let (covers, epoch) = (prepared.checkpoint.next_offset, prepared.checkpoint.epoch);
+                Some(writer.publish(self.partition, &changes, &prepared.checkpoint_bytes, covers, epoch).await?)
             }
             None => None,
         };

@@ -12,7 +12,8 @@
 //! * [`world`]: a fresh topic, group and registry per test, and the final
 //!   exact checks;
 //! * [`drills`]: one instance under crashes, SIGTERM and a broker restart;
-//! * [`group`]: several instances in one group, restores from the changelog.
+//! * [`group`]: several instances in one group, restores from the changelog;
+//! * [`replay`]: `orderly replay` on one instance and on a group's stores.
 #![cfg(feature = "e2e")]
 
 #[path = "../support/mod.rs"]
@@ -20,6 +21,7 @@ mod support;
 mod drills;
 mod group;
 mod pauses;
+mod replay;
 mod world;
 
 pub const PARTITIONS: i32 = 4;
