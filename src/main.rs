@@ -59,7 +59,7 @@ const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success
   1  runtime error (broker, registry, store or I/O; the message says which)
-  2  usage error: invalid command line
+  2  usage error: invalid command line (or replay arguments that do not fit the topic)
   3  state get: no state for the order
   4  config check: a check failed (its line says what to do)
   5  invalid configuration (file, environment or value; the message names the key)

@@ -275,7 +275,7 @@ fn help_lists_distinct_exit_codes() {
     let help = text(&out.stdout);
     let table: Vec<&str> = help.lines().skip_while(|l| !l.starts_with("Exit codes")).skip(1).take_while(|l| !l.trim().is_empty()).collect();
     let codes: Vec<u8> = table.iter().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
-    assert_eq!(codes, (0..=7).collect::<Vec<u8>>(), "{help}");
+    assert_eq!(codes, (0..=8).collect::<Vec<u8>>(), "{help}");
     assert!(table[2].contains("usage"), "{help}");
     let out = orderly(&["no-such-command"]).output().expect("run");
     assert_eq!(code(&out), 2);

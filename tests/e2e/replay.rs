@@ -64,11 +64,13 @@ fn replay_to_earliest_keeps_state_and_counts_every_record_again() {
     let dry = replay(&instance, &["--to-earliest", "--dry-run"]);
     assert!(dry.status.success(), "{}", text(&dry.stderr));
     assert!(text(&dry.stdout).contains("dry run: nothing changed"), "{}", text(&dry.stdout));
+    eprintln!("$ orderly replay --to-earliest --dry-run\n{}", text(&dry.stdout));
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
     assert_eq!(world.committed(), ends, "the dry run committed nothing");
 
     let out = replay(&instance, &["--to-earliest"]);
     assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    eprintln!("$ orderly replay --to-earliest\n{}", text(&out.stdout));
     assert!(world.committed().values().all(|o| *o == 0), "committed offsets moved to the start: {:?}", world.committed());
     world.finish(&instance);
 
