@@ -84,6 +84,16 @@ pub struct Config {
     pub registry: RegistryConfig,
     pub store: StoreConfig,
     pub processing: ProcessingConfig,
+    pub outbox: OutboxConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// Pending records per partition past which the backlog is a warning.
+    pub backlog_warn: u64,
+    /// Age of the oldest pending record past which it is a warning.
+    pub backlog_warn_age: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -101,6 +111,8 @@ pub struct KafkaConfig {
     /// Replication factor of a changelog topic orderly creates (-1: the
     /// broker's default).
     pub changelog_replication_factor: i32,
+    /// Where `OrderStatusChanged` events go (the outbox); `""` is off.
+    pub output_topic: String,
     /// Raw librdkafka settings, applied before the forced ones.
     #[serde(default)]
     pub librdkafka: BTreeMap<String, toml::Value>,
@@ -199,6 +211,18 @@ impl Config {
                 ));
             }
         }
+        let output = self.kafka.output_topic.trim();
+        if !output.is_empty()
+            && (output == self.kafka.input_topic
+                || output == self.kafka.dlq_topic
+                || self.changelog_topic().is_some_and(|c| c == output))
+        {
+            return Err(value_err(
+                "kafka.output_topic",
+                format!("`{output}` must differ from the input, dead-letter and changelog topics"),
+            ));
+        }
+        self.outbox_warn_age()?;
         if self.kafka.changelog_replication_factor == 0 || self.kafka.changelog_replication_factor < -1 {
             return Err(value_err(
                 "kafka.changelog_replication_factor",
@@ -266,6 +290,20 @@ impl Config {
         } else {
             Some(raw.replace("{group_id}", &self.kafka.group_id))
         }
+    }
+
+    /// The output topic of the outbox, or `None` when it is off.
+    pub fn output_topic(&self) -> Option<String> {
+        let topic = self.kafka.output_topic.trim();
+        (!topic.is_empty()).then(|| topic.to_string())
+    }
+
+    /// `outbox.backlog_warn_age` as a duration.
+    pub fn outbox_warn_age(&self) -> Result<Duration, ConfigError> {
+        parse_duration(&self.outbox.backlog_warn_age).map_err(|message| ConfigError::Value {
+            key: "outbox.backlog_warn_age".into(),
+            message,
+        })
     }
 
     /// `store.inbox_retention` as a duration.

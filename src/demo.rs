@@ -64,6 +64,13 @@ pub struct DemoSummary {
     pub state_matches_expected: bool,
     pub state_mismatches: usize,
     pub dlq_topic_records: i64,
+    /// OrderStatusChanged records on the output topic (the outbox), their
+    /// distinct event ids, and the status changes the generator expects.
+    pub outbox_records: u64,
+    pub outbox_distinct: u64,
+    pub outbox_expected: u64,
+    /// The distinct event ids published are exactly the expected ones.
+    pub outbox_matches_expected: bool,
     /// From starting the processor until the checkpoints covered every
     /// record: joining the group plus processing.
     pub elapsed_seconds: f64,
@@ -105,7 +112,7 @@ pub struct ExpectedCounts {
 impl DemoSummary {
     /// True when every guarantee the demo checks holds.
     pub fn passed(&self) -> bool {
-        self.counts_match_expected && self.outcomes_add_up && self.state_matches_expected
+        self.counts_match_expected && self.outcomes_add_up && self.state_matches_expected && self.outbox_matches_expected
     }
 }
 
@@ -165,6 +172,8 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     // The mock cluster has no CreateTopics: the changelog is created here.
     let changelog_topic = "orderly-demo-changelog";
     cluster.create_topic(changelog_topic, options.partitions, 1)?;
+    let output_topic = "orders.status";
+    cluster.create_topic(output_topic, options.partitions, 1)?;
     let bootstrap = cluster.bootstrap_servers();
 
     let registry = Registry::memory();
@@ -197,6 +206,7 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     config.kafka.input_topic = topic.into();
     config.kafka.dlq_topic = dlq_topic.into();
     config.kafka.changelog_topic = changelog_topic.into();
+    config.kafka.output_topic = output_topic.into();
     config.store.path = store_path.clone();
     let store = Store::open(&store_path, config.store.cache_capacity_mb)?;
 
@@ -211,6 +221,14 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     summary.decide_seconds = report.decide_seconds;
     summary.events_per_second = rate(summary.consumed, Duration::from_secs_f64(report.decide_seconds));
     summary.commit_interval_ms = commit_interval_ms;
+    let published = outbox_event_ids(&bootstrap, output_topic, options.partitions)?;
+    let wanted: std::collections::HashSet<String> =
+        expected.status_changes.iter().map(|id| crate::outbox::status_event_id(id)).collect();
+    let distinct: std::collections::HashSet<&String> = published.iter().collect();
+    summary.outbox_records = published.len() as u64;
+    summary.outbox_distinct = distinct.len() as u64;
+    summary.outbox_expected = wanted.len() as u64;
+    summary.outbox_matches_expected = distinct.len() == wanted.len() && distinct.iter().all(|id| wanted.contains(*id));
     drop(producer);
     drop(cluster);
     Ok(summary)
@@ -307,6 +325,10 @@ fn summarize(
         state_matches_expected: mismatches == 0,
         state_mismatches: mismatches,
         dlq_topic_records,
+        outbox_records: 0,
+        outbox_distinct: 0,
+        outbox_expected: 0,
+        outbox_matches_expected: false,
         elapsed_seconds: timing.elapsed.as_secs_f64(),
         join_seconds: timing.join.as_secs_f64(),
         processing_seconds: processing.as_secs_f64(),
@@ -325,6 +347,36 @@ fn rate(records: u64, over: Duration) -> f64 {
     } else {
         0.0
     }
+}
+
+/// The event ids of every record on the output topic.
+fn outbox_event_ids(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec<String>, DemoError> {
+    use rdkafka::Message;
+    let encoder = crate::outbox::OutboxEncoder::with_id(0, "");
+    let consumer: BaseConsumer =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).set("group.id", "orderly-demo-outbox-reader").create()?;
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    let mut remaining = 0i64;
+    for p in 0..partitions {
+        let (low, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(5))?;
+        remaining += high - low;
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Offset(low))?;
+    }
+    consumer.assign(&tpl)?;
+    let mut ids = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while remaining > 0 && Instant::now() < deadline {
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+            remaining -= 1;
+            let value = message.payload().map(|p| encoder.decode(p));
+            if let Some(Ok(apache_avro::types::Value::Record(fields))) = value {
+                if let Some((_, apache_avro::types::Value::String(id))) = fields.iter().find(|(n, _)| n == "event_id") {
+                    ids.push(id.clone());
+                }
+            }
+        }
+    }
+    Ok(ids)
 }
 
 /// Records in the dead-letter topic (sum of high watermarks).
@@ -348,10 +400,12 @@ impl DemoSummary {
              duplicates   {duplicates:>12} {e_dup:>10}\n\
              stale        {stale:>12} {e_stale:>10}\n\
              dead-lettered{dead:>12} {e_dead:>10}   (dead-letter topic holds {dlq})\n\
+             status changes{outbox:>11} {e_outbox:>10}   (outbox: distinct event ids on the output topic, {outbox_records} records)\n\
              \n\
              outcomes add up to consumed: {add_up}\n\
              counters match the generator: {counts}\n\
              every order's state matches the generator: {states} ({mismatches} mismatches)\n\
+             every status change published, nothing else: {outbox_ok}\n\
              \n\
              processing: {eps:.0} events/s ({consumed} records decided in {decide_secs:.3} s, from the first \
              batch to the last); durable {proc_secs:.3} s after the first partition assignment (state is \
@@ -370,6 +424,10 @@ impl DemoSummary {
             dead = self.dead_lettered,
             e_dead = e.dead_lettered,
             dlq = self.dlq_topic_records,
+            outbox = self.outbox_distinct,
+            e_outbox = self.outbox_expected,
+            outbox_records = self.outbox_records,
+            outbox_ok = mark(self.outbox_matches_expected),
             add_up = mark(self.outcomes_add_up),
             counts = mark(self.counts_match_expected),
             states = mark(self.state_matches_expected),

@@ -81,6 +81,22 @@ pub fn changelog_producer_config(config: &Config) -> ClientConfig {
     client
 }
 
+/// The outbox relay's producer: idempotent, `acks=all`; a failed publish
+/// surfaces within 10 s (`message.timeout.ms`, default 300 s) so the relay
+/// retries and reports it, and a missing output topic is not created by it.
+pub fn outbox_producer_config(config: &Config) -> ClientConfig {
+    let mut client = ClientConfig::new();
+    client.set("linger.ms", "5").set("message.timeout.ms", "10000").set("allow.auto.create.topics", "false");
+    for (key, value) in config.librdkafka_passthrough() {
+        client.set(key, value);
+    }
+    client
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all");
+    client
+}
+
 fn passthrough(config: &Config) -> ClientConfig {
     let mut client = ClientConfig::new();
     for (key, value) in config.librdkafka_passthrough() {

@@ -37,6 +37,8 @@
 //!   counters), written as one batch.
 //! * [`changelog`]: the changelog topic: publishing write-outs, restoring a
 //!   partition's tree from it, creating the topic.
+//! * [`outbox`]: the transactional outbox: status changes stored with the
+//!   state they come from, relayed to the output topic.
 //! * [`processor`]: the consumer-group member: poll thread, the partition
 //!   supervisor and its partition tasks (restoring, processing, draining),
 //!   dead letters, group flush and offset commits.
@@ -63,6 +65,7 @@ pub mod event;
 pub mod fault;
 pub mod kafka;
 pub mod load;
+pub mod outbox;
 pub mod partition_state;
 pub mod preflight;
 pub mod processor;

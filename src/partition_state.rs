@@ -16,6 +16,7 @@ use std::collections::HashMap;
 
 use crate::decide::{apply, apply_in_place, decide, needs, recent_entry, Decision, InboxSpill, Needs};
 use crate::event::{InboxEntry, OrderEvent, OrderState};
+use crate::outbox::{status_event_id, OutboxRecord};
 use crate::store::{BatchWrite, Checkpoint, PartitionStore, StoreError};
 
 /// What one batch of decisions did.
@@ -82,12 +83,47 @@ pub struct PartitionState {
     dirty_bytes: usize,
     /// Bytes of all entries.
     cached_bytes: usize,
+    /// The input partition, when status changes go to the outbox.
+    outbox: Option<i32>,
+    /// Status changes decided since the last write-out.
+    new_outbox: Vec<OutboxRecord>,
+    /// Published outbox records up to this source offset are to be deleted
+    /// at the next write-out (`None`: nothing to delete).
+    outbox_delete_through: Option<i64>,
+    /// Deleted through this source offset already (-1: nothing yet).
+    outbox_deleted_through: i64,
 }
 
 impl PartitionState {
     /// The partition as its store holds it (`checkpoint` as read from it).
     pub fn new(store: PartitionStore, checkpoint: Option<Checkpoint>) -> Self {
-        PartitionState { store, cache: HashMap::new(), pending: checkpoint, written: checkpoint, dirty_bytes: 0, cached_bytes: 0 }
+        PartitionState {
+            store,
+            cache: HashMap::new(),
+            pending: checkpoint,
+            written: checkpoint,
+            dirty_bytes: 0,
+            cached_bytes: 0,
+            outbox: None,
+            new_outbox: Vec::new(),
+            outbox_delete_through: None,
+            outbox_deleted_through: -1,
+        }
+    }
+
+    /// Status changes of applied events go to the outbox, as records of
+    /// input partition `partition`.
+    pub fn with_outbox(mut self, partition: i32) -> Self {
+        self.outbox = Some(partition);
+        self
+    }
+
+    /// The relay published (and the broker acknowledged) every outbox record
+    /// up to `source_offset`: delete them at the next write-out.
+    pub fn outbox_published_through(&mut self, source_offset: i64) {
+        if source_offset > self.outbox_deleted_through && self.outbox_delete_through.is_none_or(|d| d < source_offset) {
+            self.outbox_delete_through = Some(source_offset);
+        }
     }
 
     /// An empty stand-in over the same tree (no cache, no checkpoint), for
@@ -111,9 +147,10 @@ impl PartitionState {
         self.written
     }
 
-    /// True when decisions were made since the last write-out.
+    /// True when decisions were made, or published outbox records are to
+    /// be deleted, since the last write-out.
     pub fn has_unwritten(&self) -> bool {
-        self.pending != self.written
+        self.pending != self.written || (self.outbox_delete_through.is_some() && self.pending.is_some())
     }
 
     /// Memory held by changed, unwritten orders.
@@ -153,9 +190,25 @@ impl PartitionState {
         now_ms: i64,
         retention_ms: i64,
     ) -> Result<BatchOutcome, StoreError> {
+        self.apply_sourced(events, &[], dead_lettered, first_offset, next_offset, now_ms, retention_ms)
+    }
+
+    /// [`Self::apply`] with each event's input offset (`offsets[i]` for
+    /// `events[i]`), which the outbox records carry.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_sourced(
+        &mut self,
+        events: Vec<OrderEvent>,
+        offsets: &[i64],
+        dead_lettered: u64,
+        first_offset: i64,
+        next_offset: i64,
+        now_ms: i64,
+        retention_ms: i64,
+    ) -> Result<BatchOutcome, StoreError> {
         let horizon = now_ms.saturating_sub(retention_ms);
         let mut outcome = BatchOutcome::default();
-        for event in events {
+        for (i, event) in events.into_iter().enumerate() {
             if !self.cache.contains_key(event.order_id.as_str()) {
                 if let Some(state) = self.store.get(&event.order_id)? {
                     let mut cached =
@@ -183,6 +236,20 @@ impl PartitionState {
                     let previous = state.map(|s| s.version).unwrap_or(0);
                     if event.version != previous + 1 {
                         outcome.version_gaps += 1;
+                    }
+                    let from_status = state.map(|s| s.status);
+                    if let Some(partition) = self.outbox.filter(|_| from_status != Some(event.event_type)) {
+                        self.new_outbox.push(OutboxRecord {
+                            event_id: status_event_id(&event.event_id),
+                            order_id: event.order_id.clone(),
+                            version: event.version,
+                            from_status,
+                            to_status: event.event_type,
+                            occurred_at: event.occurred_at,
+                            source_partition: partition,
+                            source_offset: offsets.get(i).copied().unwrap_or(first_offset),
+                            created_ms: now_ms,
+                        });
                     }
                     self.apply_one(event, now_ms, retention_ms);
                 }
@@ -274,8 +341,20 @@ impl PartitionState {
                 write.delete_chunk(order_id, *first);
             }
         }
+        for record in &self.new_outbox {
+            write.put_outbox(record)?;
+        }
+        let outbox_deleted = match self.outbox_delete_through {
+            Some(through) => {
+                for offset in self.store.outbox_through(through)? {
+                    write.delete_outbox(offset);
+                }
+                Some(through)
+            }
+            None => None,
+        };
         let checkpoint_bytes = self.store.encode_checkpoint(&checkpoint)?;
-        Ok(Some(PreparedWrite { write, orders, checkpoint, checkpoint_bytes }))
+        Ok(Some(PreparedWrite { write, orders, checkpoint, checkpoint_bytes, outbox_deleted }))
     }
 
     /// Writes a prepared write-out with its checkpoint (recording the
@@ -288,7 +367,7 @@ impl PartitionState {
         changelog_next: Option<i64>,
         keep_bytes: usize,
     ) -> Result<WriteOutcome, StoreError> {
-        let PreparedWrite { write, orders, mut checkpoint, .. } = prepared;
+        let PreparedWrite { write, orders, mut checkpoint, outbox_deleted, .. } = prepared;
         if changelog_next.is_some() {
             checkpoint.changelog_next = changelog_next;
         }
@@ -296,6 +375,13 @@ impl PartitionState {
         self.store.commit_batch(write, &checkpoint)?;
         self.written = Some(checkpoint);
         self.pending = Some(checkpoint);
+        self.new_outbox.clear();
+        if let Some(deleted) = outbox_deleted {
+            self.outbox_deleted_through = self.outbox_deleted_through.max(deleted);
+            if self.outbox_delete_through == Some(deleted) {
+                self.outbox_delete_through = None;
+            }
+        }
         if self.cached_bytes > keep_bytes {
             self.cache = HashMap::new();
             self.cached_bytes = 0;
@@ -324,6 +410,8 @@ pub struct PreparedWrite {
     pub checkpoint: Checkpoint,
     /// Its bytes, for the changelog's checkpoint record.
     pub checkpoint_bytes: Vec<u8>,
+    /// Published outbox records deleted, through this source offset.
+    pub outbox_deleted: Option<i64>,
 }
 
 fn record_spill(cached: &mut Cached, spill: InboxSpill) {

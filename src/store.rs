@@ -13,6 +13,9 @@
 //!   (i64, big-endian): a chunk of [`INBOX_CHUNK`](crate::event::INBOX_CHUNK)
 //!   inbox entries.
 //!
+//! * `x` + source offset (i64, big-endian): a pending [`OutboxRecord`]
+//!   (bincode), deleted once the relay's publish was acknowledged.
+//!
 //! The default tree holds `format`: the layout version, checked at open, and
 //! `binding`: the group, input topic and changelog topic the store was built
 //! for (a store is refused for another).
@@ -27,6 +30,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::event::{InboxEntry, OrderState};
+use crate::outbox::OutboxRecord;
 
 const CHECKPOINT_KEY: &[u8] = b"\x00checkpoint";
 /// Present while a restore from the changelog is under way: the tree's
@@ -37,6 +41,7 @@ const BINDING_KEY: &[u8] = b"binding";
 pub const CHANGELOG_RESERVED: u8 = 0xFF;
 const ORDER_PREFIX: u8 = b'o';
 const CHUNK_PREFIX: u8 = b'i';
+const OUTBOX_PREFIX: u8 = b'x';
 const FORMAT_KEY: &[u8] = b"format";
 /// The store layout this build reads and writes. 1: whole inbox in the
 /// state value (before write coalescing); 2: recent entries plus chunks;
@@ -134,6 +139,8 @@ pub struct PartitionStats {
     #[serde(flatten)]
     pub checkpoint: Checkpoint,
     pub orders: usize,
+    /// Outbox records not yet published.
+    pub outbox_pending: usize,
 }
 
 #[derive(Clone)]
@@ -248,7 +255,8 @@ impl Store {
             let tree = self.partition(&topic, partition)?;
             let checkpoint = tree.checkpoint()?.unwrap_or_default();
             let orders = tree.tree.scan_prefix([ORDER_PREFIX]).count();
-            out.push(PartitionStats { topic, partition, checkpoint, orders });
+            let outbox_pending = tree.tree.scan_prefix([OUTBOX_PREFIX]).count();
+            out.push(PartitionStats { topic, partition, checkpoint, orders, outbox_pending });
         }
         Ok(out)
     }
@@ -406,6 +414,22 @@ impl BatchWrite {
         Ok(())
     }
 
+    /// Stores a pending outbox record under its source offset.
+    pub fn put_outbox(&mut self, record: &OutboxRecord) -> Result<(), StoreError> {
+        let value = encode(record).map_err(|message| StoreError::Corrupt {
+            tree: String::new(),
+            key: format!("outbox {}", record.source_offset),
+            message,
+        })?;
+        self.insert(outbox_key(record.source_offset), value);
+        Ok(())
+    }
+
+    /// Deletes a published outbox record.
+    pub fn delete_outbox(&mut self, source_offset: i64) {
+        self.remove(outbox_key(source_offset));
+    }
+
     /// Deletes an expired chunk.
     pub fn delete_chunk(&mut self, order_id: &str, first_version: i64) {
         self.remove(chunk_key(order_id, first_version));
@@ -488,6 +512,50 @@ impl PartitionStore {
         })
     }
 
+    /// Pending outbox records with source offsets in `(after, below)`, in
+    /// offset order, at most `limit`.
+    pub fn outbox_between(&self, after: i64, below: i64, limit: usize) -> Result<Vec<OutboxRecord>, StoreError> {
+        let start = outbox_key(after.saturating_add(1).max(0));
+        let end = outbox_key(below.max(0));
+        let mut out = Vec::new();
+        for item in self.tree.range(start..end).take(limit) {
+            let (key, value) = item.map_err(|e| self.io(e))?;
+            out.push(bincode::deserialize(&value).map_err(|e| StoreError::Corrupt {
+                tree: self.name.clone(),
+                key: String::from_utf8_lossy(&key).into_owned(),
+                message: e.to_string(),
+            })?);
+        }
+        Ok(out)
+    }
+
+    /// Source offsets of pending outbox records at or below `through`.
+    pub fn outbox_through(&self, through: i64) -> Result<Vec<i64>, StoreError> {
+        let end = outbox_key(through.saturating_add(1).max(0));
+        let mut out = Vec::new();
+        for item in self.tree.range(outbox_key(0)..end) {
+            let (key, _) = item.map_err(|e| self.io(e))?;
+            if let Some(offset) = key.get(1..9).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(i64::from_be_bytes) {
+                out.push(offset);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Pending outbox records and the oldest one's creation time (ms).
+    pub fn outbox_backlog(&self) -> Result<(u64, Option<i64>), StoreError> {
+        let mut count = 0u64;
+        let mut oldest = None;
+        for item in self.tree.scan_prefix([OUTBOX_PREFIX]) {
+            let (_, value) = item.map_err(|e| self.io(e))?;
+            if oldest.is_none() {
+                oldest = bincode::deserialize::<OutboxRecord>(&value).ok().map(|r| r.created_ms);
+            }
+            count += 1;
+        }
+        Ok((count, oldest))
+    }
+
     /// True while a restore into this tree has not finished (its states may
     /// be ahead of its checkpoint).
     pub fn restoring(&self) -> Result<bool, StoreError> {
@@ -527,6 +595,13 @@ fn order_key(order_id: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(1 + order_id.len());
     key.push(ORDER_PREFIX);
     key.extend_from_slice(order_id.as_bytes());
+    key
+}
+
+fn outbox_key(source_offset: i64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(9);
+    key.push(OUTBOX_PREFIX);
+    key.extend_from_slice(&source_offset.to_be_bytes());
     key
 }
 

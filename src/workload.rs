@@ -129,6 +129,9 @@ pub struct Expectation {
     pub dead_lettered: u64,
     /// Final state per order id.
     pub states: HashMap<String, StateView>,
+    /// The `event_id`s of applied events that changed their order's status
+    /// (an order's first event included): what the outbox must publish.
+    pub status_changes: HashSet<String>,
 }
 
 /// Generates the records in send order and their expected outcome.
@@ -235,6 +238,9 @@ pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord
         } else {
             expectation.applied += 1;
             applied_ids.insert(event.event_id.clone());
+            if expectation.states.get(&event.order_id).map(|s| s.status) != Some(event.event_type) {
+                expectation.status_changes.insert(event.event_id.clone());
+            }
             expectation.states.insert(event.order_id.clone(), StateView::of_event(&as_read));
         }
         records.push(PlannedRecord { key: event.order_id.clone(), payload: encoder.encode(&event, writer)? });

@@ -46,6 +46,7 @@ fn cluster(with_dlq: bool) -> Cluster {
     // The mock cluster has no CreateTopics: the changelog is created here.
     let changelog = format!("{topic}-changelog");
     mock.create_topic(&changelog, 1, 1).expect("changelog topic");
+    mock.create_topic(&format!("{topic}-status"), 1, 1).expect("output topic");
     let bootstrap = mock.bootstrap_servers();
     Cluster { mock, bootstrap, topic, dlq, changelog }
 }
@@ -65,6 +66,7 @@ fn config(c: &Cluster, store: &std::path::Path) -> Config {
     config.kafka.input_topic = c.topic.clone();
     config.kafka.dlq_topic = c.dlq.clone();
     config.kafka.changelog_topic = c.changelog.clone();
+    config.kafka.output_topic = format!("{}-status", c.topic);
     config.store.path = store.to_path_buf();
     config
 }

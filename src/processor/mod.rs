@@ -184,6 +184,15 @@ fn percentiles(samples: &Mutex<Vec<u32>>) -> (f64, f64) {
     (at(0.5), at(0.99))
 }
 
+/// What each partition's outbox relay is built from.
+pub struct OutboxSetup {
+    pub topic: String,
+    pub encoder: Arc<crate::outbox::OutboxEncoder>,
+    pub producer_config: rdkafka::ClientConfig,
+    pub warn_count: u64,
+    pub warn_age: Duration,
+}
+
 /// What every part of a running processor shares.
 pub struct Shared {
     pub config: Config,
@@ -193,6 +202,10 @@ pub struct Shared {
     pub dead_letters: DeadLetters,
     /// `None` when the changelog is off.
     pub changelog: Option<ChangelogWriter>,
+    /// `None` when the outbox is off.
+    pub outbox: Option<OutboxSetup>,
+    /// Each partition's outbox backlog, as its relay last saw it.
+    pub outbox_backlogs: Mutex<std::collections::HashMap<i32, Arc<crate::outbox::relay::Backlog>>>,
     pub retention: Duration,
     pub counters: Counters,
     /// Partitions with a running task: they share `processing.cache_max_bytes`.
@@ -277,6 +290,22 @@ impl Processor {
             input_topic: topic.clone(),
             changelog_topic: changelog_topic.clone().unwrap_or_default(),
         })?;
+        let outbox = match self.config.output_topic() {
+            Some(topic) => {
+                let encoder = crate::outbox::OutboxEncoder::register(&self.registry, &topic, &self.config.kafka.input_topic)
+                    .await
+                    .map_err(|e| ProcessError::Fatal(format!("cannot register the OrderStatusChanged schema for the outbox ({topic}): {e}")))?;
+                info!(topic = %topic, "outbox on: status changes are published to the output topic");
+                Some(OutboxSetup {
+                    topic,
+                    encoder: Arc::new(encoder),
+                    producer_config: crate::kafka::outbox_producer_config(&self.config),
+                    warn_count: self.config.outbox.backlog_warn,
+                    warn_age: self.config.outbox_warn_age().map_err(|e| ProcessError::Config(e.to_string()))?,
+                })
+            }
+            None => None,
+        };
         let changelog = match changelog_topic {
             Some(name) => {
                 let producer: FutureProducer = changelog_producer_config(&self.config).create()?;
@@ -289,6 +318,8 @@ impl Processor {
             dead_letters: DeadLetters::new(producer, self.config.kafka.dlq_topic.clone(), topic.clone()),
             topic: topic.clone(),
             changelog,
+            outbox,
+            outbox_backlogs: Mutex::new(std::collections::HashMap::new()),
             store: self.store,
             decoder: Decoder::new(self.registry),
             retention,
@@ -438,6 +469,18 @@ fn poll_loop(
                 supervisor.phases().into_iter().filter(|(_, phase)| *phase == partition::Phase::Restoring).map(|(p, _)| p).collect();
             if !restoring.is_empty() {
                 info!(partitions = ?restoring, "restoring from the changelog");
+            }
+            if shared.outbox.is_some() {
+                let (pending, oldest_ms, published) = shared.outbox_backlogs.lock().map(|all| {
+                    all.values().fold((0u64, 0u64, 0u64), |(p, o, n), b| {
+                        (
+                            p + b.pending.load(Ordering::Relaxed),
+                            o.max(b.oldest_age_ms.load(Ordering::Relaxed)),
+                            n + b.published.load(Ordering::Relaxed),
+                        )
+                    })
+                }).unwrap_or_default();
+                info!(pending, oldest_age_s = oldest_ms as f64 / 1000.0, published, "outbox");
             }
             let rate = (total - last_total) as f64 / last_log.elapsed().as_secs_f64();
             info!(

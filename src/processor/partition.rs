@@ -84,6 +84,17 @@ pub struct PartitionTask {
     /// The offset the partition was assigned at (the stored checkpoint);
     /// `None`: the group's committed offset.
     pub assigned_at: Option<i64>,
+    /// The outbox relay, once processing started (outbox on).
+    pub relay: Option<RelayHandle>,
+}
+
+/// The partition task's end of its outbox relay.
+pub struct RelayHandle {
+    /// The written checkpoint's next offset, for the relay.
+    written: tokio::sync::watch::Sender<i64>,
+    /// How far the broker acknowledged (source offset; -1 none).
+    published: Arc<std::sync::atomic::AtomicI64>,
+    join: tokio::task::JoinHandle<()>,
 }
 
 /// How long an idle task sleeps before polling its queue again even without
@@ -104,6 +115,7 @@ impl PartitionTask {
             return Ok(());
         }
         self.phase.store(Phase::Processing as u8, Ordering::Relaxed);
+        self.start_relay();
         if let Some(checkpoint) = self.state.written() {
             // A checkpoint made durable before a crash may never have been
             // committed to Kafka; the flusher commits it if the group's
@@ -163,6 +175,7 @@ impl PartitionTask {
                     batch.clear();
                 }
                 self.write_out().await?;
+                self.drain_outbox().await?;
                 if let Some(reply) = reply {
                     let _ = reply.send(self.state.written());
                 }
@@ -172,6 +185,7 @@ impl PartitionTask {
                 self.process(&batch).await?;
             }
             drop(batch);
+            self.collect_published();
             let now = tokio::time::Instant::now();
             if self.state.has_unwritten() && (now >= last_write + interval || self.state.dirty_bytes() > self.shared.cache_share()) {
                 self.write_out().await?;
@@ -227,6 +241,76 @@ impl PartitionTask {
             }
         }
         Ok(None)
+    }
+
+    /// Starts the outbox relay (outbox on), over the state as restored.
+    fn start_relay(&mut self) {
+        let Some(setup) = &self.shared.outbox else { return };
+        let placeholder = self.state.empty_like();
+        self.state = std::mem::replace(&mut self.state, placeholder).with_outbox(self.partition);
+        let written_at = self.state.written().map(|c| c.next_offset).unwrap_or(0);
+        let (written, written_rx) = tokio::sync::watch::channel(written_at);
+        let published = Arc::new(std::sync::atomic::AtomicI64::new(-1));
+        let backlog = Arc::new(crate::outbox::relay::Backlog::default());
+        if let Ok(mut all) = self.shared.outbox_backlogs.lock() {
+            all.insert(self.partition, backlog.clone());
+        }
+        let relay = crate::outbox::relay::Relay {
+            tree: self.state.store().clone(),
+            partition: self.partition,
+            producer_config: setup.producer_config.clone(),
+            topic: setup.topic.clone(),
+            encoder: setup.encoder.clone(),
+            written: written_rx,
+            published: published.clone(),
+            backlog: backlog.clone(),
+            warn_count: setup.warn_count,
+            warn_age: setup.warn_age,
+        };
+        let join = tokio::spawn(tracing::Instrument::instrument(relay.run(), tracing::Span::current()));
+        self.relay = Some(RelayHandle { written, published, join });
+    }
+
+    /// Takes the relay's progress: published records are deleted at the
+    /// next write-out.
+    fn collect_published(&mut self) {
+        if let Some(relay) = &self.relay {
+            let through = relay.published.load(Ordering::SeqCst);
+            if through >= 0 {
+                self.state.outbox_published_through(through);
+            }
+        }
+    }
+
+    /// On a drain: lets the relay publish what was written, within half the
+    /// shutdown deadline, deleting what it published; what is left stays
+    /// in the store and the changelog for the next owner. Then stops it.
+    async fn drain_outbox(&mut self) -> Result<(), ProcessError> {
+        let Some(relay) = self.relay.take() else { return Ok(()) };
+        let deadline = Instant::now() + Duration::from_millis(self.shared.config.processing.shutdown_timeout_ms / 2);
+        let tree = self.state.store().clone();
+        let limit = self.state.written().map(|c| c.next_offset).unwrap_or(0);
+        let pending = |tree: &crate::store::PartitionStore, after: i64| tree.outbox_between(after, limit, 1).map(|r| r.is_empty());
+        loop {
+            let through = relay.published.load(Ordering::SeqCst);
+            if pending(&tree, through)? {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let left = tree.outbox_backlog()?.0;
+                warn!(partition = self.partition, left, "outbox not drained before the deadline; the next owner publishes the rest");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.relay = Some(relay);
+        self.collect_published();
+        self.write_out().await?;
+        if let Some(relay) = self.relay.take() {
+            drop(relay.written);
+            relay.join.abort();
+        }
+        Ok(())
     }
 
     /// Moves the partition's fetch position (after a restore). Records
@@ -316,6 +400,9 @@ impl PartitionTask {
         self.shared.counters.record_write(written.keys, written.bytes, started.elapsed());
         let next_offset = written.checkpoint.next_offset;
         debug!(partition = self.partition, orders = written.orders, keys = written.keys, next_offset, "write-out");
+        if let Some(relay) = &self.relay {
+            let _ = relay.written.send(next_offset);
+        }
         self.shared
             .flush_tx
             .send(FlushMsg::Covered { partition: self.partition, next_offset })
@@ -364,10 +451,14 @@ impl PartitionTask {
         let next_offset = next_offset_after(last.offset());
 
         let mut events: Vec<OrderEvent> = Vec::with_capacity(fresh.len());
+        let mut offsets: Vec<i64> = Vec::with_capacity(fresh.len());
         let mut letters: Vec<DeadLetter<'_>> = Vec::new();
         for message in &fresh {
             match self.decode(message).await {
-                Ok(event) => events.push(event),
+                Ok(event) => {
+                    events.push(event);
+                    offsets.push(message.offset());
+                }
                 Err((kind, text)) => letters.push(DeadLetter {
                     key: message.key(),
                     payload: message.payload(),
@@ -389,7 +480,7 @@ impl PartitionTask {
         let retention_ms = self.shared.retention.as_millis() as i64;
         let dead = letters.len() as u64;
         fault::hit(Point::PanicBatch);
-        let outcome = self.state.apply(events, dead, first_offset, next_offset, now_ms, retention_ms)?;
+        let outcome = self.state.apply_sourced(events, &offsets, dead, first_offset, next_offset, now_ms, retention_ms)?;
         let BatchOutcome { applied, duplicates, stale, version_gaps, .. } = outcome;
         self.shared.counters.record_batch(applied, duplicates, stale, dead, version_gaps, started.elapsed());
         debug!(partition = self.partition, records = fresh.len(), applied, duplicates, stale, next_offset, "batch decided");

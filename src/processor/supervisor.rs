@@ -136,6 +136,7 @@ impl PartitionSupervisor {
                 phase: phase.clone(),
                 consumer: Arc::downgrade(&consumer),
                 assigned_at: checkpoint.map(|c| c.next_offset),
+                relay: None,
             };
             let input = PartitionInput { queue, ready };
             let span = info_span!("partition", topic = %topic, partition, group = %shared.config.kafka.group_id);

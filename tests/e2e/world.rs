@@ -35,7 +35,7 @@ impl World {
     pub fn new(bootstrap: String) -> Self {
         let topic = unique("orders");
         let dlq = unique("orders-dlq");
-        create_topics(&bootstrap, &[(&topic, PARTITIONS), (&dlq, 1)]);
+        create_topics(&bootstrap, &[(&topic, PARTITIONS), (&dlq, 1), (&format!("{topic}-status"), PARTITIONS)]);
         World {
             bootstrap,
             registry: RegistryDouble::start(),

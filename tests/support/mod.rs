@@ -26,7 +26,8 @@ pub fn unique(prefix: &str) -> String {
 
 /// Everything a child `orderly` needs: a config file and a store directory.
 /// Its changelog topic is `<input topic>-changelog` (the mock-cluster tests
-/// create it; on a broker the processor does).
+/// create it; on a broker the processor does), its output topic
+/// `<input topic>-status` (the tests create it where they need it).
 pub struct Instance {
     pub dir: tempfile::TempDir,
     pub config_path: PathBuf,
@@ -50,12 +51,13 @@ impl Instance {
         let config_path = dir.path().join("orderly.toml");
         let text = format!(
             "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{}\"\ninput_topic = \"{}\"\ndlq_topic = \"{}\"\n\
-             changelog_topic = \"{}-changelog\"\nsession_timeout_ms = {}\n[registry]\nurl = \"{}\"\n[store]\npath = \"{}\"\n\
+             changelog_topic = \"{}-changelog\"\noutput_topic = \"{}-status\"\nsession_timeout_ms = {}\n[registry]\nurl = \"{}\"\n[store]\npath = \"{}\"\n\
              [processing]\nshutdown_timeout_ms = {}\n{}\n",
             setup.bootstrap,
             setup.group,
             setup.topic,
             setup.dlq_topic,
+            setup.topic,
             setup.topic,
             setup.session_timeout_ms,
             setup.registry_url,
