@@ -546,7 +546,9 @@ fn state_command(store: &Store, command: StateCommand) -> Result<Exit> {
             let stats = store.stats()?;
             let mut total = Checkpoint::default();
             let mut orders = 0;
+            let mut outbox_pending = 0;
             for s in &stats {
+                outbox_pending += s.outbox_pending;
                 total.applied += s.checkpoint.applied;
                 total.duplicates += s.checkpoint.duplicates;
                 total.stale += s.checkpoint.stale;
@@ -560,24 +562,26 @@ fn state_command(store: &Store, command: StateCommand) -> Result<Exit> {
                     "partitions": stats,
                     "totals": { "applied": total.applied, "duplicates": total.duplicates, "stale": total.stale,
                                 "dead_lettered": total.dead_lettered, "consumed": total.outcomes(), "orders": orders,
-                                "replayed": total.replayed, "skipped": total.skipped }
+                                "replayed": total.replayed, "skipped": total.skipped, "outbox_pending": outbox_pending }
                 });
                 println!("{}", serde_json::to_string_pretty(&value)?);
             } else {
                 println!(
-                    "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9}",
-                    "topic", "partition", "next_offset", "orders", "applied", "dups", "stale", "dead", "replayed", "skipped"
+                    "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7}",
+                    "topic", "partition", "next_offset", "orders", "applied", "dups", "stale", "dead", "replayed", "skipped", "outbox"
                 );
                 for s in &stats {
                     let c = &s.checkpoint;
                     println!(
-                        "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9}",
-                        s.topic, s.partition, c.next_offset, s.orders, c.applied, c.duplicates, c.stale, c.dead_lettered, c.replayed, c.skipped
+                        "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7}",
+                        s.topic, s.partition, c.next_offset, s.orders, c.applied, c.duplicates, c.stale, c.dead_lettered, c.replayed, c.skipped,
+                        s.outbox_pending
                     );
                 }
                 println!(
-                    "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9}",
-                    "total", "", "", orders, total.applied, total.duplicates, total.stale, total.dead_lettered, total.replayed, total.skipped
+                    "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7}",
+                    "total", "", "", orders, total.applied, total.duplicates, total.stale, total.dead_lettered, total.replayed, total.skipped,
+                    outbox_pending
                 );
             }
             Ok(Exit::Success)

@@ -249,6 +249,7 @@ impl PartitionState {
                             source_partition: partition,
                             source_offset: offsets.get(i).copied().unwrap_or(first_offset),
                             created_ms: now_ms,
+                            epoch: self.pending.map(|c| c.epoch).unwrap_or(0),
                         });
                     }
                     self.apply_one(event, now_ms, retention_ms);

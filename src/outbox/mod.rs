@@ -40,6 +40,9 @@ pub struct OutboxRecord {
     /// When the change was applied (milliseconds since the epoch): the
     /// backlog's age.
     pub created_ms: i64,
+    /// The partition's state epoch when it was applied (see
+    /// `orderly replay --reset-state`).
+    pub epoch: u32,
 }
 
 /// The `event_id` of the status change an event caused: XXH3-128 of the
@@ -124,6 +127,7 @@ mod tests {
             source_partition: 3,
             source_offset: 41,
             created_ms: 5,
+            epoch: 0,
         };
         let bytes = encoder.encode(&record).unwrap();
         assert_eq!(&bytes[..5], &[0, 0, 0, 0, 7]);

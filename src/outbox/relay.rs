@@ -15,13 +15,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{OutboxEncoder, OutboxRecord};
+use crate::changelog::reader::PartitionReader;
+use crate::changelog::HEADER_EPOCH;
+use crate::config::Config;
+use crate::processor::{HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
 use crate::store::PartitionStore;
+
+/// How far back from the output partition's end the relay looks for what
+/// it published last, at most.
+const LOOK_BACK: i64 = 100_000;
 
 /// Records read from the store and published per round.
 const ROUND: usize = 5_000;
@@ -53,6 +62,9 @@ pub struct Relay {
     pub backlog: Arc<Backlog>,
     pub warn_count: u64,
     pub warn_age: Duration,
+    /// For reading the output topic back (what was published before).
+    pub config: Config,
+    pub source_topic: String,
 }
 
 impl Relay {
@@ -62,6 +74,10 @@ impl Relay {
         let mut backoff = Duration::from_millis(100);
         let mut last_warn: Option<Instant> = None;
         let mut last_status = Instant::now() - Duration::from_secs(60);
+        // What this partition published before (by an earlier owner or run):
+        // records up to it are not published again, so an order's versions
+        // never go backwards on the output topic.
+        let mut floor: Option<Option<(u32, i64)>> = None;
         loop {
             let limit = *self.written.borrow_and_update();
             let after = self.published.load(Ordering::SeqCst);
@@ -102,7 +118,27 @@ impl Relay {
                     }
                 },
             };
-            match self.publish(producer, &records).await {
+            let published_before = match floor {
+                Some(f) => f,
+                None => match self.last_published().await {
+                    Ok(found) => {
+                        if let Some((epoch, offset)) = found {
+                            info!(partition = self.partition, epoch, source_offset = offset, "outbox: published before up to here");
+                        }
+                        *floor.insert(found)
+                    }
+                    Err(error) => {
+                        if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                            warn!(partition = self.partition, topic = %self.topic, %error, "cannot read the output topic back; retrying");
+                            last_warn = Some(Instant::now());
+                        }
+                        tokio::time::sleep(crate::processor::jitter(backoff)).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                        continue;
+                    }
+                },
+            };
+            match self.publish(producer, &records, published_before).await {
                 Ok(()) => backoff = Duration::from_millis(100),
                 Err(error) => {
                     if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
@@ -124,14 +160,32 @@ impl Relay {
 
     /// Publishes `records` in order; every acknowledged prefix is recorded
     /// in `published` as it is reached. The first failure ends the round.
-    async fn publish(&self, producer: &FutureProducer, records: &[OutboxRecord]) -> Result<(), String> {
+    async fn publish(
+        &self,
+        producer: &FutureProducer,
+        records: &[OutboxRecord],
+        published_before: Option<(u32, i64)>,
+    ) -> Result<(), String> {
         let mut acks = Vec::with_capacity(records.len());
+        let partition_text = self.partition.to_string();
         for record in records {
+            if published_before.is_some_and(|floor| (record.epoch, record.source_offset) <= floor) {
+                // Published already (its deletion was lost to a crash or a move).
+                self.published.store(record.source_offset, Ordering::SeqCst);
+                continue;
+            }
             let payload = self.encoder.encode(record).map_err(|e| e.to_string())?;
+            let (offset_text, epoch_text) = (record.source_offset.to_string(), record.epoch.to_string());
+            let headers = OwnedHeaders::new_with_capacity(4)
+                .insert(Header { key: HEADER_TOPIC, value: Some(self.source_topic.as_str()) })
+                .insert(Header { key: HEADER_PARTITION, value: Some(partition_text.as_str()) })
+                .insert(Header { key: HEADER_OFFSET, value: Some(offset_text.as_str()) })
+                .insert(Header { key: HEADER_EPOCH, value: Some(epoch_text.as_str()) });
             let mut message = FutureRecord::<str, Vec<u8>>::to(&self.topic)
                 .partition(self.partition)
                 .key(record.order_id.as_str())
-                .payload(&payload);
+                .payload(&payload)
+                .headers(headers);
             let ack = loop {
                 match producer.send_result(message) {
                     Ok(ack) => break ack,
@@ -155,6 +209,50 @@ impl Relay {
             }
         }
         Ok(())
+    }
+
+    /// The (epoch, source offset) of the last record this input partition
+    /// published to its output partition: the relay publishes in order into
+    /// one partition, so the last one of its source found reading back from
+    /// the end is the highest.
+    async fn last_published(&self) -> Result<Option<(u32, i64)>, String> {
+        let (config, topic, source, partition) = (self.config.clone(), self.topic.clone(), self.source_topic.clone(), self.partition);
+        let join = tokio::task::spawn_blocking(move || -> Result<Option<(u32, i64)>, String> {
+            let cancel = std::sync::atomic::AtomicBool::new(false);
+            let reader = PartitionReader::new(&config, &topic, partition, &cancel).map_err(|e| e.to_string())?;
+            let (low, high) = reader.watermarks().map_err(|e| e.to_string())?;
+            let partition_text = partition.to_string();
+            let mut window = 1_000i64;
+            let mut end = high;
+            while end > low && high - end < LOOK_BACK {
+                let start = (end - window).max(low);
+                let mut found = None;
+                reader
+                    .scan(start, end, |message| {
+                        let text = |name: &str| {
+                            message.headers().and_then(|h| {
+                                use rdkafka::message::Headers;
+                                h.iter().find(|x| x.key == name).and_then(|x| x.value).and_then(|v| std::str::from_utf8(v).ok())
+                            })
+                        };
+                        if text(HEADER_TOPIC) == Some(source.as_str()) && text(HEADER_PARTITION) == Some(partition_text.as_str()) {
+                            let epoch = text(HEADER_EPOCH).and_then(|t| t.parse().ok()).unwrap_or(0);
+                            if let Some(offset) = text(HEADER_OFFSET).and_then(|t| t.parse().ok()) {
+                                found = Some((epoch, offset));
+                            }
+                        }
+                        Ok(())
+                    })
+                    .map_err(|e| e.to_string())?;
+                if found.is_some() {
+                    return Ok(found);
+                }
+                end = start;
+                window = window.saturating_mul(4);
+            }
+            Ok(None)
+        });
+        join.await.map_err(|e| e.to_string())?
     }
 
     /// Updates the backlog figures and warns past the thresholds.

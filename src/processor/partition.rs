@@ -266,6 +266,8 @@ impl PartitionTask {
             backlog: backlog.clone(),
             warn_count: setup.warn_count,
             warn_age: setup.warn_age,
+            config: self.shared.config.clone(),
+            source_topic: self.shared.topic.clone(),
         };
         let join = tokio::spawn(tracing::Instrument::instrument(relay.run(), tracing::Span::current()));
         self.relay = Some(RelayHandle { written, published, join });

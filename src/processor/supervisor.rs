@@ -82,8 +82,15 @@ impl PartitionSupervisor {
     /// spawns its task.
     fn assign(&self, tpl: &mut TopicPartitionList) {
         let shared = &self.shared;
-        let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) else {
+        let Some(weak) = self.consumer.get() else {
             shared.fatal("assignment before the consumer was attached".into());
+            return;
+        };
+        let Some(consumer) = weak.upgrade() else {
+            // The consumer is closing (shutdown): an assignment that arrives
+            // now (a rebalance still in flight) is not processed here; the
+            // group gives it to another member once this one has left.
+            info!(partitions = tpl.count(), "assignment while closing the consumer; not starting its partitions");
             return;
         };
         let mut assigned = Vec::new();

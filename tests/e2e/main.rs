@@ -13,13 +13,15 @@
 //!   exact checks;
 //! * [`drills`]: one instance under crashes, SIGTERM and a broker restart;
 //! * [`group`]: several instances in one group, restores from the changelog;
-//! * [`replay`]: `orderly replay` on one instance and on a group's stores.
+//! * [`replay`]: `orderly replay` on one instance and on a group's stores;
+//! * [`outbox`]: the outbox while its output topic is missing.
 #![cfg(feature = "e2e")]
 
 #[path = "../support/mod.rs"]
 mod support;
 mod drills;
 mod group;
+mod outbox;
 mod pauses;
 mod replay;
 mod world;

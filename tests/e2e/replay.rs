@@ -95,7 +95,10 @@ fn replay_with_reset_state_rebuilds_exactly() {
     let out = replay(&instance, &["--to-earliest", "--reset-state"]);
     assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
     world.finish(&instance);
-    world.verify(&instance, &expected);
+    // Re-emitted status changes after a reset repeat earlier versions: the
+    // outbox's order check does not apply across the replay.
+    world.verify_state(&instance, &expected);
+    world.verify_outbox(&expected, false);
     assert!(instance.log().contains("clearing it"), "the store of the old epoch was cleared\n{}", tail(&instance.log()));
     let t = totals(&instance);
     assert_eq!((number(&t, "replayed"), number(&t, "skipped")), (0, 0), "a reset starts the counters over: {t}");

@@ -33,9 +33,16 @@ pub struct World {
 
 impl World {
     pub fn new(bootstrap: String) -> Self {
+        let world = Self::without_output_topic(bootstrap);
+        world.create_output_topic();
+        world
+    }
+
+    /// A world whose output topic (`<topic>-status`) does not exist yet.
+    pub fn without_output_topic(bootstrap: String) -> Self {
         let topic = unique("orders");
         let dlq = unique("orders-dlq");
-        create_topics(&bootstrap, &[(&topic, PARTITIONS), (&dlq, 1), (&format!("{topic}-status"), PARTITIONS)]);
+        create_topics(&bootstrap, &[(&topic, PARTITIONS), (&dlq, 1)]);
         World {
             bootstrap,
             registry: RegistryDouble::start(),
@@ -56,6 +63,10 @@ impl World {
             session_timeout_ms: SESSION_TIMEOUT_MS,
             extra,
         })
+    }
+
+    pub fn create_output_topic(&self) {
+        create_topics(&self.bootstrap, &[(&format!("{}-status", self.topic), PARTITIONS)]);
     }
 
     pub fn plan(&self, spec: &WorkloadSpec) -> (Vec<PlannedRecord>, Expectation) {
@@ -109,6 +120,81 @@ impl World {
     /// The final checks: exact counters, every order's state, committed
     /// offsets at the end, dead letters for exactly the poison records.
     pub fn verify(&self, instance: &Instance, expected: &Expectation) -> usize {
+        let mismatches = self.verify_state(instance, expected);
+        self.verify_outbox(expected, true);
+        mismatches
+    }
+
+    /// Every record of the output topic (the outbox), per partition in
+    /// offset order: (order id, version, event id).
+    pub fn outbox_records(&self) -> BTreeMap<i32, Vec<(String, i64, String)>> {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::Message;
+        let topic = format!("{}-status", self.topic);
+        let decoder = orderly::outbox::OutboxEncoder::with_id(0, "");
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", unique("outbox-reader"))
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let mut out = BTreeMap::new();
+        for partition in 0..PARTITIONS {
+            let (low, high) = consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10)).expect("watermarks");
+            let mut tpl = rdkafka::TopicPartitionList::new();
+            tpl.add_partition_offset(&topic, partition, rdkafka::Offset::Offset(low)).expect("tpl");
+            consumer.assign(&tpl).expect("assign");
+            let mut records = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut next = low;
+            while next < high && Instant::now() < deadline {
+                let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) else { continue };
+                next = m.offset() + 1;
+                let Ok(apache_avro::types::Value::Record(fields)) = decoder.decode(m.payload().unwrap_or_default()) else {
+                    panic!("output record at {partition}/{} does not decode", m.offset())
+                };
+                let get = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+                let (Some(apache_avro::types::Value::String(order)), Some(apache_avro::types::Value::Long(version)), Some(apache_avro::types::Value::String(id))) =
+                    (get("order_id"), get("version"), get("event_id"))
+                else {
+                    panic!("output record without order_id, version or event_id")
+                };
+                records.push((order, version, id));
+            }
+            assert!(next >= high, "read the output partition {partition} to its end");
+            out.insert(partition, records);
+        }
+        out
+    }
+
+    /// The outbox's promises: every applied status change on the output
+    /// topic at least once, nothing else (the distinct event ids are exactly
+    /// the expected ones) and, when `monotonic`, per order the versions
+    /// never go backwards in offset order.
+    pub fn verify_outbox(&self, expected: &Expectation, monotonic: bool) {
+        let records = self.outbox_records();
+        let wanted: std::collections::HashSet<String> =
+            expected.status_changes.iter().map(|id| orderly::outbox::status_event_id(id)).collect();
+        let got: std::collections::HashSet<String> = records.values().flatten().map(|(_, _, id)| id.clone()).collect();
+        let total: usize = records.values().map(Vec::len).sum();
+        let missing = wanted.difference(&got).count();
+        let extra = got.difference(&wanted).count();
+        assert_eq!((missing, extra), (0, 0), "outbox: {missing} expected status changes missing, {extra} unexpected ({total} records)");
+        if monotonic {
+            for (partition, list) in &records {
+                let mut newest: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+                for (order, version, _) in list {
+                    let last = newest.entry(order.as_str()).or_insert(*version);
+                    assert!(*version >= *last, "partition {partition}: order {order} went back from version {last} to {version}");
+                    *last = *version;
+                }
+            }
+        }
+        eprintln!("outbox: {} distinct status changes, {total} records ({} re-sent)", got.len(), total - got.len());
+    }
+
+    /// The final state checks without the outbox's.
+    pub fn verify_state(&self, instance: &Instance, expected: &Expectation) -> usize {
         let ends = end_offsets(&self.bootstrap, &self.topic, PARTITIONS);
         assert_eq!(self.committed(), ends, "committed offsets equal end offsets");
         let stats = instance.stats();

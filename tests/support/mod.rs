@@ -87,6 +87,12 @@ impl Instance {
 
     /// [`Self::spawn_run`] with its own `RUST_LOG`.
     pub fn spawn_run_logging(&self, fault: Option<&str>, rust_log: &str) -> Child {
+        self.spawn_run_env(fault, rust_log, &[])
+    }
+
+    /// [`Self::spawn_run`] with its own `RUST_LOG` and extra environment
+    /// (`ORDERLY_*` overrides).
+    pub fn spawn_run_env(&self, fault: Option<&str>, rust_log: &str, env: &[(&str, &str)]) -> Child {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("log file");
         let mut cmd = self.command(&["run"]);
         cmd.env("RUST_LOG", rust_log)
@@ -95,6 +101,9 @@ impl Instance {
             .stderr(log);
         if let Some(fault) = fault {
             cmd.env("ORDERLY_FAULT", fault);
+        }
+        for (key, value) in env {
+            cmd.env(key, value);
         }
         cmd.spawn().expect("spawn orderly run")
     }

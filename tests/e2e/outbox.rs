@@ -1,0 +1,49 @@
+//! The outbox on a real broker when the output topic is not there for a
+//! while: the input keeps flowing, the backlog grows and is reported, then
+//! drains to zero with nothing lost. (The crash drill, the group test and
+//! the others check the outbox's promises in `World::verify`.)
+
+use std::time::Duration;
+
+use orderly::workload::WorkloadSpec;
+
+use crate::required_env;
+use crate::support::{end_offsets, signal, wait_exit, wait_until, Reaper};
+use crate::world::{tail, World};
+use crate::PARTITIONS;
+
+#[test]
+fn an_unavailable_output_topic_holds_the_backlog_not_the_input() {
+    let world = World::without_output_topic(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let (records, expected) = world.plan(&WorkloadSpec { orders: 3_000, poison_rate: 0.003, seed: 12, ..Default::default() });
+    world.produce(&records);
+    let instance = world.instance("commit_interval_ms = 200");
+    let reaper = Reaper::default();
+    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
+
+    let mut run = reaper.watch(instance.spawn_run(None));
+    let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);
+    assert!(caught_up, "the input is processed without the output topic\n{}", tail(&instance.log()));
+    signal(&run, "TERM");
+    assert!(wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", tail(&instance.log()));
+    let stats = instance.stats();
+    let pending = stats["totals"]["outbox_pending"].as_u64().expect("outbox_pending");
+    assert_eq!(pending, expected.status_changes.len() as u64, "every status change waits in the outbox: {stats}");
+    let log = instance.log();
+    assert!(
+        log.contains("outbox publish failing") || log.contains("cannot read the output topic back"),
+        "the failing output is reported\n{}",
+        tail(&log)
+    );
+
+    world.create_output_topic();
+    let mut run = reaper.watch(instance.spawn_run(None));
+    let drained = wait_until(Duration::from_secs(120), || {
+        world.outbox_records().values().map(Vec::len).sum::<usize>() >= expected.status_changes.len()
+    });
+    assert!(drained, "the backlog is published once the topic exists\n{}", tail(&instance.log()));
+    signal(&run, "TERM");
+    assert!(wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", tail(&instance.log()));
+    assert_eq!(instance.stats()["totals"]["outbox_pending"].as_u64(), Some(0), "the backlog drained to zero");
+    world.verify(&instance, &expected);
+}
