@@ -101,6 +101,7 @@ pub async fn loader(args: Args) -> anyhow::Result<()> {
             // (c)'s changelog: the mock cluster has no CreateTopics (on a
             // broker, the processor creates it).
             cluster.create_topic(&format!("{topic}-changelog"), partitions, 1)?;
+            cluster.create_topic(&format!("{topic}-status"), partitions, 1)?;
             cluster.bootstrap_servers()
         }
         Some(bootstrap) => {
@@ -166,9 +167,12 @@ async fn create_topics(bootstrap: &str, topic: &str, dlq_topic: &str, partitions
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
+    // (c)'s output topic (the outbox) too; the processor creates the changelog.
+    let status = format!("{topic}-status");
     let topics = [
         NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
         NewTopic::new(dlq_topic, 1, TopicReplication::Fixed(1)),
+        NewTopic::new(&status, partitions, TopicReplication::Fixed(1)),
     ];
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     for result in admin.create_topics(&topics, &options).await? {

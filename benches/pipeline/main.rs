@@ -127,7 +127,7 @@ pub struct Args {
     /// --phases says otherwise.
     #[arg(long, alias = "distinct-orders")]
     pub distinct_orders_rss: bool,
-    /// Which phases to run, comma-separated, of a,b,c,e,r,d (r needs c).
+    /// Which phases to run, comma-separated, of a,b,c,o,e,r,d (r needs c).
     #[arg(long)]
     pub phases: Option<String>,
     /// Partitions of the input topic (default 4; on the mock cluster raised
@@ -216,7 +216,7 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     let phases: Vec<String> = args
         .phases
         .clone()
-        .unwrap_or_else(|| if args.distinct_orders_rss { "c".into() } else { "a,b,c,e,r,d".into() })
+        .unwrap_or_else(|| if args.distinct_orders_rss { "c".into() } else { "a,b,c,o,e,r,d".into() })
         .split(',')
         .map(|s| s.trim().to_string())
         .collect();
@@ -271,13 +271,18 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     // peak RSS if (c) ran after it.
     if run("c") {
         trim_heap();
-        let (phase, f) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true))?;
+        let (phase, f) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, true))?;
         out_phases.push(phase);
         full = Some(f);
     }
+    if run("o") {
+        trim_heap();
+        let (phase, _) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, false))?;
+        out_phases.push(phase);
+    }
     if run("e") {
         trim_heap();
-        let (phase, _) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, false))?;
+        let (phase, _) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, false, false))?;
         out_phases.push(phase);
     }
     if run("r") {
@@ -315,7 +320,8 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     };
     let (ratio_total, ratio_steady) = (ratio(false), ratio(true));
     let rate = |key: &str| out_phases.iter().find(|p| p.key == key).map(|p| p.events_per_s);
-    let ratio_changelog_on_to_off = rate("c").zip(rate("e")).map(|(c, e)| c / e);
+    let ratio_changelog_on_to_off = rate("o").zip(rate("e")).map(|(o, e)| o / e);
+    let ratio_outbox_on_to_off = rate("c").zip(rate("o")).map(|(c, o)| c / o);
     Ok(Results {
         machine: Machine {
             cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
@@ -347,6 +353,7 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         ratio_c_to_slower_of_a_d: ratio_total,
         ratio_c_to_slower_of_a_d_steady: ratio_steady,
         ratio_changelog_on_to_off,
+        ratio_outbox_on_to_off,
         full_pipeline: full,
         storage,
     })

@@ -27,8 +27,10 @@ pub struct Results {
     pub ratio_c_to_slower_of_a_d: Option<f64>,
     /// The same with steady rates (after the first record / first batch).
     pub ratio_c_to_slower_of_a_d_steady: Option<f64>,
-    /// (c) (changelog on) over (e) (changelog off), total rates.
+    /// (o) (changelog on, outbox off) over (e) (both off), total rates.
     pub ratio_changelog_on_to_off: Option<f64>,
+    /// (c) (changelog and outbox on) over (o) (outbox off), total rates.
+    pub ratio_outbox_on_to_off: Option<f64>,
     pub full_pipeline: Option<FullPipeline>,
     pub storage: Option<StorageOut>,
 }
@@ -222,7 +224,10 @@ impl Results {
             line(format!("(c) / slower of (a) and (d): {r:.2} (steady rates: {steady:.2})"));
         }
         if let Some(r) = self.ratio_changelog_on_to_off {
-            line(format!("(c) changelog on / (e) changelog off: {r:.2}"));
+            line(format!("changelog cost: (o) changelog on / (e) off: {r:.2}"));
+        }
+        if let Some(r) = self.ratio_outbox_on_to_off {
+            line(format!("outbox cost: (c) outbox on / (o) off: {r:.2}"));
         }
         if let Some(f) = &self.full_pipeline {
             line(format!(

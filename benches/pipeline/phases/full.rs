@@ -1,7 +1,8 @@
 //! (c) the full `Processor` with durability and the changelog on, from start
 //! (including joining the group) to the moment the store's checkpoints cover
-//! the end offsets, with a fresh group id and store; (e) the same with the
-//! changelog off. A watcher thread samples the
+//! the end offsets, with a fresh group id and store, the outbox on too
+//! (every status change published to `<topic>-status`); (o) the same with
+//! the outbox off; (e) with the changelog and the outbox off. A watcher thread samples the
 //! checkpoints every 20 ms for the first batch, stalls and the end.
 
 use std::collections::{BTreeMap, HashMap};
@@ -66,8 +67,13 @@ pub async fn run(
     broker_pid: Option<u32>,
     timeout: Duration,
     changelog: bool,
+    outbox: bool,
 ) -> anyhow::Result<(Phase, FullPipeline)> {
-    let (key, name) = if changelog { ("c", "full orderly Processor (durable, changelog on)") } else { ("e", "full orderly Processor (durable, changelog off)") };
+    let (key, name) = match (changelog, outbox) {
+        (true, true) => ("c", "full orderly Processor (durable, changelog and outbox on)"),
+        (true, false) => ("o", "full orderly Processor (durable, changelog on, outbox off)"),
+        _ => ("e", "full orderly Processor (durable, changelog and outbox off)"),
+    };
     let dir = tempfile::Builder::new().prefix("orderly-bench-c-").tempdir()?;
     let store_path = dir.path().join("store");
     let mut config = Config::defaults()?;
@@ -77,6 +83,7 @@ pub async fn run(
     config.kafka.input_topic = load.topic.clone();
     config.kafka.dlq_topic = load.dlq_topic.clone();
     config.kafka.changelog_topic = if changelog { changelog_topic(load) } else { String::new() };
+    config.kafka.output_topic = if outbox { format!("{}-status", load.topic) } else { String::new() };
     config.store.path = store_path.clone();
     if let Some(ms) = args.commit_interval_ms {
         config.processing.commit_interval_ms = ms;
