@@ -50,7 +50,19 @@ pub fn consumer_config(config: &Config) -> ClientConfig {
 /// The settings of producers (dead letters, load generator): idempotent,
 /// acknowledged by all in-sync replicas.
 pub fn producer_config(config: &Config) -> ClientConfig {
-    let mut client = passthrough(config);
+    producer_with_defaults(config, &[])
+}
+
+/// A producer's settings: `defaults` first, then the pass-through, then the
+/// settings the guarantees depend on (idempotent, `acks=all`), forced.
+fn producer_with_defaults(config: &Config, defaults: &[(&str, &str)]) -> ClientConfig {
+    let mut client = ClientConfig::new();
+    for (key, value) in defaults {
+        client.set(*key, *value);
+    }
+    for (key, value) in config.librdkafka_passthrough() {
+        client.set(key, value);
+    }
     client
         .set("bootstrap.servers", &config.kafka.bootstrap_servers)
         .set("enable.idempotence", "true")
@@ -69,32 +81,14 @@ pub fn admin_config(config: &Config) -> ClientConfig {
 /// replicas like the others, with a short linger so a write-out's records
 /// travel in few requests.
 pub fn changelog_producer_config(config: &Config) -> ClientConfig {
-    let mut client = ClientConfig::new();
-    client.set("linger.ms", "5");
-    for (key, value) in config.librdkafka_passthrough() {
-        client.set(key, value);
-    }
-    client
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("enable.idempotence", "true")
-        .set("acks", "all");
-    client
+    producer_with_defaults(config, &[("linger.ms", "5")])
 }
 
 /// The outbox relay's producer: idempotent, `acks=all`; a failed publish
 /// surfaces within 10 s (`message.timeout.ms`, default 300 s) so the relay
 /// retries and reports it, and a missing output topic is not created by it.
 pub fn outbox_producer_config(config: &Config) -> ClientConfig {
-    let mut client = ClientConfig::new();
-    client.set("linger.ms", "5").set("message.timeout.ms", "10000").set("allow.auto.create.topics", "false");
-    for (key, value) in config.librdkafka_passthrough() {
-        client.set(key, value);
-    }
-    client
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("enable.idempotence", "true")
-        .set("acks", "all");
-    client
+    producer_with_defaults(config, &[("linger.ms", "5"), ("message.timeout.ms", "10000"), ("allow.auto.create.topics", "false")])
 }
 
 fn passthrough(config: &Config) -> ClientConfig {
