@@ -21,16 +21,16 @@ use rdkafka::producer::FutureProducer;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::Value;
 
-use orderly::codec::{wire, Encoder, WriterVersion, SCHEMA_V2};
+use orderly::codec::Encoder;
 use orderly::config::Config;
 use orderly::demo::covers;
-use orderly::event::{EventType, OrderEvent};
+use orderly::event::EventType;
 use orderly::load::produce_planned;
 use orderly::processor::{Processor, HEADER_REDRIVE_COUNT};
 use orderly::redrive::{self, ReplayRequest, Selection, SourcePos, HEADER_REDRIVE_SOURCE};
 use orderly::registry::Registry;
 use orderly::store::Store;
-use orderly::workload::PlannedRecord;
+use support::late_schema::{self, schema_v3, STUBBORN};
 use support::{committed, end_offsets, unique, Instance, Setup};
 
 const PARTITIONS: i32 = 2;
@@ -38,8 +38,6 @@ const PARTITIONS: i32 = 2;
 const FIXABLE: usize = 12;
 /// Orders whose events are all fine.
 const GOOD: usize = 20;
-/// A schema id no registry will ever know.
-const NEVER: u32 = 999_999;
 const EXIT_RUNTIME: i32 = 1;
 const EXIT_USAGE: i32 = 2;
 const EXIT_NOT_FOUND: i32 = 3;
@@ -146,36 +144,6 @@ fn totals(store: &Store) -> (u64, u64, u64, u64) {
     (sum(|c| c.applied), sum(|c| c.duplicates), sum(|c| c.stale), sum(|c| c.dead_lettered))
 }
 
-/// OrderEvent v2 with one more field at the end: the schema a producer
-/// started writing before anyone registered it.
-fn schema_v3() -> String {
-    let mut schema: Value = serde_json::from_str(SCHEMA_V2).expect("v2 schema JSON");
-    let fields = schema["fields"].as_array_mut().expect("fields");
-    fields.push(serde_json::json!({"name": "channel", "type": "string", "default": "web"}));
-    schema.to_string()
-}
-
-/// `event` in the wire format under schema id `id` of [`schema_v3`]: the v2
-/// body and the extra trailing string "web" (Avro: zigzag length 3, bytes).
-fn encode_v3(encoder: &Encoder, event: &OrderEvent, id: u32) -> Vec<u8> {
-    let v2 = encoder.encode(event, WriterVersion::V2).expect("encode");
-    let mut body = v2[5..].to_vec();
-    body.extend_from_slice(&[6, b'w', b'e', b'b']);
-    wire(id, &body)
-}
-
-fn event(order_id: &str, version: i64, event_type: EventType) -> OrderEvent {
-    OrderEvent {
-        event_id: format!("{order_id}-e{version}"),
-        order_id: order_id.into(),
-        version,
-        event_type,
-        amount: 2_500,
-        currency: "EUR".into(),
-        occurred_at: 1_764_547_200_000 + version,
-    }
-}
-
 /// Records of partition `partition` of `topic` in `[from, to)`: headers,
 /// key and payload.
 fn read_range(bootstrap: &str, topic: &str, partition: i32, from: i64, to: i64) -> Vec<support::Letter> {
@@ -222,25 +190,7 @@ fn unknown_schema_letters_are_applied_exactly_once_after_the_schema_is_registere
     // The in-memory registry numbers schemas from 1 in registration order:
     // v1 and v2 took 1 and 2, the late schema will get 3.
     let late_id = 3;
-    let mut records = Vec::new();
-    for i in 0..FIXABLE {
-        let order = format!("order-fix-{i}");
-        records.push(PlannedRecord { key: order.clone(), payload: encoder.encode(&event(&order, 1, EventType::Created), WriterVersion::V2).expect("encode") });
-    }
-    for i in 0..GOOD {
-        let order = format!("order-good-{i}");
-        for (version, event_type) in [(1, EventType::Created), (2, EventType::Paid)] {
-            records.push(PlannedRecord { key: order.clone(), payload: encoder.encode(&event(&order, version, event_type), WriterVersion::V2).expect("encode") });
-        }
-    }
-    for i in 0..FIXABLE {
-        let order = format!("order-fix-{i}");
-        records.push(PlannedRecord { key: order.clone(), payload: encode_v3(&encoder, &event(&order, 2, EventType::Paid), late_id) });
-    }
-    // A record that can never decode: its letter comes back each round.
-    let stubborn = event("order-stubborn", 1, EventType::Created);
-    let stubborn_body = encoder.encode(&stubborn, WriterVersion::V2).expect("encode")[5..].to_vec();
-    records.push(PlannedRecord { key: stubborn.order_id.clone(), payload: wire(NEVER, &stubborn_body) });
+    let records = late_schema::records(&encoder, late_id, FIXABLE, GOOD);
     let producer: FutureProducer =
         ClientConfig::new().set("bootstrap.servers", &w.bootstrap).set("enable.idempotence", "true").create().expect("producer");
     w.runtime.block_on(produce_planned(&producer, &w.topic, &records)).expect("produce");
@@ -341,7 +291,7 @@ fn unknown_schema_letters_are_applied_exactly_once_after_the_schema_is_registere
         let state = store.get_order(&format!("order-fix-{i}")).expect("get").expect("state");
         assert_eq!((state.version, state.status), (2, EventType::Paid), "order-fix-{i}");
     }
-    assert!(store.get_order("order-stubborn").expect("get").is_none());
+    assert!(store.get_order(STUBBORN).expect("get").is_none());
     let listing = w.dlq_json(&["list"]);
     let listed = letters(&listing);
     assert_eq!(listed.len(), FIXABLE + 2, "{listing:#}");

@@ -12,7 +12,8 @@
 //! * [`world`]: a fresh topic, group and registry per test, and the final
 //!   exact checks;
 //! * [`drills`]: one instance under crashes, SIGTERM and a broker restart;
-//! * [`group`]: several instances in one group, restores from the changelog.
+//! * [`group`]: several instances in one group, restores from the changelog;
+//! * [`redrive`]: dead letters re-driven after a fix, each applied once.
 #![cfg(feature = "e2e")]
 
 #[path = "../support/mod.rs"]
@@ -20,6 +21,7 @@ mod support;
 mod drills;
 mod group;
 mod pauses;
+mod redrive;
 mod world;
 
 pub const PARTITIONS: i32 = 4;

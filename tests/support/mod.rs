@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod late_schema;
 pub mod registry_double;
 
 use std::collections::BTreeMap;
