@@ -31,21 +31,19 @@ pub fn list(config: &Config, limit: Option<usize>) -> Result<Listing, RedriveErr
     let input_topic = &config.kafka.input_topic;
     let mut letters = Vec::new();
     let mut redriven = RedrivenSet::default();
-    let mut progress = Progress::new("dlq list");
     let mut bounds = Vec::with_capacity(partitions as usize);
     for partition in 0..partitions {
         bounds.push((partition, dlq.watermarks(partition)?));
     }
-    let total: i64 = bounds.iter().map(|(_, (low, end))| end - low).sum();
-    let mut read = 0u64;
+    let total: i64 = bounds.iter().map(|(_, (low, end))| (end - low).max(0)).sum();
+    let mut progress = Progress::new("dlq list", total as u64);
     for (partition, (low, end)) in bounds {
         dlq.scan(partition, low, end, |message| {
             match letter::parse(message) {
                 DlqRecord::Letter(letter) => letters.push(letter),
                 DlqRecord::Redriven { input_topic: topic, sources } => redriven.add(input_topic, &topic, sources),
             }
-            read += 1;
-            progress.tick(read, total as u64, 0);
+            progress.read_one();
             Ok(())
         })?;
     }

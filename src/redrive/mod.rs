@@ -72,7 +72,7 @@ pub const REDRIVE_RECORD_KEY: &str = "orderly.redrive.done";
 pub const DEFAULT_MAX_REDRIVES: u32 = 3;
 /// Records re-published between two re-drive records (and commits): what a
 /// crash can re-send.
-pub const CHUNK: usize = 1_000;
+pub const CHUNK: usize = 5_000;
 
 /// The consumer group that stores re-drive progress.
 pub fn redrive_group(config: &Config) -> String {
@@ -116,24 +116,45 @@ pub(crate) struct Progress {
     what: &'static str,
     started: Instant,
     next: Duration,
+    /// Records to read (both passes of a replay count them once).
+    total: u64,
+    read: u64,
+    redriven: u64,
 }
 
 impl Progress {
     const FIRST: Duration = Duration::from_secs(1);
     const EVERY: Duration = Duration::from_secs(5);
 
-    pub(crate) fn new(what: &'static str) -> Self {
-        Progress { what, started: Instant::now(), next: Self::FIRST }
+    pub(crate) fn new(what: &'static str, total: u64) -> Self {
+        Progress { what, started: Instant::now(), next: Self::FIRST, total, read: 0, redriven: 0 }
     }
 
-    /// Logs when a line is due: records read so far, of about `total` to
-    /// read, and how many were re-published.
-    pub(crate) fn tick(&mut self, read: u64, total: u64, redriven: u64) {
+    /// One more record read.
+    pub(crate) fn read_one(&mut self) {
+        self.read += 1;
+        self.log_when_due();
+    }
+
+    /// `n` more records re-published and acknowledged.
+    pub(crate) fn redriven(&mut self, n: usize) {
+        self.redriven += n as u64;
+        self.log_when_due();
+    }
+
+    fn log_when_due(&mut self) {
         let elapsed = self.started.elapsed();
         if elapsed < self.next {
             return;
         }
-        info!(command = self.what, read, of = total, redriven, elapsed_s = elapsed.as_secs(), "progress");
+        info!(
+            command = self.what,
+            read = self.read,
+            of = self.total,
+            redriven = self.redriven,
+            elapsed_s = elapsed.as_secs(),
+            "progress"
+        );
         self.next = elapsed + Self::EVERY;
     }
 }

@@ -192,8 +192,7 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
         elapsed_ms: 0,
     };
     let total: i64 = ranges.iter().map(|(_, from, end)| (end - from).max(0)).sum();
-    let mut progress = Progress::new("dlq replay");
-    let mut read = 0u64;
+    let mut progress = Progress::new("dlq replay", total as u64);
     let mut found = BTreeSet::new();
     for (partition, from, end) in ranges {
         if from >= end {
@@ -206,8 +205,7 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
                 DlqRecord::Letter(letter) => letters.push(letter),
                 DlqRecord::Redriven { input_topic: topic, sources } => done.add(&input_topic, &topic, sources),
             }
-            read += 1;
-            progress.tick(read, total as u64, report.redriven.len() as u64);
+            progress.read_one();
             Ok(())
         })?;
         let mut plan = BTreeMap::new();
@@ -309,14 +307,16 @@ impl<'a> Sender<'a> {
                 let Some(planned) = plan.get(&message.offset()) else { return Ok(()) };
                 if pending.len() >= CHUNK {
                     // Every record before this one is handled.
-                    self.settle(partition, &mut pending, message.offset(), report)?;
-                    progress.tick(report.letters_read, report.letters_read, report.redriven.len() as u64);
+                    let sent = self.settle(partition, &mut pending, message.offset(), report)?;
+                    progress.redriven(sent);
                 }
                 pending.push((planned.clone(), self.send(message, planned)?));
                 Ok(())
             })?;
         }
-        self.settle(partition, &mut pending, end, report)
+        let sent = self.settle(partition, &mut pending, end, report)?;
+        progress.redriven(sent);
+        Ok(())
     }
 
     fn send(&self, message: &BorrowedMessage<'_>, planned: &Redriven) -> Result<DeliveryFuture, RedriveError> {
@@ -355,14 +355,14 @@ impl<'a> Sender<'a> {
     /// Waits for every pending acknowledgement, writes the re-drive record
     /// of those acknowledged, then (with `--all`) commits `next_offset`.
     /// A failed send is returned after the others are recorded; nothing is
-    /// committed then.
+    /// committed then. Returns how many were acknowledged.
     fn settle(
         &self,
         partition: i32,
         pending: &mut Vec<(Redriven, DeliveryFuture)>,
         next_offset: i64,
         report: &mut ReplayReport,
-    ) -> Result<(), RedriveError> {
+    ) -> Result<usize, RedriveError> {
         let (planned, deliveries): (Vec<Redriven>, Vec<DeliveryFuture>) = pending.drain(..).unzip();
         let results = futures::executor::block_on(futures::future::join_all(deliveries));
         let mut acknowledged = Vec::with_capacity(planned.len());
@@ -384,6 +384,7 @@ impl<'a> Sender<'a> {
             });
         }
         self.record(partition, &acknowledged)?;
+        let sent = acknowledged.len();
         report.redriven.extend(acknowledged);
         if let Some(error) = failure {
             return Err(error);
@@ -392,7 +393,7 @@ impl<'a> Sender<'a> {
             self.dlq.commit(partition, next_offset)?;
             report.committed.insert(partition, next_offset);
         }
-        Ok(())
+        Ok(sent)
     }
 
     /// Appends re-drive records naming `redriven` to their dead-letter

@@ -83,3 +83,69 @@ fn unknown_schema_letters_are_applied_exactly_once_after_two_replays() {
     assert_eq!(counts, BTreeMap::from([(0, FIXABLE + 1), (1, 1)]), "the stubborn record's new letter has count 1: {listed:#}");
     assert_eq!(letters.iter().filter(|l| l["redriven"] == true).count(), FIXABLE + 1);
 }
+
+/// Timing of the commands over a large dead-letter topic (100,000 letters
+/// written directly, each pointing at a distinct input position). Not part
+/// of CI; run it with `--ignored` to measure:
+/// `cargo test --features e2e --test e2e large_dlq -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn large_dlq_timing() {
+    use orderly::codec::WriterVersion;
+    use orderly::event::EventType;
+    use orderly::processor::{HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::FutureRecord;
+
+    const LETTERS: i64 = 100_000;
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let registry = Registry::http(&world.registry.url, Duration::from_secs(5)).expect("registry client");
+    let encoder = world.runtime.block_on(Encoder::register(&registry, &world.topic)).expect("register");
+    let producer = world.producer();
+    let started = Instant::now();
+    let mut pending = Vec::new();
+    for i in 0..LETTERS {
+        let order = format!("order-big-{i}");
+        let payload = encoder.encode(&late_schema::event(&order, 1, EventType::Created), WriterVersion::V2).expect("encode");
+        let (partition, offset) = ((i % PARTITIONS as i64).to_string(), (i / PARTITIONS as i64).to_string());
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: HEADER_TOPIC, value: Some(world.topic.as_str()) })
+            .insert(Header { key: HEADER_PARTITION, value: Some(partition.as_str()) })
+            .insert(Header { key: HEADER_OFFSET, value: Some(offset.as_str()) })
+            .insert(Header { key: HEADER_ERROR_KIND, value: Some("unknown_schema") })
+            .insert(Header { key: HEADER_ERROR_MESSAGE, value: Some("schema id 3 is not registered: Schema not found") });
+        let record = FutureRecord::to(&world.dlq).key(order.as_str()).payload(payload.as_slice()).headers(headers);
+        pending.push(producer.send_result(record).map_err(|(e, _)| e).expect("enqueue"));
+        if pending.len() >= 10_000 {
+            for delivery in pending.drain(..) {
+                world.runtime.block_on(delivery).expect("delivered").map_err(|(e, _)| e).expect("acknowledged");
+            }
+        }
+    }
+    for delivery in pending.drain(..) {
+        world.runtime.block_on(delivery).expect("delivered").map_err(|(e, _)| e).expect("acknowledged");
+    }
+    eprintln!("wrote {LETTERS} letters in {:?}", started.elapsed());
+    let instance = world.instance("");
+    let timed = |args: &[&str]| {
+        let started = Instant::now();
+        let out = instance.command(args).env("RUST_LOG", "info,librdkafka=off,rdkafka=off").output().expect("run");
+        let took = started.elapsed();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        eprintln!("{args:?}: {took:?}, {} progress lines; last line: {}", stderr.matches("progress").count(), stdout.lines().last().unwrap_or(""));
+        (stdout, stderr)
+    };
+    let (list, _) = timed(&["dlq", "list"]);
+    assert!(list.contains(&format!("{LETTERS} dead letters")), "{}", list.lines().last().unwrap_or(""));
+    timed(&["dlq", "replay", "--all", "--dry-run"]);
+    let (replay, stderr) = timed(&["dlq", "replay", "--all"]);
+    assert!(replay.contains(&format!("re-drove {LETTERS}")), "{}", replay.lines().last().unwrap_or(""));
+    assert!(stderr.contains("progress"), "a run of seconds logs progress: {stderr}");
+    let (again, _) = timed(&["dlq", "replay", "--all"]);
+    assert!(again.contains("re-drove 0"), "{}", again.lines().last().unwrap_or(""));
+    let sent: i64 = end_offsets(&world.bootstrap, &world.topic, PARTITIONS).values().sum();
+    assert_eq!(sent, LETTERS);
+    timed(&["dlq", "replay", "--source", "3:24999", "--dry-run"]);
+}
