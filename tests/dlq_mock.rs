@@ -162,7 +162,7 @@ fn read_range(bootstrap: &str, topic: &str, partition: i32, from: i64, to: i64) 
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
             let headers = m
                 .headers()
-                .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(|v| text(v)).unwrap_or_default())).collect())
+                .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(text).unwrap_or_default())).collect())
                 .unwrap_or_default();
             out.push(support::Letter { headers, key: m.key().map(<[u8]>::to_vec), payload: m.payload().map(<[u8]>::to_vec) });
         }

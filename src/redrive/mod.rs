@@ -107,8 +107,8 @@ pub enum RedriveError {
     Produce { input_topic: String, partition: i32, offset: i64, cause: KafkaError },
     #[error("writing the re-drive record to {topic} partition {partition} failed: {cause}; run the replay again")]
     RedriveRecord { topic: String, partition: i32, cause: KafkaError },
-    #[error("committing re-drive progress of group {group} ({topic} partition {partition} at {offset}) failed: {cause}")]
-    Commit { group: String, topic: String, partition: i32, offset: i64, cause: KafkaError },
+    #[error("committing re-drive progress of group {group} (dead-letter partition {partition} at {offset}) failed: {cause}")]
+    Commit { group: String, partition: i32, offset: i64, cause: KafkaError },
 }
 
 /// A progress line for long runs: after the first second, then every 5 s.

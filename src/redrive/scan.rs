@@ -96,8 +96,7 @@ impl Dlq {
 
     /// Stores `next_offset` as the group's progress on `partition`.
     pub fn commit(&self, partition: i32, next_offset: i64) -> Result<(), RedriveError> {
-        let commit_error =
-            |cause| RedriveError::Commit { group: self.group.clone(), topic: self.topic.clone(), partition, offset: next_offset, cause };
+        let commit_error = |cause| RedriveError::Commit { group: self.group.clone(), partition, offset: next_offset, cause };
         let mut list = TopicPartitionList::with_capacity(1);
         list.add_partition_offset(&self.topic, partition, Offset::Offset(next_offset)).map_err(commit_error)?;
         self.consumer.commit(&list, CommitMode::Sync).map_err(commit_error)?;
