@@ -290,9 +290,10 @@ impl<'a> Sender<'a> {
         Ok(Sender { producer, dlq, input_topic: config.kafka.input_topic.clone(), commit })
     }
 
-    /// Reads the partition again from the first planned letter and sends
-    /// each planned one; progress is recorded every [`CHUNK`] letters and at
-    /// the end, where `--all` commits `end`.
+    /// Reads the partition again from the first planned letter to the last
+    /// and sends each planned one; progress is recorded every [`CHUNK`]
+    /// letters and at the end, where `--all` commits `end` (the letters
+    /// after the last planned one were all skipped: handled).
     fn send_planned(
         &self,
         partition: i32,
@@ -302,8 +303,8 @@ impl<'a> Sender<'a> {
         progress: &mut Progress,
     ) -> Result<(), RedriveError> {
         let mut pending: Vec<(Redriven, DeliveryFuture)> = Vec::new();
-        if let Some(&first) = plan.keys().next() {
-            self.dlq.scan(partition, first, end, |message| {
+        if let (Some(&first), Some(&last)) = (plan.keys().next(), plan.keys().next_back()) {
+            self.dlq.scan(partition, first, crate::store::next_offset_after(last), |message| {
                 let Some(planned) = plan.get(&message.offset()) else { return Ok(()) };
                 if pending.len() >= CHUNK {
                     // Every record before this one is handled.
