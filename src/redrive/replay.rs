@@ -194,12 +194,15 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
     let total: i64 = ranges.iter().map(|(_, from, end)| (end - from).max(0)).sum();
     let mut progress = Progress::new("dlq replay", total as u64);
     let mut found = BTreeSet::new();
+    // One set for the run: duplicate letters of a record normally share a
+    // dead-letter partition (same key), but not after the topic was given
+    // more partitions.
+    let mut done = RedrivenSet::default();
     for (partition, from, end) in ranges {
         if from >= end {
             continue;
         }
         let mut letters = Vec::new();
-        let mut done = RedrivenSet::default();
         dlq.scan(partition, from, end, |message| {
             match letter::parse(message) {
                 DlqRecord::Letter(letter) => letters.push(letter),
