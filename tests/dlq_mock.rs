@@ -12,13 +12,11 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::FutureProducer;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 use serde_json::Value;
 
 use orderly::codec::Encoder;
@@ -31,7 +29,7 @@ use orderly::redrive::{self, ReplayRequest, Selection, SourcePos, HEADER_REDRIVE
 use orderly::registry::Registry;
 use orderly::store::Store;
 use support::late_schema::{self, schema_v3, STUBBORN};
-use support::{committed, end_offsets, unique, Instance, Setup};
+use support::{committed, end_offsets, read_range, unique, Instance, Setup};
 
 const PARTITIONS: i32 = 2;
 /// Orders whose second event uses the schema registered late.
@@ -144,33 +142,6 @@ fn totals(store: &Store) -> (u64, u64, u64, u64) {
     (sum(|c| c.applied), sum(|c| c.duplicates), sum(|c| c.stale), sum(|c| c.dead_lettered))
 }
 
-/// Records of partition `partition` of `topic` in `[from, to)`: headers,
-/// key and payload.
-fn read_range(bootstrap: &str, topic: &str, partition: i32, from: i64, to: i64) -> Vec<support::Letter> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", unique("reader"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Offset(from)).expect("tpl");
-    consumer.assign(&tpl).expect("assign");
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while (out.len() as i64) < to - from && Instant::now() < deadline {
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
-            let headers = m
-                .headers()
-                .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(text).unwrap_or_default())).collect())
-                .unwrap_or_default();
-            out.push(support::Letter { headers, key: m.key().map(<[u8]>::to_vec), payload: m.payload().map(<[u8]>::to_vec) });
-        }
-    }
-    assert_eq!(out.len() as i64, to - from, "read {topic} partition {partition} [{from}, {to})");
-    out
-}
-
 fn letters(listing: &Value) -> &Vec<Value> {
     listing.as_array().expect("dlq list --json prints an array")
 }
@@ -258,7 +229,9 @@ fn unknown_schema_letters_are_applied_exactly_once_after_the_schema_is_registere
     for partition in 0..PARTITIONS {
         let grown = after[&partition] - input_ends[&partition];
         assert_eq!(grown, per_partition.get(&partition).copied().unwrap_or(0), "partition {partition}: {input_ends:?} -> {after:?}");
-        for record in read_range(&w.bootstrap, &w.topic, partition, input_ends[&partition], after[&partition]) {
+        let republished = read_range(&w.bootstrap, &w.topic, partition, input_ends[&partition], after[&partition]);
+        assert_eq!(republished.len() as i64, grown, "partition {partition} read back");
+        for record in republished {
             assert_eq!(record.headers[HEADER_REDRIVE_COUNT], "1");
             let source: SourcePos = record.headers[HEADER_REDRIVE_SOURCE].parse().expect("source header");
             assert!(source.partition == partition && sources.contains(&source), "{:?}", record.headers);
