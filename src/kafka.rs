@@ -70,6 +70,25 @@ fn producer_with_defaults(config: &Config, defaults: &[(&str, &str)]) -> ClientC
     client
 }
 
+/// The consumer of `orderly dlq list|replay`: reads dead-letter partitions
+/// by assignment (it never joins `group`, it only commits re-drive progress
+/// under it), never commits on its own, and reports each partition's end so
+/// a scan stops there instead of waiting for more letters.
+pub fn redrive_consumer_config(config: &Config, group: &str) -> ClientConfig {
+    let mut client = passthrough(config);
+    client
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "true")
+        // At the end of a partition the broker answers at once instead of
+        // holding the fetch for librdkafka's default 500 ms.
+        .set("fetch.wait.max.ms", "10");
+    client
+}
+
 /// The settings of admin clients (topic creation).
 pub fn admin_config(config: &Config) -> ClientConfig {
     let mut client = passthrough(config);

@@ -48,6 +48,9 @@
 //! * [`config`]: layered configuration with validation.
 //! * [`kafka`]: librdkafka client settings (consumer, producers, admin):
 //!   pass-through first, then the settings the guarantees depend on.
+//! * [`redrive`]: `orderly dlq list|replay`: the dead-letter topic read
+//!   back, and letters re-published to the input topic after a fix, each
+//!   once, with a re-drive count that stops a record failing forever.
 //! * [`preflight`]: start-up checks (store, broker, topics, registry) for
 //!   `config check` and `run`.
 //! * [`workload`]: the load generator and its independently computed
@@ -69,6 +72,7 @@ pub mod outbox;
 pub mod partition_state;
 pub mod preflight;
 pub mod processor;
+pub mod redrive;
 pub mod registry;
 pub mod replay;
 pub mod store;

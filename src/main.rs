@@ -1,4 +1,4 @@
-//! The `orderly` binary: `run`, `demo`, `produce`, `state`, `config`.
+//! The `orderly` binary: `run`, `demo`, `produce`, `state`, `dlq`, `config`.
 
 // The allocator (feature `jemalloc`, the default; see README, Performance).
 #[cfg(feature = "mimalloc")]
@@ -23,6 +23,7 @@ use orderly::demo::{run_demo, DemoOptions};
 use orderly::load::produce_planned;
 use orderly::preflight::{self, Check};
 use orderly::processor::{producer_config, Processor};
+use orderly::redrive::{self, ReplayRequest, Selection, SourcePos, DEFAULT_MAX_REDRIVES};
 use orderly::registry::Registry;
 use orderly::store::{Checkpoint, Store};
 use orderly::workload::{plan, IdFormat, Shape, WorkloadSpec};
@@ -35,7 +36,8 @@ enum Exit {
     Runtime = 1,
     /// Invalid command line (clap exits with 2 itself).
     Usage = 2,
-    /// `state get`: no state for the order.
+    /// `state get`: no state for the order; `dlq replay --source`: no dead
+    /// letter has that source.
     NotFound = 3,
     /// `config check`: a check failed.
     CheckFailed = 4,
@@ -60,7 +62,7 @@ Exit codes:
   0  success
   1  runtime error (broker, registry, store or I/O; the message says which)
   2  usage error: invalid command line (or replay arguments that do not fit the topic)
-  3  state get: no state for the order
+  3  not found: state get (no state for the order), dlq replay --source (no dead letter has that source)
   4  config check: a check failed (its line says what to do)
   5  invalid configuration (file, environment or value; the message names the key)
   6  no store at store.path (state get, dump, stats only read a store; they never create one)
@@ -172,6 +174,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Inspect the dead-letter topic (kafka.dlq_topic), and re-publish dead letters to the input topic after a fix
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
     /// Show the effective configuration, or check it against the broker, topics and registry
     Config {
         #[command(subcommand)]
@@ -189,6 +196,41 @@ enum ConfigCommand {
         /// How long to wait for the broker's metadata, per check
         #[arg(long, value_name = "MS", default_value_t = 5000)]
         timeout_ms: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// One row per dead letter (every partition, up to the end offsets at start), newest last: source topic,
+    /// partition and offset, error kind and message, when it was dead-lettered, re-drive count, whether re-driven
+    List {
+        /// Show only the newest N letters
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Print a JSON array of letters (messages whole) instead of the table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-publish dead letters' original key and payload to kafka.input_topic, into the partition each came from,
+    /// each once: progress is committed under the group <group_id>-dlq-redrive and re-drive records in the
+    /// dead-letter topic name what was sent
+    #[command(group = clap::ArgGroup::new("letters").required(true).args(["all", "source"]))]
+    Replay {
+        /// Every letter after the committed re-drive progress
+        #[arg(long)]
+        all: bool,
+        /// The letter of this source position (input partition:offset), wherever it is; repeatable, or comma-separated
+        #[arg(long, value_name = "P:O", value_delimiter = ',')]
+        source: Vec<SourcePos>,
+        /// Print what would be sent; send and commit nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Skip letters whose record was re-driven this many times already
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REDRIVES, value_parser = clap::value_parser!(u32).range(1..))]
+        max_redrives: u32,
+        /// Print the report as one JSON object instead of lines
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -440,6 +482,10 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             let store = open_existing_store(&config)?;
             state_command(&store, command)
         }
+        Command::Dlq { command } => {
+            let config = load_config()?;
+            dlq_command(config, command).await
+        }
         Command::Config { command: ConfigCommand::Show } => {
             let config = load_config()?;
             print!("{}", show_config(&config, cli.config.as_deref())?);
@@ -585,6 +631,36 @@ fn state_command(store: &Store, command: StateCommand) -> Result<Exit> {
                 );
             }
             Ok(Exit::Success)
+        }
+    }
+}
+
+/// `dlq list|replay`: the library reads and produces with blocking calls, so
+/// it runs on a blocking thread.
+async fn dlq_command(config: Config, command: DlqCommand) -> Result<Exit> {
+    match command {
+        DlqCommand::List { limit, json } => {
+            let listing = tokio::task::spawn_blocking(move || redrive::list(&config, limit)).await??;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&listing.letters)?);
+            } else {
+                print!("{}", listing.table());
+            }
+            Ok(Exit::Success)
+        }
+        DlqCommand::Replay { all, source, dry_run, max_redrives, json } => {
+            let selection = if all { Selection::All } else { Selection::Sources(source) };
+            let request = ReplayRequest { selection, dry_run, max_redrives };
+            let report = tokio::task::spawn_blocking(move || redrive::replay(&config, &request)).await??;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                for line in report.lines() {
+                    println!("{line}");
+                }
+                println!("{}", report.summary());
+            }
+            Ok(if report.not_found.is_empty() { Exit::Success } else { Exit::NotFound })
         }
     }
 }

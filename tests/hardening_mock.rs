@@ -295,6 +295,7 @@ async fn missing_dlq_topic_is_a_permanent_error_naming_the_topic() {
         offset: 7,
         kind: orderly::codec::PoisonKind::BadMagicByte,
         message: "magic byte is 110".into(),
+        redrive_count: None,
     };
     let started = Instant::now();
     let result = tokio::time::timeout(Duration::from_secs(30), letters.try_send_all(std::slice::from_ref(&letter))).await;

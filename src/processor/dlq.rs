@@ -26,6 +26,11 @@ pub const HEADER_PARTITION: &str = "orderly.source.partition";
 pub const HEADER_OFFSET: &str = "orderly.source.offset";
 pub const HEADER_ERROR_KIND: &str = "orderly.error.kind";
 pub const HEADER_ERROR_MESSAGE: &str = "orderly.error.message";
+/// How many times `orderly dlq replay` re-published this record (absent: never).
+/// A re-published record carries the letter's count + 1; when it fails again,
+/// its new letter carries the same header, copied from the input record, so
+/// the count survives each round and `dlq replay --max-redrives` can stop it.
+pub const HEADER_REDRIVE_COUNT: &str = "orderly.redrive.count";
 
 /// How long librdkafka may queue one dead letter before `send` gives up on
 /// enqueueing it (the retry loop then tries again).
@@ -43,6 +48,9 @@ pub struct DeadLetter<'a> {
     pub offset: i64,
     pub kind: PoisonKind,
     pub message: String,
+    /// The input record's [`HEADER_REDRIVE_COUNT`] value, copied as it is
+    /// (`None` when the record was never re-driven).
+    pub redrive_count: Option<&'a [u8]>,
 }
 
 /// Why a dead letter can never be produced as things stand: an operator has
@@ -265,12 +273,15 @@ impl DeadLetters {
     async fn send_one(&self, letter: &DeadLetter<'_>) -> Result<(), KafkaError> {
         let partition = letter.partition.to_string();
         let offset = letter.offset.to_string();
-        let headers = OwnedHeaders::new_with_capacity(5)
+        let mut headers = OwnedHeaders::new_with_capacity(6)
             .insert(Header { key: HEADER_TOPIC, value: Some(self.source_topic.as_str()) })
             .insert(Header { key: HEADER_PARTITION, value: Some(partition.as_str()) })
             .insert(Header { key: HEADER_OFFSET, value: Some(offset.as_str()) })
             .insert(Header { key: HEADER_ERROR_KIND, value: Some(letter.kind.as_str()) })
             .insert(Header { key: HEADER_ERROR_MESSAGE, value: Some(letter.message.as_str()) });
+        if let Some(count) = letter.redrive_count {
+            headers = headers.insert(Header { key: HEADER_REDRIVE_COUNT, value: Some(count) });
+        }
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.dlq_topic).headers(headers);
         if let Some(key) = letter.key {
             record = record.key(key);

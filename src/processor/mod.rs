@@ -25,7 +25,10 @@ use rdkafka::producer::FutureProducer;
 use tokio::sync::{mpsc, Notify};
 use tracing::{error, info, warn};
 
-pub use dlq::{DeadLetter, DeadLetterError, DeadLetters, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+pub use dlq::{
+    DeadLetter, DeadLetterError, DeadLetters, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_REDRIVE_COUNT,
+    HEADER_TOPIC,
+};
 pub use crate::kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
 
 use crate::changelog::writer::ChangelogWriter;

@@ -18,13 +18,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info, warn};
 
 use super::context::OrderlyContext;
-use super::dlq::DeadLetter;
+use super::dlq::{DeadLetter, HEADER_REDRIVE_COUNT};
 use super::flusher::FlushMsg;
 use super::{jitter, ProcessError, Shared};
 use crate::changelog::restore::Restore;
@@ -468,6 +468,7 @@ impl PartitionTask {
                     offset: message.offset(),
                     kind,
                     message: text,
+                    redrive_count: redrive_count(message),
                 }),
             }
         }
@@ -524,6 +525,13 @@ fn take_available<'q>(
             None => return,
         }
     }
+}
+
+/// The record's re-drive count header, as it is: a letter of a re-driven
+/// record that fails again keeps the count `orderly dlq replay` gave it.
+fn redrive_count<'m>(message: &'m BorrowedMessage<'_>) -> Option<&'m [u8]> {
+    let headers = message.headers()?;
+    headers.iter().find(|h| h.key == HEADER_REDRIVE_COUNT).and_then(|h| h.value)
 }
 
 fn poison_parts(error: DecodeError) -> (crate::codec::PoisonKind, String) {

@@ -14,7 +14,8 @@
 //! * [`drills`]: one instance under crashes, SIGTERM and a broker restart;
 //! * [`group`]: several instances in one group, restores from the changelog;
 //! * [`replay`]: `orderly replay` on one instance and on a group's stores;
-//! * [`outbox`]: the outbox while its output topic is missing.
+//! * [`outbox`]: the outbox while its output topic is missing;
+//! * [`redrive`]: dead letters re-driven after a fix, each applied once.
 #![cfg(feature = "e2e")]
 
 #[path = "../support/mod.rs"]
@@ -24,6 +25,7 @@ mod group;
 mod outbox;
 mod pauses;
 mod replay;
+mod redrive;
 mod world;
 
 pub const PARTITIONS: i32 = 4;

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod late_schema;
 pub mod registry_double;
 
 use std::collections::BTreeMap;
@@ -236,19 +237,26 @@ pub struct Letter {
 
 /// Every record of a one-partition topic, from the beginning to its end.
 pub fn read_all(bootstrap: &str, topic: &str) -> Vec<Letter> {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("consumer");
+    let (low, high) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(10)).expect("watermarks");
+    read_range(bootstrap, topic, 0, low, high)
+}
+
+/// The records of `partition` of `topic` in `[from, to)` (fewer if they do
+/// not all arrive within 30 s).
+pub fn read_range(bootstrap: &str, topic: &str, partition: i32, from: i64, to: i64) -> Vec<Letter> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", unique("reader"))
         .set("enable.auto.commit", "false")
         .create()
         .expect("consumer");
-    let (low, high) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(10)).expect("watermarks");
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Offset(low)).expect("tpl");
+    tpl.add_partition_offset(topic, partition, Offset::Offset(from)).expect("tpl");
     consumer.assign(&tpl).expect("assign");
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while (out.len() as i64) < high - low && Instant::now() < deadline {
+    while (out.len() as i64) < to - from && Instant::now() < deadline {
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
             let mut headers = BTreeMap::new();
             if let Some(h) = m.headers() {

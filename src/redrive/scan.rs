@@ -1,0 +1,160 @@
+//! Reading the dead-letter topic by assignment: metadata, watermarks, the
+//! re-drive group's committed progress, a partition range read record by
+//! record, and commits of progress.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tracing::debug;
+
+use super::{redrive_group, RedriveError};
+use crate::config::Config;
+use crate::kafka::redrive_consumer_config;
+
+/// How long one broker request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// A range read that gets no record for this long while records remain
+/// before its end stops with an error instead of waiting forever.
+const STALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// The dead-letter topic of a configuration, and the client settings to
+/// read it and commit re-drive progress.
+pub struct Dlq {
+    client: ClientConfig,
+    /// For metadata, watermarks, committed offsets and commits; ranges are
+    /// read by a consumer of their own, so no event of an earlier read (a
+    /// late end-of-partition) can end a later one early.
+    consumer: BaseConsumer,
+    pub topic: String,
+    pub group: String,
+    bootstrap: String,
+}
+
+impl Dlq {
+    pub fn open(config: &Config) -> Result<Self, RedriveError> {
+        let group = redrive_group(config);
+        let client = redrive_consumer_config(config, &group);
+        let consumer = client.create().map_err(|cause| RedriveError::Client { cause })?;
+        Ok(Dlq {
+            client,
+            consumer,
+            topic: config.kafka.dlq_topic.clone(),
+            group,
+            bootstrap: config.kafka.bootstrap_servers.clone(),
+        })
+    }
+
+    /// The partition count of the dead-letter topic and of `input_topic`
+    /// (`None` when it does not exist). A metadata request for every topic
+    /// never asks the broker to create one.
+    pub fn partition_counts(&self, input_topic: &str) -> Result<(i32, Option<i32>), RedriveError> {
+        let metadata = self
+            .consumer
+            .fetch_metadata(None, REQUEST_TIMEOUT)
+            .map_err(|cause| RedriveError::Metadata { bootstrap: self.bootstrap.clone(), cause })?;
+        let count = |name: &str| {
+            metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == name && t.error().is_none() && !t.partitions().is_empty())
+                .map(|t| t.partitions().len() as i32)
+        };
+        let dlq = count(&self.topic)
+            .ok_or_else(|| RedriveError::DlqTopicMissing { topic: self.topic.clone(), bootstrap: self.bootstrap.clone() })?;
+        Ok((dlq, count(input_topic)))
+    }
+
+    /// The first and the end (next to be written) offsets of a partition.
+    pub fn watermarks(&self, partition: i32) -> Result<(i64, i64), RedriveError> {
+        self.consumer
+            .fetch_watermarks(&self.topic, partition, REQUEST_TIMEOUT)
+            .map_err(|cause| RedriveError::Watermarks { topic: self.topic.clone(), partition, cause })
+    }
+
+    /// The re-drive group's committed offset per partition (`None`: none).
+    pub fn committed(&self, partitions: i32) -> Result<BTreeMap<i32, Option<i64>>, RedriveError> {
+        let mut wanted = TopicPartitionList::with_capacity(partitions as usize);
+        for partition in 0..partitions {
+            wanted.add_partition(&self.topic, partition);
+        }
+        // The returned list is dropped here, before the consumer: a list
+        // alive at a consumer's drop can hang it (rust-rdkafka issue 453).
+        let list = self
+            .consumer
+            .committed_offsets(wanted, REQUEST_TIMEOUT)
+            .map_err(|cause| RedriveError::Committed { group: self.group.clone(), cause })?;
+        Ok(list
+            .elements()
+            .iter()
+            .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { Some(o) } else { None }))
+            .collect())
+    }
+
+    /// Stores `next_offset` as the group's progress on `partition`.
+    pub fn commit(&self, partition: i32, next_offset: i64) -> Result<(), RedriveError> {
+        let commit_error = |cause| RedriveError::Commit { group: self.group.clone(), partition, offset: next_offset, cause };
+        let mut list = TopicPartitionList::with_capacity(1);
+        list.add_partition_offset(&self.topic, partition, Offset::Offset(next_offset)).map_err(commit_error)?;
+        self.consumer.commit(&list, CommitMode::Sync).map_err(commit_error)?;
+        debug!(group = %self.group, partition, next_offset, "re-drive progress committed");
+        Ok(())
+    }
+
+    /// Hands every record of `partition` in `[from, end)` to `each`, in
+    /// offset order, and stops at `end` (an offset captured by the caller:
+    /// letters written meanwhile are left for the next run). Offsets below
+    /// the partition's start (retention) are skipped by the broker.
+    pub fn scan(
+        &self,
+        partition: i32,
+        from: i64,
+        end: i64,
+        mut each: impl FnMut(&BorrowedMessage<'_>) -> Result<(), RedriveError>,
+    ) -> Result<(), RedriveError> {
+        if from >= end {
+            return Ok(());
+        }
+        let consumer: BaseConsumer = self.client.create().map_err(|cause| RedriveError::Client { cause })?;
+        let mut assignment = TopicPartitionList::with_capacity(1);
+        assignment
+            .add_partition_offset(&self.topic, partition, Offset::Offset(from))
+            .and_then(|()| consumer.assign(&assignment))
+            .map_err(|cause| RedriveError::Client { cause })?;
+        drop(assignment);
+        let mut next = from;
+        let mut last_record = Instant::now();
+        while next < end {
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(message)) if message.partition() == partition => {
+                    if message.offset() >= end {
+                        break;
+                    }
+                    each(&message)?;
+                    next = crate::store::next_offset_after(message.offset());
+                    last_record = Instant::now();
+                }
+                // The partition's end as of this read, at or past `end`:
+                // the offsets left before `end` hold no record (compaction,
+                // transaction markers).
+                Some(Err(KafkaError::PartitionEOF(p))) if p == partition => break,
+                // librdkafka reports connection trouble and retries on its own.
+                Some(Err(error)) => debug!(topic = %self.topic, partition, %error, "consumer error while reading; retrying"),
+                Some(Ok(_)) | None => {}
+            }
+            if last_record.elapsed() >= STALL_LIMIT {
+                return Err(RedriveError::Stalled {
+                    topic: self.topic.clone(),
+                    partition,
+                    at: next,
+                    end,
+                    waited_s: STALL_LIMIT.as_secs(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
