@@ -60,6 +60,7 @@ fn world(with_dlq: bool) -> World {
     }
     // The mock cluster has no CreateTopics: the changelog is created here.
     mock.create_topic(&format!("{topic}-changelog"), PARTITIONS, 1).expect("changelog topic");
+    mock.create_topic(&format!("{topic}-status"), PARTITIONS, 1).expect("output topic");
     let bootstrap = mock.bootstrap_servers();
     let group = unique("group");
     let instance = Instance::new(&Setup {
@@ -159,8 +160,15 @@ fn unknown_schema_letters_are_applied_exactly_once_after_the_schema_is_registere
     let registry = Registry::memory();
     let encoder = w.runtime.block_on(Encoder::register(&registry, &w.topic)).expect("register v1 and v2");
     // The in-memory registry numbers schemas from 1 in registration order:
-    // v1 and v2 took 1 and 2, the late schema will get 3.
-    let late_id = 3;
+    // v1 and v2 took 1 and 2; the processor registers OrderStatusChanged (the
+    // outbox) at start-up: registered here first, it takes 3 (and the
+    // processor gets the same id); the late schema will get 4.
+    let outbox_id = w
+        .runtime
+        .block_on(registry.register(&format!("{}-status-value", w.topic), orderly::outbox::SCHEMA))
+        .expect("register the outbox schema");
+    assert_eq!(outbox_id, 3);
+    let late_id = 4;
     let records = late_schema::records(&encoder, late_id, FIXABLE, GOOD);
     let producer: FutureProducer =
         ClientConfig::new().set("bootstrap.servers", &w.bootstrap).set("enable.idempotence", "true").create().expect("producer");

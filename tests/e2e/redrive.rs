@@ -38,8 +38,15 @@ fn unknown_schema_letters_are_applied_exactly_once_after_two_replays() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
     let registry = Registry::http(&world.registry.url, Duration::from_secs(5)).expect("registry client");
     let encoder = world.runtime.block_on(Encoder::register(&registry, &world.topic)).expect("register v1 and v2");
-    // The registry double numbers schemas from 1: v1 and v2 took 1 and 2.
-    let late_id = 3;
+    // The registry double numbers schemas from 1: v1 and v2 took 1 and 2;
+    // the processor registers OrderStatusChanged (the outbox) at start-up:
+    // registered here first, it takes 3 and the processor gets the same id.
+    let outbox_id = world
+        .runtime
+        .block_on(registry.register(&format!("{}-status-value", world.topic), orderly::outbox::SCHEMA))
+        .expect("register the outbox schema");
+    assert_eq!(outbox_id, 3);
+    let late_id = 4;
     world.produce(&late_schema::records(&encoder, late_id, FIXABLE, GOOD));
     let instance = world.instance("");
     let took = world.finish(&instance);
