@@ -101,6 +101,7 @@ pub async fn loader(args: Args) -> anyhow::Result<()> {
             // (c)'s changelog: the mock cluster has no CreateTopics (on a
             // broker, the processor creates it).
             cluster.create_topic(&format!("{topic}-changelog"), partitions, 1)?;
+            cluster.create_topic(&format!("{topic}-changelog-o"), partitions, 1)?;
             cluster.create_topic(&format!("{topic}-status"), partitions, 1)?;
             cluster.bootstrap_servers()
         }

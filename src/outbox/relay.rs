@@ -51,7 +51,9 @@ pub struct Backlog {
 pub struct Relay {
     pub tree: PartitionStore,
     pub partition: i32,
-    /// The outbox producer's settings (recreated after a fatal error).
+    /// The outbox producer, shared by every partition's relay (fewer,
+    /// fuller requests), and its settings (recreated after a fatal error).
+    pub producer: Arc<std::sync::Mutex<Option<FutureProducer>>>,
     pub producer_config: ClientConfig,
     pub topic: String,
     pub encoder: Arc<OutboxEncoder>,
@@ -70,7 +72,6 @@ pub struct Relay {
 impl Relay {
     /// Runs until the partition task drops its end of `written`.
     pub async fn run(mut self) {
-        let mut producer: Option<FutureProducer> = None;
         let mut backoff = Duration::from_millis(100);
         let mut last_warn: Option<Instant> = None;
         let mut last_status = Instant::now() - Duration::from_secs(60);
@@ -107,16 +108,13 @@ impl Relay {
                 }
                 continue;
             }
-            let producer = match &producer {
-                Some(p) if p.client().fatal_error().is_none() => p,
-                _ => match self.producer_config.create::<FutureProducer>() {
-                    Ok(p) => producer.insert(p),
-                    Err(error) => {
-                        warn!(partition = self.partition, %error, "cannot create the outbox producer; retrying");
-                        tokio::time::sleep(backoff).await;
-                        continue;
-                    }
-                },
+            let producer = match self.producer() {
+                Ok(p) => p,
+                Err(error) => {
+                    warn!(partition = self.partition, %error, "cannot create the outbox producer; retrying");
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                }
             };
             let published_before = match floor {
                 Some(f) => f,
@@ -138,7 +136,7 @@ impl Relay {
                     }
                 },
             };
-            match self.publish(producer, &records, published_before).await {
+            match self.publish(&producer, &records, published_before).await {
                 Ok(()) => backoff = Duration::from_millis(100),
                 Err(error) => {
                     if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
@@ -156,6 +154,17 @@ impl Relay {
                 }
             }
         }
+    }
+
+    /// The shared producer, created (again, after a fatal error) when needed.
+    fn producer(&self) -> Result<FutureProducer, KafkaError> {
+        let mut slot = self.producer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(p) = slot.as_ref().filter(|p| p.client().fatal_error().is_none()) {
+            return Ok(p.clone());
+        }
+        let created: FutureProducer = self.producer_config.create()?;
+        *slot = Some(created.clone());
+        Ok(created)
     }
 
     /// Publishes `records` in order; every acknowledged prefix is recorded

@@ -192,6 +192,8 @@ pub struct OutboxSetup {
     pub topic: String,
     pub encoder: Arc<crate::outbox::OutboxEncoder>,
     pub producer_config: rdkafka::ClientConfig,
+    /// One producer for every partition's relay.
+    pub producer: Arc<Mutex<Option<FutureProducer>>>,
     pub warn_count: u64,
     pub warn_age: Duration,
 }
@@ -303,6 +305,7 @@ impl Processor {
                     topic,
                     encoder: Arc::new(encoder),
                     producer_config: crate::kafka::outbox_producer_config(&self.config),
+                    producer: Arc::new(Mutex::new(None)),
                     warn_count: self.config.outbox.backlog_warn,
                     warn_age: self.config.outbox_warn_age().map_err(|e| ProcessError::Config(e.to_string()))?,
                 })

@@ -259,6 +259,7 @@ impl PartitionTask {
             tree: self.state.store().clone(),
             partition: self.partition,
             producer_config: setup.producer_config.clone(),
+            producer: setup.producer.clone(),
             topic: setup.topic.clone(),
             encoder: setup.encoder.clone(),
             written: written_rx,

@@ -82,7 +82,13 @@ pub async fn run(
     config.kafka.group_id = format!("orderly-bench-{}", uuid::Uuid::new_v4().simple());
     config.kafka.input_topic = load.topic.clone();
     config.kafka.dlq_topic = load.dlq_topic.clone();
-    config.kafka.changelog_topic = if changelog { changelog_topic(load) } else { String::new() };
+    // Each phase its own changelog: a fresh store finding another phase's
+    // changelog would restore from it instead of processing.
+    config.kafka.changelog_topic = match (changelog, key) {
+        (false, _) => String::new(),
+        (true, "c") => changelog_topic(load),
+        (true, other) => format!("{}-{other}", changelog_topic(load)),
+    };
     config.kafka.output_topic = if outbox { format!("{}-status", load.topic) } else { String::new() };
     config.store.path = store_path.clone();
     if let Some(ms) = args.commit_interval_ms {
