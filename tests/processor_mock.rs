@@ -354,15 +354,27 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
 /// seconds, without waiting for new records.
 #[test]
 fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
-    // Everything is decided well before the first write-out, so the first
-    // flush covers every record.
-    let Loaded { c, _registry, group, ends, total, instance, .. } =
-        loaded(WorkloadSpec { orders: 500, seed: 8, ..Default::default() }, "commit_interval_ms = 3000");
-    let mut child = instance.spawn_run(Some("after_flush:1"));
-    let status = wait_exit(&mut child, Duration::from_secs(60)).unwrap_or_else(|| panic!("never crashed\n{}", instance.log()));
-    assert!(!status.success(), "aborted after the flush\n{}", instance.log());
-    let consumed = instance.stats()["totals"]["consumed"].as_u64().unwrap();
-    assert_eq!(consumed, total as u64, "the crash came after the flush covering every record\n{}", instance.log());
+    // Everything is decided well before the first write-outs, which fall due
+    // together; the crash must come after a flush covering every record. The
+    // flusher takes the write-outs that reached it when it starts a flush,
+    // so now and then the first flush covers only some partitions (measured:
+    // 3 runs in 10 before this retry, 5 attempts in 11 with it): that set-up
+    // is tried again on a fresh topic, up to 8 times.
+    let attempt = || {
+        let loaded = loaded(WorkloadSpec { orders: 500, seed: 8, ..Default::default() }, "commit_interval_ms = 3000");
+        let instance = &loaded.instance;
+        let mut child = instance.spawn_run(Some("after_flush:1"));
+        let status = wait_exit(&mut child, Duration::from_secs(60)).unwrap_or_else(|| panic!("never crashed\n{}", instance.log()));
+        assert!(!status.success(), "aborted after the flush\n{}", instance.log());
+        let consumed = instance.stats()["totals"]["consumed"].as_u64().unwrap();
+        if consumed == loaded.total as u64 {
+            return Some(loaded);
+        }
+        eprintln!("the first flush covered {consumed} of {} records (not every partition's write-out); again", loaded.total);
+        None
+    };
+    let Loaded { c, _registry, group, ends, instance, .. } =
+        (0..8).find_map(|_| attempt()).expect("a crash after the flush covering every record, in 8 attempts");
     let behind = committed(&c.bootstrap, &group, &c.topic, PARTITIONS);
     assert_ne!(behind, ends, "the crash came before the commit");
     // No new input from here on.
