@@ -29,7 +29,13 @@
 //!   limit;
 //! * (c)  the full `Processor` with durability on, from start (including
 //!   joining the group) to the moment the store's checkpoints cover the end
-//!   offsets, with a fresh group id and store.
+//!   offsets, with a fresh group id and store, the changelog and the outbox
+//!   on (defaults); (o) the same with the outbox off; (e) with the changelog
+//!   and the outbox off (each with a changelog of its own);
+//! * (r)  restoring (c)'s changelog into a fresh store, a thread per
+//!   partition.
+//!
+//! Phases run in the order a, b, c, o, e, r, d whatever `--phases` says.
 //!
 //! "steady ev/s" counts from a phase's first record (for (c): its first
 //! batch), so it excludes connecting and joining the group. For (c) and (d)
@@ -63,7 +69,8 @@
 //!
 //! Layout: `main.rs` (arguments, orchestration), `loader.rs` (the loader
 //! child: mock cluster or topic creation, plan and produce), `phases/`
-//! (`bare.rs`: (a) and (b); `store_alone.rs`: (d); `full.rs`: (c);
+//! (`bare.rs`: (a) and (b); `store_alone.rs`: (d); `full.rs`: (c), (o), (e);
+//! `restore.rs`: (r);
 //! `mod.rs`: the consumer shared by (a), (b) and (d)'s untimed read),
 //! `measure.rs` (/proc: RSS, CPU; directory sizes) and `report.rs` (the
 //! results, as JSON or a table).
@@ -127,7 +134,7 @@ pub struct Args {
     /// --phases says otherwise.
     #[arg(long, alias = "distinct-orders")]
     pub distinct_orders_rss: bool,
-    /// Which phases to run, comma-separated, of a,b,c,o,e,r,d (r needs c).
+    /// Which phases to run, comma-separated, of a,b,c,o,e,r,d (r needs c); they run in that order whatever the order given.
     #[arg(long)]
     pub phases: Option<String>,
     /// Partitions of the input topic (default 4; on the mock cluster raised
