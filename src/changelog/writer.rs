@@ -47,7 +47,7 @@ impl ChangelogWriter {
             .insert(Header { key: HEADER_COVERS, value: Some(covers_text.as_str()) })
             .insert(Header { key: HEADER_EPOCH, value: Some(epoch_text.as_str()) });
         let mut acks = Vec::with_capacity(changes.len() + 1);
-        let torn_at = fault::due(Point::TornChangelog).then(|| changes.len() / 2);
+        let torn_at = fault::due(Point::TornChangelog).then_some(changes.len() / 2);
         for (i, change) in changes.iter().enumerate() {
             if torn_at == Some(i) {
                 break;
