@@ -111,11 +111,10 @@ impl PartitionState {
         }
     }
 
-    /// Status changes of applied events go to the outbox, as records of
-    /// input partition `partition`.
-    pub fn with_outbox(mut self, partition: i32) -> Self {
+    /// From now on, status changes of applied events go to the outbox, as
+    /// records of input partition `partition`.
+    pub fn enable_outbox(&mut self, partition: i32) {
         self.outbox = Some(partition);
-        self
     }
 
     /// The relay published (and the broker acknowledged) every outbox record
@@ -515,7 +514,7 @@ mod tests {
         keys.sort();
         assert_eq!(&keys[..2], &[b"a".as_slice(), b"b".as_slice()]);
         assert_eq!(keys[2][0], crate::store::CHANGELOG_RESERVED, "the chunk's key is reserved");
-        assert_eq!(tree.decode_checkpoint(&prepared.checkpoint_bytes).unwrap().next_offset, 41);
+        assert_eq!(Checkpoint::decode(&prepared.checkpoint_bytes).unwrap().next_offset, 41);
         assert_eq!(tree.checkpoint().unwrap(), None, "nothing written before finish");
         let written = p.finish_write_out(prepared, Some(7), usize::MAX).unwrap();
         assert_eq!(written.checkpoint.changelog_next, Some(7));

@@ -155,6 +155,11 @@ impl Replay {
             None => self.local_checkpoints()?,
             Some(_) => BTreeMap::new(),
         };
+        // A changelog topic that does not exist yet holds no checkpoint.
+        let changelog = match &self.changelog {
+            Some(name) if self.topic_exists(name)? => Some(name.as_str()),
+            _ => None,
+        };
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         if let Target::Datetime(ms) = self.options.target {
             if ms > now_ms {
@@ -164,9 +169,10 @@ impl Replay {
         let mut rows = Vec::new();
         for partition in chosen {
             let (low, end) = self.consumer.fetch_watermarks(topic, partition, self.timeout).map_err(kafka(format!("watermarks of {topic} {partition}")))?;
-            let state = match &self.changelog {
-                Some(changelog) => self.changelog_checkpoint(changelog, partition)?,
-                None => local.get(&partition).copied(),
+            let state = match (&self.changelog, changelog) {
+                (Some(_), Some(name)) => changelog::replay::last_checkpoint(&self.config, name, partition)?.map(|(_, c)| c),
+                (Some(_), None) => None,
+                (None, _) => local.get(&partition).copied(),
             };
             let group_offset = committed.get(&partition).copied().flatten();
             let fallback = if self.config.kafka.auto_offset_reset == "latest" { end } else { low };
@@ -246,19 +252,9 @@ impl Replay {
         Ok(out)
     }
 
-    fn changelog_checkpoint(&self, changelog: &str, partition: i32) -> Result<Option<Checkpoint>, ReplayError> {
-        // A changelog topic that does not exist yet holds no checkpoint.
-        let exists = self
-            .consumer
-            .fetch_metadata(None, self.timeout)
-            .map_err(kafka("cannot read cluster metadata"))?
-            .topics()
-            .iter()
-            .any(|t| t.name() == changelog && !t.partitions().is_empty());
-        if !exists {
-            return Ok(None);
-        }
-        Ok(changelog::replay::last_checkpoint(&self.config, changelog, partition)?.map(|(_, c)| c))
+    fn topic_exists(&self, topic: &str) -> Result<bool, ReplayError> {
+        let metadata = self.consumer.fetch_metadata(None, self.timeout).map_err(kafka("cannot read cluster metadata"))?;
+        Ok(metadata.topics().iter().any(|t| t.name() == topic && !t.partitions().is_empty()))
     }
 
     fn local_checkpoints(&self) -> Result<BTreeMap<i32, Checkpoint>, ReplayError> {

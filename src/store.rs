@@ -500,16 +500,7 @@ impl PartitionStore {
 
     /// The checkpoint's bytes (as stored, and as its changelog record carries them).
     pub fn encode_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Vec<u8>, StoreError> {
-        encode(checkpoint).map_err(|message| StoreError::Corrupt { tree: self.name.clone(), key: "checkpoint".into(), message })
-    }
-
-    /// A checkpoint as its changelog record carries it.
-    pub fn decode_checkpoint(&self, bytes: &[u8]) -> Result<Checkpoint, StoreError> {
-        bincode::deserialize(bytes).map_err(|e| StoreError::Corrupt {
-            tree: self.name.clone(),
-            key: "checkpoint (changelog)".into(),
-            message: e.to_string(),
-        })
+        checkpoint.encode().map_err(|message| StoreError::Corrupt { tree: self.name.clone(), key: "checkpoint".into(), message })
     }
 
     /// Pending outbox records with source offsets in `(after, below)`, in

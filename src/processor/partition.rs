@@ -246,8 +246,7 @@ impl PartitionTask {
     /// Starts the outbox relay (outbox on), over the state as restored.
     fn start_relay(&mut self) {
         let Some(setup) = &self.shared.outbox else { return };
-        let placeholder = self.state.empty_like();
-        self.state = std::mem::replace(&mut self.state, placeholder).with_outbox(self.partition);
+        self.state.enable_outbox(self.partition);
         let written_at = self.state.written().map(|c| c.next_offset).unwrap_or(0);
         let (written, written_rx) = tokio::sync::watch::channel(written_at);
         let published = Arc::new(std::sync::atomic::AtomicI64::new(-1));
@@ -312,6 +311,10 @@ impl PartitionTask {
         if let Some(relay) = self.relay.take() {
             drop(relay.written);
             relay.join.abort();
+        }
+        // The partition is leaving: its backlog is no longer this process's.
+        if let Ok(mut all) = self.shared.outbox_backlogs.lock() {
+            all.remove(&self.partition);
         }
         Ok(())
     }

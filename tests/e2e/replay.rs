@@ -141,7 +141,7 @@ fn a_replay_marker_reaches_every_store_ahead_behind_or_wiped() {
         let out = replay(&d, &["--partition", &p, "--to-offset", &n, "--reset-state"]);
         assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
     }
-    assert!(!crate::support::store_exists(&d.store_path), "the replay needs no store of its own");
+    assert!(!orderly::preflight::store_present(&d.store_path), "the replay needs no store of its own");
 
     let mut runs: Vec<_> = [&a, &b, &c].iter().map(|i| reaper.watch(i.spawn_run(None))).collect();
     let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);

@@ -145,11 +145,6 @@ impl Instance {
     }
 }
 
-/// True when `path` holds a sled store (its `conf` and `db` files).
-pub fn store_exists(path: &std::path::Path) -> bool {
-    path.join("conf").is_file() && path.join("db").is_file()
-}
-
 /// Kills every child it watches when dropped, so a failing test leaves no
 /// `orderly` process behind.
 #[derive(Default)]
