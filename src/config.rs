@@ -85,6 +85,15 @@ pub struct Config {
     pub store: StoreConfig,
     pub processing: ProcessingConfig,
     pub outbox: OutboxConfig,
+    pub http: HttpConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Where `orderly run` serves `/metrics`, `/healthz`, `/readyz`,
+    /// `/state/{order_id}` and the status page; `""` is off.
+    pub address: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -113,6 +122,9 @@ pub struct KafkaConfig {
     pub changelog_replication_factor: i32,
     /// Where `OrderStatusChanged` events go (the outbox); `""` is off.
     pub output_topic: String,
+    /// How the producers of the input topic map an `order_id` to a
+    /// partition (librdkafka's partitioner names), for `/state/{order_id}`.
+    pub input_partitioner: String,
     /// Raw librdkafka settings, applied before the forced ones.
     #[serde(default)]
     pub librdkafka: BTreeMap<String, toml::Value>,
@@ -223,6 +235,9 @@ impl Config {
             ));
         }
         self.outbox_warn_age()?;
+        crate::partitioner::Partitioner::from_name(&self.kafka.input_partitioner)
+            .map_err(|message| value_err("kafka.input_partitioner", message))?;
+        self.http_address()?;
         if self.kafka.changelog_replication_factor == 0 || self.kafka.changelog_replication_factor < -1 {
             return Err(value_err(
                 "kafka.changelog_replication_factor",
@@ -299,6 +314,18 @@ impl Config {
     }
 
     /// `outbox.backlog_warn_age` as a duration.
+    /// The HTTP endpoint's address (`None`: off).
+    pub fn http_address(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+        let text = self.http.address.trim();
+        if text.is_empty() {
+            return Ok(None);
+        }
+        text.parse().map(Some).map_err(|_| ConfigError::Value {
+            key: "http.address".into(),
+            message: format!("`{text}` is not an IP address and port (e.g. \"127.0.0.1:9898\", \"0.0.0.0:9898\"); \"\" turns the endpoint off"),
+        })
+    }
+
     pub fn outbox_warn_age(&self) -> Result<Duration, ConfigError> {
         parse_duration(&self.outbox.backlog_warn_age).map_err(|message| ConfigError::Value {
             key: "outbox.backlog_warn_age".into(),

@@ -51,6 +51,12 @@
 //! * [`redrive`]: `orderly dlq list|replay`: the dead-letter topic read
 //!   back, and letters re-published to the input topic after a fix, each
 //!   once, with a re-drive count that stops a record failing forever.
+//! * [`telemetry`]: per-partition status, outcome counters and latency
+//!   histograms, exposed as Prometheus metrics and the status page's JSON.
+//! * [`http`]: the `run` process's HTTP endpoint: `/metrics`, `/healthz`,
+//!   `/readyz`, `/state/{order_id}` and the built-in status page.
+//! * [`partitioner`]: which partition an `order_id` hashes to (librdkafka's
+//!   and the Java client's partitioners).
 //! * [`preflight`]: start-up checks (store, broker, topics, registry) for
 //!   `config check` and `run`.
 //! * [`workload`]: the load generator and its independently computed
@@ -66,14 +72,17 @@ pub mod decide;
 pub mod demo;
 pub mod event;
 pub mod fault;
+pub mod http;
 pub mod kafka;
 pub mod load;
 pub mod outbox;
 pub mod partition_state;
+pub mod partitioner;
 pub mod preflight;
 pub mod processor;
 pub mod redrive;
 pub mod registry;
 pub mod replay;
 pub mod store;
+pub mod telemetry;
 pub mod workload;

@@ -97,8 +97,18 @@ struct Cli {
     /// TOML file overriding config/default.toml (ORDERLY_<SECTION>__<KEY> variables override both)
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Log lines on stderr as text, or as one JSON object per line (for log shippers; with the span fields:
+    /// topic, partition, group)
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "ORDERLY_LOG_FORMAT")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -302,11 +312,14 @@ enum StateCommand {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_log_filter(&cli.command))))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_log_filter(&cli.command)));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cli.log_format {
+        // Each line carries the current span's fields (a partition task's
+        // topic, partition and group) and the spans it is in.
+        LogFormat::Json => logs.json().with_current_span(true).with_span_list(true).init(),
+        LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -386,7 +399,12 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
                 Err(e) => tracing::warn!(error = %e, "schema registry not reachable at start-up; records wait for it"),
                 Ok(()) => {}
             }
-            let report = Processor::new(config, store, registry).run(shutdown).await?;
+            let http = config.http_address()?;
+            let mut processor = Processor::new(config, store, registry);
+            if let Some(address) = http {
+                processor = processor.with_http(orderly::http::bind(address)?);
+            }
+            let report = processor.run(shutdown).await?;
             tracing::info!(applied = report.applied, duplicates = report.duplicates, stale = report.stale, dead_lettered = report.dead_lettered, "exiting");
             Ok(Exit::Success)
         }

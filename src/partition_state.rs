@@ -92,6 +92,9 @@ pub struct PartitionState {
     outbox_delete_through: Option<i64>,
     /// Deleted through this source offset already (-1: nothing yet).
     outbox_deleted_through: i64,
+    /// `occurred_at` of the events applied since the last write-out began
+    /// (the completion-time histogram, observed once they are durable).
+    applied_at: Vec<i64>,
 }
 
 impl PartitionState {
@@ -108,7 +111,14 @@ impl PartitionState {
             new_outbox: Vec::new(),
             outbox_delete_through: None,
             outbox_deleted_through: -1,
+            applied_at: Vec::new(),
         }
+    }
+
+    /// The `occurred_at` of every event applied since the last call: the
+    /// events the write-out about to start makes durable.
+    pub fn take_applied_times(&mut self) -> Vec<i64> {
+        std::mem::take(&mut self.applied_at)
     }
 
     /// From now on, status changes of applied events go to the outbox, as
@@ -251,6 +261,7 @@ impl PartitionState {
                             epoch: self.pending.map(|c| c.epoch).unwrap_or(0),
                         });
                     }
+                    self.applied_at.push(event.occurred_at);
                     self.apply_one(event, now_ms, retention_ms);
                 }
             }

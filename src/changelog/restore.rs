@@ -19,7 +19,7 @@
 //! Runs on a blocking thread with its own consumer (no group), so the poll
 //! thread and the other partitions go on meanwhile.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::message::Message;
@@ -57,6 +57,9 @@ pub struct Restore<'a> {
     pub tree: &'a PartitionStore,
     /// Set when the partition is revoked: the restore stops at its next poll.
     pub cancel: &'a AtomicBool,
+    /// Changelog records still to read, kept current while restoring (for
+    /// the metrics and the status page).
+    pub remaining: &'a AtomicI64,
 }
 
 impl Restore<'_> {
@@ -107,6 +110,7 @@ impl Restore<'_> {
             next_offset = checkpoint.next_offset,
             "restoring from the changelog"
         );
+        self.remaining.store(at + 1 - from, Ordering::Relaxed);
         self.tree.begin_restore()?;
         let mut write = BatchWrite::default();
         let (mut applied, mut skipped, mut in_batch) = (0u64, 0u64, 0usize);
@@ -114,6 +118,7 @@ impl Restore<'_> {
         let mut last_applied = 0u64;
         let checkpoint_key = changelog_checkpoint_key();
         reader.scan(from, at + 1, |message| {
+            self.remaining.store(at - message.offset(), Ordering::Relaxed);
             if message.offset() == at {
                 return Ok(());
             }

@@ -17,8 +17,9 @@ use super::Shared;
 use crate::fault::{self, Point};
 
 pub enum FlushMsg {
-    /// A write-out covering everything before `next_offset` was written.
-    Covered { partition: i32, next_offset: i64 },
+    /// A write-out covering everything before `next_offset` was written;
+    /// `applied_at`: its applied events' `occurred_at` (completion time).
+    Covered { partition: i32, next_offset: i64, applied_at: Vec<i64> },
     /// A partition task started on a durable checkpoint: commit it if the
     /// group's committed offset is behind it (a crash between a flush and
     /// its commit), without waiting for new input.
@@ -60,6 +61,7 @@ impl Flusher {
             let Some(first) = first else { break };
             let mut covered: BTreeMap<i32, i64> = BTreeMap::new();
             let mut resumed: BTreeMap<i32, i64> = BTreeMap::new();
+            let mut applied_at: Vec<Vec<i64>> = Vec::new();
             let mut barriers = Vec::new();
             let mut stop = false;
             let mut take = |msg: FlushMsg| match msg {
@@ -67,7 +69,8 @@ impl Flusher {
                 FlushMsg::Resume { partition, next_offset } => {
                     resumed.insert(partition, next_offset);
                 }
-                FlushMsg::Covered { partition, next_offset } => {
+                FlushMsg::Covered { partition, next_offset, applied_at: times } => {
+                    applied_at.push(times);
                     let entry = covered.entry(partition).or_insert(next_offset);
                     *entry = (*entry).max(next_offset);
                 }
@@ -83,6 +86,13 @@ impl Flusher {
                     return;
                 }
                 fault::hit(Point::AfterFlush);
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as i64)
+                    .unwrap_or(0);
+                for times in &applied_at {
+                    self.shared.telemetry.complete(times, now_ms);
+                }
                 for (partition, next_offset) in covered {
                     let entry = self.uncommitted.entry(partition).or_insert(next_offset);
                     *entry = (*entry).max(next_offset);
@@ -116,7 +126,8 @@ impl Flusher {
         let started = Instant::now();
         let store = self.shared.store.clone();
         let result = tokio::task::spawn_blocking(move || store.flush()).await;
-        self.shared.counters.record_flush(started.elapsed());
+        self.shared.counters.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared.telemetry.flush_duration.observe(started.elapsed().as_secs_f64());
         match result {
             Ok(Ok(_)) => true,
             Ok(Err(error)) => {
@@ -193,6 +204,7 @@ impl Flusher {
         let consumer = self.consumer.clone();
         let started = Instant::now();
         let result = tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync)).await;
+        self.shared.telemetry.commit_duration.observe(started.elapsed().as_secs_f64());
         match result {
             Ok(Ok(())) => {
                 debug!(partitions = self.uncommitted.len(), elapsed_ms = started.elapsed().as_millis() as u64, "committed");

@@ -13,6 +13,7 @@
 mod context;
 mod dlq;
 mod flusher;
+mod owners;
 mod partition;
 mod supervisor;
 
@@ -25,6 +26,7 @@ use rdkafka::producer::FutureProducer;
 use tokio::sync::{mpsc, Notify};
 use tracing::{error, info, warn};
 
+pub use partition::Phase;
 pub use dlq::{
     DeadLetter, DeadLetterError, DeadLetters, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_REDRIVE_COUNT,
     HEADER_TOPIC,
@@ -36,6 +38,7 @@ use crate::codec::Decoder;
 use crate::config::Config;
 use crate::registry::Registry;
 use crate::store::{Binding, Store, StoreError};
+use crate::telemetry::Telemetry;
 use context::OrderlyContext;
 use supervisor::PartitionSupervisor;
 use flusher::{FlushMsg, Flusher};
@@ -58,8 +61,9 @@ pub enum ProcessError {
     Fatal(String),
 }
 
-/// Live counters for progress logs and the run report. The durable,
-/// exact counters are in each partition's checkpoint.
+/// Live totals for progress logs and the run report. The durable, exact
+/// counters are in each partition's checkpoint; latencies are histograms in
+/// [`Telemetry`].
 #[derive(Default)]
 pub struct Counters {
     pub applied: AtomicU64,
@@ -74,23 +78,14 @@ pub struct Counters {
     pub keys_written: AtomicU64,
     pub bytes_written: AtomicU64,
     pub flushes: AtomicU64,
-    /// Changelog records applied by restores, and the time restores took
+    /// Partitions restored from the changelog, and the time restores took
     /// (microseconds, summed over partitions).
-    pub restored_records: AtomicU64,
     pub restore_micros: AtomicU64,
     pub restores: AtomicU64,
-    /// Batch latencies in microseconds, for percentiles (bounded).
-    batch_micros: Mutex<Vec<u32>>,
-    write_micros: Mutex<Vec<u32>>,
-    flush_micros: Mutex<Vec<u32>>,
-    /// How late partition tasks' timers fired (batch wait, write-out due).
-    timer_late_micros: Mutex<Vec<u32>>,
     /// When the first batch started being decided, and the last one ended.
     first_batch_at: OnceLock<Instant>,
     last_batch_at: Mutex<Option<Instant>>,
 }
-
-const LATENCY_SAMPLES: usize = 100_000;
 
 impl Counters {
     fn record_batch(&self, applied: u64, duplicates: u64, stale: u64, dead: u64, version_gaps: u64, elapsed: Duration) {
@@ -100,7 +95,6 @@ impl Counters {
         self.dead_lettered.fetch_add(dead, Ordering::Relaxed);
         self.version_gaps.fetch_add(version_gaps, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);
-        push_sample(&self.batch_micros, elapsed);
         let now = Instant::now();
         let _ = self.first_batch_at.set(now.checked_sub(elapsed).unwrap_or(now));
         if let Ok(mut last) = self.last_batch_at.lock() {
@@ -118,22 +112,15 @@ impl Counters {
         }
     }
 
-    fn record_write(&self, keys: usize, bytes: usize, elapsed: Duration) {
+    fn record_write(&self, keys: usize, bytes: usize) {
         self.write_outs.fetch_add(1, Ordering::Relaxed);
         self.keys_written.fetch_add(keys as u64, Ordering::Relaxed);
         self.bytes_written.fetch_add(bytes as u64, Ordering::Relaxed);
-        push_sample(&self.write_micros, elapsed);
     }
 
-    fn record_restore(&self, records: u64, elapsed: Duration) {
+    fn record_restore(&self, elapsed: Duration) {
         self.restores.fetch_add(1, Ordering::Relaxed);
-        self.restored_records.fetch_add(records, Ordering::Relaxed);
         self.restore_micros.fetch_add(elapsed.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
-    }
-
-    fn record_flush(&self, elapsed: Duration) {
-        self.flushes.fetch_add(1, Ordering::Relaxed);
-        push_sample(&self.flush_micros, elapsed);
     }
 
     pub fn total(&self) -> u64 {
@@ -142,48 +129,12 @@ impl Counters {
             + self.stale.load(Ordering::Relaxed)
             + self.dead_lettered.load(Ordering::Relaxed)
     }
-
-    /// (p50, p99) batch latency in milliseconds.
-    pub fn batch_latency_ms(&self) -> (f64, f64) {
-        percentiles(&self.batch_micros)
-    }
-
-    fn record_timer_lateness(&self, late: Duration) {
-        push_sample(&self.timer_late_micros, late);
-    }
-
-    /// (p50, p99) of how late partition task timers fired, in milliseconds.
-    pub fn timer_lateness_ms(&self) -> (f64, f64) {
-        percentiles(&self.timer_late_micros)
-    }
-
-    /// (p50, p99) write-out latency in milliseconds.
-    pub fn write_latency_ms(&self) -> (f64, f64) {
-        percentiles(&self.write_micros)
-    }
-
-    /// (p50, p99) flush latency in milliseconds.
-    pub fn flush_latency_ms(&self) -> (f64, f64) {
-        percentiles(&self.flush_micros)
-    }
 }
 
-fn push_sample(samples: &Mutex<Vec<u32>>, elapsed: Duration) {
-    if let Ok(mut s) = samples.lock() {
-        if s.len() < LATENCY_SAMPLES {
-            s.push(elapsed.as_micros().min(u32::MAX as u128) as u32);
-        }
-    }
-}
-
-fn percentiles(samples: &Mutex<Vec<u32>>) -> (f64, f64) {
-    let Ok(s) = samples.lock() else { return (0.0, 0.0) };
-    if s.is_empty() {
-        return (0.0, 0.0);
-    }
-    let mut sorted = s.clone();
-    sorted.sort_unstable();
-    let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
+/// (p50, p99) of a histogram, in milliseconds (0 without observations).
+fn percentiles_ms(histogram: &crate::telemetry::histogram::Histogram) -> (f64, f64) {
+    let snapshot = histogram.snapshot();
+    let at = |q| snapshot.quantile(q).unwrap_or(0.0) * 1000.0;
     (at(0.5), at(0.99))
 }
 
@@ -209,10 +160,10 @@ pub struct Shared {
     pub changelog: Option<ChangelogWriter>,
     /// `None` when the outbox is off.
     pub outbox: Option<OutboxSetup>,
-    /// Each partition's outbox backlog, as its relay last saw it.
-    pub outbox_backlogs: Mutex<std::collections::HashMap<i32, Arc<crate::outbox::relay::Backlog>>>,
     pub retention: Duration,
     pub counters: Counters,
+    /// Per-partition status and latency histograms (`/metrics`, the status page).
+    pub telemetry: Arc<Telemetry>,
     /// Partitions with a running task: they share `processing.cache_max_bytes`.
     assigned: AtomicUsize,
     flush_tx: mpsc::Sender<FlushMsg>,
@@ -275,11 +226,26 @@ pub struct Processor {
     config: Config,
     store: Store,
     registry: Registry,
+    telemetry: Arc<Telemetry>,
+    /// Where `/metrics`, `/healthz`, `/readyz`, `/state` and the status
+    /// page are served while the processor runs (none: not served).
+    http: Option<std::net::TcpListener>,
 }
 
 impl Processor {
     pub fn new(config: Config, store: Store, registry: Registry) -> Self {
-        Processor { config, store, registry }
+        Processor { config, store, registry, telemetry: Arc::new(Telemetry::default()), http: None }
+    }
+
+    /// Serves the HTTP endpoint on `listener` while running.
+    pub fn with_http(mut self, listener: std::net::TcpListener) -> Self {
+        self.http = Some(listener);
+        self
+    }
+
+    /// What the processor reports (shared with the HTTP endpoint).
+    pub fn telemetry(&self) -> Arc<Telemetry> {
+        self.telemetry.clone()
     }
 
     /// Joins the group and processes until `shutdown` completes (or a fatal
@@ -325,11 +291,11 @@ impl Processor {
             topic: topic.clone(),
             changelog,
             outbox,
-            outbox_backlogs: Mutex::new(std::collections::HashMap::new()),
             store: self.store,
             decoder: Decoder::new(self.registry),
             retention,
             counters: Counters::default(),
+            telemetry: self.telemetry.clone(),
             assigned: AtomicUsize::new(0),
             config: self.config,
             flush_tx,
@@ -341,6 +307,13 @@ impl Processor {
             consumer_config(&shared.config).create_with_context(OrderlyContext { owner: supervisor.clone() })?;
         let consumer = Arc::new(consumer);
         supervisor.attach(&consumer);
+        let http = match self.http {
+            Some(listener) => {
+                let context = owners::http_context(&shared, &consumer)?;
+                Some(crate::http::Server::start(listener, context).map_err(|e| ProcessError::Fatal(e.to_string()))?)
+            }
+            None => None,
+        };
         let flusher = tokio::spawn(Flusher::new(shared.clone(), consumer.clone(), flush_rx).run());
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -356,8 +329,12 @@ impl Processor {
             _ = shutdown => info!("shutdown requested: finishing in-flight batches"),
             _ = shared.fatal_notify.notified() => {}
         }
+        let _ = shared.telemetry.stopping.set("stopping".into());
         stop.store(true, Ordering::SeqCst);
         let joined = tokio::task::spawn_blocking(move || poll.join()).await;
+        if let Some(http) = http {
+            http.stop().await;
+        }
         if !matches!(joined, Ok(Ok(()))) {
             return Err(ProcessError::Fatal("the poll thread panicked".into()));
         }
@@ -365,8 +342,9 @@ impl Processor {
             return Err(ProcessError::Fatal(message));
         }
         let c = &shared.counters;
-        let (batch_p50_ms, batch_p99_ms) = c.batch_latency_ms();
-        let (write_p50_ms, write_p99_ms) = c.write_latency_ms();
+        let t = &shared.telemetry;
+        let (batch_p50_ms, batch_p99_ms) = percentiles_ms(&t.batch_duration);
+        let (write_p50_ms, write_p99_ms) = percentiles_ms(&t.write_out_duration);
         let report = RunReport {
             applied: c.applied.load(Ordering::Relaxed),
             duplicates: c.duplicates.load(Ordering::Relaxed),
@@ -382,11 +360,11 @@ impl Processor {
             batch_p99_ms,
             write_p50_ms,
             write_p99_ms,
-            flush_p50_ms: c.flush_latency_ms().0,
-            timer_late_p99_ms: c.timer_lateness_ms().1,
+            flush_p50_ms: percentiles_ms(&t.flush_duration).0,
+            timer_late_p99_ms: percentiles_ms(&t.timer_lateness).1,
             decide_seconds: c.decide_span().as_secs_f64(),
             restores: c.restores.load(Ordering::Relaxed),
-            restored_records: c.restored_records.load(Ordering::Relaxed),
+            restored_records: t.restored_records.load(Ordering::Relaxed),
             restore_seconds: c.restore_micros.load(Ordering::Relaxed) as f64 / 1e6,
         };
         info!(?report, "stopped cleanly");
@@ -417,6 +395,7 @@ fn poll_loop(
                     Some((n, None)) if n > 0 => {
                         info!(topic = %topic, partitions = n, bootstrap = %bootstrap, "connected to kafka");
                         input_partitions = n;
+                        shared.telemetry.set_input_partitions(n as u32);
                         break;
                     }
                     _ => warn!(topic = %topic, bootstrap = %bootstrap, "input topic does not exist (yet); create it, retrying"),
@@ -451,7 +430,10 @@ fn poll_loop(
     }
     let mut last_log = Instant::now();
     let mut last_total = 0u64;
+    let mut last_refresh = Instant::now();
+    let mut rate_window: std::collections::VecDeque<(Instant, u64)> = std::collections::VecDeque::new();
     while !stop.load(Ordering::SeqCst) {
+        shared.telemetry.poll_turned();
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
             Some(Ok(message)) => {
@@ -469,37 +451,14 @@ fn poll_loop(
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
+        if last_refresh.elapsed() >= Duration::from_secs(1) {
+            refresh_status(&consumer, &shared, &mut rate_window);
+            last_refresh = Instant::now();
+        }
         if last_log.elapsed() >= Duration::from_secs(10) {
-            let total = shared.counters.total();
-            let restoring: Vec<i32> =
-                supervisor.phases().into_iter().filter(|(_, phase)| *phase == partition::Phase::Restoring).map(|(p, _)| p).collect();
-            if !restoring.is_empty() {
-                info!(partitions = ?restoring, "restoring from the changelog");
-            }
-            if shared.outbox.is_some() {
-                let (pending, oldest_ms, published) = shared.outbox_backlogs.lock().map(|all| {
-                    all.values().fold((0u64, 0u64, 0u64), |(p, o, n), b| {
-                        (
-                            p + b.pending.load(Ordering::Relaxed),
-                            o.max(b.oldest_age_ms.load(Ordering::Relaxed)),
-                            n + b.published.load(Ordering::Relaxed),
-                        )
-                    })
-                }).unwrap_or_default();
-                info!(pending, oldest_age_s = oldest_ms as f64 / 1000.0, published, "outbox");
-            }
-            let rate = (total - last_total) as f64 / last_log.elapsed().as_secs_f64();
-            info!(
-                processed = total,
-                per_second = rate.round() as u64,
-                applied = shared.counters.applied.load(Ordering::Relaxed),
-                duplicates = shared.counters.duplicates.load(Ordering::Relaxed),
-                stale = shared.counters.stale.load(Ordering::Relaxed),
-                dead_lettered = shared.counters.dead_lettered.load(Ordering::Relaxed),
-                "progress"
-            );
+            log_progress(&shared, last_total, last_log.elapsed());
             last_log = Instant::now();
-            last_total = total;
+            last_total = shared.counters.total();
         }
     }
     // Shutdown: finish, flush and commit every partition, then leave.
@@ -517,6 +476,65 @@ fn poll_loop(
     // Dropping the last handle closes the consumer: librdkafka revokes what
     // is left (nothing) and leaves the group (a static member stays).
     drop(consumer);
+}
+
+/// Once a second: each assigned partition's end offset (from the consumer's
+/// fetch state, no request) and the rate of records decided over the last
+/// five seconds.
+fn refresh_status(
+    consumer: &BaseConsumer<OrderlyContext>,
+    shared: &Shared,
+    window: &mut std::collections::VecDeque<(Instant, u64)>,
+) {
+    let telemetry = &shared.telemetry;
+    for status in telemetry.partitions() {
+        if let Some(high) = crate::kafka::cached_high_watermark(consumer, &shared.topic, status.partition) {
+            status.end_offset.store(high, Ordering::Relaxed);
+        }
+    }
+    let now = Instant::now();
+    window.push_back((now, shared.counters.total()));
+    while window.len() > 6 {
+        window.pop_front();
+    }
+    if let (Some(first), Some(last)) = (window.front(), window.back()) {
+        let seconds = last.0.saturating_duration_since(first.0).as_secs_f64();
+        telemetry.set_rate(if seconds > 0.0 { (last.1 - first.1) as f64 / seconds } else { 0.0 });
+    }
+}
+
+/// The progress lines: restoring partitions, the outbox backlog, totals.
+fn log_progress(shared: &Shared, last_total: u64, elapsed: Duration) {
+    let partitions = shared.telemetry.partitions();
+    let restoring: Vec<i32> = partitions
+        .iter()
+        .filter(|p| Phase::from_u8(p.phase.load(Ordering::Relaxed)) == Phase::Restoring)
+        .map(|p| p.partition)
+        .collect();
+    if !restoring.is_empty() {
+        info!(partitions = ?restoring, "restoring from the changelog");
+    }
+    if shared.outbox.is_some() {
+        let (mut pending, mut oldest_ms, mut published) = (0u64, 0u64, 0u64);
+        for backlog in partitions.iter().filter_map(|p| p.outbox.get()) {
+            pending += backlog.pending.load(Ordering::Relaxed);
+            oldest_ms = oldest_ms.max(backlog.oldest_age_ms.load(Ordering::Relaxed));
+            published += backlog.published.load(Ordering::Relaxed);
+        }
+        info!(pending, oldest_age_s = oldest_ms as f64 / 1000.0, published, "outbox");
+    }
+    let total = shared.counters.total();
+    let rate = (total - last_total) as f64 / elapsed.as_secs_f64().max(1e-3);
+    let c = &shared.counters;
+    info!(
+        processed = total,
+        per_second = rate.round() as u64,
+        applied = c.applied.load(Ordering::Relaxed),
+        duplicates = c.duplicates.load(Ordering::Relaxed),
+        stale = c.stale.load(Ordering::Relaxed),
+        dead_lettered = c.dead_lettered.load(Ordering::Relaxed),
+        "progress"
+    );
 }
 
 fn wait_for_flusher(flusher: tokio::task::JoinHandle<()>) {

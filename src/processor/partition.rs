@@ -12,7 +12,7 @@
 //! * **draining** (revoke, shutdown): finish the records already fetched,
 //!   write them out, reply with the checkpoint and stop.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -33,6 +33,7 @@ use crate::event::OrderEvent;
 use crate::fault::{self, Point};
 use crate::partition_state::{BatchOutcome, PartitionState};
 use crate::store::{next_offset_after, Checkpoint};
+use crate::telemetry::PartitionStatus;
 
 /// The consumer side of one partition: its own librdkafka queue (split off
 /// the consumer's main queue, so records reach the task without a copy or a
@@ -77,8 +78,9 @@ pub struct PartitionTask {
     /// the first batch on a partition this store never processed).
     pub state: PartitionState,
     pub rx: mpsc::Receiver<Command>,
-    /// The task's [`Phase`], for the supervisor and status reports.
-    pub phase: Arc<AtomicU8>,
+    /// The task's [`Phase`], offsets and counters, for the supervisor, the
+    /// metrics and the status page.
+    pub status: Arc<PartitionStatus>,
     /// To seek after a restore and read the group's committed offset.
     pub consumer: Weak<BaseConsumer<OrderlyContext>>,
     /// The offset the partition was assigned at (the stored checkpoint);
@@ -114,7 +116,7 @@ impl PartitionTask {
             }
             return Ok(());
         }
-        self.phase.store(Phase::Processing as u8, Ordering::Relaxed);
+        self.status.phase.store(Phase::Processing as u8, Ordering::Relaxed);
         self.start_relay();
         if let Some(checkpoint) = self.state.written() {
             // A checkpoint made durable before a crash may never have been
@@ -155,7 +157,8 @@ impl PartitionTask {
                     _ = tokio::time::sleep_until(wait_until) => {
                         // How late the runtime woke this task: the batch wait
                         // and the write-out interval hold only this well.
-                        self.shared.counters.record_timer_lateness(tokio::time::Instant::now().saturating_duration_since(wait_until));
+                        let late = tokio::time::Instant::now().saturating_duration_since(wait_until);
+                        self.shared.telemetry.timer_lateness.observe(late.as_secs_f64());
                         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                             break;
                         }
@@ -163,7 +166,7 @@ impl PartitionTask {
                 }
             }
             if let Some(reply) = drain {
-                self.phase.store(Phase::Draining as u8, Ordering::Relaxed);
+                self.status.phase.store(Phase::Draining as u8, Ordering::Relaxed);
                 // Everything already fetched for this partition is processed
                 // before it is released.
                 loop {
@@ -208,8 +211,15 @@ impl PartitionTask {
         let job = {
             let (shared, cancel, tree) = (self.shared.clone(), cancel.clone(), tree.clone());
             let (topic, partition) = (changelog.topic().to_string(), self.partition);
+            let status = self.status.clone();
+            // The partition's span, so the restore's log lines name it.
+            let span = tracing::Span::current();
             tokio::task::spawn_blocking(move || {
-                let restored = Restore { config: &shared.config, topic: &topic, partition, tree: &tree, cancel: &cancel }.run()?;
+                let _entered = span.enter();
+                let remaining = &status.restore_remaining;
+                let restored = Restore { config: &shared.config, topic: &topic, partition, tree: &tree, cancel: &cancel, remaining }.run();
+                remaining.store(crate::telemetry::UNKNOWN, Ordering::Relaxed);
+                let restored = restored?;
                 if restored.restored {
                     shared.store.flush()?;
                 }
@@ -233,7 +243,9 @@ impl PartitionTask {
         if !restored.restored {
             return Ok(None);
         }
-        self.shared.counters.record_restore(restored.applied, restored.elapsed);
+        self.shared.counters.record_restore(restored.elapsed);
+        self.shared.telemetry.restored_records.fetch_add(restored.applied, Ordering::Relaxed);
+        self.status.seed(restored.checkpoint.as_ref());
         self.state = PartitionState::new(tree, restored.checkpoint);
         if let Some(checkpoint) = restored.checkpoint {
             if self.assigned_at != Some(checkpoint.next_offset) {
@@ -250,10 +262,7 @@ impl PartitionTask {
         let written_at = self.state.written().map(|c| c.next_offset).unwrap_or(0);
         let (written, written_rx) = tokio::sync::watch::channel(written_at);
         let published = Arc::new(std::sync::atomic::AtomicI64::new(-1));
-        let backlog = Arc::new(crate::outbox::relay::Backlog::default());
-        if let Ok(mut all) = self.shared.outbox_backlogs.lock() {
-            all.insert(self.partition, backlog.clone());
-        }
+        let backlog = self.status.outbox.get_or_init(Default::default).clone();
         let relay = crate::outbox::relay::Relay {
             tree: self.state.store().clone(),
             partition: self.partition,
@@ -311,10 +320,6 @@ impl PartitionTask {
         if let Some(relay) = self.relay.take() {
             drop(relay.written);
             relay.join.abort();
-        }
-        // The partition is leaving: its backlog is no longer this process's.
-        if let Ok(mut all) = self.shared.outbox_backlogs.lock() {
-            all.remove(&self.partition);
         }
         Ok(())
     }
@@ -381,6 +386,7 @@ impl PartitionTask {
             return Ok(());
         }
         let started = Instant::now();
+        let applied_at = self.state.take_applied_times();
         // Encoding and writing every changed order takes tens of
         // milliseconds: it runs on a blocking thread so the async workers
         // keep the other partitions' timers and batches on time. The task
@@ -403,15 +409,17 @@ impl PartitionTask {
         self.state = state;
         let written = result?;
         fault::hit(Point::AfterBatch);
-        self.shared.counters.record_write(written.keys, written.bytes, started.elapsed());
+        self.shared.counters.record_write(written.keys, written.bytes);
+        self.shared.telemetry.write_out_duration.observe(started.elapsed().as_secs_f64());
         let next_offset = written.checkpoint.next_offset;
+        self.status.checkpoint.store(next_offset, Ordering::Relaxed);
         debug!(partition = self.partition, orders = written.orders, keys = written.keys, next_offset, "write-out");
         if let Some(relay) = &self.relay {
             let _ = relay.written.send(next_offset);
         }
         self.shared
             .flush_tx
-            .send(FlushMsg::Covered { partition: self.partition, next_offset })
+            .send(FlushMsg::Covered { partition: self.partition, next_offset, applied_at })
             .await
             .map_err(|_| ProcessError::FlusherGone)
     }
@@ -489,7 +497,11 @@ impl PartitionTask {
         fault::hit(Point::PanicBatch);
         let outcome = self.state.apply_sourced(events, &offsets, dead, first_offset, next_offset, now_ms, retention_ms)?;
         let BatchOutcome { applied, duplicates, stale, version_gaps, .. } = outcome;
-        self.shared.counters.record_batch(applied, duplicates, stale, dead, version_gaps, started.elapsed());
+        let elapsed = started.elapsed();
+        self.shared.counters.record_batch(applied, duplicates, stale, dead, version_gaps, elapsed);
+        self.status.record(applied, duplicates, stale, dead, version_gaps, next_offset);
+        self.shared.telemetry.batch_duration.observe(elapsed.as_secs_f64());
+        self.shared.telemetry.batch_records.observe(fresh.len() as f64);
         debug!(partition = self.partition, records = fresh.len(), applied, duplicates, stale, next_offset, "batch decided");
         Ok(())
     }

@@ -29,12 +29,11 @@ use super::flusher::FlushMsg;
 use super::partition::{Command, PartitionInput, PartitionTask, Phase};
 use super::Shared;
 use crate::partition_state::PartitionState;
+use crate::telemetry::PartitionStatus;
 
 struct PartitionHandle {
     tx: mpsc::Sender<Command>,
     join: JoinHandle<()>,
-    /// Where the task is in its life (restoring, processing, draining).
-    phase: Arc<std::sync::atomic::AtomicU8>,
 }
 
 /// Owns the partition tasks: starts them on assignment, drains them on
@@ -57,14 +56,6 @@ impl PartitionSupervisor {
         // Only the poll thread touches the map; a poisoned lock means it
         // panicked earlier, and the map itself is still consistent.
         self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Each assigned partition's phase.
-    pub fn phases(&self) -> Vec<(i32, Phase)> {
-        let mut out: Vec<(i32, Phase)> =
-            self.tasks().iter().map(|(p, h)| (*p, Phase::from_u8(h.phase.load(Ordering::Relaxed)))).collect();
-        out.sort_by_key(|(p, _)| *p);
-        out
     }
 
     pub fn runtime(&self) -> &Handle {
@@ -93,6 +84,7 @@ impl PartitionSupervisor {
             info!(partitions = tpl.count(), "assignment while closing the consumer; not starting its partitions");
             return;
         };
+        shared.telemetry.joined.store(true, Ordering::Relaxed);
         let mut assigned = Vec::new();
         for elem in tpl.elements() {
             assigned.push((elem.topic().to_string(), elem.partition()));
@@ -135,12 +127,14 @@ impl PartitionSupervisor {
             let (tx, rx) = mpsc::channel(1);
             let state = PartitionState::new(store, checkpoint);
             let phase = Arc::new(std::sync::atomic::AtomicU8::new(Phase::Restoring as u8));
+            let status = Arc::new(PartitionStatus::new(partition, phase, checkpoint.as_ref()));
+            shared.telemetry.insert(status.clone());
             let task = PartitionTask {
                 shared: shared.clone(),
                 partition,
                 state,
                 rx,
-                phase: phase.clone(),
+                status,
                 consumer: Arc::downgrade(&consumer),
                 assigned_at: checkpoint.map(|c| c.next_offset),
                 relay: None,
@@ -169,7 +163,7 @@ impl PartitionSupervisor {
                 }
                 .instrument(span),
             );
-            self.tasks().insert(partition, PartitionHandle { tx, join, phase });
+            self.tasks().insert(partition, PartitionHandle { tx, join });
             shared.assigned.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -221,6 +215,7 @@ impl PartitionSupervisor {
         // releases its partition queue (which holds the consumer).
         runtime.block_on(async {
             for (partition, handle) in handles {
+                self.shared.telemetry.remove(partition);
                 handle.join.abort();
                 if handle.join.await.is_err() {
                     warn!(partition, "partition task was stopped at the deadline");

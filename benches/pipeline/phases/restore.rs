@@ -40,7 +40,8 @@ pub fn run(args: &Args, load: &LoadInfo, broker_pid: Option<u32>) -> anyhow::Res
                 let (config, topic, store, cancel) = (&config, &topic, &store, &cancel);
                 scope.spawn(move || -> anyhow::Result<u64> {
                     let tree = store.partition(&load.topic, *partition)?;
-                    let restored = Restore { config, topic, partition: *partition, tree: &tree, cancel }.run()?;
+                    let remaining = std::sync::atomic::AtomicI64::new(-1);
+                    let restored = Restore { config, topic, partition: *partition, tree: &tree, cancel, remaining: &remaining }.run()?;
                     if !restored.restored {
                         return Err(anyhow!("partition {partition}: nothing restored"));
                     }

@@ -1,0 +1,193 @@
+//! The endpoint's routes and what they answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::json;
+
+use super::order_id;
+use crate::partitioner::Partitioner;
+use crate::processor::Phase;
+use crate::store::Store;
+use crate::telemetry::status::{self, Identity};
+use crate::telemetry::{exposition, Telemetry};
+
+/// A member of the consumer group, as the group's metadata names it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Member {
+    pub member_id: String,
+    pub client_id: String,
+    pub host: String,
+}
+
+/// Who owns a partition, from the group's metadata (a broker request).
+pub trait GroupOwners: Send + Sync {
+    /// `Ok(None)`: the group metadata does not say (no member lists it).
+    fn owner(&self, partition: i32) -> Result<Option<Member>, String>;
+}
+
+/// What the routes read.
+pub struct HttpContext {
+    pub telemetry: Arc<Telemetry>,
+    pub store: Store,
+    pub identity: Identity,
+    pub partitioner: Partitioner,
+    pub owners: Arc<dyn GroupOwners>,
+    /// The poll loop may be blocked this long by a revoke's drain and still
+    /// be healthy.
+    pub stall_limit: Duration,
+    registry: prometheus_client::registry::Registry,
+}
+
+impl HttpContext {
+    pub fn new(
+        telemetry: Arc<Telemetry>,
+        store: Store,
+        identity: Identity,
+        partitioner: Partitioner,
+        owners: Arc<dyn GroupOwners>,
+        stall_limit: Duration,
+    ) -> Self {
+        let registry = exposition::registry(telemetry.clone());
+        HttpContext { telemetry, store, identity, partitioner, owners, stall_limit, registry }
+    }
+}
+
+type Ctx = State<Arc<HttpContext>>;
+
+const STATUS_PAGE: &str = include_str!("status.html");
+
+pub fn router(context: Arc<HttpContext>) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/api/status", get(api_status))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/state", get(state))
+        .route("/state/", get(state))
+        .route("/state/{*rest}", get(state))
+        .fallback(not_found)
+        .with_state(context)
+}
+
+fn text(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+}
+
+fn json_error(status: StatusCode, body: serde_json::Value) -> Response {
+    (status, Json(body)).into_response()
+}
+
+async fn not_found(uri: Uri) -> Response {
+    text(
+        StatusCode::NOT_FOUND,
+        format!("no such page: {}\nendpoints: / /api/status /metrics /healthz /readyz /state/{{order_id}}\n", uri.path()),
+    )
+}
+
+async fn page() -> Response {
+    let mut response = (StatusCode::OK, STATUS_PAGE).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+async fn api_status(State(ctx): Ctx) -> Response {
+    let mut response = Json(status::snapshot(&ctx.telemetry, &ctx.identity)).into_response();
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+async fn metrics(State(ctx): Ctx) -> Response {
+    match exposition::render(&ctx.registry) {
+        Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, exposition::CONTENT_TYPE)], body).into_response(),
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the metrics\n".into()),
+    }
+}
+
+async fn healthz(State(ctx): Ctx) -> Response {
+    let stalled = ctx.telemetry.since_poll();
+    if stalled > ctx.stall_limit {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the poll loop has not turned for {:.1} s (limit {:.1} s)\n", stalled.as_secs_f64(), ctx.stall_limit.as_secs_f64()),
+        );
+    }
+    text(StatusCode::OK, "ok\n".into())
+}
+
+async fn readyz(State(ctx): Ctx) -> Response {
+    match status::not_ready(&ctx.telemetry) {
+        Some(reason) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")),
+        None => text(StatusCode::OK, format!("ready: {} partitions consuming\n", ctx.telemetry.partitions().len())),
+    }
+}
+
+/// `GET /state/{order_id}`: see `config/default.toml`, `[http]`.
+async fn state(State(ctx): Ctx, uri: Uri) -> Response {
+    let segment = uri.path().strip_prefix("/state").unwrap_or_default().trim_start_matches('/');
+    let order_id = match order_id::parse(segment) {
+        Ok(id) => id,
+        Err(error) => return json_error(StatusCode::BAD_REQUEST, json!({ "error": error.to_string() })),
+    };
+    let partitions = ctx.telemetry.input_partitions();
+    if partitions == 0 {
+        return json_error(StatusCode::SERVICE_UNAVAILABLE, json!({ "error": "not connected to the input topic yet" }));
+    }
+    let partition = ctx.partitioner.partition(order_id.as_bytes(), partitions);
+    let Some(owned) = ctx.telemetry.partition(partition) else {
+        let owners = ctx.owners.clone();
+        let owner = tokio::task::spawn_blocking(move || owners.owner(partition)).await;
+        let owner = match owner {
+            Ok(Ok(member)) => member,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "group metadata lookup failed");
+                None
+            }
+            Err(_) => None,
+        };
+        return json_error(
+            StatusCode::MISDIRECTED_REQUEST,
+            json!({
+                "error": "this instance does not own the order's partition",
+                "order_id": order_id,
+                "partition": partition,
+                "owner": owner,
+            }),
+        );
+    };
+    if Phase::from_u8(owned.phase.load(std::sync::atomic::Ordering::Relaxed)) == Phase::Restoring {
+        let mut response = json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": "the order's partition is restoring from the changelog; retry shortly", "partition": partition }),
+        );
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    }
+    let (store, topic, id) = (ctx.store.clone(), ctx.identity.topic.clone(), order_id.clone());
+    let found = tokio::task::spawn_blocking(move || store.partition(&topic, partition)?.get(&id)).await;
+    match found {
+        Ok(Ok(Some(state))) => {
+            let mut body = serde_json::to_value(state.view()).unwrap_or_default();
+            if let Some(object) = body.as_object_mut() {
+                object.insert("partition".into(), json!(partition));
+                object.insert("inbox_entries".into(), json!(state.inbox.len()));
+            }
+            Json(body).into_response()
+        }
+        Ok(Ok(None)) => json_error(
+            StatusCode::NOT_FOUND,
+            json!({ "error": "no such order in this instance's store", "order_id": order_id, "partition": partition }),
+        ),
+        Ok(Err(error)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": format!("store: {error}") })),
+        Err(_) => json_error(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": "the store lookup failed" })),
+    }
+}

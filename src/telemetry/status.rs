@@ -1,0 +1,177 @@
+//! The status the page at `/` shows (`/api/status`), and readiness.
+
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use super::{PartitionStatus, Telemetry};
+use crate::processor::Phase;
+
+/// Who this process is, for the status page's header.
+#[derive(Debug, Clone, Serialize)]
+pub struct Identity {
+    pub group: String,
+    pub topic: String,
+    /// `host/pid`.
+    pub instance: String,
+    pub outbox_enabled: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub group: String,
+    pub topic: String,
+    pub instance: String,
+    pub uptime_seconds: f64,
+    pub ready: bool,
+    pub ready_reason: Option<String>,
+    pub totals: Totals,
+    pub rate_per_second: f64,
+    /// Duplicates per record consumed (0 before any record).
+    pub idempotency_hit_rate: f64,
+    pub version_gaps: u64,
+    pub completion_seconds: Option<Completion>,
+    pub outbox: Outbox,
+    pub partitions: Vec<PartitionRow>,
+}
+
+#[derive(Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Totals {
+    pub applied: u64,
+    pub duplicate: u64,
+    pub stale: u64,
+    pub dead_lettered: u64,
+    pub consumed: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Completion {
+    pub count: u64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Outbox {
+    pub enabled: bool,
+    pub pending: u64,
+    pub oldest_age_seconds: f64,
+    pub published: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PartitionRow {
+    pub partition: i32,
+    pub phase: &'static str,
+    pub checkpoint: Option<i64>,
+    pub end_offset: Option<i64>,
+    pub lag: Option<i64>,
+    pub applied: u64,
+    pub duplicate: u64,
+    pub stale: u64,
+    pub dead_lettered: u64,
+    pub restore_remaining: Option<i64>,
+    pub outbox_pending: u64,
+    pub outbox_oldest_age_seconds: f64,
+}
+
+fn known(value: i64) -> Option<i64> {
+    (value >= 0).then_some(value)
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Restoring => "restoring",
+        Phase::Processing => "processing",
+        Phase::Draining => "draining",
+    }
+}
+
+fn row(p: &PartitionStatus) -> PartitionRow {
+    let backlog = p.outbox.get();
+    PartitionRow {
+        partition: p.partition,
+        phase: phase_name(Phase::from_u8(p.phase.load(Ordering::Relaxed))),
+        checkpoint: known(p.checkpoint.load(Ordering::Relaxed)),
+        end_offset: known(p.end_offset.load(Ordering::Relaxed)),
+        lag: p.lag(),
+        applied: p.applied.load(Ordering::Relaxed),
+        duplicate: p.duplicates.load(Ordering::Relaxed),
+        stale: p.stale.load(Ordering::Relaxed),
+        dead_lettered: p.dead_lettered.load(Ordering::Relaxed),
+        restore_remaining: known(p.restore_remaining.load(Ordering::Relaxed)),
+        outbox_pending: backlog.map(|b| b.pending.load(Ordering::Relaxed)).unwrap_or(0),
+        outbox_oldest_age_seconds: backlog.map(|b| b.oldest_age_ms.load(Ordering::Relaxed) as f64 / 1000.0).unwrap_or(0.0),
+    }
+}
+
+/// Why the process is not ready to serve its partitions, or `None` when it
+/// is: the group assigned it its partitions and every one is consuming.
+pub fn not_ready(t: &Telemetry) -> Option<String> {
+    if let Some(reason) = t.stopping.get() {
+        return Some(reason.clone());
+    }
+    if !t.joined.load(Ordering::Relaxed) {
+        return Some("waiting for the consumer group to assign partitions".into());
+    }
+    for p in t.partitions() {
+        match Phase::from_u8(p.phase.load(Ordering::Relaxed)) {
+            Phase::Processing => {}
+            Phase::Restoring => {
+                let left = p.restore_remaining.load(Ordering::Relaxed);
+                return Some(if left >= 0 {
+                    format!("partition {} is restoring from the changelog ({left} records to go)", p.partition)
+                } else {
+                    format!("partition {} is restoring from the changelog", p.partition)
+                });
+            }
+            Phase::Draining => return Some(format!("partition {} is draining (being released)", p.partition)),
+        }
+    }
+    None
+}
+
+pub fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
+    let partitions: Vec<PartitionRow> = t.partitions().iter().map(|p| row(p)).collect();
+    let mut totals = Totals::default();
+    let mut version_gaps = 0;
+    for p in t.partitions() {
+        version_gaps += p.version_gaps.load(Ordering::Relaxed);
+    }
+    let mut outbox = Outbox { enabled: identity.outbox_enabled, ..Default::default() };
+    for (row, p) in partitions.iter().zip(t.partitions()) {
+        totals.applied += row.applied;
+        totals.duplicate += row.duplicate;
+        totals.stale += row.stale;
+        totals.dead_lettered += row.dead_lettered;
+        if let Some(backlog) = p.outbox.get() {
+            outbox.pending += backlog.pending.load(Ordering::Relaxed);
+            outbox.published += backlog.published.load(Ordering::Relaxed);
+            outbox.oldest_age_seconds = outbox.oldest_age_seconds.max(backlog.oldest_age_ms.load(Ordering::Relaxed) as f64 / 1000.0);
+        }
+    }
+    totals.consumed = totals.applied + totals.duplicate + totals.stale + totals.dead_lettered;
+    let completion = t.completion.snapshot();
+    let reason = not_ready(t);
+    Status {
+        group: identity.group.clone(),
+        topic: identity.topic.clone(),
+        instance: identity.instance.clone(),
+        uptime_seconds: t.uptime().as_secs_f64(),
+        ready: reason.is_none(),
+        ready_reason: reason,
+        idempotency_hit_rate: if totals.consumed == 0 { 0.0 } else { totals.duplicate as f64 / totals.consumed as f64 },
+        totals,
+        rate_per_second: t.rate(),
+        version_gaps,
+        completion_seconds: (completion.count > 0).then(|| Completion {
+            count: completion.count,
+            p50: completion.quantile(0.5).unwrap_or_default(),
+            p90: completion.quantile(0.9).unwrap_or_default(),
+            p99: completion.quantile(0.99).unwrap_or_default(),
+        }),
+        outbox,
+        partitions,
+    }
+}
