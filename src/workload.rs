@@ -114,6 +114,7 @@ impl IdFormat {
 }
 
 /// One record to produce, keyed by order id.
+#[derive(Debug, Clone)]
 pub struct PlannedRecord {
     pub key: String,
     pub payload: Vec<u8>,

@@ -15,13 +15,16 @@
 //! * [`group`]: several instances in one group, restores from the changelog;
 //! * [`replay`]: `orderly replay` on one instance and on a group's stores;
 //! * [`outbox`]: the outbox while its output topic is missing;
-//! * [`redrive`]: dead letters re-driven after a fix, each applied once.
+//! * [`redrive`]: dead letters re-driven after a fix, each applied once;
+//! * [`observe`]: the HTTP endpoint: exact metrics, state queries, health,
+//!   abuse.
 #![cfg(feature = "e2e")]
 
 #[path = "../support/mod.rs"]
 mod support;
 mod drills;
 mod group;
+mod observe;
 mod outbox;
 mod pauses;
 mod replay;
