@@ -451,8 +451,9 @@ fn poll_loop(
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
+        refresh_end_offsets(&consumer, &shared);
         if last_refresh.elapsed() >= Duration::from_secs(1) {
-            refresh_status(&consumer, &shared, &mut rate_window);
+            refresh_rate(&shared, &mut rate_window);
             last_refresh = Instant::now();
         }
         if last_log.elapsed() >= Duration::from_secs(10) {
@@ -478,20 +479,20 @@ fn poll_loop(
     drop(consumer);
 }
 
-/// Once a second: each assigned partition's end offset (from the consumer's
-/// fetch state, no request) and the rate of records decided over the last
-/// five seconds.
-fn refresh_status(
-    consumer: &BaseConsumer<OrderlyContext>,
-    shared: &Shared,
-    window: &mut std::collections::VecDeque<(Instant, u64)>,
-) {
-    let telemetry = &shared.telemetry;
-    for status in telemetry.partitions() {
+/// Each assigned partition's end offset, from the consumer's fetch state (no
+/// request). The processed position is a lower bound of the true end: a
+/// fetch state older than the last batch does not show an end behind it.
+fn refresh_end_offsets(consumer: &BaseConsumer<OrderlyContext>, shared: &Shared) {
+    for status in shared.telemetry.partitions() {
         if let Some(high) = crate::kafka::cached_high_watermark(consumer, &shared.topic, status.partition) {
-            status.end_offset.store(high, Ordering::Relaxed);
+            status.end_offset.store(high.max(status.position.load(Ordering::Relaxed)), Ordering::Relaxed);
         }
     }
+}
+
+/// Once a second: the rate of records decided over the last five seconds.
+fn refresh_rate(shared: &Shared, window: &mut std::collections::VecDeque<(Instant, u64)>) {
+    let telemetry = &shared.telemetry;
     let now = Instant::now();
     window.push_back((now, shared.counters.total()));
     while window.len() > 6 {

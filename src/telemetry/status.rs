@@ -47,6 +47,8 @@ pub struct Totals {
 #[derive(Debug, Serialize)]
 pub struct Completion {
     pub count: u64,
+    /// The histogram's highest bound: a percentile equal to it is above it.
+    pub above_range_seconds: f64,
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
@@ -133,14 +135,13 @@ pub fn not_ready(t: &Telemetry) -> Option<String> {
 }
 
 pub fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
-    let partitions: Vec<PartitionRow> = t.partitions().iter().map(|p| row(p)).collect();
+    let statuses = t.partitions();
+    let partitions: Vec<PartitionRow> = statuses.iter().map(|p| row(p)).collect();
     let mut totals = Totals::default();
     let mut version_gaps = 0;
-    for p in t.partitions() {
-        version_gaps += p.version_gaps.load(Ordering::Relaxed);
-    }
     let mut outbox = Outbox { enabled: identity.outbox_enabled, ..Default::default() };
-    for (row, p) in partitions.iter().zip(t.partitions()) {
+    for (row, p) in partitions.iter().zip(&statuses) {
+        version_gaps += p.version_gaps.load(Ordering::Relaxed);
         totals.applied += row.applied;
         totals.duplicate += row.duplicate;
         totals.stale += row.stale;
@@ -167,6 +168,7 @@ pub fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
         version_gaps,
         completion_seconds: (completion.count > 0).then(|| Completion {
             count: completion.count,
+            above_range_seconds: completion.buckets.iter().rev().map(|(bound, _)| *bound).find(|b| b.is_finite()).unwrap_or(0.0),
             p50: completion.quantile(0.5).unwrap_or_default(),
             p90: completion.quantile(0.9).unwrap_or_default(),
             p99: completion.quantile(0.99).unwrap_or_default(),

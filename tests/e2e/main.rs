@@ -17,11 +17,13 @@
 //! * [`outbox`]: the outbox while its output topic is missing;
 //! * [`redrive`]: dead letters re-driven after a fix, each applied once;
 //! * [`observe`]: the HTTP endpoint: exact metrics, state queries, health,
-//!   abuse.
+//!   abuse; [`status_page`]: the status page in headless Chromium.
 #![cfg(feature = "e2e")]
 
 #[path = "../support/mod.rs"]
 mod support;
+#[path = "../support/browser.rs"]
+mod browser;
 mod drills;
 mod group;
 mod observe;
@@ -29,6 +31,7 @@ mod outbox;
 mod pauses;
 mod replay;
 mod redrive;
+mod status_page;
 mod world;
 
 pub const PARTITIONS: i32 = 4;
