@@ -233,4 +233,39 @@ mod tests {
         assert!(!text.contains("orderly_restore_remaining_records{"), "no restore series while not restoring");
         assert!(text.ends_with("# EOF\n"));
     }
+
+    /// The alert rules, their tests and the Grafana dashboard name only
+    /// series this exposition has.
+    #[test]
+    fn rules_and_dashboard_use_exposed_metrics() {
+        let telemetry = Arc::new(Telemetry::default());
+        let status = Arc::new(PartitionStatus::new(0, Arc::new(AtomicU8::new(0)), None));
+        status.restore_remaining.store(5, Ordering::Relaxed);
+        status.end_offset.store(1, Ordering::Relaxed);
+        status.position.store(0, Ordering::Relaxed);
+        let _ = status.outbox.set(Default::default());
+        telemetry.insert(status);
+        let text = render(&registry(telemetry)).expect("renders");
+        // Series names, and histogram family names (as prose may cite them).
+        let exposed: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter_map(|l| if let Some(family) = l.strip_prefix("# TYPE ") { family.split(' ').next() } else if l.starts_with('#') { None } else { l.split(['{', ' ']).next() })
+            .map(str::to_string)
+            .collect();
+        let root = env!("CARGO_MANIFEST_DIR");
+        for file in ["config/prometheus/orderly-rules.yml", "config/prometheus/orderly-rules.test.yml", "config/grafana/orderly-dashboard.json"] {
+            let body = std::fs::read_to_string(format!("{root}/{file}")).expect("config file");
+            let mut names = 0;
+            for (at, _) in body.match_indices("orderly_") {
+                // A metric name starts at a word boundary (not `job="orderly_x"` inside another name).
+                if body[..at].chars().last().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                let name: String = body[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                names += 1;
+                assert!(exposed.contains(&name), "{file} names {name}, which /metrics does not have; it has {exposed:?}");
+            }
+            assert!(names > 5, "{file} names metrics");
+        }
+    }
 }

@@ -157,7 +157,8 @@ fn the_endpoint_survives_slow_clients_floods_and_garbage() {
     let (records, expected) = world.plan(&spec);
     let instance = world.instance("commit_interval_ms = 200");
     let reaper = Reaper::default();
-    let mut run = reaper.watch(instance.spawn_run(None));
+    // This run logs JSON (for log shippers): checked at the end.
+    let mut run = reaper.watch(instance.spawn_run_env(None, "info,librdkafka=warn,rdkafka=warn", &[("ORDERLY_LOG_FORMAT", "json")]));
     let address = instance.wait_http(0);
 
     // Slow clients: each sends a request head one byte a second; the server
@@ -226,4 +227,28 @@ fn the_endpoint_survives_slow_clients_floods_and_garbage() {
     signal(&run, "TERM");
     assert!(wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", tail(&instance.log()));
     assert_eq!(world.verify(&instance, &expected), 0, "the pipeline under the flood is exact");
+    check_json_logs(&instance.log(), &world);
+}
+
+/// Every line is a JSON object; record-path lines carry the partition span
+/// (topic, partition, group).
+fn check_json_logs(log: &str, world: &World) {
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {l}")))
+        .collect();
+    let message = |v: &serde_json::Value| v["fields"]["message"].as_str().unwrap_or_default().to_string();
+    let first_batches = lines.iter().filter(|v| message(v).starts_with("first batch on this partition")).count();
+    assert_eq!(first_batches, PARTITIONS as usize, "one first-batch line per partition");
+    let in_span: Vec<&serde_json::Value> = lines.iter().filter(|v| v["span"]["name"] == "partition").collect();
+    for line in lines.iter().filter(|v| message(v).starts_with("first batch") || message(v).starts_with("seeked")) {
+        assert_eq!(line["span"]["name"], "partition", "record-path lines are in the partition span: {line}");
+    }
+    for line in &in_span {
+        assert_eq!(line["span"]["topic"].as_str(), Some(world.topic.as_str()), "{line}");
+        assert_eq!(line["span"]["group"].as_str(), Some(world.group.as_str()), "{line}");
+        assert!(line["span"]["partition"].is_number(), "{line}");
+    }
+    eprintln!("json logs: {} lines, {} in a partition span", lines.len(), in_span.len());
 }

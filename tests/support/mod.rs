@@ -149,8 +149,12 @@ impl Instance {
     pub fn http_address(&self) -> Option<String> {
         let log = self.log();
         let line = log.lines().rev().find(|l| l.contains("http endpoint listening"))?;
-        let at = line.find("address=")? + "address=".len();
-        Some(line[at..].split_whitespace().next()?.to_string())
+        // Text logs say address=HOST:PORT, JSON logs "address":"HOST:PORT".
+        let (at, end) = match line.find("address=") {
+            Some(at) => (at + "address=".len(), ' '),
+            None => (line.find("\"address\":\"")? + "\"address\":\"".len(), '"'),
+        };
+        Some(line[at..].split(end).next()?.trim().to_string())
     }
 
     /// Waits for the latest run started after `before` endpoint starts to
