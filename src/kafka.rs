@@ -119,6 +119,31 @@ fn passthrough(config: &Config) -> ClientConfig {
     client
 }
 
+/// The partition's high watermark as the consumer last fetched it (no
+/// request to the broker): `None` before its first fetch response.
+pub fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &rdkafka::consumer::BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    use rdkafka::consumer::Consumer;
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client pointer is valid while `consumer` is borrowed; the
+    // topic string outlives the call; librdkafka only writes the two
+    // out-parameters, and the call is thread-safe (it locks the partition).
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,29 +206,4 @@ mod tests {
         config.kafka.librdkafka.insert("queued.min.messages".into(), toml::Value::Integer(5000));
         assert_eq!(consumer_config(&config).get("queued.min.messages"), Some("5000"));
     }
-}
-
-/// The partition's high watermark as the consumer last fetched it (no
-/// request to the broker): `None` before its first fetch response.
-pub fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
-    consumer: &rdkafka::consumer::BaseConsumer<C>,
-    topic: &str,
-    partition: i32,
-) -> Option<i64> {
-    use rdkafka::consumer::Consumer;
-    let topic = std::ffi::CString::new(topic).ok()?;
-    let (mut low, mut high) = (-1i64, -1i64);
-    // SAFETY: the client pointer is valid while `consumer` is borrowed; the
-    // topic string outlives the call; librdkafka only writes the two
-    // out-parameters, and the call is thread-safe (it locks the partition).
-    let err = unsafe {
-        rdkafka::bindings::rd_kafka_get_watermark_offsets(
-            consumer.client().native_ptr(),
-            topic.as_ptr(),
-            partition,
-            &mut low,
-            &mut high,
-        )
-    };
-    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }

@@ -116,6 +116,8 @@ pub struct SlowOut {
     pub connections: u64,
     pub cut_off: u64,
     pub connect_failures: u64,
+    /// Connections still open (not cut off yet) when the load stopped.
+    pub open_at_stop: u64,
     /// Answers a slow client got before being cut off (e.g. 408), by status.
     pub statuses: BTreeMap<String, u64>,
     /// Seconds from connecting to being cut off.
@@ -335,10 +337,9 @@ async fn drive(address: SocketAddr, stop: Arc<AtomicBool>) -> LoadOut {
     tasks.spawn(garbage_loop(address, stopped.clone(), tally.clone()));
     tasks.spawn(scrape_loop(address, stopped.clone(), tally.clone()));
     tasks.spawn(burst_loop(address, stopped.clone(), tally.clone()));
-    let mut stopped_at = None;
     let mut stopped_rx = stopped.clone();
-    let _ = stopped_rx.wait_for(|s| *s).await;
-    stopped_at.get_or_insert(started.elapsed());
+    until_stopped(&mut stopped_rx).await;
+    let stopped_at = started.elapsed();
     while tasks.join_next().await.is_some() {}
     let _ = poller.await;
 
@@ -357,7 +358,7 @@ async fn drive(address: SocketAddr, stop: Arc<AtomicBool>) -> LoadOut {
     t.slow.clients = SLOW_CLIENTS;
     let well_formed = [&t.bursts.requests, &t.metrics, &t.status];
     LoadOut {
-        seconds: stopped_at.unwrap_or_default().as_secs_f64(),
+        seconds: stopped_at.as_secs_f64(),
         drained_seconds: started.elapsed().as_secs_f64(),
         answered: well_formed.iter().map(|r| r.answered).sum(),
         failed: well_formed.iter().map(|r| r.failed).sum(),
@@ -369,6 +370,11 @@ async fn drive(address: SocketAddr, stop: Arc<AtomicBool>) -> LoadOut {
     }
 }
 
+/// Resolves once the load is told to stop.
+async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
+}
+
 /// Sends a request head one byte per second; when the server cuts the
 /// connection off, connects again.
 async fn slow_client(address: SocketAddr, index: usize, mut stopped: watch::Receiver<bool>, tally: Shared) {
@@ -378,7 +384,7 @@ async fn slow_client(address: SocketAddr, index: usize, mut stopped: watch::Rece
     .into_bytes();
     // Spread the clients over the first second.
     tokio::select! {
-        _ = stopped.wait_for(|s| *s) => return,
+        _ = until_stopped(&mut stopped) => return,
         _ = tokio::time::sleep(Duration::from_millis(50 * index as u64)) => {}
     }
     while !*stopped.borrow() {
@@ -388,7 +394,7 @@ async fn slow_client(address: SocketAddr, index: usize, mut stopped: watch::Rece
             Err(_) => {
                 tally.lock().unwrap().slow.connect_failures += 1;
                 tokio::select! {
-                    _ = stopped.wait_for(|s| *s) => return,
+                    _ = until_stopped(&mut stopped) => return,
                     _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
                 }
             }
@@ -402,7 +408,12 @@ async fn slow_client(address: SocketAddr, index: usize, mut stopped: watch::Rece
         let mut answer = Vec::new();
         loop {
             tokio::select! {
-                _ = stopped.wait_for(|s| *s) => return,
+                _ = until_stopped(&mut stopped) => {
+                    let mut t = tally.lock().unwrap();
+                    t.slow.open_at_stop += 1;
+                    t.slow.max_head_bytes_sent = t.slow.max_head_bytes_sent.max(sent as u64);
+                    return;
+                }
                 _ = tick.tick() => {
                     if sent < head.len() {
                         if writer.write_all(&head[sent..sent + 1]).await.is_err() {
@@ -437,7 +448,7 @@ async fn garbage_loop(address: SocketAddr, mut stopped: watch::Receiver<bool>, t
     let mut n = 0u64;
     loop {
         tokio::select! {
-            _ = stopped.wait_for(|s| *s) => break,
+            _ = until_stopped(&mut stopped) => break,
             _ = tick.tick() => {}
         }
         let request = garbage(n, &mut rng);
@@ -462,7 +473,7 @@ async fn scrape_loop(address: SocketAddr, mut stopped: watch::Receiver<bool>, ta
     let mut in_flight = JoinSet::new();
     loop {
         tokio::select! {
-            _ = stopped.wait_for(|s| *s) => break,
+            _ = until_stopped(&mut stopped) => break,
             _ = tick.tick() => {}
         }
         for metrics in [true, false] {
@@ -493,7 +504,7 @@ async fn burst_loop(address: SocketAddr, mut stopped: watch::Receiver<bool>, tal
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = stopped.wait_for(|s| *s) => break,
+            _ = until_stopped(&mut stopped) => break,
             _ = tick.tick() => {}
         }
         let start = Instant::now();
@@ -556,12 +567,13 @@ pub fn table_lines(key: &str, http: &HttpOut) -> Vec<String> {
     lines.push(req("/api/status polls", &l.status_polls));
     lines.push(req("garbage", &l.garbage));
     lines.push(format!(
-        "({key}) http slow clients {}: {} connections, {} cut off (after p50 {:.1} s, max {:.1} s; at most {} head bytes sent), {} connect failures{}",
+        "({key}) http slow clients {}: {} connections, {} cut off (after p50 {:.1} s, max {:.1} s), {} open at the stop; at most {} head bytes sent; {} connect failures{}",
         l.slow.clients,
         l.slow.connections,
         l.slow.cut_off,
         l.slow.cut_off_after_p50_s,
         l.slow.cut_off_after_max_s,
+        l.slow.open_at_stop,
         l.slow.max_head_bytes_sent,
         l.slow.connect_failures,
         if l.slow.statuses.is_empty() { String::new() } else { format!(", answers {}", map(&l.slow.statuses)) }

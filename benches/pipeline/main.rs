@@ -3,6 +3,7 @@
 //! ```text
 //! cargo bench --bench pipeline -- [--events N] [--orders N] [--shape interleaved|clustered]
 //!                                  [--id-format hex32|uuid] [--bootstrap HOST:PORT] [--json]
+//!                                  [--http | --http-load]
 //! cargo bench --bench pipeline -- --distinct-orders-rss [--events N] [--json]
 //! ```
 //!
@@ -63,6 +64,13 @@
 //! through (c) only (`--phases` to add others) and reports its peak RSS
 //! against the 512 MiB target.
 //!
+//! `--http` serves the `run` HTTP endpoint (`Processor::with_http`, on
+//! 127.0.0.1 and a free port) during (c), (o) and (e); `--http-load` also
+//! drives an abuse load against it while they process (slow clients,
+//! garbage, scrapes, bursts of 1,000 concurrent requests: `http_load.rs`)
+//! and reports the answers, failures and burst latencies, to compare
+//! events/s with the endpoint off, idle and abused.
+//!
 //! Knobs for experiments without editing the library: `--batch-max-records`,
 //! `--batch-max-wait-ms`, `--cache-mb`, `--librdkafka KEY=VALUE` (consumers
 //! of (a), (b) and (c)), `--phases`, `--timeline` (with `--json`).
@@ -71,6 +79,7 @@
 //! child: mock cluster or topic creation, plan and produce), `phases/`
 //! (`bare.rs`: (a) and (b); `store_alone.rs`: (d); `full.rs`: (c), (o), (e);
 //! `restore.rs`: (r);
+//! `http_load.rs`: `--http`/`--http-load`;
 //! `mod.rs`: the consumer shared by (a), (b) and (d)'s untimed read),
 //! `measure.rs` (/proc: RSS, CPU; directory sizes) and `report.rs` (the
 //! results, as JSON or a table).
@@ -85,6 +94,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+mod http_load;
 mod loader;
 mod measure;
 mod phases;
@@ -170,6 +180,15 @@ pub struct Args {
     /// KEY=VALUE (through `kafka.librdkafka`); repeatable.
     #[arg(long = "librdkafka", value_name = "KEY=VALUE")]
     pub librdkafka: Vec<String>,
+    /// Serve the `run` HTTP endpoint (on 127.0.0.1, a free port) during
+    /// (c), (o) and (e), without load.
+    #[arg(long)]
+    pub http: bool,
+    /// Serve the endpoint during (c), (o) and (e) and drive an abuse load
+    /// against it while they process: slow clients, garbage, scrapes and
+    /// bursts of 1,000 concurrent requests (see `http_load.rs`).
+    #[arg(long)]
+    pub http_load: bool,
     /// Include (c)'s progress every 20 ms in the JSON output.
     #[arg(long)]
     pub timeline: bool,

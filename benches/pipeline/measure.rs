@@ -57,6 +57,7 @@ impl Meter {
                 _ => None,
             },
             written_bytes_per_event: None,
+            http: None,
         }
     }
 

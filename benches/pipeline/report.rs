@@ -92,6 +92,10 @@ pub struct Phase {
     pub written_bytes: Option<u64>,
     /// `written_bytes` per event (set once the phase's events are final).
     pub written_bytes_per_event: Option<f64>,
+    /// With `--http` or `--http-load` ((c), (o), (e)): the endpoint served
+    /// during the phase, and the abuse load's outcome.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<crate::http_load::HttpOut>,
 }
 
 #[derive(Debug, Serialize)]
@@ -269,6 +273,13 @@ impl Results {
             threads.sort_by(|a, b| b.1.total_cmp(a.1));
             let shown: Vec<String> = threads.iter().map(|(n, s)| format!("{n} {s:.2}")).collect();
             line(format!("(c) cpu s by thread: {}", shown.join(", ")));
+        }
+        for p in &self.phases {
+            if let Some(http) = &p.http {
+                for text in crate::http_load::table_lines(&p.key, http) {
+                    line(text);
+                }
+            }
         }
         if let Some(d) = &self.storage {
             line(format!(

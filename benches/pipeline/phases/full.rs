@@ -4,6 +4,12 @@
 //! (every status change published to `<topic>-status`); (o) the same with
 //! the outbox off; (e) with the changelog and the outbox off. A watcher thread samples the
 //! checkpoints every 20 ms for the first batch, stalls and the end.
+//!
+//! With `--http` or `--http-load` the processor also serves its HTTP
+//! endpoint on 127.0.0.1 (a free port); with `--http-load` an abuse load
+//! runs against it from `Processor::run` until the store covers the ends,
+//! and the processor's shutdown waits for the load's requests in flight
+//! (`crate::http_load`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -16,6 +22,7 @@ use orderly::registry::Registry;
 use orderly::store::{PartitionStore, Store};
 
 use super::passthrough;
+use crate::http_load::{HttpLoad, HttpOut};
 use crate::loader::LoadInfo;
 use crate::measure::{dir_size, process_cpu, thread_cpu, thread_group, Meter};
 use crate::report::{Counts, FullPipeline, Phase};
@@ -117,6 +124,16 @@ pub async fn run(
         .collect::<anyhow::Result<Vec<_>>>()?;
     let covered = || covered_by(&trees, &load.ends);
     let disk_at_start = dir_size(&store_path);
+    let mut processor = Processor::new(config, store.clone(), registry);
+    let http_address = if args.http || args.http_load {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        let address = listener.local_addr()?;
+        processor = processor.with_http(listener);
+        eprintln!("pipeline: ({key}) http endpoint at http://{address}/{}", if args.http_load { " under an abuse load" } else { "" });
+        Some(address)
+    } else {
+        None
+    };
 
     let threads_before = thread_cpu();
     let meter = Meter::start(broker_pid);
@@ -127,10 +144,16 @@ pub async fn run(
     let started = Instant::now();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut http_load = match (args.http_load, http_address) {
+        (true, Some(address)) => Some(HttpLoad::start(address)?),
+        _ => None,
+    };
+    let http_load_done = http_load.as_mut().map(|l| l.done());
     let watcher = {
         let trees: Vec<(i32, PartitionStore)> = trees.clone();
         let ends = load.ends.clone();
         let stop = stop.clone();
+        let load_stop = http_load.as_ref().map(|l| l.stopper());
         std::thread::Builder::new().name("bench-watcher".into()).spawn(move || {
             let mut p = Progress::default();
             while started.elapsed() < timeout && !stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -151,16 +174,25 @@ pub async fn run(
             if p.covered_at.is_none() {
                 eprintln!("pipeline: ({key}) stopped before the store covered the end offsets");
             }
+            if let Some(load_stop) = load_stop {
+                load_stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             let _ = done_tx.send(());
             p
         })?
     };
-    let result = Processor::new(config, store.clone(), registry)
+    let result = processor
         .run(async {
             let _ = done_rx.await;
+            // The endpoint stops with the processor: let the load's
+            // requests in flight finish first.
+            if let Some(load_done) = http_load_done {
+                let _ = load_done.await;
+            }
         })
         .await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let load_out = http_load.map(|l| l.join());
     let progress = watcher.join().map_err(|_| anyhow!("the watcher thread panicked"))?;
     let report: RunReport = result?;
     let mut phase = meter.finish(key, name, 0);
@@ -215,6 +247,16 @@ pub async fn run(
     for (tid, (name, secs)) in &progress.threads_at_cover {
         let before = threads_before.get(tid).map(|(_, s)| *s).unwrap_or(0.0);
         *thread_cpu_seconds.entry(thread_group(name)).or_default() += secs - before;
+    }
+    if let Some(address) = http_address {
+        let cpu = |group: &str| thread_cpu_seconds.get(group).copied().unwrap_or(0.0);
+        phase.http = Some(HttpOut {
+            mode: if args.http_load { "served + abuse load".into() } else { "served (idle)".into() },
+            address: address.to_string(),
+            server_thread_cpu_seconds: cpu("orderly-http"),
+            load_thread_cpu_seconds: cpu("bench-http-load"),
+            load: load_out,
+        });
     }
     thread_cpu_seconds.retain(|_, s| *s >= 0.005);
     drop(trees);
