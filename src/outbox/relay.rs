@@ -10,6 +10,7 @@
 //! the input: the relay retries with backoff and the backlog grows, with a
 //! warning past `[outbox] backlog_warn` records or `backlog_warn_age`.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -79,6 +80,11 @@ impl Relay {
         // records up to it are not published again, so an order's versions
         // never go backwards on the output topic.
         let mut floor: Option<Option<(u32, i64)>> = None;
+        // After a failed round, records past the acknowledged prefix may
+        // have landed all the same (a delivery report lost to a broker
+        // restart, an in-flight timeout): they are read back and skipped,
+        // so a retry never re-sends an order's older version after its newer.
+        let mut landed: Option<HashSet<(u32, i64)>> = Some(HashSet::new());
         loop {
             let limit = *self.written.borrow_and_update();
             let after = self.published.load(Ordering::SeqCst);
@@ -136,8 +142,23 @@ impl Relay {
                     }
                 },
             };
-            match self.publish(&producer, &records, published_before).await {
-                Ok(()) => backoff = Duration::from_millis(100),
+            let landed_now = match landed.take() {
+                Some(set) => set,
+                None => match self.read_back(Some((records[0].epoch, after))).await {
+                    Ok((_, set)) => set,
+                    Err(error) => {
+                        warn!(partition = self.partition, topic = %self.topic, %error, "cannot read the output topic back; retrying");
+                        tokio::time::sleep(crate::processor::jitter(backoff)).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                        continue;
+                    }
+                },
+            };
+            match self.publish(&producer, &records, published_before, &landed_now).await {
+                Ok(()) => {
+                    backoff = Duration::from_millis(100);
+                    landed = Some(HashSet::new());
+                }
                 Err(error) => {
                     if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                         warn!(
@@ -151,6 +172,7 @@ impl Relay {
                     }
                     tokio::time::sleep(crate::processor::jitter(backoff)).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
+                    // `landed` stays None: read back before the retry.
                 }
             }
         }
@@ -174,12 +196,15 @@ impl Relay {
         producer: &FutureProducer,
         records: &[OutboxRecord],
         published_before: Option<(u32, i64)>,
+        landed: &HashSet<(u32, i64)>,
     ) -> Result<(), String> {
         let mut acks = Vec::with_capacity(records.len());
         let partition_text = self.partition.to_string();
         for record in records {
-            if published_before.is_some_and(|floor| (record.epoch, record.source_offset) <= floor) {
-                // Published already (its deletion was lost to a crash or a move).
+            let key = (record.epoch, record.source_offset);
+            if published_before.is_some_and(|floor| key <= floor) || landed.contains(&key) {
+                // Published already (its deletion was lost to a crash or a
+                // move, or its acknowledgement to a failure).
                 self.published.store(record.source_offset, Ordering::SeqCst);
                 continue;
             }
@@ -225,17 +250,27 @@ impl Relay {
     /// one partition, so the last one of its source found reading back from
     /// the end is the highest.
     async fn last_published(&self) -> Result<Option<(u32, i64)>, String> {
+        self.read_back(None).await.map(|(last, _)| last)
+    }
+
+    /// Reads the output partition back from its end, in growing windows, for
+    /// records of this input partition: the highest (epoch, source offset)
+    /// found, and every one above `down_to`. Stops at the first window with
+    /// one at or below `down_to` (without it: with any), or [`LOOK_BACK`]
+    /// records from the end.
+    async fn read_back(&self, down_to: Option<(u32, i64)>) -> Result<(Option<(u32, i64)>, HashSet<(u32, i64)>), String> {
         let (config, topic, source, partition) = (self.config.clone(), self.topic.clone(), self.source_topic.clone(), self.partition);
-        let join = tokio::task::spawn_blocking(move || -> Result<Option<(u32, i64)>, String> {
+        let join = tokio::task::spawn_blocking(move || -> Result<(Option<(u32, i64)>, HashSet<(u32, i64)>), String> {
             let cancel = std::sync::atomic::AtomicBool::new(false);
             let reader = PartitionReader::new(&config, &topic, partition, &cancel).map_err(|e| e.to_string())?;
             let (low, high) = reader.watermarks().map_err(|e| e.to_string())?;
             let partition_text = partition.to_string();
+            let (mut last, mut above) = (None, HashSet::new());
             let mut window = 1_000i64;
             let mut end = high;
             while end > low && high - end < LOOK_BACK {
                 let start = (end - window).max(low);
-                let mut found = None;
+                let mut reached = false;
                 reader
                     .scan(start, end, |message| {
                         let text = |name: &str| {
@@ -244,22 +279,30 @@ impl Relay {
                                 h.iter().find(|x| x.key == name).and_then(|x| x.value).and_then(|v| std::str::from_utf8(v).ok())
                             })
                         };
-                        if text(HEADER_TOPIC) == Some(source.as_str()) && text(HEADER_PARTITION) == Some(partition_text.as_str()) {
-                            let epoch = text(HEADER_EPOCH).and_then(|t| t.parse().ok()).unwrap_or(0);
-                            if let Some(offset) = text(HEADER_OFFSET).and_then(|t| t.parse().ok()) {
-                                found = Some((epoch, offset));
+                        if text(HEADER_TOPIC) != Some(source.as_str()) || text(HEADER_PARTITION) != Some(partition_text.as_str()) {
+                            return Ok(());
+                        }
+                        let epoch = text(HEADER_EPOCH).and_then(|t| t.parse().ok()).unwrap_or(0);
+                        let Some(offset) = text(HEADER_OFFSET).and_then(|t| t.parse::<i64>().ok()) else { return Ok(()) };
+                        let key = (epoch, offset);
+                        last = last.max(Some(key));
+                        match down_to {
+                            Some(floor) if key <= floor => reached = true,
+                            Some(_) => {
+                                above.insert(key);
                             }
+                            None => reached = true,
                         }
                         Ok(())
                     })
                     .map_err(|e| e.to_string())?;
-                if found.is_some() {
-                    return Ok(found);
+                if reached {
+                    break;
                 }
                 end = start;
                 window = window.saturating_mul(4);
             }
-            Ok(None)
+            Ok((last, above))
         });
         join.await.map_err(|e| e.to_string())?
     }
