@@ -24,11 +24,72 @@ fn cell(partition: i32, field: &str) -> String {
     format!("#partitions tr[data-partition=\"{partition}\"] td[data-field=\"{field}\"]")
 }
 
+/// What the live stream sent.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sent {
+    records: u64,
+    applied: u64,
+    duplicates: u64,
+    stale: u64,
+    dead_lettered: u64,
+}
+
+/// Produces a live stream, dated as it is sent (so completion times are
+/// real): per round, 150 new orders' CREATED and PAID events, every 20th
+/// event sent twice (a duplicate), every 10th order's CREATED sent again
+/// after its PAID (stale), and one poison record.
+fn live_stream(world: &World, rounds: usize, flowing: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<Sent> {
+    use orderly::codec::{Encoder, WriterVersion};
+    use orderly::event::{EventType, OrderEvent};
+    let registry = orderly::registry::Registry::http(&world.registry.url, Duration::from_secs(5)).expect("registry client");
+    let encoder = world.runtime.block_on(Encoder::register(&registry, &world.topic)).expect("register schemas");
+    let (producer, topic) = (world.producer(), world.topic.clone());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        let mut sent = Sent::default();
+        for round in 0..rounds {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+            let mut batch = Vec::new();
+            for j in 0..150 {
+                let order_id = format!("live-{round:03}-{j:03}");
+                let event = |version: i64, event_type| OrderEvent {
+                    event_id: format!("{order_id}-v{version}"),
+                    order_id: order_id.clone(),
+                    version,
+                    event_type,
+                    amount: 1_000 + j,
+                    currency: "EUR".into(),
+                    occurred_at: now,
+                };
+                let (created, paid) = (event(1, EventType::Created), event(2, EventType::Paid));
+                let mut push = |e: &OrderEvent| batch.push(orderly::workload::PlannedRecord { key: order_id.clone(), payload: encoder.encode(e, WriterVersion::V2).expect("encode") });
+                push(&created);
+                push(&paid);
+                sent.applied += 2;
+                if j % 20 == 0 {
+                    push(&paid);
+                    sent.duplicates += 1;
+                }
+                if j % 10 == 5 {
+                    // The same CREATED under a new id, after PAID: stale.
+                    push(&OrderEvent { event_id: format!("{order_id}-late"), ..created.clone() });
+                    sent.stale += 1;
+                }
+            }
+            batch.push(orderly::workload::PlannedRecord { key: format!("poison-{round}"), payload: b"not avro".to_vec() });
+            sent.dead_lettered += 1;
+            sent.records += batch.len() as u64;
+            runtime.block_on(orderly::load::produce_planned(&producer, &topic, &batch)).expect("produce");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        flowing.store(false, std::sync::atomic::Ordering::SeqCst);
+        sent
+    })
+}
+
 #[test]
 fn the_status_page_shows_every_partition_live_and_agrees_with_the_store() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
-    let spec = WorkloadSpec { orders: 3_000, poison_rate: 0.004, seed: 41, ..Default::default() };
-    let (records, expected) = world.plan(&spec);
     let instance = world.instance("commit_interval_ms = 200");
     let reaper = Reaper::default();
     let mut run = reaper.watch(instance.spawn_run(None));
@@ -43,17 +104,7 @@ fn the_status_page_shows_every_partition_live_and_agrees_with_the_store() {
 
     // Records start flowing after the page is open: it must follow them.
     let flowing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let producer = {
-        let (producer, topic, flowing) = (world.producer(), world.topic.clone(), flowing.clone());
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Runtime::new().expect("runtime");
-            for chunk in records.chunks(400) {
-                runtime.block_on(orderly::load::produce_planned(&producer, &topic, chunk)).expect("produce");
-                std::thread::sleep(Duration::from_millis(300));
-            }
-            flowing.store(false, std::sync::atomic::Ordering::SeqCst);
-        })
-    };
+    let producer = live_stream(&world, 25, flowing.clone());
     let first = (shown(&browser, "#total-consumed"), shown(&browser, "#updates"));
     let moved = wait_until(Duration::from_secs(30), || {
         shown(&browser, "#total-consumed") > first.0 && shown(&browser, "#updates") >= first.1 + 3
@@ -61,25 +112,32 @@ fn the_status_page_shows_every_partition_live_and_agrees_with_the_store() {
     let still_flowing = flowing.load(std::sync::atomic::Ordering::SeqCst);
     assert!(moved, "the page follows the records: consumed {first:?} -> {}", shown(&browser, "#total-consumed"));
     assert!(still_flowing, "seen updating while records were still being produced");
+    let mid = shown(&browser, "#total-consumed");
+    assert!(wait_until(Duration::from_secs(30), || shown(&browser, "#total-consumed") > mid), "and it goes on following them");
     let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
     browser.screenshot_png(&screenshot).expect("screenshot");
     eprintln!("status page screenshot: {}", screenshot.display());
 
-    producer.join().expect("producer");
+    let sent = producer.join().expect("producer");
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
     let consumed: i64 = ends.values().sum();
+    assert_eq!(consumed as u64, sent.records);
     assert!(wait_until(Duration::from_secs(120), || world.committed() == ends), "{}", tail(&instance.log()));
     let settled = wait_until(Duration::from_secs(20), || {
         shown(&browser, "#total-consumed") == consumed
             && (0..PARTITIONS).all(|p| shown(&browser, &cell(p, "checkpoint")) == ends[&p] && shown(&browser, &cell(p, "lag")) == 0)
     });
     assert!(settled, "the page reaches the end: consumed {} of {consumed}", shown(&browser, "#total-consumed"));
+    let totals = ["#total-applied", "#total-duplicate", "#total-stale", "#total-dead_lettered"].map(|id| shown(&browser, id) as u64);
+    assert_eq!(totals, [sent.applied, sent.duplicates, sent.stale, sent.dead_lettered], "the page's totals are the stream's");
     let page: Vec<[i64; 4]> = (0..PARTITIONS).map(|p| FIELDS.map(|f| shown(&browser, &cell(p, f)))).collect();
     let hit_rate = browser.text("#hit-rate").expect("hit rate").unwrap_or_default();
-    let want_rate = format!("{:.2}%", 100.0 * expected.duplicates as f64 / consumed as f64);
+    let want_rate = format!("{:.2}%", 100.0 * sent.duplicates as f64 / consumed as f64);
     assert_eq!(hit_rate.trim(), want_rate, "idempotency hit rate as shown");
-    let completion = browser.text("#completion-p50").expect("completion").unwrap_or_default();
-    assert!(!completion.trim().is_empty() && completion.trim() != "–", "completion time shown: {completion:?}");
+    // Events are dated as they are sent: completion is the pipeline's own
+    // delay (batch wait, commit interval, flush), well under a minute.
+    let p99 = browser.attr("#completion-p99", "data-value").expect("p99").and_then(|v| v.parse::<f64>().ok());
+    assert!(p99.is_some_and(|s| s > 0.0 && s < 60.0), "completion p99 {p99:?} s");
     drop(browser);
 
     signal(&run, "TERM");
@@ -90,5 +148,4 @@ fn the_status_page_shows_every_partition_live_and_agrees_with_the_store() {
         let stored = ["applied", "duplicates", "stale", "dead_lettered"].map(|k| row[k].as_i64().unwrap_or(-1));
         assert_eq!(page[p as usize], stored, "partition {p}: the page's counters equal the store's");
     }
-    assert_eq!(world.verify(&instance, &expected), 0);
 }
