@@ -68,6 +68,7 @@ pub async fn check_all_reporting(config: &Config, timeout: Duration, mut report:
         ok
     };
     let _ = push(check_store(config), &mut checks)
+        && push(check_http(config), &mut checks)
         && push(check_broker(config, timeout).await, &mut checks)
         && push(check_input_topic(config, timeout).await, &mut checks)
         && push(check_dlq_topic(config, timeout).await, &mut checks)
@@ -115,6 +116,18 @@ pub fn check_store(config: &Config) -> Check {
                 )
             }
         }
+    }
+}
+
+/// The HTTP endpoint's address can be bound (nothing else listens there).
+pub fn check_http(config: &Config) -> Check {
+    match config.http_address() {
+        Ok(None) => Check::ok("http", "off (http.address = \"\")"),
+        Ok(Some(address)) => match std::net::TcpListener::bind(address) {
+            Ok(_) => Check::ok("http", format!("{address} is free: /metrics, /healthz, /readyz, /state/{{order_id}}, / will be served there")),
+            Err(e) => Check::fail("http", format!("cannot listen on {address}: {e}: stop what listens there, or set http.address (\"\" turns it off)")),
+        },
+        Err(e) => Check::fail("http", e.to_string()),
     }
 }
 

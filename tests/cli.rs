@@ -197,6 +197,26 @@ fn config_check_against_a_stopped_broker_fails_on_the_broker_line() {
     assert!(!stdout.contains("registry"), "stops at the first failure: {stdout}");
 }
 
+/// A taken HTTP port fails `config check` on its own line, before the broker.
+#[test]
+fn config_check_fails_on_a_taken_http_port() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = taken.local_addr().expect("address").to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = orderly(&["config", "check", "--timeout-ms", "1500"])
+        .env("ORDERLY_HTTP__ADDRESS", &address)
+        .env("ORDERLY_STORE__PATH", dir.path().join("store"))
+        .output()
+        .expect("run");
+    assert_eq!(code(&out), EXIT_CHECK_FAILED, "{out:?}");
+    let stdout = text(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(last.starts_with("FAIL") && last.contains("http") && last.contains(&address) && last.contains("http.address"), "{stdout}");
+    let bad = orderly(&["config", "check"]).env("ORDERLY_HTTP__ADDRESS", "localhost").output().expect("run");
+    assert_eq!(code(&bad), 5, "an address that is not IP:port is a configuration error: {bad:?}");
+    assert!(text(&bad.stdout).contains("http.address"), "{bad:?}");
+}
+
 /// Item 4: an invalid configuration is the first (failed) line; exit 5.
 #[test]
 fn config_check_reports_an_invalid_configuration_first() {
@@ -226,6 +246,7 @@ fn config_check_probes_topics_and_registry() {
             .env("ORDERLY_KAFKA__DLQ_TOPIC", &dlq)
             .env("ORDERLY_REGISTRY__URL", registry_url)
             .env("ORDERLY_STORE__PATH", dir.path().join("store"))
+            .env("ORDERLY_HTTP__ADDRESS", "127.0.0.1:0")
             .output()
             .expect("run")
     };
@@ -261,7 +282,7 @@ fn config_check_probes_topics_and_registry() {
     let out = check(&registry.url);
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), 0, "all pass: {stdout}\n{}", text(&out.stderr));
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 7, "config, store, broker, topics, changelog, registry: {stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 8, "config, store, http, broker, topics, changelog, registry: {stdout}");
     let changelog_line = line(&stdout, "changelog");
     assert!(changelog_line.contains("does not exist yet") && changelog_line.contains("3 partitions"), "{stdout}");
 }
@@ -290,6 +311,7 @@ fn run_logs_the_absolute_store_path() {
     let mut child = orderly(&["run"])
         .current_dir(dir.path())
         .env("ORDERLY_STORE__PATH", "rel-store")
+        .env("ORDERLY_HTTP__ADDRESS", "127.0.0.1:0")
         .env("ORDERLY_KAFKA__BOOTSTRAP_SERVERS", format!("127.0.0.1:{}", unused_port()))
         .env("RUST_LOG", "info,librdkafka=off,rdkafka=off")
         .stdout(Stdio::null())
