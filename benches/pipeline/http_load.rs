@@ -43,6 +43,9 @@ pub const SLOW_CLIENTS: usize = 20;
 pub const GARBAGE_EVERY: Duration = Duration::from_millis(100);
 pub const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 pub const BURST_EVERY: Duration = Duration::from_secs(2);
+/// With a limited number of bursts, the first comes this long into the
+/// phase (after the group join, while records are processed).
+pub const FIRST_BURST_AFTER: Duration = Duration::from_secs(3);
 pub const BURST: usize = 1000;
 pub const BURST_PATHS: [&str; 5] = ["/metrics", "/api/status", "/state/order-00000001", "/healthz", "/"];
 /// A request not answered (to the end of its body) within this is failed.
@@ -137,14 +140,17 @@ pub struct HttpLoad {
 }
 
 impl HttpLoad {
-    pub fn start(address: SocketAddr) -> anyhow::Result<HttpLoad> {
+    /// `max_bursts`: stop bursting after this many (0: every
+    /// [`BURST_EVERY`] until the phase ends; otherwise the first comes
+    /// [`FIRST_BURST_AFTER`] in, once the group has joined).
+    pub fn start(address: SocketAddr, max_bursts: usize) -> anyhow::Result<HttpLoad> {
         let stop = Arc::new(AtomicBool::new(false));
         let (done_tx, done) = tokio::sync::oneshot::channel();
         let thread = {
             let stop = stop.clone();
             std::thread::Builder::new().name("bench-http-load".into()).spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("the load's runtime");
-                let out = runtime.block_on(drive(address, stop));
+                let out = runtime.block_on(drive(address, stop, max_bursts));
                 let _ = done_tx.send(());
                 out
             })?
@@ -252,7 +258,7 @@ async fn exchange_inner(address: SocketAddr, request: &[u8]) -> Outcome {
     // all of it is written: read whatever came back all the same.
     let write_error = stream.write_all(request).await.err();
     let mut answer = Vec::with_capacity(1024);
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = [0u8; 8 * 1024];
     let read_error = loop {
         match stream.read(&mut buf).await {
             Ok(0) => break None,
@@ -319,7 +325,7 @@ fn garbage(kind: u64, rng: &mut XorShift) -> Vec<u8> {
     }
 }
 
-async fn drive(address: SocketAddr, stop: Arc<AtomicBool>) -> LoadOut {
+async fn drive(address: SocketAddr, stop: Arc<AtomicBool>, max_bursts: usize) -> LoadOut {
     let started = Instant::now();
     let tally: Shared = Arc::default();
     let (stop_tx, stopped) = watch::channel(false);
@@ -336,7 +342,7 @@ async fn drive(address: SocketAddr, stop: Arc<AtomicBool>) -> LoadOut {
     }
     tasks.spawn(garbage_loop(address, stopped.clone(), tally.clone()));
     tasks.spawn(scrape_loop(address, stopped.clone(), tally.clone()));
-    tasks.spawn(burst_loop(address, stopped.clone(), tally.clone()));
+    tasks.spawn(burst_loop(address, stopped.clone(), tally.clone(), max_bursts));
     let mut stopped_rx = stopped.clone();
     until_stopped(&mut stopped_rx).await;
     let stopped_at = started.elapsed();
@@ -498,11 +504,18 @@ async fn scrape_loop(address: SocketAddr, mut stopped: watch::Receiver<bool>, ta
 
 /// Every `BURST_EVERY` (or right after the previous burst if it took
 /// longer) `BURST` concurrent requests, each on its own connection.
-async fn burst_loop(address: SocketAddr, mut stopped: watch::Receiver<bool>, tally: Shared) {
+async fn burst_loop(address: SocketAddr, mut stopped: watch::Receiver<bool>, tally: Shared, max_bursts: usize) {
     let requests: Vec<Arc<Vec<u8>>> = BURST_PATHS.iter().map(|p| Arc::new(get(p))).collect();
-    let mut tick = tokio::time::interval(BURST_EVERY);
+    let first = if max_bursts > 0 { tokio::time::Instant::now() + FIRST_BURST_AFTER } else { tokio::time::Instant::now() };
+    let mut tick = tokio::time::interval_at(first, BURST_EVERY);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut bursts = 0;
     loop {
+        if max_bursts > 0 && bursts >= max_bursts {
+            until_stopped(&mut stopped).await;
+            break;
+        }
+        bursts += 1;
         tokio::select! {
             _ = until_stopped(&mut stopped) => break,
             _ = tick.tick() => {}

@@ -189,6 +189,10 @@ pub struct Args {
     /// bursts of 1,000 concurrent requests (see `http_load.rs`).
     #[arg(long)]
     pub http_load: bool,
+    /// With --http-load: this many bursts of 1,000 requests, the first 3 s
+    /// into the phase (0: one every 2 s until the phase ends).
+    #[arg(long, default_value_t = 0)]
+    pub http_bursts: usize,
     /// Include (c)'s progress every 20 ms in the JSON output.
     #[arg(long)]
     pub timeline: bool,

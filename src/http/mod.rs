@@ -5,7 +5,8 @@
 //! It runs on a thread of its own with a single-threaded runtime, so a
 //! burst of requests competes with the pipeline for one thread at most and
 //! never queues behind partition tasks. Connections are bounded
-//! ([`MAX_CONNECTIONS`]; more wait in the listen backlog), a client gets
+//! ([`MAX_CONNECTIONS`]; more wait in the listen backlog of
+//! [`LISTEN_BACKLOG`]), a client gets
 //! [`HEADER_TIMEOUT`] to send its request headers (a slow client cannot hold
 //! a connection open), request heads are capped at [`MAX_HEAD_BYTES`], and a
 //! connection is closed gracefully after [`CONNECTION_LIFETIME`].
@@ -41,9 +42,22 @@ pub enum HttpError {
     Thread(std::io::Error),
 }
 
+/// Connections the kernel queues for accept (the standard library's 128
+/// overflows under a burst of clients, whose retries then wait a second).
+pub const LISTEN_BACKLOG: i32 = 1024;
+
 /// Binds `address` (at start-up, so a taken port fails fast).
 pub fn bind(address: SocketAddr) -> Result<std::net::TcpListener, HttpError> {
-    std::net::TcpListener::bind(address).map_err(|source| HttpError::Bind { address: address.to_string(), source })
+    use socket2::{Domain, Socket, Type};
+    let bound = (|| {
+        let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
+        // A restarted process can bind while the old one's connections linger.
+        socket.set_reuse_address(true)?;
+        socket.bind(&address.into())?;
+        socket.listen(LISTEN_BACKLOG)?;
+        Ok::<_, std::io::Error>(std::net::TcpListener::from(socket))
+    })();
+    bound.map_err(|source| HttpError::Bind { address: address.to_string(), source })
 }
 
 /// A running endpoint; [`Server::stop`] ends it.

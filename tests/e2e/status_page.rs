@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use orderly::workload::WorkloadSpec;
-
 use crate::browser::Browser;
 use crate::required_env;
 use crate::support::{end_offsets, signal, wait_exit, wait_until, Reaper};

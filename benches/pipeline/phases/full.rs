@@ -145,7 +145,7 @@ pub async fn run(
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     let mut http_load = match (args.http_load, http_address) {
-        (true, Some(address)) => Some(HttpLoad::start(address)?),
+        (true, Some(address)) => Some(HttpLoad::start(address, args.http_bursts)?),
         _ => None,
     };
     let http_load_done = http_load.as_mut().map(|l| l.done());
