@@ -126,7 +126,7 @@ pub async fn run(
     let disk_at_start = dir_size(&store_path);
     let mut processor = Processor::new(config, store.clone(), registry);
     let http_address = if args.http || args.http_load {
-        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        let listener = orderly::http::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
         let address = listener.local_addr()?;
         processor = processor.with_http(listener);
         eprintln!("pipeline: ({key}) http endpoint at http://{address}/{}", if args.http_load { " under an abuse load" } else { "" });
