@@ -123,11 +123,10 @@ fn passthrough(config: &Config) -> ClientConfig {
 /// request to the broker): `None` before its first fetch response.
 pub fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
     consumer: &rdkafka::consumer::BaseConsumer<C>,
-    topic: &str,
+    topic: &std::ffi::CStr,
     partition: i32,
 ) -> Option<i64> {
     use rdkafka::consumer::Consumer;
-    let topic = std::ffi::CString::new(topic).ok()?;
     let (mut low, mut high) = (-1i64, -1i64);
     // SAFETY: the client pointer is valid while `consumer` is borrowed; the
     // topic string outlives the call; librdkafka only writes the two
@@ -142,6 +141,17 @@ pub fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
         )
     };
     (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}
+
+/// The value of a record's header `name` (the first one), if any.
+pub fn header<'m>(message: &'m rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<&'m [u8]> {
+    use rdkafka::message::{Headers, Message};
+    message.headers()?.iter().find(|h| h.key == name).and_then(|h| h.value)
+}
+
+/// [`header`] as text (`None` when absent or not UTF-8).
+pub fn header_str<'m>(message: &'m rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<&'m str> {
+    header(message, name).and_then(|v| std::str::from_utf8(v).ok())
 }
 
 #[cfg(test)]

@@ -123,9 +123,10 @@ pub fn check_store(config: &Config) -> Check {
 pub fn check_http(config: &Config) -> Check {
     match config.http_address() {
         Ok(None) => Check::ok("http", "off (http.address = \"\")"),
-        Ok(Some(address)) => match std::net::TcpListener::bind(address) {
+        // Bound as `run` binds it, then released.
+        Ok(Some(address)) => match crate::http::bind(address) {
             Ok(_) => Check::ok("http", format!("{address} is free: /metrics, /healthz, /readyz, /state/{{order_id}}, / will be served there")),
-            Err(e) => Check::fail("http", format!("cannot listen on {address}: {e}: stop what listens there, or set http.address (\"\" turns it off)")),
+            Err(e) => Check::fail("http", e.to_string()),
         },
         Err(e) => Check::fail("http", e.to_string()),
     }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::warn;
 
@@ -94,8 +94,7 @@ impl<'a> PartitionReader<'a> {
 
     /// A numeric header of a record (`None` when absent).
     pub fn header(&self, message: &BorrowedMessage<'_>, name: &str) -> Result<Option<i64>, ChangelogError> {
-        let Some(headers) = message.headers() else { return Ok(None) };
-        let Some(value) = headers.iter().find(|h| h.key == name).and_then(|h| h.value) else { return Ok(None) };
+        let Some(value) = crate::kafka::header(message, name) else { return Ok(None) };
         std::str::from_utf8(value)
             .ok()
             .and_then(|text| text.parse().ok())

@@ -164,7 +164,7 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
             }),
         );
     };
-    if Phase::from_u8(owned.phase.load(std::sync::atomic::Ordering::Relaxed)) == Phase::Restoring {
+    if owned.phase() == Phase::Restoring {
         let mut response = json_error(
             StatusCode::SERVICE_UNAVAILABLE,
             json!({ "error": "the order's partition is restoring from the changelog; retry shortly", "partition": partition }),

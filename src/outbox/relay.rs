@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
@@ -304,12 +304,7 @@ fn read_back(config: &Config, topic: &str, source: &str, partition: i32, down_to
         let mut reached = false;
         reader
             .scan(start, end, |message| {
-                let text = |name: &str| {
-                    message.headers().and_then(|h| {
-                        use rdkafka::message::Headers;
-                        h.iter().find(|x| x.key == name).and_then(|x| x.value).and_then(|v| std::str::from_utf8(v).ok())
-                    })
-                };
+                let text = |name: &str| crate::kafka::header_str(message, name);
                 if text(HEADER_TOPIC) != Some(source) || text(HEADER_PARTITION) != Some(partition_text.as_str()) {
                     return Ok(());
                 }

@@ -431,6 +431,8 @@ fn poll_loop(
     let mut last_log = Instant::now();
     let mut last_total = 0u64;
     let mut last_refresh = Instant::now();
+    // Topic names have no NUL byte (the broker refuses them).
+    let topic_cstr = std::ffi::CString::new(shared.topic.as_str()).ok();
     let mut rate_window: std::collections::VecDeque<(Instant, u64)> = std::collections::VecDeque::new();
     while !stop.load(Ordering::SeqCst) {
         shared.telemetry.poll_turned();
@@ -451,7 +453,9 @@ fn poll_loop(
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        refresh_end_offsets(&consumer, &shared);
+        if let Some(topic) = &topic_cstr {
+            refresh_end_offsets(&consumer, &shared, topic);
+        }
         if last_refresh.elapsed() >= Duration::from_secs(1) {
             refresh_rate(&shared, &mut rate_window);
             last_refresh = Instant::now();
@@ -482,9 +486,9 @@ fn poll_loop(
 /// Each assigned partition's end offset, from the consumer's fetch state (no
 /// request). The processed position is a lower bound of the true end: a
 /// fetch state older than the last batch does not show an end behind it.
-fn refresh_end_offsets(consumer: &BaseConsumer<OrderlyContext>, shared: &Shared) {
+fn refresh_end_offsets(consumer: &BaseConsumer<OrderlyContext>, shared: &Shared, topic: &std::ffi::CStr) {
     for status in shared.telemetry.partitions() {
-        if let Some(high) = crate::kafka::cached_high_watermark(consumer, &shared.topic, status.partition) {
+        if let Some(high) = crate::kafka::cached_high_watermark(consumer, topic, status.partition) {
             status.end_offset.store(high.max(status.position.load(Ordering::Relaxed)), Ordering::Relaxed);
         }
     }
@@ -509,7 +513,7 @@ fn log_progress(shared: &Shared, last_total: u64, elapsed: Duration) {
     let partitions = shared.telemetry.partitions();
     let restoring: Vec<i32> = partitions
         .iter()
-        .filter(|p| Phase::from_u8(p.phase.load(Ordering::Relaxed)) == Phase::Restoring)
+        .filter(|p| p.phase() == Phase::Restoring)
         .map(|p| p.partition)
         .collect();
     if !restoring.is_empty() {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info, warn};
@@ -546,8 +546,7 @@ fn take_available<'q>(
 /// The record's re-drive count header, as it is: a letter of a re-driven
 /// record that fails again keeps the count `orderly dlq replay` gave it.
 fn redrive_count<'m>(message: &'m BorrowedMessage<'_>) -> Option<&'m [u8]> {
-    let headers = message.headers()?;
-    headers.iter().find(|h| h.key == HEADER_REDRIVE_COUNT).and_then(|h| h.value)
+    crate::kafka::header(message, HEADER_REDRIVE_COUNT)
 }
 
 fn poison_parts(error: DecodeError) -> (crate::codec::PoisonKind, String) {

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
@@ -93,9 +93,7 @@ pub enum DlqRecord {
 
 /// Parses one record of the dead-letter topic.
 pub fn parse(message: &BorrowedMessage<'_>) -> DlqRecord {
-    let header = |name: &str| -> Option<&[u8]> {
-        message.headers()?.iter().find(|h| h.key == name).and_then(|h| h.value)
-    };
+    let header = |name: &str| crate::kafka::header(message, name);
     let text = |name: &str| header(name).map(|v| String::from_utf8_lossy(v).into_owned());
     if header(HEADER_REDRIVE_DONE).is_some() {
         return parse_redrive_record(message);

@@ -4,7 +4,7 @@
 //! leaves this instance's output, and its counters reappear, seeded from
 //! the durable checkpoint, wherever it is assigned next.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
@@ -21,7 +21,13 @@ use super::{PartitionStatus, Telemetry};
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The outcome label's values, with the counter each reads.
-const OUTCOMES: [&str; 4] = ["applied", "duplicate", "stale", "dead_lettered"];
+type Counter = fn(&PartitionStatus) -> &AtomicU64;
+const OUTCOMES: [(&str, Counter); 4] = [
+    ("applied", |p| &p.applied),
+    ("duplicate", |p| &p.duplicates),
+    ("stale", |p| &p.stale),
+    ("dead_lettered", |p| &p.dead_lettered),
+];
 
 /// A registry holding the processor's collector (built once, rendered on
 /// every scrape).
@@ -39,16 +45,6 @@ pub fn render(registry: &Registry) -> Result<String, std::fmt::Error> {
 
 #[derive(Debug)]
 struct TelemetryCollector(Arc<Telemetry>);
-
-fn outcome_value(p: &PartitionStatus, outcome: &str) -> u64 {
-    let counter = match outcome {
-        "applied" => &p.applied,
-        "duplicate" => &p.duplicates,
-        "stale" => &p.stale,
-        _ => &p.dead_lettered,
-    };
-    counter.load(Ordering::Relaxed)
-}
 
 fn partition_label(p: &PartitionStatus) -> [(&'static str, String); 1] {
     [("partition", p.partition.to_string())]
@@ -109,9 +105,9 @@ impl Collector for TelemetryCollector {
                 MetricType::Counter,
             )?;
             for p in &partitions {
-                for outcome in OUTCOMES {
+                for (outcome, counter) in OUTCOMES {
                     let labels = [("partition", p.partition.to_string()), ("outcome", outcome.to_string())];
-                    ConstCounter::new(outcome_value(p, outcome)).encode(family.encode_family(&labels)?)?;
+                    ConstCounter::new(counter(p).load(Ordering::Relaxed)).encode(family.encode_family(&labels)?)?;
                 }
             }
         }

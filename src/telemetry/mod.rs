@@ -94,6 +94,11 @@ impl PartitionStatus {
         self.position.store(next_offset, Ordering::Relaxed);
     }
 
+    /// Where the partition's task is in its life.
+    pub fn phase(&self) -> crate::processor::Phase {
+        crate::processor::Phase::from_u8(self.phase.load(Ordering::Relaxed))
+    }
+
     /// Records between the end of the partition and the processed position.
     pub fn lag(&self) -> Option<i64> {
         let (end, position) = (self.end_offset.load(Ordering::Relaxed), self.position.load(Ordering::Relaxed));

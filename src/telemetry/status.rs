@@ -94,7 +94,7 @@ fn row(p: &PartitionStatus) -> PartitionRow {
     let backlog = p.outbox.get();
     PartitionRow {
         partition: p.partition,
-        phase: phase_name(Phase::from_u8(p.phase.load(Ordering::Relaxed))),
+        phase: phase_name(p.phase()),
         checkpoint: known(p.checkpoint.load(Ordering::Relaxed)),
         end_offset: known(p.end_offset.load(Ordering::Relaxed)),
         lag: p.lag(),
@@ -118,7 +118,7 @@ pub fn not_ready(t: &Telemetry) -> Option<String> {
         return Some("waiting for the consumer group to assign partitions".into());
     }
     for p in t.partitions() {
-        match Phase::from_u8(p.phase.load(Ordering::Relaxed)) {
+        match p.phase() {
             Phase::Processing => {}
             Phase::Restoring => {
                 let left = p.restore_remaining.load(Ordering::Relaxed);

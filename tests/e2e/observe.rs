@@ -10,9 +10,23 @@ use orderly::event::StateView;
 use orderly::workload::WorkloadSpec;
 
 use crate::required_env;
-use crate::support::{end_offsets, http_get, http_request, signal, wait_exit, wait_until, Reaper};
+use crate::browser::http_exchange;
+use crate::support::{end_offsets, signal, wait_exit, wait_until, Reaper};
 use crate::world::{tail, World};
 use crate::PARTITIONS;
+
+/// Sends raw request bytes to `address` (HOST:PORT) on a fresh connection:
+/// (status, body). An error when the server answers nothing.
+fn http_request(address: &str, request: &[u8]) -> Result<(u16, String), String> {
+    let addr: std::net::SocketAddr = address.parse().map_err(|e| format!("{address}: {e}"))?;
+    let (status, body) = http_exchange(addr, request, Duration::from_secs(30))?;
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// `GET path` on `address`: (status, body).
+pub fn http_get(address: &str, path: &str) -> Result<(u16, String), String> {
+    http_request(address, format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes())
+}
 
 /// One scrape, as `name{labels}` -> value (comments and `# EOF` dropped).
 pub fn scrape(address: &str) -> BTreeMap<String, f64> {
@@ -59,7 +73,7 @@ fn metrics_state_queries_and_health_match_the_run() {
     assert_eq!(status, 200, "healthz: {body}");
     assert!(wait_until(Duration::from_secs(60), || http_get(&address, "/readyz").is_ok_and(|(s, _)| s == 200)), "never ready\n{}", tail(&a.log()));
     assert!(wait_until(Duration::from_secs(120), || world.committed() == ends), "never caught up\n{}", tail(&a.log()));
-    // The end offsets reach the metrics once a second.
+    // The end offsets reach the metrics at the poll loop's next turns.
     assert!(
         wait_until(Duration::from_secs(10), || {
             let m = scrape(&address);

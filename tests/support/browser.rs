@@ -534,13 +534,6 @@ pub fn truthy(v: &Value) -> bool {
 /// returns the status and body, honouring `Content-Length`, chunked
 /// transfer encoding, or EOF. `timeout` bounds each read and write.
 pub fn http_request(port: u16, method: &str, path: &str, body: Option<&Value>, timeout: Duration) -> Result<(u16, Vec<u8>), String> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2).min(timeout))
-        .map_err(|e| format!("connecting to {addr}: {e}"))?;
-    stream.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    stream.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    let _ = stream.set_nodelay(true);
-
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\nConnection: close\r\n");
     if body.is_some() || method == "POST" {
@@ -549,8 +542,19 @@ pub fn http_request(port: u16, method: &str, path: &str, body: Option<&Value>, t
     }
     request.push_str("\r\n");
     request.push_str(&payload);
+    http_exchange(SocketAddr::from((Ipv4Addr::LOCALHOST, port)), request.as_bytes(), timeout)
+}
+
+/// Sends the raw `request` bytes to `addr` on a fresh connection and reads
+/// the response: status and body, as [`http_request`] does.
+pub fn http_exchange(addr: SocketAddr, request: &[u8], timeout: Duration) -> Result<(u16, Vec<u8>), String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2).min(timeout))
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    stream.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    stream.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
     stream
-        .write_all(request.as_bytes())
+        .write_all(request)
         .and_then(|()| stream.flush())
         .map_err(|e| format!("sending request: {e}"))?;
 

@@ -160,8 +160,7 @@ impl Instance {
     /// Waits for the latest run started after `before` endpoint starts to
     /// log its HTTP address.
     pub fn wait_http(&self, before: usize) -> String {
-        let started = || self.log().matches("http endpoint listening").count();
-        assert!(wait_until(Duration::from_secs(60), || started() > before), "no http endpoint\n{}", self.log());
+        assert!(wait_until(Duration::from_secs(60), || self.http_starts() > before), "no http endpoint\n{}", self.log());
         self.http_address().expect("http address in the log")
     }
 
@@ -169,45 +168,6 @@ impl Instance {
     pub fn http_starts(&self) -> usize {
         self.log().matches("http endpoint listening").count()
     }
-}
-
-/// `GET path` on `address` over a fresh HTTP/1.1 connection: (status, body).
-pub fn http_get(address: &str, path: &str) -> std::io::Result<(u16, String)> {
-    http_request(address, format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes())
-}
-
-/// Sends raw request bytes and reads the answer to the end of the
-/// connection: (status, body). Status 0: the server closed without one.
-pub fn http_request(address: &str, request: &[u8]) -> std::io::Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(address)?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    stream.write_all(request)?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n");
-    let head = String::from_utf8_lossy(&raw[..head_end.unwrap_or(raw.len())]).to_string();
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let Some(at) = head_end else { return Ok((status, String::new())) };
-    let body = &raw[at + 4..];
-    // Bodies may come chunked (no Content-Length): join the chunks.
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_vec() };
-    Ok((status, String::from_utf8_lossy(&body).to_string()))
-}
-
-fn dechunk(mut rest: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
-        let size = String::from_utf8_lossy(&rest[..eol]).trim().to_string();
-        let Ok(n) = usize::from_str_radix(&size, 16) else { break };
-        let data = &rest[eol + 2..];
-        if n == 0 || data.len() < n {
-            break;
-        }
-        out.extend_from_slice(&data[..n]);
-        rest = data[n..].strip_prefix(b"\r\n").unwrap_or(&data[n..]);
-    }
-    out
 }
 
 /// Kills every child it watches when dropped, so a failing test leaves no
