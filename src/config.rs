@@ -28,7 +28,21 @@ const FORCED_KEYS: &[(&str, &str)] = &[
     ("enable.idempotence", "orderly's producers are always idempotent"),
     ("session.timeout.ms", "set kafka.session_timeout_ms instead"),
     ("auto.offset.reset", "set kafka.auto_offset_reset instead"),
+    ("group.protocol", "set kafka.group_protocol instead"),
+    ("acks", "orderly's producers wait for all in-sync replicas (acks=all)"),
+    ("enable.partition.eof", "orderly's readers set it as each needs"),
 ];
+
+/// The consumer group protocol (`kafka.group_protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupProtocol {
+    /// The classic rebalance protocol, with cooperative-sticky assignment.
+    Classic,
+    /// KIP-848's consumer protocol (Kafka 4.0 and later): the broker
+    /// assigns and owns the session timeout.
+    Consumer,
+}
 
 /// Each message states its cause once: a variant that prints an underlying
 /// error keeps it in a field that is not a `source`, so `{:#}` chains (anyhow)
@@ -113,6 +127,8 @@ pub struct KafkaConfig {
     pub input_topic: String,
     pub dlq_topic: String,
     pub session_timeout_ms: u64,
+    /// "classic" or "consumer" (KIP-848).
+    pub group_protocol: GroupProtocol,
     pub auto_offset_reset: String,
     /// The compacted topic every state change is produced to, from which a
     /// moved partition is restored; `{group_id}` is replaced, `""` is off.
@@ -606,6 +622,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("enable.auto.commit") && msg.contains("cannot be passed through"), "{msg}");
+    }
+
+    #[test]
+    fn every_key_the_client_builders_force_is_refused() {
+        // acks and enable.partition.eof were forced by the builders but once
+        // accepted here, shown by `config show`, and silently overridden.
+        for key in ["acks", "enable.partition.eof", "group.protocol", "partition.assignment.strategy"] {
+            let var = format!("ORDERLY_KAFKA__LIBRDKAFKA__{}", key.replace('.', "_").to_uppercase());
+            let msg = Config::from_layers(None, env(&[(&var, "1")])).unwrap_err().to_string();
+            assert!(msg.contains(key) && msg.contains("cannot be passed through"), "{key}: {msg}");
+        }
+    }
+
+    #[test]
+    fn group_protocol_is_classic_or_consumer() {
+        assert_eq!(Config::defaults().unwrap().kafka.group_protocol, GroupProtocol::Classic);
+        let c = Config::from_layers(None, env(&[("ORDERLY_KAFKA__GROUP_PROTOCOL", "consumer")])).unwrap();
+        assert_eq!(c.kafka.group_protocol, GroupProtocol::Consumer);
+        let msg = Config::from_layers(None, env(&[("ORDERLY_KAFKA__GROUP_PROTOCOL", "kip848")])).unwrap_err().to_string();
+        assert!(msg.contains("kafka.group_protocol") && msg.contains("classic") && msg.contains("consumer"), "{msg}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use rdkafka::ClientConfig;
 
-use crate::config::Config;
+use crate::config::{Config, GroupProtocol};
 
 /// Consumer defaults orderly sets before the pass-through (which may change
 /// them). Each assigned partition has its own queue, and librdkafka applies
@@ -28,9 +28,17 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
 /// The consumer's settings. Offsets are never committed or stored by
 /// librdkafka on its own: orderly commits after the flush.
 pub fn consumer_config(config: &Config) -> ClientConfig {
+    let classic = config.kafka.group_protocol == GroupProtocol::Classic;
     let mut client = ClientConfig::new();
+    // Names this process in the group's metadata (kafka-consumer-groups
+    // --describe, the owner in `/state`'s 421 answer); a pass-through
+    // client.id replaces it.
+    client.set("client.id", client_id());
     for (key, value) in CONSUMER_DEFAULTS {
-        client.set(*key, *value);
+        // Under KIP-848 the heartbeat interval is the broker's to set.
+        if classic || *key != "heartbeat.interval.ms" {
+            client.set(*key, *value);
+        }
     }
     for (key, value) in config.librdkafka_passthrough() {
         client.set(key, value);
@@ -40,11 +48,35 @@ pub fn consumer_config(config: &Config) -> ClientConfig {
         .set("group.id", &config.kafka.group_id)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("session.timeout.ms", config.kafka.session_timeout_ms.to_string())
         .set("auto.offset.reset", &config.kafka.auto_offset_reset)
         .set("enable.partition.eof", "false");
+    if classic {
+        client
+            .set("group.protocol", "classic")
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("session.timeout.ms", config.kafka.session_timeout_ms.to_string());
+    } else {
+        // KIP-848: the broker assigns (incrementally, like cooperative-sticky)
+        // and owns the session timeout and heartbeat interval; librdkafka
+        // refuses to create a consumer that sets them.
+        client.set("group.protocol", "consumer");
+    }
     client
+}
+
+/// `orderly-<host>-<pid>`: the default client id of the consumer.
+pub fn client_id() -> String {
+    format!("orderly-{}-{}", hostname(), std::process::id())
+}
+
+/// This machine's host name (`unknown-host` if it cannot be read).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".into())
 }
 
 /// The settings of producers (dead letters, load generator): idempotent,
@@ -143,6 +175,24 @@ pub fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
     (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }
 
+/// The metadata orderly writes with every offset commit of the input topic
+/// (the processor's and `orderly replay`'s), read back at start-up: a
+/// committed offset without it was moved by another tool (such as
+/// `kafka-consumer-groups --reset-offsets`, which commits empty metadata).
+pub const COMMIT_METADATA: &str = "orderly";
+
+/// A commit list of `topic`'s `(partition, next offset)` pairs, each tagged
+/// with [`COMMIT_METADATA`].
+pub fn commit_list(topic: &str, offsets: impl IntoIterator<Item = (i32, i64)>) -> rdkafka::error::KafkaResult<rdkafka::TopicPartitionList> {
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for (partition, next_offset) in offsets {
+        let mut elem = tpl.add_partition(topic, partition);
+        elem.set_offset(rdkafka::Offset::Offset(next_offset))?;
+        elem.set_metadata(COMMIT_METADATA);
+    }
+    Ok(tpl)
+}
+
 /// The value of a record's header `name` (the first one), if any.
 pub fn header<'m>(message: &'m rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<&'m [u8]> {
     use rdkafka::message::{Headers, Message};
@@ -208,6 +258,24 @@ mod tests {
             assert_eq!(producer.get(key), Some(want), "producer {key} is forced");
         }
         assert_eq!(producer.get("client.id"), Some("me"));
+    }
+
+    #[test]
+    fn the_consumer_protocol_leaves_the_broker_its_settings() {
+        let mut config = Config::defaults().unwrap();
+        config.kafka.group_protocol = GroupProtocol::Consumer;
+        let consumer = consumer_config(&config);
+        assert_eq!(consumer.get("group.protocol"), Some("consumer"));
+        for key in ["partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms"] {
+            assert_eq!(consumer.get(key), None, "{key} is the broker's under KIP-848 (librdkafka refuses it)");
+        }
+        assert_eq!(consumer.get("enable.auto.commit"), Some("false"));
+        // librdkafka accepts the result: creating the client checks the combination.
+        let created: Result<rdkafka::consumer::BaseConsumer, _> = consumer.create();
+        assert!(created.is_ok(), "{:?}", created.err());
+        let classic = consumer_config(&Config::defaults().unwrap());
+        assert_eq!(classic.get("group.protocol"), Some("classic"));
+        assert_eq!(classic.get("partition.assignment.strategy"), Some("cooperative-sticky"));
     }
 
     #[test]

@@ -49,6 +49,9 @@ enum Exit {
     DemoMismatch = 7,
     /// `replay`: the group has active members.
     GroupActive = 8,
+    /// `run`: the group's offsets were moved outside orderly (see
+    /// `orderly replay`).
+    ExternalReset = 9,
 }
 
 impl From<Exit> for std::process::ExitCode {
@@ -345,6 +348,9 @@ fn exit_for(error: &anyhow::Error) -> Exit {
         if matches!(replay, orderly::replay::ReplayError::ActiveMembers { .. }) {
             return Exit::GroupActive;
         }
+        if matches!(replay, orderly::replay::ReplayError::ExternalReset { .. }) {
+            return Exit::ExternalReset;
+        }
         if replay.is_usage() {
             return Exit::Usage;
         }
@@ -366,6 +372,25 @@ fn default_log_filter(command: &Command) -> &'static str {
         // The checks report broker errors on their own lines.
         Command::Config { .. } => "error,librdkafka=off,rdkafka=off",
         _ => "info,librdkafka=warn,rdkafka=warn",
+    }
+}
+
+/// Refuses to run when the group's committed offsets were moved by another
+/// tool away from orderly's checkpoints (the checkpoint would win and the
+/// reset be ignored in silence). A check that cannot be made (broker not
+/// reachable yet) is logged and passed over: the processor waits for the
+/// broker on its own.
+async fn refuse_external_resets(config: &Config) -> Result<()> {
+    use orderly::replay::ReplayError;
+    let config = config.clone();
+    let found = tokio::task::spawn_blocking(move || orderly::replay::check_external_resets(config)).await?;
+    match found {
+        Ok(()) => Ok(()),
+        Err(e @ ReplayError::ExternalReset { .. }) => Err(e.into()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot check the group's committed offsets for a reset made outside orderly");
+            Ok(())
+        }
     }
 }
 
@@ -399,6 +424,7 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
                 Err(e) => tracing::warn!(error = %e, "schema registry not reachable at start-up; records wait for it"),
                 Ok(()) => {}
             }
+            refuse_external_resets(&config).await?;
             let http = config.http_address()?;
             let mut processor = Processor::new(config, store, registry);
             if let Some(address) = http {

@@ -61,6 +61,14 @@ pub enum ReplayError {
     OffsetOutOfRange { partition: i32, offset: i64, low: i64, high: i64 },
     #[error("{0} is in the future")]
     FutureDatetime(String),
+    #[error(
+        "the group's committed offsets of {topic} were moved outside orderly (kafka-consumer-groups --reset-offsets?): \
+         {resets}. orderly resumes each partition from its checkpoint, so that reset would be ignored. To replay from \
+         there, move the checkpoints too, with the group stopped: `orderly replay --to-offset N --partitions P` per \
+         partition (or --to-earliest, --to-datetime, --shift-by, as kafka-consumer-groups does). To keep the \
+         checkpoints and drop the reset: `orderly replay --shift-by 0`"
+    )]
+    ExternalReset { topic: String, resets: String },
     #[error("{what}: {cause}")]
     Kafka { what: String, cause: rdkafka::error::KafkaError },
     #[error(transparent)]
@@ -79,6 +87,24 @@ impl ReplayError {
 fn kafka(what: impl Into<String>) -> impl FnOnce(rdkafka::error::KafkaError) -> ReplayError {
     let what = what.into();
     move |cause| ReplayError::Kafka { what, cause }
+}
+
+/// A committed offset of the group.
+#[derive(Debug, Clone, Copy)]
+struct Committed {
+    offset: i64,
+    /// Committed by orderly (the processor or a replay), not another tool.
+    by_orderly: bool,
+}
+
+/// A partition whose committed offset was moved by another tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalReset {
+    pub partition: i32,
+    /// The group's committed offset, set outside orderly.
+    pub committed: i64,
+    /// Where orderly's checkpoint resumes the partition.
+    pub checkpoint: i64,
 }
 
 /// One partition's row of the plan (what `--dry-run` prints).
@@ -174,7 +200,7 @@ impl Replay {
                 (Some(_), None) => None,
                 (None, _) => local.get(&partition).copied(),
             };
-            let group_offset = committed.get(&partition).copied().flatten();
+            let group_offset = committed.get(&partition).copied().flatten().map(|c| c.offset);
             let fallback = if self.config.kafka.auto_offset_reset == "latest" { end } else { low };
             let current = state.map(|c| c.next_offset).or(group_offset).unwrap_or(fallback);
             let new_offset = match self.options.target {
@@ -237,7 +263,9 @@ impl Replay {
         Ok(None)
     }
 
-    fn committed(&self, partitions: &[i32]) -> Result<BTreeMap<i32, Option<i64>>, ReplayError> {
+    /// The group's committed offsets, each with whether orderly committed it
+    /// (its metadata is [`crate::kafka::COMMIT_METADATA`]).
+    fn committed(&self, partitions: &[i32]) -> Result<BTreeMap<i32, Option<Committed>>, ReplayError> {
         let topic = &self.config.kafka.input_topic;
         let mut tpl = TopicPartitionList::with_capacity(partitions.len());
         for partition in partitions {
@@ -247,8 +275,68 @@ impl Replay {
         let out = list
             .elements()
             .iter()
-            .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { Some(o) } else { None }))
+            .map(|e| {
+                let committed = match e.offset() {
+                    Offset::Offset(offset) => Some(Committed { offset, by_orderly: e.metadata() == crate::kafka::COMMIT_METADATA }),
+                    _ => None,
+                };
+                (e.partition(), committed)
+            })
             .collect();
+        Ok(out)
+    }
+
+    /// The partitions whose committed offset another tool moved away from
+    /// orderly's checkpoint (`kafka-consumer-groups --reset-offsets`):
+    /// orderly resumes from its checkpoint, so such a reset would be ignored.
+    pub fn external_resets(&self) -> Result<Vec<ExternalReset>, ReplayError> {
+        let topic = &self.config.kafka.input_topic;
+        let metadata = self.consumer.fetch_metadata(Some(topic), self.timeout).map_err(kafka(format!("cannot describe {topic}")))?;
+        let count = metadata.topics().first().map(|t| t.partitions().len() as i32).unwrap_or(0);
+        if count == 0 {
+            // No input topic yet: nothing was committed for it.
+            return Ok(Vec::new());
+        }
+        let partitions: Vec<i32> = (0..count).collect();
+        let committed = self.committed(&partitions)?;
+        let foreign: Vec<(i32, i64)> =
+            committed.iter().filter_map(|(p, c)| c.filter(|c| !c.by_orderly).map(|c| (*p, c.offset))).collect();
+        if foreign.is_empty() {
+            return Ok(Vec::new());
+        }
+        let checkpoints = self.checkpoints(&foreign.iter().map(|(p, _)| *p).collect::<Vec<_>>())?;
+        Ok(foreign
+            .into_iter()
+            .filter_map(|(partition, committed)| {
+                let checkpoint = checkpoints.get(&partition).copied()?;
+                (checkpoint != committed).then_some(ExternalReset { partition, committed, checkpoint })
+            })
+            .collect())
+    }
+
+    /// The next offset of each partition's checkpoint: the changelog's last
+    /// (with the changelog on), else the local store's.
+    fn checkpoints(&self, partitions: &[i32]) -> Result<BTreeMap<i32, i64>, ReplayError> {
+        let mut out = BTreeMap::new();
+        match &self.changelog {
+            Some(name) => {
+                if !self.topic_exists(name)? {
+                    return Ok(out);
+                }
+                for partition in partitions {
+                    if let Some((_, checkpoint)) = changelog::replay::last_checkpoint(&self.config, name, *partition)? {
+                        out.insert(*partition, checkpoint.next_offset);
+                    }
+                }
+            }
+            None => {
+                for (partition, checkpoint) in self.local_checkpoints()? {
+                    if partitions.contains(&partition) {
+                        out.insert(partition, checkpoint.next_offset);
+                    }
+                }
+            }
+        }
         Ok(out)
     }
 
@@ -324,13 +412,27 @@ impl Replay {
             }
         }
         let topic = &self.config.kafka.input_topic;
-        let mut tpl = TopicPartitionList::with_capacity(rows.len());
-        for row in rows {
-            tpl.add_partition_offset(topic, row.partition, Offset::Offset(row.new_offset)).map_err(kafka("offset list"))?;
-        }
+        let tpl = crate::kafka::commit_list(topic, rows.iter().map(|row| (row.partition, row.new_offset))).map_err(kafka("offset list"))?;
         self.consumer.commit(&tpl, CommitMode::Sync).map_err(kafka("cannot commit the group's new offsets"))?;
         Ok(())
     }
+}
+
+/// Fails with [`ReplayError::ExternalReset`] when another tool moved the
+/// group's committed offsets away from orderly's checkpoints.
+pub fn check_external_resets(config: Config) -> Result<(), ReplayError> {
+    let topic = config.kafka.input_topic.clone();
+    let replay = Replay::new(config, ReplayOptions { target: Target::ShiftBy(0), partitions: Vec::new(), reset_state: false })?;
+    let resets = replay.external_resets()?;
+    if resets.is_empty() {
+        return Ok(());
+    }
+    let resets = resets
+        .iter()
+        .map(|r| format!("partition {} committed at {}, checkpoint at {}", r.partition, r.committed, r.checkpoint))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(ReplayError::ExternalReset { topic, resets })
 }
 
 /// The plan as a table.

@@ -195,12 +195,13 @@ impl Flusher {
         if self.uncommitted.is_empty() {
             return;
         }
-        let mut tpl = TopicPartitionList::with_capacity(self.uncommitted.len());
-        for (partition, next_offset) in &self.uncommitted {
-            if let Err(error) = tpl.add_partition_offset(&self.shared.topic, *partition, Offset::Offset(*next_offset)) {
-                warn!(%error, partition, "cannot build commit list");
+        let tpl = match crate::kafka::commit_list(&self.shared.topic, self.uncommitted.iter().map(|(p, o)| (*p, *o))) {
+            Ok(tpl) => tpl,
+            Err(error) => {
+                warn!(%error, "cannot build the commit list; will retry");
+                return;
             }
-        }
+        };
         let consumer = self.consumer.clone();
         let started = Instant::now();
         let result = tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync)).await;

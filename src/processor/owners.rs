@@ -22,7 +22,7 @@ pub fn http_context(shared: &Arc<Shared>, consumer: &Arc<BaseConsumer<OrderlyCon
     let identity = Identity {
         group: config.kafka.group_id.clone(),
         topic: shared.topic.clone(),
-        instance: format!("{}/{}", hostname(), std::process::id()),
+        instance: format!("{}/{}", crate::kafka::hostname(), std::process::id()),
         outbox_enabled: shared.outbox.is_some(),
     };
     let owners = Arc::new(ConsumerOwners {
@@ -36,14 +36,6 @@ pub fn http_context(shared: &Arc<Shared>, consumer: &Arc<BaseConsumer<OrderlyCon
     Ok(HttpContext::new(shared.telemetry.clone(), shared.store.clone(), identity, partitioner, owners, stall_limit))
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown-host".into())
-}
 
 type Assignments = Vec<(Member, Vec<i32>)>;
 

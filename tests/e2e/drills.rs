@@ -1,7 +1,6 @@
 //! One instance under stress: the crash drill (SIGKILLs and aborts at
 //! chosen points, the changelog on), SIGTERM during load, a broker restart.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -158,9 +157,8 @@ fn sigterm_during_load_drains_flushes_and_commits() {
 /// and the final checks hold.
 #[test]
 fn broker_restart_mid_load() {
-    let nisshi = required_env("ORDERLY_E2E_NISSHI");
     let data = tempfile::tempdir().expect("tempdir");
-    let mut broker = Broker::start(PathBuf::from(nisshi), data.path().join("broker.db"));
+    let mut broker = Broker::start(data.path().join("kafka"));
     let world = World::new(broker.bootstrap.clone());
     let (records, expected) = world.plan(&WorkloadSpec { orders: 12_000, poison_rate: 0.002, seed: 99, ..Default::default() });
     let half = records.len() / 2;

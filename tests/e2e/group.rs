@@ -186,7 +186,11 @@ fn a_static_member_restarts_without_a_rebalance_or_a_restore() {
     let mut run_y = reaper.watch(y.spawn_run(None));
     let both = wait_until(Duration::from_secs(60), || count(&x, "partition assigned") > 0 && count(&y, "partition assigned") > 0);
     assert!(both, "both members got partitions\n{}\n---\n{}", tail(&x.log()), tail(&y.log()));
-    wait_progress(&world, "two static members", &[&x, &y]);
+    // Caught up on the first half (on Apache Kafka the two members can finish
+    // it before a wait for "progress" even starts).
+    let first_ends = crate::support::end_offsets(&world.bootstrap, &world.topic, crate::PARTITIONS);
+    let first_done = wait_until(Duration::from_secs(90), || world.committed() == first_ends);
+    assert!(first_done, "two static members caught up\n{}\n---\n{}", tail(&x.log()), tail(&y.log()));
     let assigned = |i: &Instance| -> Vec<String> {
         i.log().lines().filter(|l| l.contains("partition assigned")).filter_map(|l| l.split("partition=").nth(1)).map(|p| p.split_whitespace().next().unwrap_or("").to_string()).collect()
     };

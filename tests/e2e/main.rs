@@ -1,13 +1,13 @@
 //! The end-to-end suite: the real `orderly` binary as child processes
 //! against a real Kafka-protocol broker process, over TCP.
 //!
-//! Broker-agnostic: it takes the bootstrap address from
-//! `ORDERLY_E2E_BOOTSTRAP` (nisshi in CI; Apache Kafka or Redpanda on a
-//! laptop). The broker-restart test needs a broker it can stop and start:
-//! `ORDERLY_E2E_NISSHI` names the nisshi binary, and the test runs its own
-//! instance with sqlite storage. `.ci/run` sets both and turns on the `e2e`
-//! feature; without the feature these tests are not compiled, and with it
-//! but without the variables they fail and say how to run them.
+//! It takes the bootstrap address of a shared broker from
+//! `ORDERLY_E2E_BOOTSTRAP`: Apache Kafka 4.4 from `kafka/broker run` in CI
+//! and on a laptop. The broker-restart test starts a broker of its own with
+//! `kafka/broker start --dir`, so it can stop and start it with its data.
+//! `.ci/run` sets the variable and turns on the `e2e` feature; without the
+//! feature these tests are not compiled, and with it but without the
+//! variable they fail and say how to run them.
 //!
 //! * [`world`]: a fresh topic, group and registry per test, and the final
 //!   exact checks;
@@ -16,6 +16,9 @@
 //! * [`replay`]: `orderly replay` on one instance and on a group's stores;
 //! * [`outbox`]: the outbox while its output topic is missing;
 //! * [`redrive`]: dead letters re-driven after a fix, each applied once;
+//! * [`kafka_native`]: Kafka's own tools beside orderly, commit metadata,
+//!   `offsets_for_times`, a compacted changelog, a real schema registry
+//!   (`ORDERLY_E2E_REGISTRY`, from `registry/apicurio run`);
 //! * [`observe`]: the HTTP endpoint: exact metrics, state queries, health,
 //!   abuse; [`status_page`]: the status page in headless Chromium.
 #![cfg(feature = "e2e")]
@@ -26,6 +29,7 @@ mod support;
 mod browser;
 mod drills;
 mod group;
+mod kafka_native;
 mod observe;
 mod outbox;
 mod pauses;
@@ -40,9 +44,9 @@ pub const SESSION_TIMEOUT_MS: u64 = 6000;
 pub fn required_env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!(
-            "{name} is not set. The end-to-end suite needs a real broker: run `bash .ci/run`, which installs and \
-             starts nisshi and sets ORDERLY_E2E_BOOTSTRAP and ORDERLY_E2E_NISSHI, or start a Kafka-compatible broker \
-             yourself and run `ORDERLY_E2E_BOOTSTRAP=host:port cargo test --features e2e --test e2e`"
+            "{name} is not set. The end-to-end suite needs a real broker: run \
+             `kafka/broker run -- cargo test --features e2e --test e2e -- --test-threads=1`, which starts Apache Kafka \
+             4.4 and sets ORDERLY_E2E_BOOTSTRAP (or `bash .ci/run` for all of CI)"
         )
     })
 }

@@ -120,6 +120,8 @@ fn metrics_state_queries_and_health_match_the_run() {
     // A second member takes some partitions: orders there are not here (421).
     let b = world.instance("commit_interval_ms = 200");
     let mut run_b = reaper.watch(b.spawn_run(None));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_string();
+    let b_client_id = format!("orderly-{host}-{}", run_b.id());
     let address_b = b.wait_http(0);
     let split = wait_until(Duration::from_secs(60), || {
         let (ma, mb) = (scrape(&address), scrape(&address_b));
@@ -135,6 +137,12 @@ fn metrics_state_queries_and_health_match_the_run() {
             misdirected += 1;
             let answer: serde_json::Value = serde_json::from_str(&body).expect("421 JSON");
             let partition = answer["partition"].as_i64().expect("partition");
+            // The answer names the owner from the group's metadata
+            // (DescribeGroups member assignments): b's client id, which
+            // carries its host and pid.
+            let owner = &answer["owner"];
+            assert_eq!(owner["client_id"].as_str(), Some(b_client_id.as_str()), "{order_id}: the owner is b: {answer}");
+            assert!(owner["member_id"].as_str().is_some_and(|m| !m.is_empty()), "{order_id}: a member id: {answer}");
             // The other member answers for it.
             let (status_b, body_b) = http_get(&address_b, &format!("/state/{order_id}")).expect("state on b");
             assert_eq!(status_b, 200, "{order_id} (partition {partition}) is on the other member: {body_b}");

@@ -3,9 +3,8 @@
 //! final exact checks; a nisshi broker a test can stop and start.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::FutureProducer;
@@ -22,9 +21,23 @@ use crate::support::registry_double::RegistryDouble;
 use crate::support::{committed, create_topics, end_offsets, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
 use crate::{PARTITIONS, SESSION_TIMEOUT_MS};
 
+/// The schema registry of a world: the in-process double, or a real one
+/// (Apicurio Registry's Confluent API) at `url`.
+pub struct TestRegistry {
+    pub url: String,
+    _double: Option<RegistryDouble>,
+}
+
+impl TestRegistry {
+    fn double() -> Self {
+        let double = RegistryDouble::start();
+        TestRegistry { url: double.url.clone(), _double: Some(double) }
+    }
+}
+
 pub struct World {
     pub bootstrap: String,
-    pub registry: RegistryDouble,
+    pub registry: TestRegistry,
     pub runtime: tokio::runtime::Runtime,
     pub topic: String,
     pub dlq: String,
@@ -40,12 +53,24 @@ impl World {
 
     /// A world whose output topic (`<topic>-status`) does not exist yet.
     pub fn without_output_topic(bootstrap: String) -> Self {
+        Self::with_registry(bootstrap, TestRegistry::double())
+    }
+
+    /// A world (with its output topic) whose registry is the real one at
+    /// `url`; subjects are per topic, so worlds never share one.
+    pub fn with_real_registry(bootstrap: String, url: String) -> Self {
+        let world = Self::with_registry(bootstrap, TestRegistry { url, _double: None });
+        world.create_output_topic();
+        world
+    }
+
+    fn with_registry(bootstrap: String, registry: TestRegistry) -> Self {
         let topic = unique("orders");
         let dlq = unique("orders-dlq");
         create_topics(&bootstrap, &[(&topic, PARTITIONS), (&dlq, 1)]);
         World {
             bootstrap,
-            registry: RegistryDouble::start(),
+            registry,
             runtime: tokio::runtime::Runtime::new().expect("runtime"),
             topic,
             dlq,
@@ -237,62 +262,59 @@ pub fn tail(log: &str) -> String {
 }
 
 
-/// A nisshi broker this test owns, on sqlite storage, so it can be stopped
-/// and started with its data intact.
+/// An Apache Kafka broker this test owns (`kafka/broker start --dir`), so
+/// it can be stopped and started again with its data intact, on the same
+/// port.
 pub struct Broker {
-    binary: PathBuf,
-    db: PathBuf,
-    port: u16,
+    dir: PathBuf,
     pub bootstrap: String,
-    child: Option<Child>,
+    running: bool,
+}
+
+pub fn broker_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kafka").join("broker")
 }
 
 impl Broker {
-    pub fn start(binary: PathBuf, db: PathBuf) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-        let mut broker = Broker { binary, db, port, bootstrap: format!("127.0.0.1:{port}"), child: None };
+    pub fn start(dir: PathBuf) -> Self {
+        let mut broker = Broker { dir, bootstrap: String::new(), running: false };
         broker.restart();
         broker
     }
 
     pub fn restart(&mut self) {
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.db.with_extension("log"))
-            .expect("broker log");
-        let child = Command::new(&self.binary)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
-            // nisshi reads the path after sqlite:// relative to its working directory.
-            .current_dir(self.db.parent().expect("db dir"))
-            .args(["--storage-engine", &format!("sqlite://{}", self.db.file_name().expect("db file").to_string_lossy())])
-            .args(["--group-initial-rebalance-delay", "200ms"])
+        let out = Command::new(broker_script())
+            .arg("start")
+            .arg("--dir")
+            .arg(&self.dir)
             .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("start nisshi");
-        self.child = Some(child);
-        let up = wait_until(Duration::from_secs(30), || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok());
-        assert!(up, "nisshi listens on {}", self.port);
+            .output()
+            .expect("run kafka/broker start");
+        assert!(out.status.success(), "kafka/broker start failed: {}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let bootstrap = stdout
+            .lines()
+            .find_map(|line| line.strip_prefix("KAFKA_BOOTSTRAP="))
+            .expect("kafka/broker start prints KAFKA_BOOTSTRAP=")
+            .to_string();
+        assert!(self.bootstrap.is_empty() || self.bootstrap == bootstrap, "the broker keeps its port");
+        self.bootstrap = bootstrap;
+        self.running = true;
     }
 
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            signal(&child, "TERM");
-            if wait_exit(&mut child, Duration::from_secs(10)).is_none() {
-                let _ = child.kill();
-            }
+        if self.running {
+            let status = Command::new(broker_script()).arg("stop").arg(&self.dir).status().expect("kafka/broker stop");
+            assert!(status.success(), "kafka/broker stop");
+            self.running = false;
         }
     }
 }
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if self.running {
+            let _ = Command::new(broker_script()).arg("stop").arg(&self.dir).arg("--kill").status();
         }
     }
 }
