@@ -46,6 +46,8 @@
 //!   instance (a changelog marker, or the local store) and the group's
 //!   committed offsets.
 //! * [`config`]: layered configuration with validation.
+//! * [`group_members`]: a consumer group's members and assignments under
+//!   either group protocol (librdkafka's DescribeConsumerGroups).
 //! * [`kafka`]: librdkafka client settings (consumer, producers, admin):
 //!   pass-through first, then the settings the guarantees depend on.
 //! * [`redrive`]: `orderly dlq list|replay`: the dead-letter topic read
@@ -71,6 +73,7 @@ pub mod config;
 pub mod decide;
 pub mod demo;
 pub mod event;
+pub mod group_members;
 pub mod fault;
 pub mod http;
 pub mod kafka;

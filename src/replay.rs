@@ -69,6 +69,8 @@ pub enum ReplayError {
          checkpoints and drop the reset: `orderly replay --shift-by 0`"
     )]
     ExternalReset { topic: String, resets: String },
+    #[error("cannot describe group {group}: {cause}")]
+    Describe { group: String, cause: crate::group_members::DescribeError },
     #[error("{what}: {cause}")]
     Kafka { what: String, cause: rdkafka::error::KafkaError },
     #[error(transparent)]
@@ -142,24 +144,21 @@ impl Replay {
         Ok(Replay { config, options, consumer, changelog, timeout: Duration::from_secs(10) })
     }
 
-    /// Refuses while the group has members. ListGroups/DescribeGroups
-    /// (rdkafka's `fetch_group_list`) lists them on Apache Kafka and on
-    /// nisshi (whose DescribeConsumerGroups shows none).
+    /// Refuses while the group has members, under either group protocol
+    /// (see [`crate::group_members`]).
     pub fn check_no_members(&self) -> Result<(), ReplayError> {
         let group = &self.config.kafka.group_id;
-        let list = self.consumer.fetch_group_list(Some(group), self.timeout).map_err(kafka(format!("cannot describe group {group}")))?;
-        let members: Vec<String> = list
-            .groups()
-            .iter()
-            .filter(|g| g.name() == group)
-            .flat_map(|g| g.members().iter().map(|m| format!("{} {}{}", m.id(), m.client_id(), m.client_host())))
-            .map(|m| m.trim().to_string())
-            .collect();
+        let members = crate::group_members::describe_group(self.consumer.client(), group, self.timeout)
+            .map_err(|cause| ReplayError::Describe { group: group.clone(), cause })?;
         if members.is_empty() {
-            Ok(())
-        } else {
-            Err(ReplayError::ActiveMembers { group: group.clone(), members: members.join(", ") })
+            return Ok(());
         }
+        let members = members
+            .iter()
+            .map(|m| format!("{} (client {}, host {})", m.member_id, m.client_id, m.host.trim_start_matches('/')))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(ReplayError::ActiveMembers { group: group.clone(), members })
     }
 
     /// Where each chosen partition stands and where it goes. Changes nothing.

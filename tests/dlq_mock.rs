@@ -64,6 +64,7 @@ fn world(with_dlq: bool) -> World {
     let bootstrap = mock.bootstrap_servers();
     let group = unique("group");
     let instance = Instance::new(&Setup {
+        kafka_extra: "",
         bootstrap: &bootstrap,
         // The dlq commands never ask the registry; the processor runs
         // in-process with an in-memory one.

@@ -287,6 +287,7 @@ fn loaded(spec: WorkloadSpec, extra: &str) -> Loaded {
     let total: i64 = ends.values().sum();
     let group = unique("group");
     let instance = Instance::new(&Setup {
+        kafka_extra: "",
         bootstrap: &c.bootstrap,
         registry_url: &registry.url,
         group: &group,
@@ -437,6 +438,7 @@ fn broker_down_at_startup_is_retried_with_a_clear_message() {
     let group = unique("group");
     // Nothing listens on port 1.
     let instance = Instance::new(&Setup {
+        kafka_extra: "",
         bootstrap: "127.0.0.1:1",
         registry_url: &registry.url,
         group: &group,

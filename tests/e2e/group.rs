@@ -37,7 +37,18 @@ fn wait_progress(world: &World, step: &str, instances: &[&Instance]) {
 /// durable counters are exact.
 #[test]
 fn consumer_group_scales_out_and_in_with_exact_state() {
-    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    scale_out_and_in(World::new(required_env("ORDERLY_E2E_BOOTSTRAP")));
+}
+
+/// The same under KIP-848's consumer group protocol
+/// (`kafka.group_protocol = "consumer"`): the broker assigns incrementally
+/// and the same revoke and assign callbacks drain, restore and resume.
+#[test]
+fn consumer_group_scales_out_and_in_under_the_consumer_protocol() {
+    scale_out_and_in(World::new(required_env("ORDERLY_E2E_BOOTSTRAP")).with_consumer_protocol());
+}
+
+fn scale_out_and_in(world: World) {
     let spec = WorkloadSpec { orders: 12_000, poison_rate: 0.002, seed: 4242, ..Default::default() };
     let (records, expected) = world.plan(&spec);
     let settings = "batch_max_records = 500\ncommit_interval_ms = 200";

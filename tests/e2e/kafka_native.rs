@@ -337,3 +337,52 @@ fn a_real_schema_registry_serves_the_run() {
     let subjects = text(&out.stdout);
     assert!(subjects.contains(&format!("{}-value", world.topic)), "{subjects}");
 }
+
+/// Under KIP-848's consumer protocol the classic DescribeGroups call lists
+/// no members of the group; orderly describes groups with
+/// DescribeConsumerGroups, so a replay still sees running members and is
+/// refused, and `/state` still names the owner of another member's order.
+#[test]
+fn under_the_consumer_protocol_replay_and_state_see_the_running_members() {
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP")).with_consumer_protocol();
+    let (records, expected) = world.plan(&WorkloadSpec { orders: 1_000, poison_rate: 0.0, seed: 175, ..Default::default() });
+    world.produce(&records);
+    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
+    let (a, b) = (world.instance("commit_interval_ms = 200"), world.instance("commit_interval_ms = 200"));
+    let reaper = Reaper::default();
+    let mut run_a = reaper.watch(a.spawn_run(None));
+    let address_a = wait_ready_http(&a, 0);
+    let mut run_b = reaper.watch(b.spawn_run(None));
+    let address_b = wait_ready_http(&b, 0);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_string();
+    let b_client_id = format!("orderly-{host}-{}", run_b.id());
+    let split = wait_until(Duration::from_secs(60), || {
+        let owned = |address: &str| {
+            http_get(address, "/metrics")
+                .ok()
+                .and_then(|(_, body)| body.lines().find(|l| l.starts_with("orderly_assigned_partitions ")).map(str::to_string))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+                .unwrap_or(0.0)
+        };
+        owned(&address_a) > 0.0 && owned(&address_b) > 0.0 && world.committed() == ends
+    });
+    assert!(split, "both members own partitions and caught up\n{}\n---\n{}", tail(&a.log()), tail(&b.log()));
+
+    let out = a.command(&["replay", "--to-earliest", "--dry-run"]).output().expect("replay");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(8), "refused while members run: {stderr}");
+    assert!(stderr.contains(&b_client_id), "names the members: {stderr}");
+
+    let mut misdirected = 0;
+    for (order_id, _) in expected.states.iter().step_by(37) {
+        let (status, body) = http_get(&address_a, &format!("/state/{order_id}")).expect("state");
+        if status == 421 {
+            misdirected += 1;
+            let answer: serde_json::Value = serde_json::from_str(&body).expect("421 JSON");
+            assert_eq!(answer["owner"]["client_id"].as_str(), Some(b_client_id.as_str()), "{answer}");
+        }
+    }
+    assert!(misdirected > 0, "some orders live on b");
+    stop(&mut run_b, &b);
+    stop(&mut run_a, &a);
+}

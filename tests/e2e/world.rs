@@ -42,6 +42,8 @@ pub struct World {
     pub topic: String,
     pub dlq: String,
     pub group: String,
+    /// `[kafka]` lines of every instance (the group protocol).
+    pub kafka_extra: String,
 }
 
 impl World {
@@ -75,6 +77,7 @@ impl World {
             topic,
             dlq,
             group: unique("group"),
+            kafka_extra: String::new(),
         }
     }
 
@@ -86,8 +89,16 @@ impl World {
             topic: &self.topic,
             dlq_topic: &self.dlq,
             session_timeout_ms: SESSION_TIMEOUT_MS,
+            kafka_extra: &self.kafka_extra,
             extra,
         })
+    }
+
+    /// Every instance of this world uses KIP-848's consumer group protocol
+    /// (`kafka.group_protocol = "consumer"`).
+    pub fn with_consumer_protocol(mut self) -> Self {
+        self.kafka_extra = "group_protocol = \"consumer\"".into();
+        self
     }
 
     pub fn create_output_topic(&self) {

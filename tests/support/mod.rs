@@ -42,6 +42,8 @@ pub struct Setup<'a> {
     pub topic: &'a str,
     pub dlq_topic: &'a str,
     pub session_timeout_ms: u64,
+    /// Lines for the `[kafka]` section (e.g. `group_protocol = "consumer"`).
+    pub kafka_extra: &'a str,
     pub extra: &'a str,
 }
 
@@ -52,7 +54,7 @@ impl Instance {
         let config_path = dir.path().join("orderly.toml");
         let text = format!(
             "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"{}\"\ninput_topic = \"{}\"\ndlq_topic = \"{}\"\n\
-             changelog_topic = \"{}-changelog\"\noutput_topic = \"{}-status\"\nsession_timeout_ms = {}\n[registry]\nurl = \"{}\"\n[store]\npath = \"{}\"\n\
+             changelog_topic = \"{}-changelog\"\noutput_topic = \"{}-status\"\nsession_timeout_ms = {}\n{}\n[registry]\nurl = \"{}\"\n[store]\npath = \"{}\"\n\
              [http]\naddress = \"127.0.0.1:0\"\n[processing]\nshutdown_timeout_ms = {}\n{}\n",
             setup.bootstrap,
             setup.group,
@@ -61,6 +63,7 @@ impl Instance {
             setup.topic,
             setup.topic,
             setup.session_timeout_ms,
+            setup.kafka_extra,
             setup.registry_url,
             store_path.display(),
             setup.session_timeout_ms / 2,
