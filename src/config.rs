@@ -31,7 +31,19 @@ const FORCED_KEYS: &[(&str, &str)] = &[
     ("group.protocol", "set kafka.group_protocol instead"),
     ("acks", "orderly's producers wait for all in-sync replicas (acks=all)"),
     ("enable.partition.eof", "orderly's readers set it as each needs"),
+    ("isolation.level", "orderly reads read_committed everywhere"),
+    ("transactional.id", "exactly_once derives one per partition from the group, topic and partition"),
 ];
+
+/// What orderly promises about the records it writes to Kafka
+/// (`processing.guarantee`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Guarantee {
+    AtLeastOnce,
+    /// One Kafka transaction per partition write-out.
+    ExactlyOnce,
+}
 
 /// The consumer group protocol (`kafka.group_protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -164,6 +176,8 @@ pub struct StoreConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessingConfig {
+    /// "at_least_once" or "exactly_once" (Kafka transactions).
+    pub guarantee: Guarantee,
     pub batch_max_records: usize,
     pub batch_max_wait_ms: u64,
     /// How often a partition writes its dirty orders and checkpoint to the
@@ -304,6 +318,15 @@ impl Config {
                     "{} must be positive and below kafka.session_timeout_ms ({}), so a revoke finishes before the group evicts this member",
                     p.shutdown_timeout_ms, self.kafka.session_timeout_ms
                 ),
+            ));
+        }
+        if p.guarantee == Guarantee::ExactlyOnce && self.changelog_topic().is_none() {
+            return Err(value_err(
+                "processing.guarantee",
+                "\"exactly_once\" needs the changelog: a crash after a transaction commits and before the store is \
+                 written is repaired from it. Set kafka.changelog_topic (default \"{group_id}-changelog\"), or use \
+                 \"at_least_once\""
+                    .into(),
             ));
         }
         if self.store.cache_capacity_mb == 0 {
@@ -633,6 +656,22 @@ mod tests {
             let msg = Config::from_layers(None, env(&[(&var, "1")])).unwrap_err().to_string();
             assert!(msg.contains(key) && msg.contains("cannot be passed through"), "{key}: {msg}");
         }
+    }
+
+    #[test]
+    fn exactly_once_needs_the_changelog() {
+        assert_eq!(Config::defaults().unwrap().processing.guarantee, Guarantee::AtLeastOnce);
+        let c = Config::from_layers(None, env(&[("ORDERLY_PROCESSING__GUARANTEE", "exactly_once")])).unwrap();
+        assert_eq!(c.processing.guarantee, Guarantee::ExactlyOnce);
+        let msg = Config::from_layers(
+            None,
+            env(&[("ORDERLY_PROCESSING__GUARANTEE", "exactly_once"), ("ORDERLY_KAFKA__CHANGELOG_TOPIC", "")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(msg.contains("processing.guarantee") && msg.contains("kafka.changelog_topic"), "{msg}");
+        let msg = Config::from_layers(None, env(&[("ORDERLY_PROCESSING__GUARANTEE", "exactly_twice")])).unwrap_err().to_string();
+        assert!(msg.contains("at_least_once") && msg.contains("exactly_once"), "{msg}");
     }
 
     #[test]

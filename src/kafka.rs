@@ -49,6 +49,7 @@ pub fn consumer_config(config: &Config) -> ClientConfig {
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", &config.kafka.auto_offset_reset)
+        .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "false");
     if classic {
         client
@@ -114,6 +115,7 @@ pub fn redrive_consumer_config(config: &Config, group: &str) -> ClientConfig {
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         // At the end of a partition the broker answers at once instead of
         // holding the fetch for librdkafka's default 500 ms.
@@ -133,6 +135,16 @@ pub fn admin_config(config: &Config) -> ClientConfig {
 /// travel in few requests.
 pub fn changelog_producer_config(config: &Config) -> ClientConfig {
     producer_with_defaults(config, &[("linger.ms", "5")])
+}
+
+/// A partition's transactional producer (exactly_once): idempotent,
+/// `acks=all`, a short linger like the changelog's, and a transaction
+/// timeout that lets the broker abort a crashed owner's open transaction
+/// within 30 s even if no new owner fences it sooner.
+pub fn transactional_producer_config(config: &Config, transactional_id: &str) -> ClientConfig {
+    let mut client = producer_with_defaults(config, &[("linger.ms", "5"), ("transaction.timeout.ms", "30000")]);
+    client.set("transactional.id", transactional_id);
+    client
 }
 
 /// The outbox relay's producer: idempotent, `acks=all`, lingering 25 ms

@@ -85,6 +85,9 @@ pub struct PartitionState {
     cached_bytes: usize,
     /// The input partition, when status changes go to the outbox.
     outbox: Option<i32>,
+    /// Status changes leave with the write-out itself (exactly_once: in its
+    /// transaction) instead of through outbox rows in the store.
+    status_direct: bool,
     /// Status changes decided since the last write-out.
     new_outbox: Vec<OutboxRecord>,
     /// Published outbox records up to this source offset are to be deleted
@@ -108,6 +111,7 @@ impl PartitionState {
             dirty_bytes: 0,
             cached_bytes: 0,
             outbox: None,
+            status_direct: false,
             new_outbox: Vec::new(),
             outbox_delete_through: None,
             outbox_deleted_through: -1,
@@ -125,6 +129,14 @@ impl PartitionState {
     /// records of input partition `partition`.
     pub fn enable_outbox(&mut self, partition: i32) {
         self.outbox = Some(partition);
+    }
+
+    /// From now on, status changes of applied events leave with each
+    /// write-out ([`PreparedWrite::status`]) and are never stored: the
+    /// caller produces them in the write-out's transaction.
+    pub fn send_status_directly(&mut self, partition: i32) {
+        self.outbox = Some(partition);
+        self.status_direct = true;
     }
 
     /// The relay published (and the broker acknowledged) every outbox record
@@ -352,8 +364,13 @@ impl PartitionState {
                 write.delete_chunk(order_id, *first);
             }
         }
-        for record in &self.new_outbox {
-            write.put_outbox(record)?;
+        let mut status = Vec::new();
+        if self.status_direct {
+            status = self.new_outbox.clone();
+        } else {
+            for record in &self.new_outbox {
+                write.put_outbox(record)?;
+            }
         }
         let outbox_deleted = match self.outbox_delete_through {
             Some(through) => {
@@ -365,7 +382,7 @@ impl PartitionState {
             None => None,
         };
         let checkpoint_bytes = self.store.encode_checkpoint(&checkpoint)?;
-        Ok(Some(PreparedWrite { write, orders, checkpoint, checkpoint_bytes, outbox_deleted }))
+        Ok(Some(PreparedWrite { write, orders, checkpoint, checkpoint_bytes, outbox_deleted, status }))
     }
 
     /// Writes a prepared write-out with its checkpoint (recording the
@@ -423,6 +440,9 @@ pub struct PreparedWrite {
     pub checkpoint_bytes: Vec<u8>,
     /// Published outbox records deleted, through this source offset.
     pub outbox_deleted: Option<i64>,
+    /// The status changes to produce with it (direct status only; otherwise
+    /// they are outbox rows in `write`).
+    pub status: Vec<OutboxRecord>,
 }
 
 fn record_spill(cached: &mut Cached, spill: InboxSpill) {

@@ -36,6 +36,8 @@ pub fn consumer_config(config: &Config) -> ClientConfig {
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
         .set("auto.offset.reset", "earliest")
+        // Records of aborted transactions (exactly_once) are never restored.
+        .set("isolation.level", "read_committed")
         .set("queued.max.messages.kbytes", "16384")
         // A restore reads up to a known end: a fetch that finds nothing new
         // should come back at once rather than wait for data.

@@ -271,25 +271,70 @@ impl DeadLetters {
     }
 
     async fn send_one(&self, letter: &DeadLetter<'_>) -> Result<(), KafkaError> {
-        let partition = letter.partition.to_string();
-        let offset = letter.offset.to_string();
-        let mut headers = OwnedHeaders::new_with_capacity(6)
-            .insert(Header { key: HEADER_TOPIC, value: Some(self.source_topic.as_str()) })
-            .insert(Header { key: HEADER_PARTITION, value: Some(partition.as_str()) })
-            .insert(Header { key: HEADER_OFFSET, value: Some(offset.as_str()) })
-            .insert(Header { key: HEADER_ERROR_KIND, value: Some(letter.kind.as_str()) })
-            .insert(Header { key: HEADER_ERROR_MESSAGE, value: Some(letter.message.as_str()) });
-        if let Some(count) = letter.redrive_count {
-            headers = headers.insert(Header { key: HEADER_REDRIVE_COUNT, value: Some(count) });
-        }
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.dlq_topic).headers(headers);
-        if let Some(key) = letter.key {
-            record = record.key(key);
-        }
-        if let Some(payload) = letter.payload {
-            record = record.payload(payload);
-        }
+        let record = letter_record(&self.dlq_topic, &self.source_topic, letter);
         self.producer.send(record, QUEUE_TIMEOUT).await.map(|_| ()).map_err(|(e, _)| e)
+    }
+}
+
+/// The dead-letter record of `letter` for `dlq_topic`: its key and payload
+/// as they came, headers naming the source and the error.
+pub fn letter_record<'a>(dlq_topic: &'a str, source_topic: &str, letter: &'a DeadLetter<'_>) -> FutureRecord<'a, [u8], [u8]> {
+    let partition = letter.partition.to_string();
+    let offset = letter.offset.to_string();
+    let mut headers = OwnedHeaders::new_with_capacity(6)
+        .insert(Header { key: HEADER_TOPIC, value: Some(source_topic) })
+        .insert(Header { key: HEADER_PARTITION, value: Some(partition.as_str()) })
+        .insert(Header { key: HEADER_OFFSET, value: Some(offset.as_str()) })
+        .insert(Header { key: HEADER_ERROR_KIND, value: Some(letter.kind.as_str()) })
+        .insert(Header { key: HEADER_ERROR_MESSAGE, value: Some(letter.message.as_str()) });
+    if let Some(count) = letter.redrive_count {
+        headers = headers.insert(Header { key: HEADER_REDRIVE_COUNT, value: Some(count) });
+    }
+    let mut record: FutureRecord<'a, [u8], [u8]> = FutureRecord::to(dlq_topic).headers(headers);
+    if let Some(key) = letter.key {
+        record = record.key(key);
+    }
+    if let Some(payload) = letter.payload {
+        record = record.payload(payload);
+    }
+    record
+}
+
+/// A dead letter held until its partition's next write-out (exactly_once:
+/// letters go out inside the write-out's transaction).
+pub struct HeldLetter {
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    pub partition: i32,
+    pub offset: i64,
+    pub kind: PoisonKind,
+    pub message: String,
+    pub redrive_count: Option<Vec<u8>>,
+}
+
+impl HeldLetter {
+    pub fn hold(letter: &DeadLetter<'_>) -> Self {
+        HeldLetter {
+            key: letter.key.map(<[u8]>::to_vec),
+            payload: letter.payload.map(<[u8]>::to_vec),
+            partition: letter.partition,
+            offset: letter.offset,
+            kind: letter.kind,
+            message: letter.message.clone(),
+            redrive_count: letter.redrive_count.map(<[u8]>::to_vec),
+        }
+    }
+
+    pub fn letter(&self) -> DeadLetter<'_> {
+        DeadLetter {
+            key: self.key.as_deref(),
+            payload: self.payload.as_deref(),
+            partition: self.partition,
+            offset: self.offset,
+            kind: self.kind,
+            message: self.message.clone(),
+            redrive_count: self.redrive_count.as_deref(),
+        }
     }
 }
 

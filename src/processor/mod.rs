@@ -16,6 +16,7 @@ mod flusher;
 mod owners;
 mod partition;
 mod supervisor;
+mod transaction;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -55,6 +56,8 @@ pub enum ProcessError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error(transparent)]
     Changelog(#[from] crate::changelog::ChangelogError),
+    #[error(transparent)]
+    Txn(#[from] transaction::TxnError),
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("{0}")]

@@ -24,7 +24,8 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info, warn};
 
 use super::context::OrderlyContext;
-use super::dlq::{DeadLetter, HEADER_REDRIVE_COUNT};
+use super::dlq::{DeadLetter, HeldLetter, HEADER_REDRIVE_COUNT};
+use super::transaction::{Round, TxnError, TxnWriter};
 use super::flusher::FlushMsg;
 use super::{jitter, ProcessError, Shared};
 use crate::changelog::restore::Restore;
@@ -32,6 +33,7 @@ use crate::codec::DecodeError;
 use crate::event::OrderEvent;
 use crate::fault::{self, Point};
 use crate::partition_state::{BatchOutcome, PartitionState};
+use crate::config::Guarantee;
 use crate::store::{next_offset_after, Checkpoint};
 use crate::telemetry::PartitionStatus;
 
@@ -46,8 +48,11 @@ pub struct PartitionInput {
 /// What the rebalance callback tells a partition task.
 pub enum Command {
     /// Finish every record already in the queue, then reply with the
-    /// checkpoint and stop.
-    Drain(oneshot::Sender<Option<Checkpoint>>),
+    /// checkpoint and stop. With `lost` (the group took the partition away
+    /// without a revoke: this member was presumed dead), write nothing: the
+    /// partition has another owner already, and a late write-out of this
+    /// one would land in the changelog after the new owner's.
+    Drain { reply: oneshot::Sender<Option<Checkpoint>>, lost: bool },
 }
 
 /// Where a partition task is in its life.
@@ -86,8 +91,15 @@ pub struct PartitionTask {
     /// The offset the partition was assigned at (the stored checkpoint);
     /// `None`: the group's committed offset.
     pub assigned_at: Option<i64>,
-    /// The outbox relay, once processing started (outbox on).
+    /// The outbox relay, once processing started (outbox on,
+    /// at_least_once).
     pub relay: Option<RelayHandle>,
+    /// exactly_once: the partition's transactional producer, opened before
+    /// the restore.
+    pub txn: Option<TxnWriter>,
+    /// exactly_once: dead letters decided since the last write-out, sent in
+    /// its transaction.
+    pub held_letters: Vec<HeldLetter>,
 }
 
 /// The partition task's end of its outbox relay.
@@ -150,7 +162,7 @@ impl PartitionTask {
                     biased;
                     command = self.rx.recv() => {
                         // A closed channel means the router is gone: stop as on a drain.
-                        drain = Some(command.map(|Command::Drain(reply)| reply));
+                        drain = Some(command.map(|Command::Drain { reply, lost }| (reply, lost)));
                         break;
                     }
                     _ = ready.notified() => {}
@@ -165,6 +177,17 @@ impl PartitionTask {
                     }
                 }
             }
+            if let Some(Some((reply, true))) = drain {
+                warn!(
+                    partition = self.partition,
+                    written = ?self.state.written().map(|c| c.next_offset),
+                    "partition lost (this member was presumed dead); its unwritten work is dropped, the new owner redoes it"
+                );
+                self.stop_relay();
+                let _ = reply.send(self.state.written());
+                return Ok(());
+            }
+            let drain = drain.map(|command| command.map(|(reply, _)| reply));
             if let Some(reply) = drain {
                 self.status.phase.store(Phase::Draining as u8, Ordering::Relaxed);
                 // Everything already fetched for this partition is processed
@@ -206,6 +229,12 @@ impl PartitionTask {
             self.check_without_changelog().await?;
             return Ok(None);
         };
+        if self.shared.config.processing.guarantee == Guarantee::ExactlyOnce {
+            // Fence the partition's earlier producers first: after this, no
+            // write of a previous owner can land behind the restore.
+            let output = self.shared.outbox.as_ref().map(|o| (o.topic.clone(), o.encoder.clone()));
+            self.txn = Some(TxnWriter::open(&self.shared.config, self.partition, changelog.topic().to_string(), output).await?);
+        }
         let cancel = Arc::new(AtomicBool::new(false));
         let tree = self.state.store().clone();
         let job = {
@@ -234,7 +263,7 @@ impl PartitionTask {
                 // The restore stops at its next poll; the store keeps its
                 // restoring mark and the next owner starts it again.
                 let _ = (&mut job).await;
-                return Ok(Some(command.map(|Command::Drain(reply)| reply)));
+                return Ok(Some(command.map(|Command::Drain { reply, .. }| reply)));
             }
             joined = &mut job => joined,
         };
@@ -258,6 +287,12 @@ impl PartitionTask {
     /// Starts the outbox relay (outbox on), over the state as restored.
     fn start_relay(&mut self) {
         let Some(setup) = &self.shared.outbox else { return };
+        if self.txn.is_some() {
+            // exactly_once: status changes go out in each write-out's
+            // transaction; no outbox rows, no relay.
+            self.state.send_status_directly(self.partition);
+            return;
+        }
         self.state.enable_outbox(self.partition);
         let written_at = self.state.written().map(|c| c.next_offset).unwrap_or(0);
         let (written, written_rx) = tokio::sync::watch::channel(written_at);
@@ -322,6 +357,14 @@ impl PartitionTask {
             relay.join.abort();
         }
         Ok(())
+    }
+
+    /// Stops the outbox relay without waiting for it (a lost partition).
+    fn stop_relay(&mut self) {
+        if let Some(relay) = self.relay.take() {
+            drop(relay.written);
+            relay.join.abort();
+        }
     }
 
     /// Moves the partition's fetch position (after a restore). Records
@@ -397,6 +440,7 @@ impl PartitionTask {
         self.state = state;
         let Some(mut prepared) = prepared? else { return Ok(()) };
         let position = match &changelog {
+            Some(_) if self.txn.is_some() => Some(self.commit_transaction(&mut prepared).await?),
             Some(writer) => {
                 let changes = prepared.write.changes.take().unwrap_or_default();
                 let (covers, epoch) = (prepared.checkpoint.next_offset, prepared.checkpoint.epoch);
@@ -422,6 +466,43 @@ impl PartitionTask {
             .send(FlushMsg::Covered { partition: self.partition, next_offset, applied_at })
             .await
             .map_err(|_| ProcessError::FlusherGone)
+    }
+
+    /// exactly_once: commits the write-out's transaction (held letters,
+    /// changelog records, status changes, input offset), retrying an
+    /// aborted round with backoff. Returns the changelog position.
+    async fn commit_transaction(&mut self, prepared: &mut crate::partition_state::PreparedWrite) -> Result<i64, ProcessError> {
+        let changes = prepared.write.changes.take().unwrap_or_default();
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let group = self
+                .consumer
+                .upgrade()
+                .and_then(|c| c.group_metadata())
+                .ok_or_else(|| ProcessError::Fatal(format!("partition {}: the consumer is closed", self.partition)))?;
+            let Some(txn) = &self.txn else { return Err(ProcessError::Fatal("no transactional producer".into())) };
+            let round = Round {
+                letters: &self.held_letters,
+                changes: &changes,
+                checkpoint: &prepared.checkpoint_bytes,
+                covers: prepared.checkpoint.next_offset,
+                epoch: prepared.checkpoint.epoch,
+                status: &prepared.status,
+                group,
+            };
+            match txn.commit(round).await {
+                Ok(position) => {
+                    self.held_letters.clear();
+                    return Ok(position);
+                }
+                Err(TxnError::Aborted { cause, .. }) => {
+                    warn!(partition = self.partition, error = %cause, "transaction aborted (nothing of it is visible); retrying the write-out");
+                    tokio::time::sleep(jitter(backoff)).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(fenced) => return Err(fenced.into()),
+            }
+        }
     }
 
     /// Runs `work` on the partition's state on a blocking thread and hands
@@ -484,7 +565,11 @@ impl PartitionTask {
                 }),
             }
         }
-        if !letters.is_empty() {
+        if !letters.is_empty() && self.txn.is_some() {
+            // exactly_once: the letters commit with the write-out that
+            // moves the checkpoint past their records.
+            self.held_letters.extend(letters.iter().map(HeldLetter::hold));
+        } else if !letters.is_empty() {
             // A permanent failure stops the processor before this batch is
             // decided: nothing moves past a record whose letter is not durable.
             self.shared.dead_letters.try_send_all(&letters).await?;

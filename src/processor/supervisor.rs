@@ -27,7 +27,8 @@ use tracing::{error, info, info_span, warn, Instrument};
 use super::context::{OrderlyContext, Rebalance};
 use super::flusher::FlushMsg;
 use super::partition::{Command, PartitionInput, PartitionTask, Phase};
-use super::Shared;
+use super::transaction::TxnError;
+use super::{ProcessError, Shared};
 use crate::partition_state::PartitionState;
 use crate::telemetry::PartitionStatus;
 
@@ -138,6 +139,8 @@ impl PartitionSupervisor {
                 consumer: Arc::downgrade(&consumer),
                 assigned_at: checkpoint.map(|c| c.next_offset),
                 relay: None,
+                txn: None,
+                held_letters: Vec::new(),
             };
             let input = PartitionInput { queue, ready };
             let span = info_span!("partition", topic = %topic, partition, group = %shared.config.kafka.group_id);
@@ -150,6 +153,15 @@ impl PartitionSupervisor {
                 async move {
                     match AssertUnwindSafe(task.run(input)).catch_unwind().await {
                         Ok(Ok(())) => {}
+                        Ok(Err(ProcessError::Txn(fenced @ TxnError::Fenced { .. }))) => {
+                            // Another member owns the partition now (or
+                            // will): nothing this task had not committed
+                            // reached the broker, and its cache is dropped
+                            // with it. The group's rebalance revokes the
+                            // partition here; the process carries on.
+                            warn!(error = %fenced, "partition fenced; its uncommitted work is dropped and the group reassigns it");
+                            fatal.telemetry.remove(partition);
+                        }
                         Ok(Err(e)) => {
                             error!(error = %e, "partition task failed");
                             fatal.fatal(format!("partition {partition}: {e}"));
@@ -191,7 +203,7 @@ impl PartitionSupervisor {
             for (partition, handle) in &handles {
                 let (reply, rx) = oneshot::channel();
                 let remaining = deadline.saturating_duration_since(Instant::now());
-                match tokio::time::timeout(remaining, handle.tx.send(Command::Drain(reply))).await {
+                match tokio::time::timeout(remaining, handle.tx.send(Command::Drain { reply, lost })).await {
                     Ok(Ok(())) => replies.push((*partition, rx)),
                     _ => warn!(partition, "could not ask partition task to drain"),
                 }

@@ -11,7 +11,9 @@
 //!
 //! * [`world`]: a fresh topic, group and registry per test, and the final
 //!   exact checks;
-//! * [`drills`]: one instance under crashes, SIGTERM and a broker restart;
+//! * [`drills`]: one instance under crashes (at each guarantee), SIGTERM
+//!   and a broker restart;
+//! * [`exactly_once`]: transactions: each record once, a fenced zombie;
 //! * [`group`]: several instances in one group, restores from the changelog;
 //! * [`replay`]: `orderly replay` on one instance and on a group's stores;
 //! * [`outbox`]: the outbox while its output topic is missing;
@@ -28,6 +30,7 @@ mod support;
 #[path = "../support/browser.rs"]
 mod browser;
 mod drills;
+mod exactly_once;
 mod group;
 mod kafka_native;
 mod observe;

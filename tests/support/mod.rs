@@ -271,6 +271,7 @@ pub fn read_range(bootstrap: &str, topic: &str, partition: i32, from: i64, to: i
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", unique("reader"))
+        .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
         .create()
         .expect("consumer");
@@ -279,8 +280,25 @@ pub fn read_range(bootstrap: &str, topic: &str, partition: i32, from: i64, to: i
     consumer.assign(&tpl).expect("assign");
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
+    // The end is reached by position, not by count: transaction markers
+    // (exactly_once) and compaction take offsets that hold no record.
+    let position = |consumer: &BaseConsumer| -> i64 {
+        consumer
+            .position()
+            .ok()
+            .and_then(|list| list.find_partition(topic, partition).map(|e| e.offset()))
+            .and_then(|o| if let Offset::Offset(o) = o { Some(o) } else { None })
+            .unwrap_or(-1)
+    };
     while (out.len() as i64) < to - from && Instant::now() < deadline {
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+        let polled = consumer.poll(Duration::from_millis(200));
+        if polled.is_none() && position(&consumer) >= to {
+            break;
+        }
+        if let Some(Ok(m)) = polled {
+            if m.offset() >= to {
+                break;
+            }
             let mut headers = BTreeMap::new();
             if let Some(h) = m.headers() {
                 for header in h.iter() {

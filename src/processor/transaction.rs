@@ -1,0 +1,297 @@
+//! `processing.guarantee = "exactly_once"`: each write-out of a partition is
+//! one Kafka transaction of that partition's own transactional producer.
+//!
+//! The layout: one transactional producer per input partition, with the
+//! `transactional.id` `<group>-<input topic>-<partition>`. Each partition
+//! task writes out on its own schedule (its commit interval, its cache
+//! share), so one transaction per partition keeps that independence: an
+//! instance-wide producer (KIP-447's layout) would make every partition's
+//! write-out wait for one shared transaction round. Fencing comes with the
+//! id: the next owner of the partition calls `init_transactions` with the
+//! same id before it restores, which aborts the previous owner's open
+//! transaction and fences its producer, so a member that lost the partition
+//! without knowing it (a long pause) cannot commit for it any more. The
+//! input offsets still go through `send_offsets_to_transaction` with the
+//! consumer's group metadata, so the broker also rejects a commit from a
+//! stale group generation.
+//!
+//! A round: begin; the held dead letters; the changelog records then the
+//! checkpoint record; the status changes, straight to the output topic; the
+//! input offset (metadata `orderly`); commit. Only then is the sled batch
+//! written and flushed. A crash before the commit leaves nothing visible to
+//! `read_committed` readers; a crash after it leaves a store at or behind
+//! the changelog, which the restore brings up to date.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use tracing::{info, warn};
+
+use super::dlq::{letter_record, HeldLetter, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use crate::changelog::{HEADER_COVERS, HEADER_EPOCH};
+use crate::config::Config;
+use crate::fault::{self, Point};
+use crate::outbox::{OutboxEncoder, OutboxRecord};
+use crate::store::{changelog_checkpoint_key, ChangeRecord};
+
+/// How long `init_transactions`, `send_offsets_to_transaction` and
+/// `commit_transaction` may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TxnError {
+    /// Another producer with this partition's transactional id took over
+    /// (the partition has a new owner), or the producer failed for good:
+    /// nothing more may be written for the partition from here.
+    #[error("partition {partition}: the transactional producer {transactional_id} was fenced or failed: {cause}")]
+    Fenced { partition: i32, transactional_id: String, cause: KafkaError },
+    /// The round was aborted (nothing of it is visible); it can be retried.
+    #[error("partition {partition}: transaction aborted: {cause}")]
+    Aborted { partition: i32, cause: KafkaError },
+    #[error("partition {partition}: cannot encode a status change: {message}")]
+    Encode { partition: i32, message: String },
+}
+
+/// What one write-out commits.
+pub struct Round<'a> {
+    pub letters: &'a [HeldLetter],
+    pub changes: &'a [ChangeRecord],
+    pub checkpoint: &'a [u8],
+    /// The input offset the round covers (the checkpoint's next offset).
+    pub covers: i64,
+    pub epoch: u32,
+    pub status: &'a [OutboxRecord],
+    pub group: ConsumerGroupMetadata,
+}
+
+/// The partition's transactional producer and where its records go.
+pub struct TxnWriter {
+    producer: FutureProducer,
+    transactional_id: String,
+    partition: i32,
+    source_topic: String,
+    changelog_topic: String,
+    dlq_topic: String,
+    /// The output topic and the encoder of its records (outbox on).
+    output: Option<(String, Arc<OutboxEncoder>)>,
+}
+
+/// The transactional id of an input partition's producer.
+pub fn transactional_id(config: &Config, partition: i32) -> String {
+    format!("{}-{}-{}", config.kafka.group_id, config.kafka.input_topic, partition)
+}
+
+impl TxnWriter {
+    /// Creates the producer and initialises its transactions, which fences
+    /// every earlier producer of the partition (a zombie's open transaction
+    /// is aborted). Call it before restoring, so nothing the previous owner
+    /// writes can land after the restore read the changelog.
+    pub async fn open(
+        config: &Config,
+        partition: i32,
+        changelog_topic: String,
+        output: Option<(String, Arc<OutboxEncoder>)>,
+    ) -> Result<Self, TxnError> {
+        let transactional_id = transactional_id(config, partition);
+        let producer: FutureProducer = crate::kafka::transactional_producer_config(config, &transactional_id)
+            .create()
+            .map_err(|cause| TxnError::Fenced { partition, transactional_id: transactional_id.clone(), cause })?;
+        let init = producer.clone();
+        let result = tokio::task::spawn_blocking(move || init.init_transactions(CALL_TIMEOUT))
+            .await
+            .unwrap_or(Err(KafkaError::Canceled));
+        if let Err(cause) = result {
+            return Err(TxnError::Fenced { partition, transactional_id, cause });
+        }
+        info!(partition, transactional_id = %transactional_id, "transactional producer ready (earlier producers of the partition fenced)");
+        Ok(TxnWriter {
+            producer,
+            transactional_id,
+            partition,
+            source_topic: config.kafka.input_topic.clone(),
+            changelog_topic,
+            dlq_topic: config.kafka.dlq_topic.clone(),
+            output,
+        })
+    }
+
+    /// Commits one round; returns the changelog offset after its checkpoint
+    /// record. On [`TxnError::Aborted`] nothing of the round is visible and
+    /// the same round may be committed again.
+    pub async fn commit(&self, round: Round<'_>) -> Result<i64, TxnError> {
+        if let Err(cause) = self.producer.begin_transaction() {
+            return Err(self.classify(cause).await);
+        }
+        let (acks, checkpoint_ack) = match self.enqueue(&round).await {
+            Ok(acks) => acks,
+            Err(error) => return Err(self.fail(error).await),
+        };
+        let offsets = match crate::kafka::commit_list(&self.source_topic, [(self.partition, round.covers)]) {
+            Ok(tpl) => tpl,
+            Err(cause) => return Err(self.fail(cause).await),
+        };
+        let producer = self.producer.clone();
+        let group = round.group;
+        let committed = tokio::task::spawn_blocking(move || {
+            producer.send_offsets_to_transaction(&offsets, &group, CALL_TIMEOUT)?;
+            drop(offsets);
+            commit_retrying(&producer)
+        })
+        .await
+        .unwrap_or(Err(KafkaError::Canceled));
+        if let Err(cause) = committed {
+            return Err(self.fail(cause).await);
+        }
+        // Committed: every record was delivered.
+        drop(acks);
+        match checkpoint_ack.await {
+            Ok(Ok(delivery)) => Ok(delivery.offset + 1),
+            Ok(Err((cause, _))) => Err(TxnError::Fenced { partition: self.partition, transactional_id: self.transactional_id.clone(), cause }),
+            Err(_) => Err(TxnError::Fenced {
+                partition: self.partition,
+                transactional_id: self.transactional_id.clone(),
+                cause: KafkaError::Canceled,
+            }),
+        }
+    }
+
+    /// Hands every record of the round to librdkafka (the commit waits for
+    /// their delivery). Returns the acknowledgements, the checkpoint
+    /// record's apart.
+    async fn enqueue(&self, round: &Round<'_>) -> Result<(Vec<DeliveryFuture>, DeliveryFuture), KafkaError> {
+        let mut acks = Vec::with_capacity(round.letters.len() + round.changes.len() + round.status.len());
+        for held in round.letters {
+            let letter = held.letter();
+            acks.push(self.send(letter_record(&self.dlq_topic, &self.source_topic, &letter)).await?);
+        }
+        let (covers, epoch) = (round.covers.to_string(), round.epoch.to_string());
+        let headers = OwnedHeaders::new_with_capacity(2)
+            .insert(Header { key: HEADER_COVERS, value: Some(covers.as_str()) })
+            .insert(Header { key: HEADER_EPOCH, value: Some(epoch.as_str()) });
+        let torn_at = fault::due(Point::TornChangelog).then_some(round.changes.len() / 2);
+        for (i, change) in round.changes.iter().enumerate() {
+            if torn_at == Some(i) {
+                // The crash drill: the process dies inside an open
+                // transaction, half its records sent.
+                self.producer.flush(Duration::from_secs(5)).ok();
+                fault::abort(Point::TornChangelog);
+            }
+            let record = FutureRecord::<[u8], [u8]>::to(&self.changelog_topic)
+                .partition(self.partition)
+                .key(change.key.as_slice())
+                .headers(headers.clone());
+            let record = match &change.value {
+                Some(value) => record.payload(value.as_ref()),
+                None => record,
+            };
+            acks.push(self.send(record).await?);
+        }
+        let key = changelog_checkpoint_key();
+        let record = FutureRecord::<[u8], [u8]>::to(&self.changelog_topic)
+            .partition(self.partition)
+            .key(key.as_slice())
+            .payload(round.checkpoint)
+            .headers(headers);
+        let checkpoint_ack = self.send(record).await?;
+        if let Some((topic, encoder)) = &self.output {
+            let partition_text = self.partition.to_string();
+            for status in round.status {
+                let payload = encoder.encode(status).map_err(|e| {
+                    warn!(partition = self.partition, error = %e, "cannot encode a status change");
+                    KafkaError::MessageProduction(RDKafkaErrorCode::InvalidMessage)
+                })?;
+                let (offset, epoch) = (status.source_offset.to_string(), status.epoch.to_string());
+                let headers = OwnedHeaders::new_with_capacity(4)
+                    .insert(Header { key: HEADER_TOPIC, value: Some(self.source_topic.as_str()) })
+                    .insert(Header { key: HEADER_PARTITION, value: Some(partition_text.as_str()) })
+                    .insert(Header { key: HEADER_OFFSET, value: Some(offset.as_str()) })
+                    .insert(Header { key: HEADER_EPOCH, value: Some(epoch.as_str()) });
+                let record = FutureRecord::<str, Vec<u8>>::to(topic)
+                    .partition(self.partition)
+                    .key(status.order_id.as_str())
+                    .payload(&payload)
+                    .headers(headers);
+                acks.push(self.send(record).await?);
+            }
+        }
+        Ok((acks, checkpoint_ack))
+    }
+
+    async fn send<K, P>(&self, mut record: FutureRecord<'_, K, P>) -> Result<DeliveryFuture, KafkaError>
+    where
+        K: rdkafka::message::ToBytes + ?Sized,
+        P: rdkafka::message::ToBytes + ?Sized,
+    {
+        loop {
+            match self.producer.send_result(record) {
+                Ok(ack) => return Ok(ack),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((cause, _)) => return Err(cause),
+            }
+        }
+    }
+
+    /// After a failure inside an open transaction: abort it (when the
+    /// producer can) and say whether the round may be retried.
+    async fn fail(&self, cause: KafkaError) -> TxnError {
+        if self.is_fatal(&cause) {
+            return self.fenced(cause);
+        }
+        let producer = self.producer.clone();
+        let aborted = tokio::task::spawn_blocking(move || producer.abort_transaction(CALL_TIMEOUT))
+            .await
+            .unwrap_or(Err(KafkaError::Canceled));
+        match aborted {
+            Ok(()) => TxnError::Aborted { partition: self.partition, cause },
+            Err(abort) => {
+                warn!(partition = self.partition, error = %abort, "cannot abort the transaction");
+                self.fenced(cause)
+            }
+        }
+    }
+
+    async fn classify(&self, cause: KafkaError) -> TxnError {
+        if self.is_fatal(&cause) {
+            self.fenced(cause)
+        } else {
+            TxnError::Aborted { partition: self.partition, cause }
+        }
+    }
+
+    fn is_fatal(&self, cause: &KafkaError) -> bool {
+        match cause {
+            KafkaError::Transaction(error) => error.is_fatal(),
+            other => matches!(
+                other.rdkafka_error_code(),
+                Some(RDKafkaErrorCode::Fatal | RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced)
+            ),
+        }
+    }
+
+    fn fenced(&self, cause: KafkaError) -> TxnError {
+        TxnError::Fenced { partition: self.partition, transactional_id: self.transactional_id.clone(), cause }
+    }
+}
+
+/// `commit_transaction`, called again while librdkafka says the error is
+/// retriable (a commit that timed out may still complete).
+fn commit_retrying(producer: &FutureProducer) -> Result<(), KafkaError> {
+    let mut tries = 0;
+    loop {
+        match producer.commit_transaction(CALL_TIMEOUT) {
+            Ok(()) => return Ok(()),
+            Err(KafkaError::Transaction(error)) if error.is_retriable() && tries < 3 => {
+                tries += 1;
+                warn!(%error, "transaction commit failed; retrying the commit");
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
