@@ -71,6 +71,8 @@ pub struct DemoSummary {
     pub outbox_expected: u64,
     /// The distinct event ids published are exactly the expected ones.
     pub outbox_matches_expected: bool,
+    /// `processing.guarantee` of the run.
+    pub guarantee: &'static str,
     /// From starting the processor until the checkpoints covered every
     /// record: joining the group plus processing.
     pub elapsed_seconds: f64,
@@ -212,6 +214,7 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
 
     let (timing, caught_up) = watch_progress(store.clone(), ends, Instant::now(), options.timeout);
     let commit_interval_ms = config.processing.commit_interval_ms;
+    let exactly_once = config.processing.guarantee == crate::config::Guarantee::ExactlyOnce;
     let report = Processor::new(config, store.clone(), registry).run(caught_up).await?;
     let timing = timing.lock().ok().and_then(|t| *t);
     let timing = timing.unwrap_or(Timing { join: options.timeout, elapsed: options.timeout });
@@ -229,6 +232,13 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     summary.outbox_distinct = distinct.len() as u64;
     summary.outbox_expected = wanted.len() as u64;
     summary.outbox_matches_expected = distinct.len() == wanted.len() && distinct.iter().all(|id| wanted.contains(*id));
+    summary.guarantee = if exactly_once { "exactly_once" } else { "at_least_once" };
+    if exactly_once {
+        // Transactions promise more: each status change once, each poison
+        // record one letter.
+        summary.outbox_matches_expected &= published.len() == wanted.len();
+        summary.counts_match_expected &= summary.dlq_topic_records as u64 == summary.dead_lettered;
+    }
     drop(producer);
     drop(cluster);
     Ok(summary)
@@ -329,6 +339,7 @@ fn summarize(
         outbox_distinct: 0,
         outbox_expected: 0,
         outbox_matches_expected: false,
+        guarantee: "at_least_once",
         elapsed_seconds: timing.elapsed.as_secs_f64(),
         join_seconds: timing.join.as_secs_f64(),
         processing_seconds: processing.as_secs_f64(),
@@ -392,7 +403,7 @@ impl DemoSummary {
         let e = &self.expected;
         let mark = |ok: bool| if ok { "yes" } else { "NO" };
         format!(
-            "orderly demo: {orders} orders over {partitions} partitions (in-process mock Kafka cluster)\n\
+            "orderly demo: {orders} orders over {partitions} partitions (in-process mock Kafka cluster, {guarantee})\n\
              \n\
              outcome         processor   expected\n\
              consumed     {consumed:>12} {records:>10}\n\
@@ -413,6 +424,7 @@ impl DemoSummary {
              joining the group: {join_secs:.1} s before that ({eps_all:.0} events/s over {secs:.1} s with it)\n",
             orders = self.orders,
             partitions = self.partitions,
+            guarantee = self.guarantee,
             consumed = self.consumed,
             records = e.records,
             applied = self.applied,

@@ -138,10 +138,26 @@ pub struct Replay {
 impl Replay {
     pub fn new(config: Config, options: ReplayOptions) -> Result<Self, ReplayError> {
         // The group's id, to read and commit its offsets; this consumer
-        // never subscribes, so it never joins the group.
-        let consumer: BaseConsumer = crate::kafka::consumer_config(&config).create().map_err(kafka("cannot create a consumer"))?;
+        // never subscribes, so it never joins the group. It reads offsets
+        // `read_uncommitted`: a read_committed OffsetFetch waits for
+        // pending transactional offset commits (a crashed exactly_once
+        // member leaves some until its transactions are aborted or time
+        // out), up to the transaction timeout. It reads no records.
+        let consumer: BaseConsumer = crate::kafka::consumer_config(&config)
+            .set("isolation.level", "read_uncommitted")
+            .create()
+            .map_err(kafka("cannot create a consumer"))?;
+        Ok(Self::with_consumer(config, options, consumer))
+    }
+
+    /// For `run`'s start-up check.
+    fn probe(config: Config) -> Result<Self, ReplayError> {
+        Self::new(config, ReplayOptions { target: Target::ShiftBy(0), partitions: Vec::new(), reset_state: false })
+    }
+
+    fn with_consumer(config: Config, options: ReplayOptions, consumer: BaseConsumer) -> Self {
         let changelog = config.changelog_topic();
-        Ok(Replay { config, options, consumer, changelog, timeout: Duration::from_secs(10) })
+        Replay { config, options, consumer, changelog, timeout: Duration::from_secs(10) }
     }
 
     /// Refuses while the group has members, under either group protocol
@@ -421,7 +437,7 @@ impl Replay {
 /// group's committed offsets away from orderly's checkpoints.
 pub fn check_external_resets(config: Config) -> Result<(), ReplayError> {
     let topic = config.kafka.input_topic.clone();
-    let replay = Replay::new(config, ReplayOptions { target: Target::ShiftBy(0), partitions: Vec::new(), reset_state: false })?;
+    let replay = Replay::probe(config)?;
     let resets = replay.external_resets()?;
     if resets.is_empty() {
         return Ok(());

@@ -33,10 +33,14 @@
 //!   offsets, with a fresh group id and store, the changelog and the outbox
 //!   on (defaults); (o) the same with the outbox off; (e) with the changelog
 //!   and the outbox off (each with a changelog of its own);
+//! * (x)  (c) with `processing.guarantee = "exactly_once"` (a Kafka
+//!   transaction per partition write-out; needs a broker with transactions:
+//!   `--bootstrap`, or the mock cluster); with `--rounds N`, (c) and (x)
+//!   alternate N times each;
 //! * (r)  restoring (c)'s changelog into a fresh store, a thread per
 //!   partition.
 //!
-//! Phases run in the order a, b, c, o, e, r, d whatever `--phases` says.
+//! Phases run in the order a, b, c, x, o, e, r, d whatever `--phases` says.
 //!
 //! "steady ev/s" counts from a phase's first record (for (c): its first
 //! batch), so it excludes connecting and joining the group. For (c) and (d)
@@ -144,9 +148,15 @@ pub struct Args {
     /// --phases says otherwise.
     #[arg(long, alias = "distinct-orders")]
     pub distinct_orders_rss: bool,
-    /// Which phases to run, comma-separated, of a,b,c,o,e,r,d (r needs c); they run in that order whatever the order given.
+    /// Which phases to run, comma-separated, of a,b,c,x,o,e,r,d (r needs c;
+    /// x is c in exactly_once, not run unless named); they run in that order
+    /// whatever the order given.
     #[arg(long)]
     pub phases: Option<String>,
+    /// Run (c) and (x) alternately this many times each (c, x, c, x, ...):
+    /// the guarantees compared in one run; repeats report as c2, x2, ...
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Partitions of the input topic (default 4; on the mock cluster raised
     /// to what the workload needs, as it keeps only 5 MiB per partition).
     #[arg(long)]
@@ -299,20 +309,31 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     // (c) before (d): (d) holds every decoded event in memory, and an
     // allocator keeps some of what is freed, which would count towards (c)'s
     // peak RSS if (c) ran after it.
-    if run("c") {
-        trim_heap();
-        let (phase, f) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, true))?;
-        out_phases.push(phase);
-        full = Some(f);
+    // (c) and (x) alternate, --rounds times: the two guarantees measured in
+    // one run, on the same topic and broker.
+    for round in 0..args.rounds.max(1) {
+        if run("c") {
+            trim_heap();
+            let (phase, f) =
+                runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, true, false, round))?;
+            out_phases.push(phase);
+            full.get_or_insert(f);
+        }
+        if run("x") {
+            trim_heap();
+            let (phase, _) =
+                runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, true, true, round))?;
+            out_phases.push(phase);
+        }
     }
     if run("o") {
         trim_heap();
-        let (phase, _) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, false))?;
+        let (phase, _) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, false, false, 0))?;
         out_phases.push(phase);
     }
     if run("e") {
         trim_heap();
-        let (phase, _) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, false, false))?;
+        let (phase, _) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, false, false, false, 0))?;
         out_phases.push(phase);
     }
     if run("r") {

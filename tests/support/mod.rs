@@ -216,9 +216,13 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 }
 
 /// The group's committed offsets for `partitions` of `topic` (-1 when none).
+/// Read `read_uncommitted`: a read_committed consumer's OffsetFetch waits
+/// for pending transactional offset commits (exactly_once commits one every
+/// write-out) and times out; this one reads the last committed ones.
 pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
+        .set("isolation.level", "read_uncommitted")
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()

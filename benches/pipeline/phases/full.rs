@@ -66,7 +66,10 @@ pub fn changelog_topic(load: &LoadInfo) -> String {
 }
 
 /// (c) with the changelog (or (e) without): the full processor, fresh group
-/// and store, until the store covers the ends.
+/// and store, until the store covers the ends. `exactly_once`: (x), (c) in
+/// `processing.guarantee = "exactly_once"`. `round` > 0: a repeat of the
+/// phase (`--rounds`), with a changelog of its own.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     args: &Args,
     load: &LoadInfo,
@@ -75,10 +78,13 @@ pub async fn run(
     timeout: Duration,
     changelog: bool,
     outbox: bool,
+    exactly_once: bool,
+    round: usize,
 ) -> anyhow::Result<(Phase, FullPipeline)> {
-    let (key, name) = match (changelog, outbox) {
-        (true, true) => ("c", "full orderly Processor (durable, changelog and outbox on)"),
-        (true, false) => ("o", "full orderly Processor (durable, changelog on, outbox off)"),
+    let (key, name) = match (changelog, outbox, exactly_once) {
+        (true, true, true) => ("x", "full orderly Processor, exactly_once (transactions; changelog and outbox on)"),
+        (true, true, false) => ("c", "full orderly Processor (durable, changelog and outbox on)"),
+        (true, false, _) => ("o", "full orderly Processor (durable, changelog on, outbox off)"),
         _ => ("e", "full orderly Processor (durable, changelog and outbox off)"),
     };
     let dir = tempfile::Builder::new().prefix("orderly-bench-c-").tempdir()?;
@@ -91,11 +97,14 @@ pub async fn run(
     config.kafka.dlq_topic = load.dlq_topic.clone();
     // Each phase its own changelog: a fresh store finding another phase's
     // changelog would restore from it instead of processing.
-    config.kafka.changelog_topic = match (changelog, key) {
-        (false, _) => String::new(),
-        (true, "c") => changelog_topic(load),
-        (true, other) => format!("{}-{other}", changelog_topic(load)),
+    config.kafka.changelog_topic = match (changelog, key, round) {
+        (false, _, _) => String::new(),
+        (true, "c", 0) => changelog_topic(load),
+        (true, other, round) => format!("{}-{other}{round}", changelog_topic(load)),
     };
+    if exactly_once {
+        config.processing.guarantee = orderly::config::Guarantee::ExactlyOnce;
+    }
     config.kafka.output_topic = if outbox { format!("{}-status", load.topic) } else { String::new() };
     config.store.path = store_path.clone();
     if let Some(ms) = args.commit_interval_ms {
@@ -195,6 +204,8 @@ pub async fn run(
     let load_out = http_load.map(|l| l.join());
     let progress = watcher.join().map_err(|_| anyhow!("the watcher thread panicked"))?;
     let report: RunReport = result?;
+    // A repeated round reports as c2, x2, ...
+    let key: &'static str = if round == 0 { key } else { Box::leak(format!("{key}{}", round + 1).into_boxed_str()) };
     let mut phase = meter.finish(key, name, 0);
     let timed_out = progress.covered_at.is_none();
     let total_seconds = progress.covered_at.unwrap_or_else(|| started.elapsed()).as_secs_f64();
