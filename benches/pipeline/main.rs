@@ -316,13 +316,19 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
             trim_heap();
             let (phase, f) =
                 runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, true, false, round))?;
+            if round > 0 && !f.counters_match_expected {
+                bail!("({}) counters {:?} differ from the expected ones: no rate reported", phase.key, f.counters);
+            }
             out_phases.push(phase);
             full.get_or_insert(f);
         }
         if run("x") {
             trim_heap();
-            let (phase, _) =
+            let (phase, f) =
                 runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, true, true, round))?;
+            if !f.counters_match_expected {
+                bail!("({}) counters {:?} differ from the expected ones: no rate reported", phase.key, f.counters);
+            }
             out_phases.push(phase);
         }
     }

@@ -147,9 +147,19 @@ fn kafka_tools_describe_the_group_and_an_outside_offset_reset_is_refused() {
     assert!(out.status.success(), "reset-offsets: {}\n{}", text(&out.stdout), text(&out.stderr));
     let reset = committed_with_metadata(&world);
     assert!(reset.values().all(|(o, m)| *o == 0 && m.is_empty()), "the tool committed 0 without metadata: {reset:?}");
-    let refused = a.command(&["run"]).env("RUST_LOG", "warn").output().expect("orderly run");
-    let stderr = text(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(9), "refused with exit 9\n{stderr}");
+    let refused_log = a.dir.path().join("refused.log");
+    let log_file = std::fs::File::create(&refused_log).expect("log file");
+    let mut refused = a
+        .command(&["run"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .spawn()
+        .expect("orderly run");
+    let status = wait_exit(&mut refused, Duration::from_secs(60));
+    let stderr = std::fs::read_to_string(&refused_log).unwrap_or_default();
+    assert_eq!(status.and_then(|s| s.code()), Some(9), "refused with exit 9 (not left running)\n{stderr}");
     assert!(stderr.contains("kafka-consumer-groups") && stderr.contains("orderly replay"), "says what to do: {stderr}");
     for partition in 0..PARTITIONS {
         assert!(stderr.contains(&format!("partition {partition} committed at 0, checkpoint at {}", ends[&partition])), "{stderr}");
