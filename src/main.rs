@@ -71,6 +71,8 @@ Exit codes:
   6  no store at store.path (state get, dump, stats only read a store; they never create one)
   7  demo: the results disagree with the generator's expectation
   8  replay: refused, the group has active members (stop every instance first)
+  9  run: refused, the group's offsets were moved outside orderly (kafka-consumer-groups
+     --reset-offsets); move them with orderly replay instead (the message says how)
 
 Configuration: config/default.toml (compiled in), then --config FILE, then ORDERLY_<SECTION>__<KEY>
 variables (ORDERLY_KAFKA__LIBRDKAFKA__<NAME> for librdkafka settings, `_` read as `.`).
@@ -203,8 +205,9 @@ enum Command {
 enum ConfigCommand {
     /// Print the effective configuration (defaults, then --config, then ORDERLY_* variables) as TOML, secrets redacted
     Show,
-    /// Validate the configuration, then check the store directory, the broker, the input and dead-letter topics
-    /// and the schema registry, one line each; exits 4 at the first failure
+    /// Validate the configuration, then check the store directory, the HTTP address, the broker, the input and
+    /// dead-letter topics, the changelog and output topics and the schema registry, one line each; exits 4 at the
+    /// first failure
     Check {
         /// How long to wait for the broker's metadata, per check
         #[arg(long, value_name = "MS", default_value_t = 5000)]
@@ -267,6 +270,12 @@ struct WorkloadArgs {
     /// Seed of the generator: the same seed gives the same records
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Prefix of the order ids (`<PREFIX>-00000001`, ...). Default
+    /// `order-s<SEED>`: runs with different seeds never share an order, so a
+    /// second run against the same topic adds new orders instead of stale
+    /// events; give the same prefix (and seed) to re-send the same orders
+    #[arg(long, value_name = "PREFIX")]
+    order_prefix: Option<String>,
 }
 
 impl WorkloadArgs {
@@ -291,6 +300,7 @@ impl WorkloadArgs {
             reorder_rate: self.reorder_rate,
             poison_rate: self.poison_rate,
             v1_share: self.v1_share,
+            order_prefix: self.order_prefix.clone().unwrap_or_else(|| format!("order-s{}", self.seed)),
             ..Default::default()
         })
     }
@@ -426,12 +436,34 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             }
             refuse_external_resets(&config).await?;
             let http = config.http_address()?;
+            let input_topic = config.kafka.input_topic.clone();
+            let kept = store.clone();
             let mut processor = Processor::new(config, store, registry);
             if let Some(address) = http {
                 processor = processor.with_http(orderly::http::bind(address)?);
             }
             let report = processor.run(shutdown).await?;
-            tracing::info!(applied = report.applied, duplicates = report.duplicates, stale = report.stale, dead_lettered = report.dead_lettered, "exiting");
+            // This run's decisions, and what the store holds over every run
+            // (the durable counters of this instance's checkpoints).
+            let mut held = orderly::store::Checkpoint::default();
+            for (_, _, c) in kept.checkpoints().unwrap_or_default().into_iter().filter(|(t, _, _)| *t == input_topic) {
+                held.applied += c.applied;
+                held.duplicates += c.duplicates;
+                held.stale += c.stale;
+                held.dead_lettered += c.dead_lettered;
+            }
+            tracing::info!(
+                "exiting: this run decided applied={} duplicates={} stale={} dead_lettered={}; this store holds, over all runs, \
+                 applied={} duplicates={} stale={} dead_lettered={}",
+                report.applied,
+                report.duplicates,
+                report.stale,
+                report.dead_lettered,
+                held.applied,
+                held.duplicates,
+                held.stale,
+                held.dead_lettered
+            );
             Ok(Exit::Success)
         }
         Command::Replay { to_earliest, to_latest, to_offset, to_datetime, shift_by, partitions, reset_state, dry_run, json } => {

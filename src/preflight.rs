@@ -2,8 +2,8 @@
 //! line, and what `run` can verify before it joins the group. Each check says
 //! what it found or, when it fails, what to do.
 //!
-//! Order of [`check_all`]: store directory, broker, input topic, dead-letter
-//! topic, schema registry. It stops at the first failure (the later checks
+//! Order of [`check_all`]: store directory, HTTP address, broker, input
+//! topic, dead-letter topic, changelog, output topic, schema registry. It stops at the first failure (the later checks
 //! depend on the earlier ones, and the operator fixes one thing at a time).
 
 use std::error::Error;
@@ -73,6 +73,7 @@ pub async fn check_all_reporting(config: &Config, timeout: Duration, mut report:
         && push(check_input_topic(config, timeout).await, &mut checks)
         && push(check_dlq_topic(config, timeout).await, &mut checks)
         && push(check_changelog_topic(config, timeout).await, &mut checks)
+        && push(check_output_topic(config, timeout).await, &mut checks)
         && push(check_registry(config).await, &mut checks);
     checks
 }
@@ -213,6 +214,42 @@ pub async fn check_changelog_topic(config: &Config, timeout: Duration) -> Check 
             format!("{topic} does not exist yet; `orderly run` creates it ({input} partitions, cleanup.policy=compact)"),
         ),
         Err(e) => Check::fail("changelog", format!("cannot describe {topic}: {e}")),
+    }
+}
+
+/// The output topic (the outbox's status changes): off, or present with at
+/// least the input topic's partition count (each input partition publishes
+/// into its own number). orderly never creates it.
+pub async fn check_output_topic(config: &Config, timeout: Duration) -> Check {
+    let Some(topic) = config.output_topic() else {
+        return Check::ok("output topic", "off (kafka.output_topic = \"\"): no status changes are published");
+    };
+    let input = match topic_partitions(config, &config.kafka.input_topic, timeout).await {
+        Ok(Some(n)) => n,
+        Ok(None) => return Check::fail("output topic", format!("the input topic {} does not exist", config.kafka.input_topic)),
+        Err(e) => return Check::fail("output topic", format!("cannot describe {}: {e}", config.kafka.input_topic)),
+    };
+    match topic_partitions(config, &topic, timeout).await {
+        Ok(Some(n)) if n >= input => Check::ok("output topic", format!("{topic}: {n} partition(s)")),
+        Ok(Some(n)) => Check::fail(
+            "output topic",
+            format!(
+                "{topic} has {n} partition(s), fewer than the input topic's {input}: status changes of input partition P \
+                 go to its partition P; add partitions (kafka-topics.sh --bootstrap-server {} --alter --topic {topic} \
+                 --partitions {input}) or set kafka.output_topic",
+                config.kafka.bootstrap_servers
+            ),
+        ),
+        Ok(None) => Check::fail(
+            "output topic",
+            format!(
+                "{topic} does not exist: create it before `orderly run` (status changes are published there), e.g. \
+                 kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions {input}; or set \
+                 kafka.output_topic = \"\" to turn the outbox off",
+                config.kafka.bootstrap_servers
+            ),
+        ),
+        Err(e) => Check::fail("output topic", format!("cannot describe {topic}: {e}")),
     }
 }
 

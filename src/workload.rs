@@ -37,6 +37,13 @@ pub struct WorkloadSpec {
     /// How event ids are written.
     #[serde(default)]
     pub id_format: IdFormat,
+    /// Order ids are `<order_prefix>-<index, 8 digits>`.
+    #[serde(default = "default_order_prefix")]
+    pub order_prefix: String,
+}
+
+fn default_order_prefix() -> String {
+    "order".into()
 }
 
 impl Default for WorkloadSpec {
@@ -51,6 +58,7 @@ impl Default for WorkloadSpec {
             events_per_order: None,
             shape: Shape::default(),
             id_format: IdFormat::default(),
+            order_prefix: default_order_prefix(),
         }
     }
 }
@@ -156,7 +164,7 @@ pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord
             Some(n) => long_lifecycle(n),
             None => lifecycle(&mut rng),
         };
-        let order_id = format!("order-{:08}", index);
+        let order_id = format!("{}-{:08}", spec.order_prefix, index);
         let currency = ["EUR", "USD", "GBP", "JPY"][rng.gen_range(0..4)].to_string();
         let amount = rng.gen_range(100..500_000i64);
         let start = rng.gen_range(0.0..horizon);
@@ -407,6 +415,15 @@ mod tests {
         let mid = median(spans(&events, expected.records));
         assert!(mid < 0.2, "median span {mid}");
         assert!(events.iter().all(|(_, e)| e.event_id.len() == 36 && uuid::Uuid::try_parse(&e.event_id).is_ok()));
+    }
+
+    #[test]
+    fn the_order_prefix_names_every_order() {
+        let encoder = Encoder::with_ids(1, 2);
+        let (_, a) = plan(&WorkloadSpec { orders: 50, order_prefix: "order-s1".into(), ..Default::default() }, &encoder).unwrap();
+        let (_, b) = plan(&WorkloadSpec { orders: 50, order_prefix: "order-s2".into(), ..Default::default() }, &encoder).unwrap();
+        assert!(a.states.keys().all(|k| k.starts_with("order-s1-")), "{:?}", a.states.keys().next());
+        assert!(a.states.keys().all(|k| !b.states.contains_key(k)), "two prefixes share no order");
     }
 
     #[test]

@@ -262,6 +262,14 @@ fn config_check_probes_topics_and_registry() {
     assert!(dlq_line.starts_with("FAIL") && dlq_line.contains(&dlq) && dlq_line.contains("create"), "{stdout}");
 
     cluster.create_topic(&dlq, 1, 1).expect("create dlq topic");
+    // The output topic (default orders.status) is missing: a hidden
+    // prerequisite until config check named it.
+    let out = check(&registry.url);
+    let stdout = text(&out.stdout);
+    assert_eq!(code(&out), EXIT_CHECK_FAILED, "missing output topic: {stdout}");
+    let output_line = line(&stdout, "output topic");
+    assert!(output_line.starts_with("FAIL") && output_line.contains("orders.status") && output_line.contains("--create"), "{stdout}");
+    cluster.create_topic("orders.status", 3, 1).expect("create output topic");
     let not_registry = http_subjects(StatusCode::NOT_FOUND, "<html>no such page</html>");
     let out = check(&not_registry.url);
     let stdout = text(&out.stdout);
@@ -279,10 +287,12 @@ fn config_check_probes_topics_and_registry() {
     let registry_line = line(&stdout, "registry");
     assert!(registry_line.starts_with("FAIL") && registry_line.contains("not a JSON array"), "{stdout}");
 
+
     let out = check(&registry.url);
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), 0, "all pass: {stdout}\n{}", text(&out.stderr));
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 8, "config, store, http, broker, topics, changelog, registry: {stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 9, "config, store, http, broker, topics, changelog, output, registry: {stdout}");
+    assert!(line(&stdout, "output topic").contains("orders.status: 3 partition(s)"), "{stdout}");
     let changelog_line = line(&stdout, "changelog");
     assert!(changelog_line.contains("does not exist yet") && changelog_line.contains("3 partitions"), "{stdout}");
 }
@@ -296,7 +306,7 @@ fn help_lists_distinct_exit_codes() {
     let help = text(&out.stdout);
     let table: Vec<&str> = help.lines().skip_while(|l| !l.starts_with("Exit codes")).skip(1).take_while(|l| !l.trim().is_empty()).collect();
     let codes: Vec<u8> = table.iter().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
-    assert_eq!(codes, (0..=8).collect::<Vec<u8>>(), "{help}");
+    assert_eq!(codes, (0..=9).collect::<Vec<u8>>(), "{help}");
     assert!(table[2].contains("usage"), "{help}");
     let out = orderly(&["no-such-command"]).output().expect("run");
     assert_eq!(code(&out), 2);

@@ -46,6 +46,9 @@ pub struct Backlog {
     pub oldest_age_ms: AtomicU64,
     /// Records the broker acknowledged.
     pub published: AtomicU64,
+    /// The last publish failed (a missing or refusing output topic):
+    /// readiness and the status page say so until one succeeds.
+    pub failing: std::sync::atomic::AtomicBool,
 }
 
 /// What a relay needs.
@@ -132,6 +135,7 @@ impl Relay {
                         *floor.insert(found)
                     }
                     Err(error) => {
+                        self.backlog.failing.store(true, Ordering::Relaxed);
                         if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                             warn!(partition = self.partition, topic = %self.topic, %error, "cannot read the output topic back; retrying");
                             last_warn = Some(Instant::now());
@@ -147,6 +151,7 @@ impl Relay {
                 None => match self.read_back(Some((records[0].epoch, after))).await {
                     Ok((_, set)) => set,
                     Err(error) => {
+                        self.backlog.failing.store(true, Ordering::Relaxed);
                         warn!(partition = self.partition, topic = %self.topic, %error, "cannot read the output topic back; retrying");
                         tokio::time::sleep(crate::processor::jitter(backoff)).await;
                         backoff = (backoff * 2).min(Duration::from_secs(10));
@@ -158,8 +163,10 @@ impl Relay {
                 Ok(()) => {
                     backoff = Duration::from_millis(100);
                     landed = Some(HashSet::new());
+                    self.backlog.failing.store(false, Ordering::Relaxed);
                 }
                 Err(error) => {
+                    self.backlog.failing.store(true, Ordering::Relaxed);
                     if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                         warn!(
                             partition = self.partition,

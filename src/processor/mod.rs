@@ -370,7 +370,19 @@ impl Processor {
             restored_records: t.restored_records.load(Ordering::Relaxed),
             restore_seconds: c.restore_micros.load(Ordering::Relaxed) as f64 / 1e6,
         };
-        info!(?report, "stopped cleanly");
+        info!(
+            decided = report.applied + report.duplicates + report.stale + report.dead_lettered,
+            applied = report.applied,
+            duplicates = report.duplicates,
+            stale = report.stale,
+            dead_lettered = report.dead_lettered,
+            batches = report.batches,
+            write_outs = report.write_outs,
+            flushes = report.flushes,
+            first_to_last_batch_s = format!("{:.1}", report.decide_seconds),
+            restored_records = report.restored_records,
+            "stopped cleanly; these figures are this run's (the store's durable totals follow on the exit line)"
+        );
         Ok(report)
     }
 }
@@ -422,7 +434,14 @@ fn poll_loop(
                 Ok(())
             }
         };
-        match shared.dead_letters.check_topic(Duration::from_secs(10)).map_err(|e| e.to_string()).and(changelog.map_err(|e| e.to_string())) {
+        let output = check_output_topic(&shared, &consumer);
+        match shared
+            .dead_letters
+            .check_topic(Duration::from_secs(10))
+            .map_err(|e| e.to_string())
+            .and(changelog.map_err(|e| e.to_string()))
+            .and(output)
+        {
             Err(e) => shared.fatal(e),
             Ok(()) => {
                 if let Err(e) = consumer.subscribe(&[&topic]) {
@@ -509,6 +528,41 @@ fn refresh_rate(shared: &Shared, window: &mut std::collections::VecDeque<(Instan
         let seconds = last.0.saturating_duration_since(first.0).as_secs_f64();
         telemetry.set_rate(if seconds > 0.0 { (last.1 - first.1) as f64 / seconds } else { 0.0 });
     }
+}
+
+/// The output topic at start-up (outbox on): missing is an error in
+/// exactly_once (every transaction would fail), a warning naming the fix in
+/// at_least_once (status changes wait in the outbox until it exists; the
+/// input goes on).
+fn check_output_topic(shared: &Shared, consumer: &BaseConsumer<OrderlyContext>) -> Result<(), String> {
+    let Some(setup) = &shared.outbox else { return Ok(()) };
+    let topic = &setup.topic;
+    // All topics: a metadata request naming a missing topic may create it.
+    let exists = match consumer.fetch_metadata(None, Duration::from_secs(10)) {
+        Ok(metadata) => metadata.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()),
+        Err(error) => {
+            warn!(%error, topic = %topic, "cannot read cluster metadata to check the output topic");
+            return Ok(());
+        }
+    };
+    if exists {
+        return Ok(());
+    }
+    let create = format!(
+        "kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions <the input topic's>",
+        shared.config.kafka.bootstrap_servers
+    );
+    if shared.config.processing.guarantee == crate::config::Guarantee::ExactlyOnce {
+        return Err(format!(
+            "output topic {topic} does not exist, and in exactly_once every write-out's transaction publishes to it: \
+             create it ({create}) or set kafka.output_topic = \"\""
+        ));
+    }
+    warn!(
+        topic = %topic,
+        "output topic does not exist: status changes wait in the outbox (its backlog grows) until it is created ({create}); the input goes on"
+    );
+    Ok(())
 }
 
 /// The progress lines: restoring partitions, the outbox backlog, totals.

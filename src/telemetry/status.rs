@@ -130,6 +130,13 @@ pub fn not_ready(t: &Telemetry) -> Option<String> {
             }
             Phase::Draining => return Some(format!("partition {} is draining (being released)", p.partition)),
         }
+        if p.outbox.get().is_some_and(|b| b.failing.load(Ordering::Relaxed)) {
+            return Some(format!(
+                "partition {}'s outbox relay cannot publish to the output topic (missing or refusing; see the log); \
+                 status changes wait in the outbox",
+                p.partition
+            ));
+        }
     }
     None
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use orderly::workload::WorkloadSpec;
 
+use crate::observe::http_get;
 use crate::required_env;
 use crate::support::{end_offsets, signal, wait_exit, wait_until, Reaper};
 use crate::world::{tail, World};
@@ -22,8 +23,18 @@ fn an_unavailable_output_topic_holds_the_backlog_not_the_input() {
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
 
     let mut run = reaper.watch(instance.spawn_run(None));
+    let address = instance.wait_http(0);
     let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);
     assert!(caught_up, "the input is processed without the output topic\n{}", tail(&instance.log()));
+    // Readiness (and the status page, from the same reason) tells of a
+    // relay that cannot publish, instead of a green READY.
+    let mut answer = (0, String::new());
+    let unready = wait_until(Duration::from_secs(60), || {
+        answer = http_get(&address, "/readyz").unwrap_or_default();
+        answer.0 == 503 && answer.1.contains("outbox relay cannot publish")
+    });
+    assert!(unready, "/readyz while the output topic is missing: {answer:?}");
+    assert!(instance.log().contains("output topic does not exist"), "named at start-up\n{}", tail(&instance.log()));
     signal(&run, "TERM");
     assert!(wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", tail(&instance.log()));
     let stats = instance.stats();
@@ -42,6 +53,9 @@ fn an_unavailable_output_topic_holds_the_backlog_not_the_input() {
         world.outbox_records().values().map(Vec::len).sum::<usize>() >= expected.status_changes.len()
     });
     assert!(drained, "the backlog is published once the topic exists\n{}", tail(&instance.log()));
+    let address = instance.wait_http(1);
+    let ready = wait_until(Duration::from_secs(60), || http_get(&address, "/readyz").is_ok_and(|(s, _)| s == 200));
+    assert!(ready, "ready once the relay publishes\n{}", tail(&instance.log()));
     signal(&run, "TERM");
     assert!(wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", tail(&instance.log()));
     assert_eq!(instance.stats()["totals"]["outbox_pending"].as_u64(), Some(0), "the backlog drained to zero");
