@@ -174,6 +174,12 @@ impl PartitionTask {
                         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                             break;
                         }
+                        // Idle: take the relay's progress, so records it
+                        // published leave the outbox (and its backlog) at the
+                        // next write-out even when no input comes.
+                        if batch.is_empty() && !self.state.has_unwritten() {
+                            self.collect_published();
+                        }
                     }
                 }
             }
