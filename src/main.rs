@@ -308,9 +308,11 @@ impl WorkloadArgs {
 
 #[derive(Subcommand)]
 enum StateCommand {
-    /// One order's state
+    /// One order's state, from the local store (with `run` stopped: the store opens in one process at a time; ask a running one at /state/ORDER_ID)
     Get {
+        /// The order's id (the input records' key)
         order_id: String,
+        /// Print the state as one JSON object instead of a table
         #[arg(long)]
         json: bool,
     },
@@ -318,6 +320,7 @@ enum StateCommand {
     Dump,
     /// Per-partition next offset and counters, and totals
     Stats {
+        /// Print one JSON object (per partition and totals) instead of a table
         #[arg(long)]
         json: bool,
     },

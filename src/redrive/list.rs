@@ -67,7 +67,7 @@ impl Listing {
         use std::fmt::Write;
         let mut out = String::new();
         if self.total == 0 {
-            let _ = writeln!(out, "no dead letters in {} ({} partitions)", self.topic, self.partitions);
+            let _ = writeln!(out, "no dead letters in {} ({} partition{})", self.topic, self.partitions, if self.partitions == 1 { "" } else { "s" });
             return out;
         }
         let dash = || "-".to_string();
@@ -94,8 +94,13 @@ impl Listing {
         let shown = if self.letters.len() < self.total { format!("; the newest {} shown", self.letters.len()) } else { String::new() };
         let _ = writeln!(
             out,
-            "{} dead letters in {} ({} partitions), {} re-driven{shown}",
-            self.total, self.topic, self.partitions, self.redriven
+            "{} dead letter{} in {} ({} partition{}), {} re-driven{shown}",
+            self.total,
+            if self.total == 1 { "" } else { "s" },
+            self.topic,
+            self.partitions,
+            if self.partitions == 1 { "" } else { "s" },
+            self.redriven
         );
         out
     }
