@@ -205,6 +205,30 @@ pub fn commit_list(topic: &str, offsets: impl IntoIterator<Item = (i32, i64)>) -
     Ok(tpl)
 }
 
+/// Hands `record` to librdkafka, waiting 5 ms at a time while its queue is
+/// full; any other error is returned. The future resolves on delivery.
+pub async fn send_when_queued<K, P, C>(
+    producer: &rdkafka::producer::FutureProducer<C>,
+    mut record: rdkafka::producer::FutureRecord<'_, K, P>,
+) -> Result<rdkafka::producer::DeliveryFuture, rdkafka::error::KafkaError>
+where
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+    C: rdkafka::client::ClientContext + 'static,
+{
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    loop {
+        match producer.send_result(record) {
+            Ok(ack) => return Ok(ack),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                record = back;
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            Err((cause, _)) => return Err(cause),
+        }
+    }
+}
+
 /// The value of a record's header `name` (the first one), if any.
 pub fn header<'m>(message: &'m rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<&'m [u8]> {
     use rdkafka::message::{Headers, Message};

@@ -195,10 +195,9 @@ pub async fn check_changelog_topic(config: &Config, timeout: Duration) -> Check 
     let Some(topic) = config.changelog_topic() else {
         return Check::ok("changelog", "off (kafka.changelog_topic = \"\"): run a single instance only");
     };
-    let input = match topic_partitions(config, &config.kafka.input_topic, timeout).await {
-        Ok(Some(n)) => n,
-        Ok(None) => return Check::fail("changelog", format!("the input topic {} does not exist", config.kafka.input_topic)),
-        Err(e) => return Check::fail("changelog", format!("cannot describe {}: {e}", config.kafka.input_topic)),
+    let input = match input_partitions(config, timeout, "changelog").await {
+        Ok(n) => n,
+        Err(failed) => return failed,
     };
     match topic_partitions(config, &topic, timeout).await {
         Ok(Some(n)) if n == input => Check::ok("changelog", format!("{topic}: {n} partition(s), as the input topic")),
@@ -217,6 +216,15 @@ pub async fn check_changelog_topic(config: &Config, timeout: Duration) -> Check 
     }
 }
 
+/// The input topic's partition count, or the failed check `name` reports.
+async fn input_partitions(config: &Config, timeout: Duration, name: &'static str) -> Result<usize, Check> {
+    match topic_partitions(config, &config.kafka.input_topic, timeout).await {
+        Ok(Some(n)) => Ok(n),
+        Ok(None) => Err(Check::fail(name, format!("the input topic {} does not exist", config.kafka.input_topic))),
+        Err(e) => Err(Check::fail(name, format!("cannot describe {}: {e}", config.kafka.input_topic))),
+    }
+}
+
 /// The output topic (the outbox's status changes): off, or present with at
 /// least the input topic's partition count (each input partition publishes
 /// into its own number). orderly never creates it.
@@ -224,10 +232,9 @@ pub async fn check_output_topic(config: &Config, timeout: Duration) -> Check {
     let Some(topic) = config.output_topic() else {
         return Check::ok("output topic", "off (kafka.output_topic = \"\"): no status changes are published");
     };
-    let input = match topic_partitions(config, &config.kafka.input_topic, timeout).await {
-        Ok(Some(n)) => n,
-        Ok(None) => return Check::fail("output topic", format!("the input topic {} does not exist", config.kafka.input_topic)),
-        Err(e) => return Check::fail("output topic", format!("cannot describe {}: {e}", config.kafka.input_topic)),
+    let input = match input_partitions(config, timeout, "output topic").await {
+        Ok(n) => n,
+        Err(failed) => return failed,
     };
     match topic_partitions(config, &topic, timeout).await {
         Ok(Some(n)) if n >= input => Check::ok("output topic", format!("{topic}: {n} partition(s)")),

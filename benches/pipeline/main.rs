@@ -270,6 +270,7 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         events_per_order: Some(events_per_order),
         shape: args.shape,
         id_format: args.event_id_format(),
+        order_prefix: "order".into(),
     };
     let topic = format!("orderly-bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     eprintln!(

@@ -1,9 +1,8 @@
 //! Produces a write-out's changes to the changelog and waits until the
 //! broker acknowledged every one of them, the checkpoint record last.
 
-use std::time::Duration;
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
@@ -93,18 +92,9 @@ impl ChangelogWriter {
     async fn enqueue(
         &self,
         partition: i32,
-        mut record: FutureRecord<'_, [u8], [u8]>,
+        record: FutureRecord<'_, [u8], [u8]>,
     ) -> Result<rdkafka::producer::DeliveryFuture, ChangelogError> {
-        loop {
-            match self.producer.send_result(record) {
-                Ok(ack) => return Ok(ack),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err((cause, _)) => return Err(self.produce_error(partition, cause)),
-            }
-        }
+        crate::kafka::send_when_queued(&self.producer, record).await.map_err(|cause| self.produce_error(partition, cause))
     }
 
     fn produce_error(&self, partition: i32, cause: KafkaError) -> ChangelogError {

@@ -48,6 +48,19 @@ pub struct OutboxRecord {
 /// The `event_id` of the status change an event caused: XXH3-128 of the
 /// source `event_id`, written as a UUID. The same source event always gives
 /// the same id, whoever re-emits it.
+/// The headers of a status change on the output topic: its source topic,
+/// input partition, source offset and epoch (`orderly.source.*`,
+/// `orderly.epoch`).
+pub fn status_headers(source_topic: &str, partition: i32, record: &OutboxRecord) -> rdkafka::message::OwnedHeaders {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let (partition, offset, epoch) = (partition.to_string(), record.source_offset.to_string(), record.epoch.to_string());
+    OwnedHeaders::new_with_capacity(4)
+        .insert(Header { key: crate::processor::HEADER_TOPIC, value: Some(source_topic) })
+        .insert(Header { key: crate::processor::HEADER_PARTITION, value: Some(partition.as_str()) })
+        .insert(Header { key: crate::processor::HEADER_OFFSET, value: Some(offset.as_str()) })
+        .insert(Header { key: crate::changelog::HEADER_EPOCH, value: Some(epoch.as_str()) })
+}
+
 pub fn status_event_id(source_event_id: &str) -> String {
     let hash = xxhash_rust::xxh3::xxh3_128_with_seed(source_event_id.as_bytes(), 0x6f72_6465_726c_7921);
     uuid::Uuid::from_u128(hash).hyphenated().to_string()

@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
@@ -206,7 +205,6 @@ impl Relay {
         landed: &HashSet<(u32, i64)>,
     ) -> Result<(), String> {
         let mut acks = Vec::with_capacity(records.len());
-        let partition_text = self.partition.to_string();
         for record in records {
             let key = (record.epoch, record.source_offset);
             if published_before.is_some_and(|floor| key <= floor) || landed.contains(&key) {
@@ -216,27 +214,12 @@ impl Relay {
                 continue;
             }
             let payload = self.encoder.encode(record).map_err(|e| e.to_string())?;
-            let (offset_text, epoch_text) = (record.source_offset.to_string(), record.epoch.to_string());
-            let headers = OwnedHeaders::new_with_capacity(4)
-                .insert(Header { key: HEADER_TOPIC, value: Some(self.source_topic.as_str()) })
-                .insert(Header { key: HEADER_PARTITION, value: Some(partition_text.as_str()) })
-                .insert(Header { key: HEADER_OFFSET, value: Some(offset_text.as_str()) })
-                .insert(Header { key: HEADER_EPOCH, value: Some(epoch_text.as_str()) });
-            let mut message = FutureRecord::<str, Vec<u8>>::to(&self.topic)
+            let message = FutureRecord::<str, Vec<u8>>::to(&self.topic)
                 .partition(self.partition)
                 .key(record.order_id.as_str())
                 .payload(&payload)
-                .headers(headers);
-            let ack = loop {
-                match producer.send_result(message) {
-                    Ok(ack) => break ack,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        message = back;
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                    Err((error, _)) => return Err(error.to_string()),
-                }
-            };
+                .headers(super::status_headers(&self.source_topic, self.partition, record));
+            let ack = crate::kafka::send_when_queued(producer, message).await.map_err(|e| e.to_string())?;
             acks.push((record.source_offset, ack));
         }
         for (source_offset, ack) in acks {
@@ -342,6 +325,7 @@ fn read_back(config: &Config, topic: &str, source: &str, partition: i32, down_to
 mod tests {
     use std::time::Duration;
 
+    use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::mocking::MockCluster;
     use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
 

@@ -31,7 +31,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tracing::{info, warn};
 
-use super::dlq::{letter_record, HeldLetter, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use super::dlq::{letter_record, HeldLetter};
 use crate::changelog::{HEADER_COVERS, HEADER_EPOCH};
 use crate::config::Config;
 use crate::fault::{self, Point};
@@ -198,44 +198,28 @@ impl TxnWriter {
             .headers(headers);
         let checkpoint_ack = self.send(record).await?;
         if let Some((topic, encoder)) = &self.output {
-            let partition_text = self.partition.to_string();
             for status in round.status {
                 let payload = encoder.encode(status).map_err(|e| {
                     warn!(partition = self.partition, error = %e, "cannot encode a status change");
                     KafkaError::MessageProduction(RDKafkaErrorCode::InvalidMessage)
                 })?;
-                let (offset, epoch) = (status.source_offset.to_string(), status.epoch.to_string());
-                let headers = OwnedHeaders::new_with_capacity(4)
-                    .insert(Header { key: HEADER_TOPIC, value: Some(self.source_topic.as_str()) })
-                    .insert(Header { key: HEADER_PARTITION, value: Some(partition_text.as_str()) })
-                    .insert(Header { key: HEADER_OFFSET, value: Some(offset.as_str()) })
-                    .insert(Header { key: HEADER_EPOCH, value: Some(epoch.as_str()) });
                 let record = FutureRecord::<str, Vec<u8>>::to(topic)
                     .partition(self.partition)
                     .key(status.order_id.as_str())
                     .payload(&payload)
-                    .headers(headers);
+                    .headers(crate::outbox::status_headers(&self.source_topic, self.partition, status));
                 acks.push(self.send(record).await?);
             }
         }
         Ok((acks, checkpoint_ack))
     }
 
-    async fn send<K, P>(&self, mut record: FutureRecord<'_, K, P>) -> Result<DeliveryFuture, KafkaError>
+    async fn send<K, P>(&self, record: FutureRecord<'_, K, P>) -> Result<DeliveryFuture, KafkaError>
     where
         K: rdkafka::message::ToBytes + ?Sized,
         P: rdkafka::message::ToBytes + ?Sized,
     {
-        loop {
-            match self.producer.send_result(record) {
-                Ok(ack) => return Ok(ack),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err((cause, _)) => return Err(cause),
-            }
-        }
+        crate::kafka::send_when_queued(&self.producer, record).await
     }
 
     /// After a failure inside an open transaction: abort it (when the
