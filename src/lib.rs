@@ -21,6 +21,12 @@
 //!    records is processed, so guarantees 1-3 hold across a consumer group.
 //!    Per write-out the changelog is acknowledged before the local store is
 //!    written, so it is never behind a durable store.
+//! 6. With `processing.guarantee = "exactly_once"`, each partition's
+//!    write-out (changelog records, dead letters, status changes, input
+//!    offsets) is one Kafka transaction, committed before the store is
+//!    written: `read_committed` readers see each of those records once, and
+//!    a member fenced by a partition's new owner writes nothing visible for
+//!    it.
 //!
 //! ## Module map
 //!
@@ -48,6 +54,8 @@
 //! * [`config`]: layered configuration with validation.
 //! * [`group_members`]: a consumer group's members and assignments under
 //!   either group protocol (librdkafka's DescribeConsumerGroups).
+//! * `processor::transaction` (exactly_once): the per-partition
+//!   transactional producer and its write-out round.
 //! * [`kafka`]: librdkafka client settings (consumer, producers, admin):
 //!   pass-through first, then the settings the guarantees depend on.
 //! * [`redrive`]: `orderly dlq list|replay`: the dead-letter topic read

@@ -42,6 +42,11 @@ pub const HEADER_COVERS: &str = "orderly.covers";
 /// after compaction removed the tombstones.
 pub const HEADER_EPOCH: &str = "orderly.epoch";
 
+/// Header of every write-out's changelog records: the client id of the
+/// process that wrote them (`orderly-<host>-<pid>`), to tell writers apart
+/// when reading a changelog back (a late writer, an operator's question).
+pub const HEADER_WRITER: &str = "orderly.writer";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ChangelogError {
     #[error("changelog topic {topic}: {message}")]

@@ -6,7 +6,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use super::{ChangelogError, HEADER_COVERS, HEADER_EPOCH};
+use super::{ChangelogError, HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
 use crate::fault::{self, Point};
 use crate::store::{changelog_checkpoint_key, ChangeRecord};
 
@@ -42,9 +42,11 @@ impl ChangelogWriter {
     ) -> Result<i64, ChangelogError> {
         let covers_text = covers.to_string();
         let epoch_text = epoch.to_string();
-        let headers = OwnedHeaders::new_with_capacity(2)
+        let writer = crate::kafka::client_id();
+        let headers = OwnedHeaders::new_with_capacity(3)
             .insert(Header { key: HEADER_COVERS, value: Some(covers_text.as_str()) })
-            .insert(Header { key: HEADER_EPOCH, value: Some(epoch_text.as_str()) });
+            .insert(Header { key: HEADER_EPOCH, value: Some(epoch_text.as_str()) })
+            .insert(Header { key: HEADER_WRITER, value: Some(writer.as_str()) });
         let mut acks = Vec::with_capacity(changes.len() + 1);
         let torn_at = fault::due(Point::TornChangelog).then_some(changes.len() / 2);
         for (i, change) in changes.iter().enumerate() {

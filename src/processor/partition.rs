@@ -111,6 +111,11 @@ pub struct RelayHandle {
     join: tokio::task::JoinHandle<()>,
 }
 
+/// How long a task that was paused past the session timeout holds its
+/// write-outs: several heartbeat intervals (500 ms), time for the
+/// coordinator's answer to arrive as a revoke if the member was evicted.
+const PAUSE_HOLD: Duration = Duration::from_secs(3);
+
 /// How long an idle task sleeps before polling its queue again even without
 /// a non-empty signal (a safety net; the signal is the normal wake-up).
 const IDLE_RECHECK: Duration = Duration::from_millis(500);
@@ -138,11 +143,37 @@ impl PartitionTask {
             self.shared.flush_tx.send(resume).await.map_err(|_| ProcessError::FlusherGone)?;
         }
         let mut last_write = tokio::time::Instant::now();
+        // at_least_once: a task that did not run for longer than the session
+        // timeout (the process was paused: SIGSTOP, a GC or VM freeze) may have been
+        // presumed dead, its partition given to another member. It holds
+        // its write-outs until the group has had time to say so (a revoke
+        // with `lost`, which drops the work): a zombie's late write-out
+        // would land in the changelog after the new owner's.
+        let session = Duration::from_millis(self.shared.config.kafka.session_timeout_ms);
+        let mut last_wake = tokio::time::Instant::now();
+        let mut hold_until = last_wake;
         loop {
             let mut batch: Vec<BorrowedMessage<'_>> = Vec::with_capacity(max_records);
             let mut drain = None;
             let mut deadline: Option<tokio::time::Instant> = None;
             loop {
+                let woke = tokio::time::Instant::now();
+                let asleep = woke.saturating_duration_since(last_wake);
+                last_wake = woke;
+                // exactly_once needs no hold: the new owner fenced this
+                // producer, so a late write-out fails and nothing of it is
+                // visible (and a network cut, which no pause measures, is
+                // covered the same way).
+                if asleep > session && self.txn.is_none() {
+                    hold_until = woke + PAUSE_HOLD;
+                    warn!(
+                        partition = self.partition,
+                        paused_s = format!("{:.1}", asleep.as_secs_f64()),
+                        hold_ms = PAUSE_HOLD.as_millis() as u64,
+                        "this task did not run for longer than the session timeout (was the process paused?); holding \
+                         its write-out until the group confirms this member still owns the partition"
+                    );
+                }
                 take_available(&queue, &mut batch, max_records, self.partition);
                 if batch.len() >= max_records {
                     break;
@@ -151,7 +182,7 @@ impl PartitionTask {
                     deadline = Some(tokio::time::Instant::now() + max_wait);
                 }
                 let mut wait_until = deadline.unwrap_or_else(|| tokio::time::Instant::now() + IDLE_RECHECK);
-                let write_due = last_write + interval;
+                let write_due = (last_write + interval).max(hold_until);
                 if self.state.has_unwritten() {
                     if tokio::time::Instant::now() >= write_due {
                         break;
@@ -219,7 +250,10 @@ impl PartitionTask {
             drop(batch);
             self.collect_published();
             let now = tokio::time::Instant::now();
-            if self.state.has_unwritten() && (now >= last_write + interval || self.state.dirty_bytes() > self.shared.cache_share()) {
+            if now >= hold_until
+                && self.state.has_unwritten()
+                && (now >= last_write + interval || self.state.dirty_bytes() > self.shared.cache_share())
+            {
                 self.write_out().await?;
                 last_write = now;
             }

@@ -32,7 +32,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tracing::{info, warn};
 
 use super::dlq::{letter_record, HeldLetter};
-use crate::changelog::{HEADER_COVERS, HEADER_EPOCH};
+use crate::changelog::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
 use crate::config::Config;
 use crate::fault::{self, Point};
 use crate::outbox::{OutboxEncoder, OutboxRecord};
@@ -169,9 +169,11 @@ impl TxnWriter {
             acks.push(self.send(letter_record(&self.dlq_topic, &self.source_topic, &letter)).await?);
         }
         let (covers, epoch) = (round.covers.to_string(), round.epoch.to_string());
-        let headers = OwnedHeaders::new_with_capacity(2)
+        let writer = crate::kafka::client_id();
+        let headers = OwnedHeaders::new_with_capacity(3)
             .insert(Header { key: HEADER_COVERS, value: Some(covers.as_str()) })
-            .insert(Header { key: HEADER_EPOCH, value: Some(epoch.as_str()) });
+            .insert(Header { key: HEADER_EPOCH, value: Some(epoch.as_str()) })
+            .insert(Header { key: HEADER_WRITER, value: Some(writer.as_str()) });
         let torn_at = fault::due(Point::TornChangelog).then_some(round.changes.len() / 2);
         for (i, change) in round.changes.iter().enumerate() {
             if torn_at == Some(i) {
