@@ -148,11 +148,16 @@ pub fn transactional_producer_config(config: &Config, transactional_id: &str) ->
 }
 
 /// The outbox relay's producer: idempotent, `acks=all`, lingering 25 ms
-/// (nobody waits on it, and fuller requests cost the broker less); a failed publish
-/// surfaces within 10 s (`message.timeout.ms`, default 300 s) so the relay
-/// retries and reports it, and a missing output topic is not created by it.
+/// (nobody waits on it, and fuller requests cost the broker less), and a
+/// missing output topic is not created by it. A publish fails after 60 s
+/// (`message.timeout.ms`, librdkafka's default 300 s), long enough that a
+/// broker restart does not time messages out: a message that times out
+/// locally leaves a gap the idempotent producer then sends past, and the
+/// relay's retry of it landed after a newer status of the same order (seen
+/// on Apache Kafka with 10 s: version 3, then 2, after a restart of about
+/// 12 s). A longer outage can still do that (see the README's outbox).
 pub fn outbox_producer_config(config: &Config) -> ClientConfig {
-    producer_with_defaults(config, &[("linger.ms", "25"), ("message.timeout.ms", "10000"), ("allow.auto.create.topics", "false")])
+    producer_with_defaults(config, &[("linger.ms", "25"), ("message.timeout.ms", "60000"), ("allow.auto.create.topics", "false")])
 }
 
 fn passthrough(config: &Config) -> ClientConfig {
