@@ -65,9 +65,11 @@ pub fn consumer_config(config: &Config) -> ClientConfig {
     client
 }
 
-/// `orderly-<host>-<pid>`: the default client id of the consumer.
-pub fn client_id() -> String {
-    format!("orderly-{}-{}", hostname(), std::process::id())
+/// `orderly-<host>-<pid>`: the default client id of the consumer, and the
+/// writer every changelog record names (read once per process).
+pub fn client_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| format!("orderly-{}-{}", hostname(), std::process::id()))
 }
 
 /// This machine's host name (`unknown-host` if it cannot be read).

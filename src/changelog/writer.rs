@@ -42,11 +42,10 @@ impl ChangelogWriter {
     ) -> Result<i64, ChangelogError> {
         let covers_text = covers.to_string();
         let epoch_text = epoch.to_string();
-        let writer = crate::kafka::client_id();
         let headers = OwnedHeaders::new_with_capacity(3)
             .insert(Header { key: HEADER_COVERS, value: Some(covers_text.as_str()) })
             .insert(Header { key: HEADER_EPOCH, value: Some(epoch_text.as_str()) })
-            .insert(Header { key: HEADER_WRITER, value: Some(writer.as_str()) });
+            .insert(Header { key: HEADER_WRITER, value: Some(crate::kafka::client_id()) });
         let mut acks = Vec::with_capacity(changes.len() + 1);
         let torn_at = fault::due(Point::TornChangelog).then_some(changes.len() / 2);
         for (i, change) in changes.iter().enumerate() {

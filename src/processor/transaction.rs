@@ -52,8 +52,6 @@ pub enum TxnError {
     /// The round was aborted (nothing of it is visible); it can be retried.
     #[error("partition {partition}: transaction aborted: {cause}")]
     Aborted { partition: i32, cause: KafkaError },
-    #[error("partition {partition}: cannot encode a status change: {message}")]
-    Encode { partition: i32, message: String },
 }
 
 /// What one write-out commits.
@@ -124,7 +122,7 @@ impl TxnWriter {
     /// the same round may be committed again.
     pub async fn commit(&self, round: Round<'_>) -> Result<i64, TxnError> {
         if let Err(cause) = self.producer.begin_transaction() {
-            return Err(self.classify(cause).await);
+            return Err(self.classify(cause));
         }
         let (acks, checkpoint_ack) = match self.enqueue(&round).await {
             Ok(acks) => acks,
@@ -169,11 +167,10 @@ impl TxnWriter {
             acks.push(self.send(letter_record(&self.dlq_topic, &self.source_topic, &letter)).await?);
         }
         let (covers, epoch) = (round.covers.to_string(), round.epoch.to_string());
-        let writer = crate::kafka::client_id();
         let headers = OwnedHeaders::new_with_capacity(3)
             .insert(Header { key: HEADER_COVERS, value: Some(covers.as_str()) })
             .insert(Header { key: HEADER_EPOCH, value: Some(epoch.as_str()) })
-            .insert(Header { key: HEADER_WRITER, value: Some(writer.as_str()) });
+            .insert(Header { key: HEADER_WRITER, value: Some(crate::kafka::client_id()) });
         let torn_at = fault::due(Point::TornChangelog).then_some(round.changes.len() / 2);
         for (i, change) in round.changes.iter().enumerate() {
             if torn_at == Some(i) {
@@ -243,7 +240,7 @@ impl TxnWriter {
         }
     }
 
-    async fn classify(&self, cause: KafkaError) -> TxnError {
+    fn classify(&self, cause: KafkaError) -> TxnError {
         if self.is_fatal(&cause) {
             self.fenced(cause)
         } else {

@@ -86,7 +86,7 @@ fn zombie(guarantee: &str) -> Zombie {
     // The records of a's process (header orderly.writer, its client id);
     // b's own write-outs in the window (outbox deletions, a revoke's drain)
     // are not the zombie's.
-    let a_writer = format!("orderly-{}-{}", std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim(), run_a.id());
+    let a_writer = crate::support::client_id_of(&run_a);
     let window: Vec<_> = (0..PARTITIONS)
         .flat_map(|p| crate::support::read_range(&world.bootstrap, &changelog, p, before[&p], after[&p]))
         .collect();

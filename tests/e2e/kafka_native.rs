@@ -9,12 +9,12 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use orderly::workload::WorkloadSpec;
 
 use crate::observe::http_get;
-use crate::support::{end_offsets, signal, unique, wait_exit, wait_until, Instance, Reaper};
+use crate::support::{client_id_of, end_offsets, read_range, signal, wait_exit, wait_until, Instance, Reaper};
 use crate::world::{broker_script, tail, World};
 use crate::{required_env, PARTITIONS};
 
@@ -97,8 +97,7 @@ fn kafka_tools_describe_the_group_and_an_outside_offset_reset_is_refused() {
     let reaper = Reaper::default();
     let mut run_a = reaper.watch(a.spawn_run(None));
     let mut run_b = reaper.watch(b.spawn_run(None));
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_string();
-    let client_ids = [format!("orderly-{host}-{}", run_a.id()), format!("orderly-{host}-{}", run_b.id())];
+    let client_ids = [client_id_of(&run_a), client_id_of(&run_b)];
     let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);
     assert!(caught_up, "caught up\n{}\n---\n{}", tail(&a.log()), tail(&b.log()));
 
@@ -298,32 +297,12 @@ fn create_compacting_topic(bootstrap: &str, name: &str) {
 
 /// (records a reader sees, offsets spanned) over every partition of `topic`.
 fn readable_and_offsets(bootstrap: &str, topic: &str) -> (i64, i64) {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", unique("compaction-reader"))
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .expect("consumer");
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("consumer");
     let (mut readable, mut spanned) = (0, 0);
     for partition in 0..PARTITIONS {
         let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10)).expect("watermarks");
         spanned += high - low;
-        if high == low {
-            continue;
-        }
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, partition, Offset::Offset(low)).expect("tpl");
-        consumer.assign(&tpl).expect("assign");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut next = low;
-        while next < high && Instant::now() < deadline {
-            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
-                readable += 1;
-                next = m.offset() + 1;
-            }
-        }
-        assert!(next >= high, "read {topic}/{partition} to its end");
+        readable += read_range(bootstrap, topic, partition, low, high).len() as i64;
     }
     (readable, spanned)
 }
@@ -364,8 +343,7 @@ fn under_the_consumer_protocol_replay_and_state_see_the_running_members() {
     let address_a = wait_ready_http(&a, 0);
     let mut run_b = reaper.watch(b.spawn_run(None));
     let address_b = wait_ready_http(&b, 0);
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_string();
-    let b_client_id = format!("orderly-{host}-{}", run_b.id());
+    let b_client_id = client_id_of(&run_b);
     let split = wait_until(Duration::from_secs(60), || {
         let owned = |address: &str| {
             http_get(address, "/metrics")

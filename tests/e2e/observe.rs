@@ -120,8 +120,7 @@ fn metrics_state_queries_and_health_match_the_run() {
     // A second member takes some partitions: orders there are not here (421).
     let b = world.instance("commit_interval_ms = 200");
     let mut run_b = reaper.watch(b.spawn_run(None));
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_string();
-    let b_client_id = format!("orderly-{host}-{}", run_b.id());
+    let b_client_id = crate::support::client_id_of(&run_b);
     let address_b = b.wait_http(0);
     let split = wait_until(Duration::from_secs(60), || {
         let (ma, mb) = (scrape(&address), scrape(&address_b));

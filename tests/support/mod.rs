@@ -20,6 +20,13 @@ pub fn orderly_bin() -> &'static str {
     env!("CARGO_BIN_EXE_orderly")
 }
 
+/// The client id a child `orderly` process names itself by in the group
+/// (`orderly-<host>-<pid>`, as `orderly::kafka::client_id`).
+pub fn client_id_of(child: &Child) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    format!("orderly-{}-{}", host.trim(), child.id())
+}
+
 /// A random suffix for topic and group names.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())

@@ -205,8 +205,8 @@ pub async fn run(
     let progress = watcher.join().map_err(|_| anyhow!("the watcher thread panicked"))?;
     let report: RunReport = result?;
     // A repeated round reports as c2, x2, ...
-    let key: &'static str = if round == 0 { key } else { Box::leak(format!("{key}{}", round + 1).into_boxed_str()) };
-    let mut phase = meter.finish(key, name, 0);
+    let key = if round == 0 { key.to_string() } else { format!("{key}{}", round + 1) };
+    let mut phase = meter.finish(&key, name, 0);
     let timed_out = progress.covered_at.is_none();
     let total_seconds = progress.covered_at.unwrap_or_else(|| started.elapsed()).as_secs_f64();
     let (processed, _) = covered();
