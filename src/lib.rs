@@ -21,6 +21,9 @@
 //!    records is processed, so guarantees 1-3 hold across a consumer group.
 //!    Per write-out the changelog is acknowledged before the local store is
 //!    written, so it is never behind a durable store.
+//!    (Under exactly_once, guarantee 4's commit rides in the transaction of
+//!    guarantee 6, before the store write; the changelog holds that state,
+//!    and the restore brings a store that is behind up to it.)
 //! 6. With `processing.guarantee = "exactly_once"`, each partition's
 //!    write-out (changelog records, dead letters, status changes, input
 //!    offsets) is one Kafka transaction, committed before the store is
