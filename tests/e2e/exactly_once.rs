@@ -155,9 +155,17 @@ fn a_zombie_under_at_least_once_corrupts_nothing() {
     // has said whether this member still owns the partition: the zombie's
     // work is dropped on the lost revoke instead of written.
     assert_eq!(visible, 0, "nothing the paused member wrote after it resumed reached the changelog");
-    assert!(a_log.contains("holding its write-out"), "the pause was noticed\n{}", tail(&a_log));
+    // Which of the two comes first is a race on resume: the task notices
+    // its own pause and holds, or librdkafka's session timer fires first
+    // and the lost revoke drops the work before the task looks. Either
+    // way the zombie wrote nothing (asserted above); one of them must be
+    // what stopped it.
+    let held = a_log.contains("holding its write-out");
+    let dropped_on_lost = a_log.contains("partition lost (this member was presumed dead)");
+    assert!(held || dropped_on_lost, "the pause was noticed, or the lost revoke dropped the work\n{}", tail(&a_log));
     eprintln!(
-        "zombie at_least_once: {visible} changelog records written by the zombie after it resumed, {} revokes logged",
+        "zombie at_least_once: {visible} changelog records written by the zombie after it resumed, {} revokes logged, \
+         held={held} dropped_on_lost={dropped_on_lost}",
         a_log.matches("partitions revoked").count()
     );
     world.verify_state(&b, &expected);
