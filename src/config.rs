@@ -138,6 +138,10 @@ pub struct KafkaConfig {
     pub group_id: String,
     pub input_topic: String,
     pub dlq_topic: String,
+    /// Where `dlq replay` remembers which letters it re-drove: a compacted
+    /// topic of its own (one partition), so the dead-letter topic holds
+    /// dead letters only; `{dlq_topic}` is replaced.
+    pub redrive_topic: String,
     pub session_timeout_ms: u64,
     /// "classic" or "consumer" (KIP-848).
     pub group_protocol: GroupProtocol,
@@ -163,6 +167,21 @@ pub struct KafkaConfig {
 pub struct RegistryConfig {
     pub url: String,
     pub timeout_ms: u64,
+    /// What `run` does when a registered writer schema of the input subject
+    /// cannot be read ([`crate::codec::guard`]).
+    pub schema_guard: SchemaGuard,
+}
+
+/// `registry.schema_guard`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemaGuard {
+    /// Refuse to start, naming the version.
+    Refuse,
+    /// Log a warning naming it, and start.
+    Warn,
+    /// Do not check.
+    Off,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -187,6 +206,23 @@ pub struct ProcessingConfig {
     /// a partition writes early; also bounds the clean entries kept cached.
     pub cache_max_bytes: u64,
     pub shutdown_timeout_ms: u64,
+    /// The dead-letter breaker ([`crate::breaker`]): dead letters in a row
+    /// that stop a partition (0: off).
+    pub dead_letter_max_consecutive: u64,
+    /// ...or the share of dead letters in a window of records (0: off).
+    pub dead_letter_max_ratio: f64,
+    pub dead_letter_ratio_window: u64,
+}
+
+impl ProcessingConfig {
+    /// The dead-letter breaker's limits.
+    pub fn breaker_limits(&self) -> crate::breaker::Limits {
+        crate::breaker::Limits {
+            max_consecutive: self.dead_letter_max_consecutive,
+            max_ratio: self.dead_letter_max_ratio,
+            window: self.dead_letter_ratio_window,
+        }
+    }
 }
 
 impl Config {
@@ -245,6 +281,20 @@ impl Config {
         if self.kafka.input_topic == self.kafka.dlq_topic {
             return Err(value_err("kafka.dlq_topic", "must differ from kafka.input_topic".into()));
         }
+        let redrive = self.redrive_topic();
+        if redrive.is_empty() {
+            return Err(value_err("kafka.redrive_topic", "must not be empty (default \"{dlq_topic}.redrive\")".into()));
+        }
+        if redrive == self.kafka.input_topic
+            || redrive == self.kafka.dlq_topic
+            || self.changelog_topic().is_some_and(|c| c == redrive)
+            || self.output_topic().is_some_and(|o| o == redrive)
+        {
+            return Err(value_err(
+                "kafka.redrive_topic",
+                format!("`{redrive}` must differ from the input, dead-letter, changelog and output topics"),
+            ));
+        }
         if let Some(changelog) = self.changelog_topic() {
             if changelog == self.kafka.input_topic || changelog == self.kafka.dlq_topic {
                 return Err(value_err(
@@ -262,6 +312,19 @@ impl Config {
             return Err(value_err(
                 "kafka.output_topic",
                 format!("`{output}` must differ from the input, dead-letter and changelog topics"),
+            ));
+        }
+        let ratio = self.processing.dead_letter_max_ratio;
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(value_err(
+                "processing.dead_letter_max_ratio",
+                format!("{ratio} is not a share between 0 and 1 (0.5: more than half of a window; 0: off)"),
+            ));
+        }
+        if ratio > 0.0 && self.processing.dead_letter_ratio_window == 0 {
+            return Err(value_err(
+                "processing.dead_letter_ratio_window",
+                "must be at least 1 while processing.dead_letter_max_ratio is on (set the ratio to 0 to turn it off)".into(),
             ));
         }
         self.outbox_warn_age()?;
@@ -344,6 +407,11 @@ impl Config {
         } else {
             Some(raw.replace("{group_id}", &self.kafka.group_id))
         }
+    }
+
+    /// The re-drive log topic (`{dlq_topic}` replaced).
+    pub fn redrive_topic(&self) -> String {
+        self.kafka.redrive_topic.trim().replace("{dlq_topic}", &self.kafka.dlq_topic)
     }
 
     /// The output topic of the outbox, or `None` when it is off.

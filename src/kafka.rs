@@ -236,6 +236,31 @@ where
     }
 }
 
+/// [`send_when_queued`] for threads that may block: waits while the
+/// producer's queue is full, for at most 30 s (then the queue-full error).
+pub fn send_blocking<K, P, C>(
+    producer: &rdkafka::producer::FutureProducer<C>,
+    mut record: rdkafka::producer::FutureRecord<'_, K, P>,
+) -> Result<rdkafka::producer::DeliveryFuture, rdkafka::error::KafkaError>
+where
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+    C: rdkafka::client::ClientContext + 'static,
+{
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match producer.send_result(record) {
+            Ok(ack) => return Ok(ack),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if std::time::Instant::now() < deadline => {
+                record = back;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err((cause, _)) => return Err(cause),
+        }
+    }
+}
+
 /// The value of a record's header `name` (the first one), if any.
 pub fn header<'m>(message: &'m rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<&'m [u8]> {
     use rdkafka::message::{Headers, Message};

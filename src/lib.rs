@@ -78,6 +78,7 @@
 //! * [`load`]: producing a planned workload, every record acknowledged.
 //! * [`fault`]: crash points for the crash drill (test-only switch).
 
+pub mod breaker;
 pub mod changelog;
 pub mod codec;
 pub mod config;

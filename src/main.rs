@@ -206,8 +206,9 @@ enum ConfigCommand {
     /// Print the effective configuration (defaults, then --config, then ORDERLY_* variables) as TOML, secrets redacted
     Show,
     /// Validate the configuration, then check the store directory, the HTTP address, the broker, the input and
-    /// dead-letter topics, the changelog and output topics and the schema registry, one line each; exits 4 at the
-    /// first failure
+    /// dead-letter topics, the changelog and output topics, the schema registry and that every writer schema
+    /// registered for the input topic is readable (the schema guard of `run`), one line each; exits 4 at the first
+    /// failure
     Check {
         /// How long to wait for the broker's metadata, per check
         #[arg(long, value_name = "MS", default_value_t = 5000)]
@@ -228,8 +229,9 @@ enum DlqCommand {
         json: bool,
     },
     /// Re-publish dead letters' original key and payload to kafka.input_topic, into the partition each came from,
-    /// each once: progress is committed under the group <group_id>-dlq-redrive and re-drive records in the
-    /// dead-letter topic name what was sent
+    /// each once: progress is committed under the group <group_id>-dlq-redrive and the re-drive log
+    /// (kafka.redrive_topic, a compacted topic created when missing) names what was sent; the dead-letter topic
+    /// holds dead letters only
     #[command(group = clap::ArgGroup::new("letters").required(true).args(["all", "source"]))]
     Replay {
         /// Every letter after the committed re-drive progress
@@ -407,6 +409,27 @@ async fn refuse_external_resets(config: &Config) -> Result<()> {
     }
 }
 
+/// `registry.schema_guard`: every registered writer schema of the input
+/// subject must be readable before anything is consumed.
+async fn schema_guard(config: &Config, registry: &Registry) -> Result<()> {
+    use orderly::config::SchemaGuard;
+    let mode = config.registry.schema_guard;
+    if mode == SchemaGuard::Off {
+        return Ok(());
+    }
+    match orderly::codec::guard::guard(registry, &config.kafka.input_topic).await {
+        Ok(report) if report.incompatible.is_empty() => tracing::info!("schema guard: {}", report.summary()),
+        Ok(report) if mode == SchemaGuard::Refuse => bail!(
+            "schema guard: {}. Remove or fix those versions in the registry, or set registry.schema_guard = \"warn\" to \
+             start anyway (their records are then dead-lettered)",
+            report.summary()
+        ),
+        Ok(report) => tracing::warn!("schema guard: {} (registry.schema_guard = \"warn\": starting anyway)", report.summary()),
+        Err(e) => tracing::warn!(error = %e, "schema guard: cannot list the input subject's versions; each schema is checked as its first record arrives"),
+    }
+    Ok(())
+}
+
 /// Opens the store for a command that only reads it: a `store.path` without
 /// a store is an error, not a new empty store.
 fn open_existing_store(config: &Config) -> Result<Store> {
@@ -437,6 +460,7 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
                 Err(e) => tracing::warn!(error = %e, "schema registry not reachable at start-up; records wait for it"),
                 Ok(()) => {}
             }
+            schema_guard(&config, &registry).await?;
             refuse_external_resets(&config).await?;
             let http = config.http_address()?;
             let input_topic = config.kafka.input_topic.clone();

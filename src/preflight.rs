@@ -74,7 +74,8 @@ pub async fn check_all_reporting(config: &Config, timeout: Duration, mut report:
         && push(check_dlq_topic(config, timeout).await, &mut checks)
         && push(check_changelog_topic(config, timeout).await, &mut checks)
         && push(check_output_topic(config, timeout).await, &mut checks)
-        && push(check_registry(config).await, &mut checks);
+        && push(check_registry(config).await, &mut checks)
+        && push(check_schemas(config).await, &mut checks);
     checks
 }
 
@@ -300,6 +301,24 @@ pub async fn check_registry(config: &Config) -> Check {
             "registry",
             format!("GET {shown} answered {status} but not a JSON array of subjects {}: {not_registry}", snippet(&body)),
         ),
+    }
+}
+
+/// Every registered writer schema of the input subject is readable (what
+/// `run`'s schema guard checks).
+pub async fn check_schemas(config: &Config) -> Check {
+    let timeout = Duration::from_millis(config.registry.timeout_ms);
+    let registry = match crate::registry::Registry::http(&config.registry.url, timeout) {
+        Ok(registry) => registry,
+        Err(e) => return Check::fail("schemas", e.to_string()),
+    };
+    match crate::codec::guard::guard(&registry, &config.kafka.input_topic).await {
+        Ok(report) if report.incompatible.is_empty() => Check::ok("schemas", report.summary()),
+        Ok(report) => Check::fail(
+            "schemas",
+            format!("{}; `orderly run` refuses to start (registry.schema_guard = \"refuse\")", report.summary()),
+        ),
+        Err(e) => Check::fail("schemas", format!("cannot list the versions of {}-value: {e}", config.kafka.input_topic)),
     }
 }
 

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use schema_registry_converter::async_impl::schema_registry::{get_schema_by_id, post_schema, SrSettings};
+use schema_registry_converter::async_impl::schema_registry::{
+    get_all_versions, get_schema_by_id, get_schema_by_subject_and_version, post_schema, SrSettings,
+};
 use schema_registry_converter::error::SRCError;
 use schema_registry_converter::schema_registry_common::{RawError, SchemaType, SuppliedSchema};
 
@@ -140,6 +142,60 @@ impl Registry {
             }
         }
     }
+
+    /// Every version registered under `subject`, oldest first; none when
+    /// the subject is not registered (Confluent's error code 40401).
+    pub async fn versions(&self, subject: &str) -> Result<Vec<RegisteredVersion>, RegistryError> {
+        match self {
+            Registry::Http(http) => {
+                let failed = |e: &SRCError| {
+                    let message = describe(e);
+                    if e.retriable {
+                        RegistryError::Unavailable(message)
+                    } else {
+                        RegistryError::Unexpected { url: http.url.clone(), id: 0, message }
+                    }
+                };
+                let numbers = match get_all_versions(&http.settings, subject.to_string()).await {
+                    Ok(numbers) => numbers,
+                    Err(e) if registry_error_code(&e) == Some(SUBJECT_NOT_FOUND) => return Ok(Vec::new()),
+                    Err(e) => return Err(failed(&e)),
+                };
+                let mut versions = Vec::with_capacity(numbers.len());
+                for version in numbers {
+                    let registered =
+                        get_schema_by_subject_and_version(&http.settings, subject, Some(version)).await.map_err(|e| failed(&e))?;
+                    versions.push(RegisteredVersion { version, id: registered.id, schema: registered.schema });
+                }
+                Ok(versions)
+            }
+            Registry::Memory(inner) => {
+                let inner = inner.lock().map_err(|_| RegistryError::Unavailable("registry lock poisoned".into()))?;
+                Ok(inner
+                    .by_subject
+                    .get(subject)
+                    .map(|versions| {
+                        versions
+                            .iter()
+                            .enumerate()
+                            .map(|(n, (schema, id))| RegisteredVersion { version: n as u32 + 1, id: *id, schema: schema.clone() })
+                            .collect()
+                    })
+                    .unwrap_or_default())
+            }
+        }
+    }
+}
+
+/// Confluent's `error_code` for "subject not found".
+pub const SUBJECT_NOT_FOUND: u32 = 40401;
+
+/// One version of a subject, as the registry holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredVersion {
+    pub version: u32,
+    pub id: u32,
+    pub schema: String,
 }
 
 /// Classifies a failed `GET /schemas/ids/{id}` on the registry's own error

@@ -287,14 +287,59 @@ fn config_check_probes_topics_and_registry() {
     let registry_line = line(&stdout, "registry");
     assert!(registry_line.starts_with("FAIL") && registry_line.contains("not a JSON array"), "{stdout}");
 
-
+    // A registry that answers /subjects but not the versions of a subject
+    // is not one the schema guard can use.
     let out = check(&registry.url);
     let stdout = text(&out.stdout);
+    assert_eq!(code(&out), EXIT_CHECK_FAILED, "{stdout}");
+    assert!(line(&stdout, "schemas").starts_with("FAIL"), "{stdout}");
+
+    let double = support::registry_double::RegistryDouble::start();
+    let out = check(&double.url);
+    let stdout = text(&out.stdout);
     assert_eq!(code(&out), 0, "all pass: {stdout}\n{}", text(&out.stderr));
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 9, "config, store, http, broker, topics, changelog, output, registry: {stdout}");
+    assert!(line(&stdout, "schemas").contains("no writer schema registered yet"), "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 10, "config, store, http, broker, topics, changelog, output, registry, schemas: {stdout}");
     assert!(line(&stdout, "output topic").contains("orders.status: 3 partition(s)"), "{stdout}");
     let changelog_line = line(&stdout, "changelog");
     assert!(changelog_line.contains("does not exist yet") && changelog_line.contains("3 partitions"), "{stdout}");
+
+    // The schema guard (issue 21): a registry holding the input subject's
+    // versions, then a breaking one among them.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let client = orderly::registry::Registry::http(&double.url, std::time::Duration::from_secs(5)).expect("client");
+    runtime.block_on(orderly::codec::Encoder::register(&client, &topic)).expect("register v1 and v2");
+    let out = check(&double.url);
+    let stdout = text(&out.stdout);
+    assert_eq!(code(&out), 0, "{stdout}\n{}", text(&out.stderr));
+    assert!(line(&stdout, "schemas").contains("all 2 version(s) readable"), "{stdout}");
+    let breaking = orderly::codec::SCHEMA_V2.replace(r#""name": "version", "type": "long""#, r#""name": "version", "type": "string""#);
+    let id = runtime.block_on(client.register(&format!("{topic}-value"), &breaking)).expect("register a breaking version");
+    let out = check(&double.url);
+    let stdout = text(&out.stdout);
+    assert_eq!(code(&out), EXIT_CHECK_FAILED, "{stdout}");
+    let schemas_line = line(&stdout, "schemas");
+    assert!(
+        schemas_line.starts_with("FAIL") && schemas_line.contains(&format!("version 3 (schema id {id})")) && schemas_line.contains("refuses"),
+        "{stdout}"
+    );
+    // `run` refuses before it consumes anything (and before it needs the broker).
+    let run = |guard: &str| {
+        orderly(&["run"])
+            .env("ORDERLY_KAFKA__BOOTSTRAP_SERVERS", &bootstrap)
+            .env("ORDERLY_KAFKA__INPUT_TOPIC", &topic)
+            .env("ORDERLY_KAFKA__DLQ_TOPIC", &dlq)
+            .env("ORDERLY_REGISTRY__URL", &double.url)
+            .env("ORDERLY_REGISTRY__SCHEMA_GUARD", guard)
+            .env("ORDERLY_STORE__PATH", dir.path().join("store"))
+            .env("ORDERLY_HTTP__ADDRESS", "")
+            .output()
+            .expect("run")
+    };
+    let out = run("refuse");
+    let stderr = text(&out.stderr);
+    assert_eq!(code(&out), 1, "{stderr}");
+    assert!(stderr.contains(&format!("version 3 (schema id {id})")) && stderr.contains("schema_guard"), "{stderr}");
 }
 
 /// Item 5: the exit codes are listed in `--help`, each once, and a usage

@@ -57,6 +57,9 @@ fn world(with_dlq: bool) -> World {
     mock.create_topic(&topic, PARTITIONS, 1).expect("topic");
     if with_dlq {
         mock.create_topic(&dlq, PARTITIONS, 1).expect("dlq topic");
+        // The re-drive log (kafka.redrive_topic's default), which `dlq
+        // replay` creates itself on a real broker.
+        mock.create_topic(&format!("{dlq}.redrive"), 1, 1).expect("re-drive log topic");
     }
     // The mock cluster has no CreateTopics: the changelog is created here.
     mock.create_topic(&format!("{topic}-changelog"), PARTITIONS, 1).expect("changelog topic");
@@ -249,6 +252,14 @@ fn unknown_schema_letters_are_applied_exactly_once_after_the_schema_is_registere
         }
     }
     assert_eq!(w.redrive_committed(), dlq_ends, "progress committed up to the ends captured at start");
+    // The dead-letter topic holds dead letters only: what was re-driven is
+    // remembered in the re-drive log, one record per letter.
+    assert_eq!(w.dlq_ends(), dlq_ends, "a replay appends nothing to the dead-letter topic");
+    let log_topic = format!("{}.redrive", w.dlq);
+    let log = read_range(&w.bootstrap, &log_topic, 0, 0, end_offsets(&w.bootstrap, &log_topic, 1)[&0]);
+    let logged: BTreeSet<String> = log.iter().filter_map(|r| r.key.as_deref().map(|k| String::from_utf8_lossy(k).into_owned())).collect();
+    let wanted: BTreeSet<String> = sources.iter().map(|s| redrive::log::key(&w.topic, *s)).collect();
+    assert_eq!((log.len(), logged), (FIXABLE + 1, wanted), "one re-drive log record per re-driven letter, keyed by its source");
 
     // Twice: nothing more is sent.
     let again = w.dlq_json(&["replay", "--all"]);

@@ -348,3 +348,62 @@ async fn missing_dlq_topic_stops_the_processor_at_start_up() {
     drop(c.mock);
 }
 
+
+/// The dead-letter breaker (issue 21): a partition that dead-letters too
+/// many records in a row stops before the record that trips it, instead of
+/// dead-lettering everything: the letters before the tripping batch are in
+/// the DLQ, nothing after them is, the checkpoint stops at that batch,
+/// readiness names the partition and the setting, and shutdown still
+/// releases the partition cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_letter_breaker_stops_a_partition_that_dead_letters_everything() {
+    const GOOD: usize = 20;
+    const LIMIT: u64 = 50;
+    let c = cluster(true);
+    let registry = Registry::memory();
+    let encoder = Encoder::register(&registry, &c.topic).await.expect("register");
+    let mut records: Vec<PlannedRecord> =
+        (0..GOOD).map(|i| record(&encoder, &event(&format!("e-{i}"), &format!("order-{i}"), 1, EventType::Created))).collect();
+    // A producer's bad deploy: garbage from here on.
+    records.extend((0..300).map(|i| PlannedRecord { key: format!("order-x{i}"), payload: b"not avro at all".to_vec() }));
+    produce_planned(&producer(&c.bootstrap), &c.topic, &records).await.expect("produce");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = config(&c, &dir.path().join("store"));
+    config.processing.batch_max_records = 10;
+    config.processing.dead_letter_max_consecutive = LIMIT;
+    config.processing.dead_letter_max_ratio = 0.0;
+    let group = config.kafka.group_id.clone();
+    let store = Store::open(&config.store.path, 16).expect("store");
+    let processor = Processor::new(config, store.clone(), registry);
+    let telemetry = processor.telemetry();
+    let watched = telemetry.clone();
+    let reason = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let seen = reason.clone();
+    let tripped = async move {
+        let stopped = wait_async(Duration::from_secs(60), || {
+            let why = orderly::telemetry::status::not_ready(&watched);
+            let hit = why.as_deref().is_some_and(|w| w.contains("dead-letter breaker"));
+            if hit {
+                *seen.lock().expect("lock") = why;
+            }
+            hit
+        })
+        .await;
+        assert!(stopped, "the breaker stopped the partition");
+        // Stopped means stopped: nothing more is decided meanwhile.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    processor.run(tripped).await.expect("a stopped partition still shuts down cleanly");
+
+    let why = reason.lock().expect("lock").clone().unwrap_or_default();
+    assert!(why.contains("partition 0") && why.contains("dead_letter_max_consecutive = 50"), "{why}");
+    assert_eq!(telemetry.breaker_trips.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let (next_offset, dead) = checkpoint(&store).expect("a checkpoint: the good records were written");
+    let letters = end_offset(&c.bootstrap, &c.dlq).await;
+    assert!(dead < LIMIT && letters as u64 == dead, "fewer letters than the limit, each counted: {letters} in the DLQ, {dead} counted");
+    assert_eq!(next_offset, (GOOD as u64 + dead) as i64, "the checkpoint stops at the batch that tripped the breaker");
+    assert_eq!(committed_async(&c, &group).await.get(&0).copied(), Some(next_offset), "nothing past it is committed");
+    let stats = store.stats().expect("stats");
+    assert_eq!(stats.iter().map(|s| s.checkpoint.applied).sum::<u64>(), GOOD as u64);
+    drop(c.mock);
+}

@@ -3,7 +3,8 @@
 //! fetched from the registry by id (cached) and resolved against the v2
 //! reader schema, so v1 and v2 records both decode.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use apache_avro::types::Value;
@@ -13,6 +14,7 @@ use apache_avro::Schema;
 use crate::event::{EventType, OrderEvent, DEFAULT_CURRENCY};
 use crate::registry::{Registry, RegistryError};
 
+pub mod guard;
 /// Public so the differential fuzz test (`tests/fuzz_read_plan.rs`) can
 /// drive it directly; the decoder is the API.
 pub mod plan;
@@ -84,7 +86,36 @@ enum Reader {
     Generic(GenericDatumReader<'static>),
 }
 
-type Resolved = Arc<Reader>;
+/// A resolved writer and the count of records read with it.
+struct Writer {
+    reader: Reader,
+    records: Arc<AtomicU64>,
+}
+
+type Resolved = Arc<Writer>;
+
+/// Records per writer schema id (every record whose schema id resolved,
+/// decodable or not), for `orderly_records_by_schema_total`. Bounded by the
+/// schemas the registry holds: unknown ids are not counted.
+#[derive(Debug, Default)]
+pub struct SchemaCounts(RwLock<BTreeMap<u32, Arc<AtomicU64>>>);
+
+impl SchemaCounts {
+    fn counter(&self, id: u32) -> Arc<AtomicU64> {
+        if let Some(counter) = self.0.read().ok().and_then(|m| m.get(&id).cloned()) {
+            return counter;
+        }
+        match self.0.write() {
+            Ok(mut map) => map.entry(id).or_default().clone(),
+            Err(_) => Arc::default(),
+        }
+    }
+
+    /// `(schema id, records)`, by id.
+    pub fn snapshot(&self) -> Vec<(u32, u64)> {
+        self.0.read().map(|m| m.iter().map(|(id, n)| (*id, n.load(Ordering::Relaxed))).collect()).unwrap_or_default()
+    }
+}
 
 impl Reader {
     /// Resolves `writer` against the reader schema.
@@ -110,11 +141,17 @@ impl Reader {
 pub struct Decoder {
     registry: Registry,
     writers: RwLock<HashMap<u32, Resolved>>,
+    counts: Arc<SchemaCounts>,
 }
 
 impl Decoder {
     pub fn new(registry: Registry) -> Self {
-        Decoder { registry, writers: RwLock::new(HashMap::new()) }
+        Self::with_counts(registry, Arc::default())
+    }
+
+    /// A decoder that counts records per schema id into `counts`.
+    pub fn with_counts(registry: Registry, counts: Arc<SchemaCounts>) -> Self {
+        Decoder { registry, writers: RwLock::new(HashMap::new()), counts }
     }
 
     /// Decodes one record payload into an event, or says why it cannot.
@@ -145,7 +182,7 @@ impl Decoder {
         })?;
         let schema = Schema::parse_str(&text)
             .map_err(|e| DecodeError::poison(PoisonKind::BadSchema, format!("schema id {id} does not parse: {e}")))?;
-        let resolved = Arc::new(Reader::resolve(id, schema)?);
+        let resolved = Arc::new(Writer { reader: Reader::resolve(id, schema)?, records: self.counts.counter(id) });
         if let Ok(mut map) = self.writers.write() {
             map.entry(id).or_insert_with(|| resolved.clone());
         }
@@ -172,8 +209,9 @@ pub fn split_wire(payload: Option<&[u8]>) -> Result<(u32, &[u8]), DecodeError> {
     Ok((id, &bytes[5..]))
 }
 
-fn decode_body(reader: &Reader, body: &[u8]) -> Result<OrderEvent, DecodeError> {
-    let event = match reader {
+fn decode_body(writer: &Writer, body: &[u8]) -> Result<OrderEvent, DecodeError> {
+    writer.records.fetch_add(1, Ordering::Relaxed);
+    let event = match &writer.reader {
         Reader::Plan(plan) => plan.read(body).map_err(|message| DecodeError::poison(PoisonKind::Undecodable, message))?,
         Reader::Generic(generic) => decode_generic(generic, body)?,
     };

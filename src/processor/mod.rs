@@ -60,6 +60,8 @@ pub enum ProcessError {
     Txn(#[from] transaction::TxnError),
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error("partition {partition} stopped at offset {offset} by the dead-letter breaker: {trip}")]
+    DeadLetterBreaker { partition: i32, offset: i64, trip: crate::breaker::Trip },
     #[error("{0}")]
     Fatal(String),
 }
@@ -295,7 +297,7 @@ impl Processor {
             changelog,
             outbox,
             store: self.store,
-            decoder: Decoder::new(self.registry),
+            decoder: Decoder::with_counts(self.registry, self.telemetry.schema_records.clone()),
             retention,
             counters: Counters::default(),
             telemetry: self.telemetry.clone(),

@@ -21,13 +21,14 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, oneshot, Notify};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::context::OrderlyContext;
 use super::dlq::{DeadLetter, HeldLetter, HEADER_REDRIVE_COUNT};
 use super::transaction::{Round, TxnError, TxnWriter};
 use super::flusher::FlushMsg;
 use super::{jitter, ProcessError, Shared};
+use crate::breaker::Breaker;
 use crate::changelog::restore::Restore;
 use crate::codec::DecodeError;
 use crate::event::OrderEvent;
@@ -64,6 +65,9 @@ pub enum Phase {
     Processing = 1,
     /// Finishing what was fetched before the partition is released.
     Draining = 2,
+    /// Stopped by the dead-letter breaker: nothing more is decided until
+    /// the partition is assigned again (a restart, a rebalance).
+    Stopped = 3,
 }
 
 impl Phase {
@@ -71,6 +75,7 @@ impl Phase {
         match value {
             0 => Phase::Restoring,
             1 => Phase::Processing,
+            3 => Phase::Stopped,
             _ => Phase::Draining,
         }
     }
@@ -100,6 +105,8 @@ pub struct PartitionTask {
     /// exactly_once: dead letters decided since the last write-out, sent in
     /// its transaction.
     pub held_letters: Vec<HeldLetter>,
+    /// Stops the partition when it dead-letters too much.
+    pub breaker: Breaker,
 }
 
 /// The partition task's end of its outbox relay.
@@ -234,7 +241,15 @@ impl PartitionTask {
                     if batch.is_empty() {
                         break;
                     }
-                    self.process(&batch).await?;
+                    match self.process(&batch).await {
+                        Err(tripped @ ProcessError::DeadLetterBreaker { .. }) => {
+                            // Released now: what was decided before the
+                            // batch is written, the rest is the next owner's.
+                            self.report_trip(&tripped);
+                            break;
+                        }
+                        other => other?,
+                    }
                     batch.clear();
                 }
                 self.write_out().await?;
@@ -245,7 +260,13 @@ impl PartitionTask {
                 return Ok(());
             }
             if !batch.is_empty() {
-                self.process(&batch).await?;
+                match self.process(&batch).await {
+                    Err(tripped @ ProcessError::DeadLetterBreaker { .. }) => {
+                        drop(batch);
+                        return self.stopped(tripped).await;
+                    }
+                    other => other?,
+                }
             }
             drop(batch);
             self.collect_published();
@@ -258,6 +279,40 @@ impl PartitionTask {
                 last_write = now;
             }
         }
+    }
+
+    /// The dead-letter breaker tripped: logged, counted and shown (phase
+    /// [`Phase::Stopped`], the reason on `/readyz`).
+    fn report_trip(&self, tripped: &ProcessError) {
+        error!(
+            partition = self.partition,
+            error = %tripped,
+            "dead-letter breaker tripped: this partition stops (nothing after its checkpoint is dead-lettered, decided \
+             or committed); fix the cause (a producer's deploy, the registry's schemas), then restart this instance"
+        );
+        self.shared.telemetry.breaker_trips.fetch_add(1, Ordering::Relaxed);
+        let _ = self.status.stopped.set(tripped.to_string());
+        self.status.phase.store(Phase::Stopped as u8, Ordering::Relaxed);
+    }
+
+    /// A stopped partition: writes out what was decided before the batch
+    /// that tripped the breaker, then only answers the rebalance (or
+    /// shutdown) that releases it.
+    async fn stopped(&mut self, tripped: ProcessError) -> Result<(), ProcessError> {
+        self.report_trip(&tripped);
+        self.write_out().await?;
+        match self.rx.recv().await {
+            Some(Command::Drain { reply, lost }) => {
+                if lost {
+                    self.stop_relay();
+                } else {
+                    self.drain_outbox().await?;
+                }
+                let _ = reply.send(self.state.written());
+            }
+            None => self.stop_relay(),
+        }
+        Ok(())
     }
 
     /// The restoring phase. With a changelog: restores the tree when it is
@@ -588,8 +643,11 @@ impl PartitionTask {
         let mut events: Vec<OrderEvent> = Vec::with_capacity(fresh.len());
         let mut offsets: Vec<i64> = Vec::with_capacity(fresh.len());
         let mut letters: Vec<DeadLetter<'_>> = Vec::new();
+        let mut dead: Vec<bool> = Vec::with_capacity(fresh.len());
         for message in &fresh {
-            match self.decode(message).await {
+            let decoded = self.decode(message).await;
+            dead.push(decoded.is_err());
+            match decoded {
                 Ok(event) => {
                     events.push(event);
                     offsets.push(message.offset());
@@ -604,6 +662,11 @@ impl PartitionTask {
                     redrive_count: redrive_count(message),
                 }),
             }
+        }
+        if let Some(trip) = self.breaker.observe(dead) {
+            // Nothing of this batch is sent, decided or counted: the
+            // partition's checkpoint stays before it.
+            return Err(ProcessError::DeadLetterBreaker { partition: self.partition, offset: first_offset, trip });
         }
         if !letters.is_empty() && self.txn.is_some() {
             // exactly_once: the letters commit with the write-out that

@@ -141,6 +141,7 @@ impl PartitionSupervisor {
                 relay: None,
                 txn: None,
                 held_letters: Vec::new(),
+                breaker: crate::breaker::Breaker::new(shared.config.processing.breaker_limits()),
             };
             let input = PartitionInput { queue, ready };
             let span = info_span!("partition", topic = %topic, partition, group = %shared.config.kafka.group_id);

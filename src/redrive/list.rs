@@ -17,7 +17,7 @@ pub struct Listing {
     pub partitions: i32,
     /// Letters in the topic (the listing may show fewer: `--limit`).
     pub total: usize,
-    /// Of those, how many a re-drive record names.
+    /// Of those, how many the re-drive log names.
     pub redriven: usize,
     /// Newest last.
     pub letters: Vec<Letter>,
@@ -31,6 +31,7 @@ pub fn list(config: &Config, limit: Option<usize>) -> Result<Listing, RedriveErr
     let input_topic = &config.kafka.input_topic;
     let mut letters = Vec::new();
     let mut redriven = RedrivenSet::default();
+    super::log::RedriveLog::of(config).read_into(&dlq, input_topic, &mut redriven)?;
     let mut bounds = Vec::with_capacity(partitions as usize);
     for partition in 0..partitions {
         bounds.push((partition, dlq.watermarks(partition)?));

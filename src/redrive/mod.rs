@@ -22,16 +22,16 @@
 //!   nothing twice. The group never joins (partitions are assigned, not
 //!   subscribed), it only stores offsets.
 //! * **Which records were re-driven, for `--source` and for letters past
-//!   the committed offset.** After each acknowledged chunk, a *re-drive
-//!   record* is appended to the dead-letter partition the letters came from:
-//!   key `orderly.redrive.done`, header [`HEADER_REDRIVE_DONE`], a JSON
-//!   payload naming the input topic and the re-driven source positions
-//!   (`partition:offset`). A letter whose source position a re-drive record
-//!   names is skipped as already re-driven. Re-drive records always follow
-//!   the letters they name, so the range a run reads holds every record that
-//!   can name its letters: `--all` reads from the committed offset,
-//!   `--source` reads each partition from its start. The commit stays the
-//!   fast path; the re-drive records make `--source` and `--all` agree.
+//!   the committed offset.** After each acknowledged chunk, one record per
+//!   re-driven letter goes to the *re-drive log* ([`log`]), a compacted
+//!   topic of its own (`kafka.redrive_topic`), keyed by the letter's source
+//!   position. Every run reads the whole log first and skips a letter whose
+//!   source position it names as already re-driven. The dead-letter topic
+//!   itself holds dead letters only: a Kafka UI, an alert on its growth or
+//!   another team's tool sees nothing but letters. (Before the log, re-drive
+//!   records were appended to the dead-letter partition, header
+//!   [`HEADER_REDRIVE_DONE`]; those are still read, never written.) The
+//!   commit stays the fast path; the log makes `--source` and `--all` agree.
 //! * **Duplicate letters** (a crash of the processor after a letter was
 //!   produced and before its batch was written re-sends the letter) share a
 //!   source position: one run re-drives the first and skips the others.
@@ -43,6 +43,7 @@
 
 pub mod letter;
 mod list;
+pub mod log;
 mod replay;
 mod scan;
 mod time;
@@ -62,11 +63,9 @@ pub use time::rfc3339_millis;
 /// On a re-published record: the source position (`partition:offset`) of
 /// the letter it re-drives, for tracing it back.
 pub const HEADER_REDRIVE_SOURCE: &str = "orderly.redrive.source";
-/// Marks a re-drive record in the dead-letter topic; its value is the
-/// number of source positions its payload names.
+/// Marked a re-drive record in the dead-letter topic, as orderly wrote them
+/// before the re-drive log ([`log`]); still read, never written.
 pub const HEADER_REDRIVE_DONE: &str = "orderly.redrive.done";
-/// The key of re-drive records.
-pub const REDRIVE_RECORD_KEY: &str = "orderly.redrive.done";
 /// `dlq replay --max-redrives` default: a record is re-published at most
 /// this many times.
 pub const DEFAULT_MAX_REDRIVES: u32 = 3;
@@ -105,6 +104,8 @@ pub enum RedriveError {
          acknowledged before it are recorded, run the replay again"
     )]
     Produce { input_topic: String, partition: i32, offset: i64, cause: KafkaError },
+    #[error("re-drive log topic {topic} (kafka.redrive_topic): {message}")]
+    RedriveLog { topic: String, message: String },
     #[error("writing the re-drive record to {topic} partition {partition} failed: {cause}; run the replay again")]
     RedriveRecord { topic: String, partition: i32, cause: KafkaError },
     #[error("committing re-drive progress of group {group} (dead-letter partition {partition} at {offset}) failed: {cause}")]

@@ -3,11 +3,13 @@
 //! count, every record acknowledged before its progress is recorded (see
 //! the module above for how a run remembers).
 //!
-//! Each dead-letter partition is read twice: first its letters and re-drive
-//! records (headers only are kept), to decide every letter knowing every
-//! re-drive record of the range; then again from the first chosen letter,
-//! sending the chosen ones in chunks of [`CHUNK`]. Memory holds the
-//! letters' headers, never their payloads.
+//! The re-drive log ([`super::log`]) is read first, whole: which source
+//! positions were re-driven before. Then each dead-letter partition is read
+//! twice: first its letters (headers only are kept, and any re-drive
+//! records an older orderly wrote there), to decide every letter; then again
+//! from the first chosen letter, sending the chosen ones in chunks of
+//! [`CHUNK`], each chunk recorded in the log once acknowledged. Memory holds
+//! the letters' headers, never their payloads.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -20,14 +22,12 @@ use serde::Serialize;
 
 use super::letter::{self, DlqRecord, Letter, RedrivenSet, SourcePos};
 use super::scan::Dlq;
-use super::{Progress, RedriveError, CHUNK, HEADER_REDRIVE_DONE, HEADER_REDRIVE_SOURCE, REDRIVE_RECORD_KEY};
+use super::log::RedriveLog;
+use super::{Progress, RedriveError, CHUNK, HEADER_REDRIVE_SOURCE};
 use crate::config::Config;
 use crate::kafka::producer_config;
 use crate::processor::HEADER_REDRIVE_COUNT;
 
-/// Source positions named by one re-drive record (about 120 KB of JSON at
-/// most, well under a broker's default 1 MB record limit).
-const SOURCES_PER_RECORD: usize = 5_000;
 /// How long a full producer queue is waited for before a send fails.
 const QUEUE_WAIT: Duration = Duration::from_secs(30);
 
@@ -174,9 +174,13 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
         let from = committed.get(&partition).copied().flatten().map_or(low, |c| c.max(low));
         ranges.push((partition, from, end));
     }
+    let log = RedriveLog::of(config);
     let sender = match request.dry_run {
         true => None,
-        false => Some(Sender::new(config, &dlq, all)?),
+        false => {
+            log.ensure(config, &dlq)?;
+            Some(Sender::new(config, &dlq, &log, all)?)
+        }
     };
     let mut report = ReplayReport {
         dlq_topic: dlq.topic.clone(),
@@ -198,6 +202,7 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
     // dead-letter partition (same key), but not after the topic was given
     // more partitions.
     let mut done = RedrivenSet::default();
+    log.read_into(&dlq, &input_topic, &mut done)?;
     for (partition, from, end) in ranges {
         if from >= end {
             continue;
@@ -282,15 +287,16 @@ fn decide(
 struct Sender<'a> {
     producer: FutureProducer,
     dlq: &'a Dlq,
+    log: &'a RedriveLog,
     input_topic: String,
-    /// `--all` commits progress; `--source` only writes re-drive records.
+    /// `--all` commits progress; `--source` only writes the log.
     commit: bool,
 }
 
 impl<'a> Sender<'a> {
-    fn new(config: &Config, dlq: &'a Dlq, commit: bool) -> Result<Self, RedriveError> {
+    fn new(config: &Config, dlq: &'a Dlq, log: &'a RedriveLog, commit: bool) -> Result<Self, RedriveError> {
         let producer = producer_config(config).set("linger.ms", "5").create().map_err(|cause| RedriveError::Client { cause })?;
-        Ok(Sender { producer, dlq, input_topic: config.kafka.input_topic.clone(), commit })
+        Ok(Sender { producer, dlq, log, input_topic: config.kafka.input_topic.clone(), commit })
     }
 
     /// Reads the partition again from the first planned letter to the last
@@ -387,7 +393,7 @@ impl<'a> Sender<'a> {
                 cause,
             });
         }
-        self.record(partition, &acknowledged)?;
+        self.record(&acknowledged)?;
         let sent = acknowledged.len();
         report.redriven.extend(acknowledged);
         if let Some(error) = failure {
@@ -400,35 +406,10 @@ impl<'a> Sender<'a> {
         Ok(sent)
     }
 
-    /// Appends re-drive records naming `redriven` to their dead-letter
-    /// partition and waits for the acknowledgements.
-    fn record(&self, partition: i32, redriven: &[Redriven]) -> Result<(), RedriveError> {
-        for chunk in redriven.chunks(SOURCES_PER_RECORD) {
-            let sources: Vec<String> =
-                chunk.iter().map(|r| SourcePos { partition: r.source_partition, offset: r.source_offset }.to_string()).collect();
-            // The layout of [`RedriveRecord`], built as a value: printing one
-            // cannot fail.
-            let payload = serde_json::Value::Object(serde_json::Map::from_iter([
-                ("input_topic".to_string(), serde_json::Value::from(self.input_topic.as_str())),
-                ("sources".to_string(), serde_json::Value::from(sources)),
-            ]))
-            .to_string();
-            let record_error = |cause| RedriveError::RedriveRecord { topic: self.dlq.topic.clone(), partition, cause };
-            let count = chunk.len().to_string();
-            let headers = OwnedHeaders::new_with_capacity(1).insert(Header { key: HEADER_REDRIVE_DONE, value: Some(count.as_str()) });
-            let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&self.dlq.topic)
-                .partition(partition)
-                .key(REDRIVE_RECORD_KEY)
-                .payload(payload.as_bytes())
-                .headers(headers);
-            let delivery = self.producer.send_result(record).map_err(|(cause, _)| record_error(cause))?;
-            match futures::executor::block_on(delivery) {
-                Ok(Ok(_)) => {}
-                Ok(Err((cause, _))) => return Err(record_error(cause)),
-                Err(_) => return Err(record_error(KafkaError::Canceled)),
-            }
-        }
-        Ok(())
+    /// Appends the log records naming `redriven` (the re-drive log, not
+    /// the dead-letter topic) and waits for the acknowledgements.
+    fn record(&self, redriven: &[Redriven]) -> Result<(), RedriveError> {
+        self.log.record(&self.producer, &self.input_topic, redriven)
     }
 }
 

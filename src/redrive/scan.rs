@@ -52,27 +52,37 @@ impl Dlq {
     /// (`None` when it does not exist). A metadata request for every topic
     /// never asks the broker to create one.
     pub fn partition_counts(&self, input_topic: &str) -> Result<(i32, Option<i32>), RedriveError> {
+        let [dlq, input] = self.partitions_of([self.topic.as_str(), input_topic])?;
+        let dlq = dlq.ok_or_else(|| RedriveError::DlqTopicMissing { topic: self.topic.clone(), bootstrap: self.bootstrap.clone() })?;
+        Ok((dlq, input))
+    }
+
+    /// The partition count of each of `topics` (`None`: it does not exist),
+    /// from one metadata request for every topic.
+    pub(crate) fn partitions_of<const N: usize>(&self, topics: [&str; N]) -> Result<[Option<i32>; N], RedriveError> {
         let metadata = self
             .consumer
             .fetch_metadata(None, REQUEST_TIMEOUT)
             .map_err(|cause| RedriveError::Metadata { bootstrap: self.bootstrap.clone(), cause })?;
-        let count = |name: &str| {
+        Ok(topics.map(|name| {
             metadata
                 .topics()
                 .iter()
                 .find(|t| t.name() == name && t.error().is_none() && !t.partitions().is_empty())
                 .map(|t| t.partitions().len() as i32)
-        };
-        let dlq = count(&self.topic)
-            .ok_or_else(|| RedriveError::DlqTopicMissing { topic: self.topic.clone(), bootstrap: self.bootstrap.clone() })?;
-        Ok((dlq, count(input_topic)))
+        }))
     }
 
     /// The first and the end (next to be written) offsets of a partition.
     pub fn watermarks(&self, partition: i32) -> Result<(i64, i64), RedriveError> {
+        self.watermarks_in(&self.topic, partition)
+    }
+
+    /// [`Dlq::watermarks`] of a partition of another topic.
+    pub(crate) fn watermarks_in(&self, topic: &str, partition: i32) -> Result<(i64, i64), RedriveError> {
         self.consumer
-            .fetch_watermarks(&self.topic, partition, REQUEST_TIMEOUT)
-            .map_err(|cause| RedriveError::Watermarks { topic: self.topic.clone(), partition, cause })
+            .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
+            .map_err(|cause| RedriveError::Watermarks { topic: topic.to_string(), partition, cause })
     }
 
     /// The re-drive group's committed offset per partition (`None`: none).
@@ -113,6 +123,18 @@ impl Dlq {
         partition: i32,
         from: i64,
         end: i64,
+        each: impl FnMut(&BorrowedMessage<'_>) -> Result<(), RedriveError>,
+    ) -> Result<(), RedriveError> {
+        self.scan_in(&self.topic, partition, from, end, each)
+    }
+
+    /// [`Dlq::scan`] of a partition of another topic (the re-drive log).
+    pub(crate) fn scan_in(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        end: i64,
         mut each: impl FnMut(&BorrowedMessage<'_>) -> Result<(), RedriveError>,
     ) -> Result<(), RedriveError> {
         if from >= end {
@@ -121,7 +143,7 @@ impl Dlq {
         let consumer: BaseConsumer = self.client.create().map_err(|cause| RedriveError::Client { cause })?;
         let mut assignment = TopicPartitionList::with_capacity(1);
         assignment
-            .add_partition_offset(&self.topic, partition, Offset::Offset(from))
+            .add_partition_offset(topic, partition, Offset::Offset(from))
             .and_then(|()| consumer.assign(&assignment))
             .map_err(|cause| RedriveError::Client { cause })?;
         drop(assignment);
@@ -142,12 +164,12 @@ impl Dlq {
                 // transaction markers).
                 Some(Err(KafkaError::PartitionEOF(p))) if p == partition => break,
                 // librdkafka reports connection trouble and retries on its own.
-                Some(Err(error)) => debug!(topic = %self.topic, partition, %error, "consumer error while reading; retrying"),
+                Some(Err(error)) => debug!(topic, partition, %error, "consumer error while reading; retrying"),
                 Some(Ok(_)) | None => {}
             }
             if last_record.elapsed() >= STALL_LIMIT {
                 return Err(RedriveError::Stalled {
-                    topic: self.topic.clone(),
+                    topic: topic.to_string(),
                     partition,
                     at: next,
                     end,

@@ -170,6 +170,31 @@ impl Collector for TelemetryCollector {
             None,
             MetricType::Counter,
         )?)?;
+        {
+            let mut family = encoder.encode_descriptor(
+                "orderly_records_by_schema",
+                "Input records read per writer schema id (each id the registry resolved)",
+                None,
+                MetricType::Counter,
+            )?;
+            for (id, records) in t.schema_records.snapshot() {
+                ConstCounter::new(records).encode(family.encode_family(&[("schema_id", id.to_string())])?)?;
+            }
+        }
+        ConstCounter::new(t.breaker_trips.load(Ordering::Relaxed)).encode(encoder.encode_descriptor(
+            "orderly_dead_letter_breaker_trips",
+            "Partitions the dead-letter breaker stopped (too many dead letters in a row or in a window)",
+            None,
+            MetricType::Counter,
+        )?)?;
+        ConstGauge::new(partitions.iter().filter(|p| p.phase() == crate::processor::Phase::Stopped).count() as i64).encode(
+            encoder.encode_descriptor(
+                "orderly_stopped_partitions",
+                "Assigned partitions stopped by the dead-letter breaker (they decide nothing until reassigned)",
+                None,
+                MetricType::Gauge,
+            )?,
+        )?;
         let seconds = Some(&Unit::Seconds);
         histogram(&mut encoder, "orderly_batch_duration", "Time to decide one batch (decode, dead letters, decide)", seconds, &t.batch_duration)?;
         histogram(&mut encoder, "orderly_batch_records", "Records per decided batch", None, &t.batch_records)?;

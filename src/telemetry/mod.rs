@@ -49,6 +49,8 @@ pub struct PartitionStatus {
     pub restore_remaining: AtomicI64,
     /// The outbox relay's view, once it runs.
     pub outbox: OnceLock<Arc<Backlog>>,
+    /// Why the dead-letter breaker stopped the partition, once it did.
+    pub stopped: OnceLock<String>,
 }
 
 impl PartitionStatus {
@@ -66,6 +68,7 @@ impl PartitionStatus {
             end_offset: AtomicI64::new(UNKNOWN),
             restore_remaining: AtomicI64::new(UNKNOWN),
             outbox: OnceLock::new(),
+            stopped: OnceLock::new(),
         };
         status.seed(checkpoint);
         status
@@ -130,6 +133,10 @@ pub struct Telemetry {
     /// How late partition tasks' timers fired (batch wait, write-out due).
     pub timer_lateness: Histogram,
     pub restored_records: AtomicU64,
+    /// Partitions the dead-letter breaker stopped.
+    pub breaker_trips: AtomicU64,
+    /// Records per writer schema id (the decoder counts into it).
+    pub schema_records: Arc<crate::codec::SchemaCounts>,
     started: Instant,
     /// When the poll loop last turned (milliseconds since `started`).
     poll_turned_ms: AtomicU64,
@@ -155,6 +162,8 @@ impl Default for Telemetry {
             completion: Histogram::new(completion_bounds()),
             timer_lateness: Histogram::new(duration_bounds()),
             restored_records: AtomicU64::new(0),
+            breaker_trips: AtomicU64::new(0),
+            schema_records: Arc::default(),
             started: Instant::now(),
             poll_turned_ms: AtomicU64::new(0),
             joined: AtomicBool::new(false),

@@ -87,6 +87,7 @@ fn phase_name(phase: Phase) -> &'static str {
         Phase::Restoring => "restoring",
         Phase::Processing => "processing",
         Phase::Draining => "draining",
+        Phase::Stopped => "stopped",
     }
 }
 
@@ -129,6 +130,10 @@ pub fn not_ready(t: &Telemetry) -> Option<String> {
                 });
             }
             Phase::Draining => return Some(format!("partition {} is draining (being released)", p.partition)),
+            Phase::Stopped => {
+                let why = p.stopped.get().map(String::as_str).unwrap_or("the dead-letter breaker tripped");
+                return Some(format!("{why}; fix the cause, then restart this instance"));
+            }
         }
         if p.outbox.get().is_some_and(|b| b.failing.load(Ordering::Relaxed)) {
             return Some(format!(

@@ -23,7 +23,7 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// `kafka/broker tool NAME ARGS...` (Kafka's own command-line tools).
-fn kafka_tool(name: &str, args: &[&str]) -> Output {
+pub(crate) fn kafka_tool(name: &str, args: &[&str]) -> Output {
     Command::new(broker_script()).arg("tool").arg(name).args(args).stdin(Stdio::null()).output().expect("run kafka/broker tool")
 }
 

@@ -69,6 +69,15 @@ fn unknown_schema_letters_are_applied_exactly_once_after_two_replays() {
     assert_eq!(sent, FIXABLE as i64 + 1, "{input_before:?} -> {input_after:?}");
     let group = orderly::redrive::redrive_group(&orderly::config::Config::load(Some(&instance.config_path)).expect("config"));
     assert_eq!(committed(&world.bootstrap, &group, &world.dlq, 1), dlq_before, "progress committed (no metadata needed)");
+    // Dead letters only in the dead-letter topic; the re-drive log, created
+    // by the replay as a compacted topic, names each re-driven letter once.
+    assert_eq!(end_offsets(&world.bootstrap, &world.dlq, 1), dlq_before, "the replay appended nothing to the dead-letter topic");
+    let log_topic = format!("{}.redrive", world.dlq);
+    let log_end = end_offsets(&world.bootstrap, &log_topic, 1);
+    assert_eq!(log_end[&0], FIXABLE as i64 + 1, "one re-drive log record per re-driven letter");
+    let described = crate::kafka_native::kafka_tool("topics", &["--bootstrap-server", &world.bootstrap, "--describe", "--topic", &log_topic]);
+    let described = String::from_utf8_lossy(&described.stdout);
+    assert!(described.contains("cleanup.policy=compact") && described.contains("PartitionCount: 1"), "{described}");
     let second = json(&instance, &["dlq", "replay", "--all", "--json"]);
     assert_eq!((second["letters_read"].as_u64(), second["redriven"].as_array().map(Vec::len)), (Some(0), Some(0)), "{second:#}");
     assert_eq!(end_offsets(&world.bootstrap, &world.topic, PARTITIONS), input_after, "the second replay sent nothing");

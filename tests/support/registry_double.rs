@@ -66,7 +66,8 @@ impl RegistryDouble {
         let inner: Shared = Arc::default();
         let app = Router::new()
             .route("/schemas/ids/{id}", get(by_id))
-            .route("/subjects/{subject}/versions", post(register))
+            .route("/subjects", get(subjects))
+            .route("/subjects/{subject}/versions", post(register).get(versions))
             .route("/subjects/{subject}", post(lookup))
             .route("/subjects/{subject}/versions/{version}", get(by_version))
             .with_state(inner.clone());
@@ -134,6 +135,24 @@ async fn register(State(inner): State<Shared>, Path(subject): Path<String>, Json
         versions.push((schema, id));
     }
     Json(json!({ "id": id })).into_response()
+}
+
+/// `GET /subjects`: the subject names.
+async fn subjects(State(inner): State<Shared>) -> Response {
+    let inner = inner.lock().expect("registry double lock");
+    let mut names: Vec<&String> = inner.subjects.keys().collect();
+    names.sort();
+    Json(json!(names)).into_response()
+}
+
+/// `GET /subjects/{subject}/versions`: the version numbers, or 40401.
+async fn versions(State(inner): State<Shared>, Path(subject): Path<String>) -> Response {
+    let mut inner = inner.lock().expect("registry double lock");
+    *inner.requests.entry("versions").or_default() += 1;
+    match inner.subjects.get(&subject) {
+        Some(versions) => Json(json!((1..=versions.len()).collect::<Vec<_>>())).into_response(),
+        None => not_found(40401, "Subject not found"),
+    }
 }
 
 async fn lookup(State(inner): State<Shared>, Path(subject): Path<String>, Json(body): Json<Value>) -> Response {

@@ -1,0 +1,111 @@
+//! The schema guard: before `run` consumes anything, every writer schema
+//! registered under the input topic's subject (`<input_topic>-value`) must
+//! resolve against orderly's reader schema. An incompatible version (a
+//! producer registered a breaking change the registry's compatibility
+//! setting let through) is named at start-up, instead of its records being
+//! dead-lettered one by one as they arrive.
+
+use apache_avro::schema_compatibility::SchemaCompatibility;
+use apache_avro::Schema;
+
+use super::reader_schema;
+use crate::registry::{RegisteredVersion, Registry, RegistryError};
+
+/// A registered version orderly cannot read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Incompatible {
+    pub version: u32,
+    pub id: u32,
+    pub problem: String,
+}
+
+/// What the guard found under one subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardReport {
+    pub subject: String,
+    /// Versions registered (0: the subject is not registered yet).
+    pub versions: usize,
+    /// Their schema ids, oldest version first.
+    pub ids: Vec<u32>,
+    pub incompatible: Vec<Incompatible>,
+}
+
+/// The versions of `versions` that the reader schema cannot read. Pure.
+pub fn check(versions: &[RegisteredVersion]) -> Vec<Incompatible> {
+    versions
+        .iter()
+        .filter_map(|v| {
+            let problem = match Schema::parse_str(&v.schema) {
+                Err(e) => format!("it does not parse as Avro: {e}"),
+                Ok(writer) => match SchemaCompatibility::can_read(&writer, reader_schema()) {
+                    Ok(_) => return None,
+                    Err(e) => format!("orderly's reader schema cannot read it: {e}"),
+                },
+            };
+            Some(Incompatible { version: v.version, id: v.id, problem })
+        })
+        .collect()
+}
+
+/// Fetches every version of `<input_topic>-value` and checks each.
+pub async fn guard(registry: &Registry, input_topic: &str) -> Result<GuardReport, RegistryError> {
+    let subject = format!("{input_topic}-value");
+    let versions = registry.versions(&subject).await?;
+    Ok(GuardReport {
+        incompatible: check(&versions),
+        ids: versions.iter().map(|v| v.id).collect(),
+        versions: versions.len(),
+        subject,
+    })
+}
+
+impl GuardReport {
+    /// One line: how many versions, and each incompatible one.
+    pub fn summary(&self) -> String {
+        if self.versions == 0 {
+            return format!("{}: no writer schema registered yet (producers register it)", self.subject);
+        }
+        if self.incompatible.is_empty() {
+            let ids: Vec<String> = self.ids.iter().map(u32::to_string).collect();
+            return format!("{}: all {} version(s) readable (schema ids {})", self.subject, self.versions, ids.join(", "));
+        }
+        let named: Vec<String> =
+            self.incompatible.iter().map(|i| format!("version {} (schema id {}): {}", i.version, i.id, i.problem)).collect();
+        format!(
+            "{}: {} of {} version(s) cannot be read, their records would be dead-lettered: {}",
+            self.subject,
+            self.incompatible.len(),
+            self.versions,
+            named.join("; ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{SCHEMA_V1, SCHEMA_V2};
+
+    fn version(version: u32, schema: &str) -> RegisteredVersion {
+        RegisteredVersion { version, id: version + 10, schema: schema.to_string() }
+    }
+
+    #[test]
+    fn both_order_event_versions_are_readable() {
+        assert_eq!(check(&[version(1, SCHEMA_V1), version(2, SCHEMA_V2)]), []);
+    }
+
+    #[test]
+    fn a_breaking_change_is_named_with_its_version_and_id() {
+        // `version` became a string: no promotion reads it as a long.
+        let breaking = SCHEMA_V2.replace(r#"{"name": "version", "type": "long""#, r#"{"name": "version", "type": "string""#);
+        assert_ne!(breaking, SCHEMA_V2, "the test schema changed");
+        let found = check(&[version(1, SCHEMA_V1), version(2, &breaking), version(3, "not json")]);
+        assert_eq!(found.iter().map(|i| (i.version, i.id)).collect::<Vec<_>>(), [(2, 12), (3, 13)]);
+        assert!(found[0].problem.contains("cannot read"), "{found:?}");
+        assert!(found[1].problem.contains("does not parse"), "{found:?}");
+        let report = GuardReport { subject: "orders-value".into(), versions: 3, ids: vec![11, 12, 13], incompatible: found };
+        let line = report.summary();
+        assert!(line.contains("2 of 3") && line.contains("version 2 (schema id 12)"), "{line}");
+    }
+}
