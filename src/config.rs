@@ -247,6 +247,7 @@ impl Config {
             let text = std::fs::read_to_string(path)
                 .map_err(|cause| ConfigError::Read { path: path.to_path_buf(), cause })?;
             let overlay = parse_table(&text, &path.display().to_string())?;
+            check_known(&overlay, &defaults, path)?;
             merge(&mut table, overlay);
         }
         for (name, raw) in env {
@@ -515,11 +516,15 @@ fn apply_env(table: &mut toml::Table, defaults: &toml::Table, var: &str, raw: &s
     }
     let section = &parts[0];
     let Some(toml::Value::Table(section_defaults)) = defaults.get(section) else {
-        return Err(env_err(format!("unknown section `{section}`: sections are {}", names(defaults))));
+        return Err(env_err(format!("unknown section `{section}`{}: sections are {}", did_you_mean(section, defaults), names(defaults))));
     };
     let key = &parts[1];
     let Some(default) = section_defaults.get(key) else {
-        return Err(env_err(format!("unknown key `{section}.{key}`: keys of [{section}] are {}", names(section_defaults))));
+        return Err(env_err(format!(
+            "unknown key `{section}.{key}`{}: keys of [{section}] are {}",
+            did_you_mean(key, section_defaults),
+            names(section_defaults)
+        )));
     };
     let section_table = table
         .entry(section.clone())
@@ -579,6 +584,60 @@ fn typed_like(default: &toml::Value, raw: &str) -> Result<toml::Value, String> {
     }
 }
 
+/// Refuses a section or key of a config file that the defaults do not
+/// have, naming the closest one (the settings under [kafka.librdkafka] are
+/// librdkafka's, checked when the clients are built).
+fn check_known(overlay: &toml::Table, defaults: &toml::Table, path: &Path) -> Result<(), ConfigError> {
+    let unknown = |message: String| ConfigError::Invalid(format!("{}: {message}", path.display()));
+    for (section, value) in overlay {
+        let Some(toml::Value::Table(section_defaults)) = defaults.get(section) else {
+            return Err(unknown(format!("unknown section [{section}]{}; sections are {}", did_you_mean(section, defaults), names(defaults))));
+        };
+        let toml::Value::Table(keys) = value else {
+            return Err(unknown(format!("`{section}` must be a section ([{section}]), not a value")));
+        };
+        for key in keys.keys() {
+            if !section_defaults.contains_key(key) {
+                return Err(unknown(format!(
+                    "unknown key `{section}.{key}`{}; keys of [{section}] are {}",
+                    did_you_mean(key, section_defaults),
+                    names(section_defaults)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `" (did you mean `x`?)"` for the name in `table` closest to `word`,
+/// when one is close enough to be a typo; `""` otherwise.
+fn did_you_mean(word: &str, table: &toml::Table) -> String {
+    let limit = (word.chars().count() / 3).max(1);
+    table
+        .keys()
+        .map(|k| (edit_distance(word, k), k))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, k)| format!(" (did you mean `{k}`?)"))
+        .unwrap_or_default()
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 fn names(table: &toml::Table) -> String {
     table.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
 }
@@ -630,6 +689,25 @@ mod tests {
         assert_eq!(c.kafka.group_id, "from-file");
         assert_eq!(c.processing.batch_max_records, 500);
         assert_eq!(c.kafka.bootstrap_servers, "h:1");
+    }
+
+    #[test]
+    fn a_misspelt_key_gets_a_suggestion() {
+        let err = Config::from_layers(None, env(&[("ORDERLY_PROCESSING__BATCH_MAX_RECORD", "5")])).unwrap_err().to_string();
+        assert!(err.contains("did you mean `batch_max_records`?"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[kafka]\nbootstrap_server = \"h:1\"\n").unwrap();
+        let err = Config::from_layers(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(err.contains("unknown key `kafka.bootstrap_server` (did you mean `bootstrap_servers`?)"), "{err}");
+        std::fs::write(&path, "[procesing]\nguarantee = \"exactly_once\"\n").unwrap();
+        let err = Config::from_layers(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(err.contains("unknown section [procesing] (did you mean `processing`?)"), "{err}");
+        // Nothing close: no guess, the list of keys.
+        std::fs::write(&path, "[store]\nzzz = 1\n").unwrap();
+        let err = Config::from_layers(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(!err.contains("did you mean") && err.contains("`cache_capacity_mb`"), "{err}");
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]

@@ -119,6 +119,16 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Join the consumer group and process until SIGTERM/SIGINT, then drain, flush, commit and leave
+    ///
+    /// Needs: the broker (kafka.bootstrap_servers); the input topic (kafka.input_topic) and the dead-letter topic
+    /// (kafka.dlq_topic), both created beforehand; the output topic (kafka.output_topic) with the input topic's
+    /// partition count while the outbox is on; a Confluent-compatible schema registry (registry.url) whose writer
+    /// schemas of <input_topic>-value orderly can read (the schema guard, registry.schema_guard). The changelog
+    /// topic is created when missing. `orderly config check` checks all of these first, with the command that
+    /// fixes each.
+    ///
+    /// While it runs it serves HTTP on http.address (default 127.0.0.1:9898; "" is off): GET /metrics
+    /// (Prometheus), /healthz, /readyz, /state/{order_id} and the status page at /.
     Run,
     /// Run the processor over a generated workload on an in-process mock Kafka cluster (no external service);
     /// uses the processing and store settings of --config, not its Kafka or registry settings
@@ -142,11 +152,13 @@ enum Command {
         /// Give every order exactly N events (CREATED, PAID, SHIPPED updates, DELIVERED) instead of 1 to 4
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         events_per_order: Option<u32>,
-        /// How each order's events spread over the topic
-        #[arg(long, value_enum, default_value_t = Shape::Clustered)]
+        /// How each order's events spread over the topic: clustered (each order's events in a short window) or
+        /// interleaved (every order's events spread over the whole topic)
+        #[arg(long, value_enum, default_value_t = Shape::Clustered, hide_possible_values = true)]
         shape: Shape,
-        /// How event ids are written
-        #[arg(long, value_enum, default_value_t = IdFormat::Uuid)]
+        /// How event ids are written: uuid (canonical lowercase UUID with hyphens, 36 characters) or hex32 (32
+        /// lowercase hex characters, a UUID's simple form)
+        #[arg(long, value_enum, default_value_t = IdFormat::Uuid, hide_possible_values = true)]
         id_format: IdFormat,
         /// Write the independently computed expected outcome (counts and final states) to this JSON file
         #[arg(long, value_name = "FILE")]
@@ -272,10 +284,9 @@ struct WorkloadArgs {
     /// Seed of the generator: the same seed gives the same records
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Prefix of the order ids (`<PREFIX>-00000001`, ...). Default
-    /// `order-s<SEED>`: runs with different seeds never share an order, so a
-    /// second run against the same topic adds new orders instead of stale
-    /// events; give the same prefix (and seed) to re-send the same orders
+    /// Prefix of the order ids (<PREFIX>-00000001 and on), default order-s<SEED>: runs with different seeds never
+    /// share an order, so a second run against the same topic adds new orders instead of stale events; give the
+    /// same prefix and seed to re-send the same orders
     #[arg(long, value_name = "PREFIX")]
     order_prefix: Option<String>,
 }
