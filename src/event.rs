@@ -317,3 +317,30 @@ mod tests {
         assert_eq!(inbox.slot(40), InboxSlot::Chunk(33));
     }
 }
+
+/// One pending status change, stored under its source offset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxRecord {
+    pub event_id: String,
+    pub order_id: String,
+    pub version: i64,
+    pub from_status: Option<EventType>,
+    pub to_status: EventType,
+    pub occurred_at: i64,
+    pub source_partition: i32,
+    pub source_offset: i64,
+    /// When the change was applied (milliseconds since the epoch): the
+    /// backlog's age.
+    pub created_ms: i64,
+    /// The partition's state epoch when it was applied (see
+    /// `orderly replay --reset-state`).
+    pub epoch: u32,
+}
+
+/// The `event_id` of the status change an event caused: XXH3-128 of the
+/// source `event_id`, written as a UUID. The same source event always gives
+/// the same id, whoever re-emits it.
+pub fn status_event_id(source_event_id: &str) -> String {
+    let hash = xxhash_rust::xxh3::xxh3_128_with_seed(source_event_id.as_bytes(), 0x6f72_6465_726c_7921);
+    uuid::Uuid::from_u128(hash).hyphenated().to_string()
+}

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use crate::decide::{apply, apply_in_place, decide, needs, recent_entry, Decision, InboxSpill, Needs};
 use crate::event::{InboxEntry, OrderEvent, OrderState};
-use crate::outbox::{status_event_id, OutboxRecord};
+use crate::event::{status_event_id, OutboxRecord};
 use crate::store::{BatchWrite, Checkpoint, PartitionStore, StoreError};
 
 /// What one batch of decisions did.

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::event::{InboxEntry, OrderState};
-use crate::outbox::OutboxRecord;
+use crate::event::OutboxRecord;
 
 const CHECKPOINT_KEY: &[u8] = b"\x00checkpoint";
 /// Present while a restore from the changelog is under way: the tree's

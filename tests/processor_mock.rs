@@ -16,7 +16,8 @@ use orderly::config::Config;
 use orderly::demo::covers;
 use orderly::event::{EventType, OrderEvent};
 use orderly::load::produce_planned;
-use orderly::processor::{Processor, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use orderly::headers::{HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use orderly::processor::Processor;
 use orderly::registry::Registry;
 use orderly::store::Store;
 use orderly::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
@@ -198,7 +199,7 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
         state.status = EventType::Cancelled;
         let value = bincode::serialize(&state).expect("encode");
         let covers = (stats.checkpoint.next_offset + 1_000_000).to_string();
-        let headers = OwnedHeaders::new().insert(Header { key: orderly::changelog::HEADER_COVERS, value: Some(covers.as_str()) });
+        let headers = OwnedHeaders::new().insert(Header { key: orderly::headers::HEADER_COVERS, value: Some(covers.as_str()) });
         let record = FutureRecord::to(&c.changelog)
             .partition(stats.partition)
             .key(state.order_id.as_str())

@@ -7,7 +7,7 @@
 //! ([`crate::store::to_changelog_key`]: an order's `order_id`, or a reserved
 //! key no `order_id` can equal); its value is the store's value, byte for
 //! byte (`None`, a tombstone, for a deletion). Each write-out's records carry
-//! the header [`HEADER_COVERS`]: the input offset its checkpoint moves to.
+//! the header [`crate::headers::HEADER_COVERS`]: the input offset its checkpoint moves to.
 //! The checkpoint record comes last, under the reserved checkpoint key.
 //!
 //! Restore applies a record only when the checkpoint it ends at covers it
@@ -31,21 +31,6 @@ use rdkafka::error::KafkaError;
 
 use crate::store::StoreError;
 
-/// Header of every changelog record: the input offset (decimal text) the
-/// write-out it belongs to covers, i.e. its checkpoint's `next_offset`.
-pub const HEADER_COVERS: &str = "orderly.covers";
-
-/// Header of every changelog record: the partition's state epoch (decimal
-/// text; absent means 0). `orderly replay --reset-state` starts a new epoch
-/// with its marker; a restore applies only records of the epoch of the
-/// checkpoint it ends at, so no state from before a reset comes back, even
-/// after compaction removed the tombstones.
-pub const HEADER_EPOCH: &str = "orderly.epoch";
-
-/// Header of every write-out's changelog records: the client id of the
-/// process that wrote them (`orderly-<host>-<pid>`), to tell writers apart
-/// when reading a changelog back (a late writer, an operator's question).
-pub const HEADER_WRITER: &str = "orderly.writer";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChangelogError {

@@ -16,7 +16,8 @@ use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::reader::PartitionReader;
-use super::{ChangelogError, HEADER_COVERS, HEADER_EPOCH};
+use super::ChangelogError;
+use crate::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::config::Config;
 use crate::store::{changelog_checkpoint_key, Checkpoint};
 

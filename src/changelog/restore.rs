@@ -26,7 +26,8 @@ use rdkafka::message::Message;
 use tracing::{info, warn};
 
 use super::reader::PartitionReader;
-use super::{ChangelogError, HEADER_COVERS, HEADER_EPOCH};
+use super::ChangelogError;
+use crate::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::config::Config;
 use crate::store::{changelog_checkpoint_key, BatchWrite, ChangeRecord, Checkpoint, PartitionStore};
 

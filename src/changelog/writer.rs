@@ -6,7 +6,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use super::{ChangelogError, HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
+use super::ChangelogError;
+use crate::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
 use crate::fault::{self, Point};
 use crate::store::{changelog_checkpoint_key, ChangeRecord};
 

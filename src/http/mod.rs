@@ -23,7 +23,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::sync::{watch, Semaphore};
 use tracing::{debug, info, warn};
 
-pub use routes::{HttpContext, GroupOwners, Member};
+pub use crate::telemetry::{GroupOwners, Member};
+pub use routes::HttpContext;
 
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 256;

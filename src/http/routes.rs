@@ -8,29 +8,13 @@ use axum::http::{header, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::Serialize;
 use serde_json::json;
 
 use super::order_id;
 use crate::partitioner::Partitioner;
-use crate::processor::Phase;
 use crate::store::Store;
 use crate::telemetry::status::{self, Identity};
-use crate::telemetry::{exposition, Telemetry};
-
-/// A member of the consumer group, as the group's metadata names it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Member {
-    pub member_id: String,
-    pub client_id: String,
-    pub host: String,
-}
-
-/// Who owns a partition, from the group's metadata (a broker request).
-pub trait GroupOwners: Send + Sync {
-    /// `Ok(None)`: the group metadata does not say (no member lists it).
-    fn owner(&self, partition: i32) -> Result<Option<Member>, String>;
-}
+use crate::telemetry::{exposition, GroupOwners, Phase, Telemetry};
 
 /// What the routes read.
 pub struct HttpContext {

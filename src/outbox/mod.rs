@@ -17,37 +17,15 @@ pub mod relay;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
-use serde::{Deserialize, Serialize};
 
 use crate::codec::{wire, EncodeError};
+pub use crate::event::{status_event_id, OutboxRecord};
 use crate::event::EventType;
 use crate::registry::{Registry, RegistryError};
 
 /// The output schema, registered under `<output_topic>-value`.
 pub const SCHEMA: &str = include_str!("../../schemas/order_status_changed_v1.avsc");
 
-/// One pending status change, stored under its source offset.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutboxRecord {
-    pub event_id: String,
-    pub order_id: String,
-    pub version: i64,
-    pub from_status: Option<EventType>,
-    pub to_status: EventType,
-    pub occurred_at: i64,
-    pub source_partition: i32,
-    pub source_offset: i64,
-    /// When the change was applied (milliseconds since the epoch): the
-    /// backlog's age.
-    pub created_ms: i64,
-    /// The partition's state epoch when it was applied (see
-    /// `orderly replay --reset-state`).
-    pub epoch: u32,
-}
-
-/// The `event_id` of the status change an event caused: XXH3-128 of the
-/// source `event_id`, written as a UUID. The same source event always gives
-/// the same id, whoever re-emits it.
 /// The headers of a status change on the output topic: its source topic,
 /// input partition, source offset and epoch (`orderly.source.*`,
 /// `orderly.epoch`).
@@ -55,15 +33,10 @@ pub fn status_headers(source_topic: &str, partition: i32, record: &OutboxRecord)
     use rdkafka::message::{Header, OwnedHeaders};
     let (partition, offset, epoch) = (partition.to_string(), record.source_offset.to_string(), record.epoch.to_string());
     OwnedHeaders::new_with_capacity(4)
-        .insert(Header { key: crate::processor::HEADER_TOPIC, value: Some(source_topic) })
-        .insert(Header { key: crate::processor::HEADER_PARTITION, value: Some(partition.as_str()) })
-        .insert(Header { key: crate::processor::HEADER_OFFSET, value: Some(offset.as_str()) })
-        .insert(Header { key: crate::changelog::HEADER_EPOCH, value: Some(epoch.as_str()) })
-}
-
-pub fn status_event_id(source_event_id: &str) -> String {
-    let hash = xxhash_rust::xxh3::xxh3_128_with_seed(source_event_id.as_bytes(), 0x6f72_6465_726c_7921);
-    uuid::Uuid::from_u128(hash).hyphenated().to_string()
+        .insert(Header { key: crate::headers::HEADER_TOPIC, value: Some(source_topic) })
+        .insert(Header { key: crate::headers::HEADER_PARTITION, value: Some(partition.as_str()) })
+        .insert(Header { key: crate::headers::HEADER_OFFSET, value: Some(offset.as_str()) })
+        .insert(Header { key: crate::headers::HEADER_EPOCH, value: Some(epoch.as_str()) })
 }
 
 /// Encodes outbox records as `OrderStatusChanged` in the wire format.

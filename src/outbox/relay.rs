@@ -11,7 +11,7 @@
 //! warning past `[outbox] backlog_warn` records or `backlog_warn_age`.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -23,9 +23,10 @@ use tracing::{info, warn};
 
 use super::{OutboxEncoder, OutboxRecord};
 use crate::changelog::reader::PartitionReader;
-use crate::changelog::HEADER_EPOCH;
 use crate::config::Config;
-use crate::processor::{HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use crate::retry::Backoff;
+use crate::telemetry::Backlog;
+use crate::headers::{HEADER_EPOCH, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
 use crate::store::PartitionStore;
 
 /// How far back from the output partition's end the relay looks for what
@@ -35,20 +36,6 @@ const LOOK_BACK: i64 = 100_000;
 /// Records read from the store and published per round.
 const ROUND: usize = 5_000;
 const WARN_EVERY: Duration = Duration::from_secs(10);
-
-/// One partition's outbox, as the relay last saw it (for logs and status).
-#[derive(Debug, Default)]
-pub struct Backlog {
-    /// Records pending (written, not yet acknowledged and deleted).
-    pub pending: AtomicU64,
-    /// Age of the oldest pending record, milliseconds (0 when none).
-    pub oldest_age_ms: AtomicU64,
-    /// Records the broker acknowledged.
-    pub published: AtomicU64,
-    /// The last publish failed (a missing or refusing output topic):
-    /// readiness and the status page say so until one succeeds.
-    pub failing: std::sync::atomic::AtomicBool,
-}
 
 /// What a relay needs.
 pub struct Relay {
@@ -75,7 +62,7 @@ pub struct Relay {
 impl Relay {
     /// Runs until the partition task drops its end of `written`.
     pub async fn run(mut self) {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         let mut last_warn: Option<Instant> = None;
         let mut last_status = Instant::now() - Duration::from_secs(60);
         // What this partition published before (by an earlier owner or run):
@@ -120,7 +107,7 @@ impl Relay {
                 Ok(p) => p,
                 Err(error) => {
                     warn!(partition = self.partition, %error, "cannot create the outbox producer; retrying");
-                    tokio::time::sleep(backoff).await;
+                    backoff.sleep().await;
                     continue;
                 }
             };
@@ -139,8 +126,7 @@ impl Relay {
                             warn!(partition = self.partition, topic = %self.topic, %error, "cannot read the output topic back; retrying");
                             last_warn = Some(Instant::now());
                         }
-                        tokio::time::sleep(crate::processor::jitter(backoff)).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                        backoff.sleep().await;
                         continue;
                     }
                 },
@@ -152,15 +138,14 @@ impl Relay {
                     Err(error) => {
                         self.backlog.failing.store(true, Ordering::Relaxed);
                         warn!(partition = self.partition, topic = %self.topic, %error, "cannot read the output topic back; retrying");
-                        tokio::time::sleep(crate::processor::jitter(backoff)).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                        backoff.sleep().await;
                         continue;
                     }
                 },
             };
             match self.publish(&producer, &records, published_before, &landed_now).await {
                 Ok(()) => {
-                    backoff = Duration::from_millis(100);
+                    backoff.reset();
                     landed = Some(HashSet::new());
                     self.backlog.failing.store(false, Ordering::Relaxed);
                 }
@@ -176,8 +161,7 @@ impl Relay {
                         );
                         last_warn = Some(Instant::now());
                     }
-                    tokio::time::sleep(crate::processor::jitter(backoff)).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    backoff.sleep().await;
                     // `landed` stays None: read back before the retry.
                 }
             }

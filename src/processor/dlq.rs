@@ -20,17 +20,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tracing::{debug, error, warn};
 
 use crate::codec::PoisonKind;
+use crate::retry::Backoff;
 
-pub const HEADER_TOPIC: &str = "orderly.source.topic";
-pub const HEADER_PARTITION: &str = "orderly.source.partition";
-pub const HEADER_OFFSET: &str = "orderly.source.offset";
-pub const HEADER_ERROR_KIND: &str = "orderly.error.kind";
-pub const HEADER_ERROR_MESSAGE: &str = "orderly.error.message";
-/// How many times `orderly dlq replay` re-published this record (absent: never).
-/// A re-published record carries the letter's count + 1; when it fails again,
-/// its new letter carries the same header, copied from the input record, so
-/// the count survives each round and `dlq replay --max-redrives` can stop it.
-pub const HEADER_REDRIVE_COUNT: &str = "orderly.redrive.count";
+use crate::headers::{HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_REDRIVE_COUNT, HEADER_TOPIC};
 
 /// How long librdkafka may queue one dead letter before `send` gives up on
 /// enqueueing it (the retry loop then tries again).
@@ -206,7 +198,7 @@ impl DeadLetters {
                 error!(%error, "dead-letter produce fails permanently; retrying until fixed, nothing moves past these records");
                 last_error = Some(Instant::now());
             }
-            tokio::time::sleep(crate::processor::jitter(BACKOFF_MAX)).await;
+            tokio::time::sleep(crate::retry::jitter(BACKOFF_MAX)).await;
         }
     }
 
@@ -214,7 +206,7 @@ impl DeadLetters {
     /// it is) or one fails permanently.
     async fn send_pending(&self, pending: &mut Vec<&DeadLetter<'_>>) -> Result<(), DeadLetterError> {
         let started = Instant::now();
-        let mut backoff = BACKOFF_START;
+        let mut backoff = Backoff::new(BACKOFF_START, BACKOFF_MAX);
         let mut attempts: u64 = 0;
         let mut last_warn: Option<Instant> = None;
         while !pending.is_empty() {
@@ -248,8 +240,7 @@ impl DeadLetters {
                     );
                     last_warn = Some(Instant::now());
                 }
-                tokio::time::sleep(crate::processor::jitter(backoff)).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                backoff.sleep().await;
             }
         }
         Ok(())

@@ -27,11 +27,8 @@ use rdkafka::producer::FutureProducer;
 use tokio::sync::{mpsc, Notify};
 use tracing::{error, info, warn};
 
-pub use partition::Phase;
-pub use dlq::{
-    DeadLetter, DeadLetterError, DeadLetters, HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_REDRIVE_COUNT,
-    HEADER_TOPIC,
-};
+pub use crate::telemetry::Phase;
+pub use dlq::{DeadLetter, DeadLetterError, DeadLetters};
 pub use crate::kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
 
 use crate::changelog::writer::ChangelogWriter;
@@ -39,6 +36,7 @@ use crate::codec::Decoder;
 use crate::config::Config;
 use crate::registry::Registry;
 use crate::store::{Binding, Store, StoreError};
+use crate::retry::Backoff;
 use crate::telemetry::Telemetry;
 use context::OrderlyContext;
 use supervisor::PartitionSupervisor;
@@ -401,7 +399,7 @@ fn poll_loop(
 ) {
     let topic = shared.topic.clone();
     let bootstrap = shared.config.kafka.bootstrap_servers.clone();
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
     let mut input_partitions = 0;
     // A broker that is down at start-up is waited for, with a clear message.
     while !stop.load(Ordering::SeqCst) {
@@ -420,8 +418,7 @@ fn poll_loop(
             }
             Err(error) => warn!(%error, bootstrap = %bootstrap, "cannot reach kafka; retrying"),
         }
-        std::thread::sleep(jitter(backoff));
-        backoff = (backoff * 2).min(Duration::from_secs(10));
+        std::thread::sleep(backoff.next_wait());
     }
     if !stop.load(Ordering::SeqCst) {
         // A missing dead-letter topic would stop the first poison record
@@ -610,10 +607,4 @@ fn wait_for_flusher(flusher: tokio::task::JoinHandle<()>) {
         warn!("flusher did not stop in time");
         flusher.abort();
     }
-}
-
-/// `base` +/- 25%, so retries of many clients do not align.
-pub(crate) fn jitter(base: Duration) -> Duration {
-    let factor = 0.75 + rand::random::<f64>() * 0.5;
-    base.mul_f64(factor)
 }

@@ -24,10 +24,12 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, error, info, warn};
 
 use super::context::OrderlyContext;
-use super::dlq::{DeadLetter, HeldLetter, HEADER_REDRIVE_COUNT};
+use super::dlq::{DeadLetter, HeldLetter};
+use crate::headers::HEADER_REDRIVE_COUNT;
 use super::transaction::{Round, TxnError, TxnWriter};
 use super::flusher::FlushMsg;
-use super::{jitter, ProcessError, Shared};
+use super::{ProcessError, Shared};
+use crate::retry::Backoff;
 use crate::breaker::Breaker;
 use crate::changelog::restore::Restore;
 use crate::codec::DecodeError;
@@ -36,7 +38,7 @@ use crate::fault::{self, Point};
 use crate::partition_state::{BatchOutcome, PartitionState};
 use crate::config::Guarantee;
 use crate::store::{next_offset_after, Checkpoint};
-use crate::telemetry::PartitionStatus;
+use crate::telemetry::{PartitionStatus, Phase};
 
 /// The consumer side of one partition: its own librdkafka queue (split off
 /// the consumer's main queue, so records reach the task without a copy or a
@@ -54,31 +56,6 @@ pub enum Command {
     /// partition has another owner already, and a late write-out of this
     /// one would land in the changelog after the new owner's.
     Drain { reply: oneshot::Sender<Option<Checkpoint>>, lost: bool },
-}
-
-/// Where a partition task is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Phase {
-    /// Bringing the store up to the changelog; no input record is processed.
-    Restoring = 0,
-    Processing = 1,
-    /// Finishing what was fetched before the partition is released.
-    Draining = 2,
-    /// Stopped by the dead-letter breaker: nothing more is decided until
-    /// the partition is assigned again (a restart, a rebalance).
-    Stopped = 3,
-}
-
-impl Phase {
-    pub fn from_u8(value: u8) -> Phase {
-        match value {
-            0 => Phase::Restoring,
-            1 => Phase::Processing,
-            3 => Phase::Stopped,
-            _ => Phase::Draining,
-        }
-    }
 }
 
 pub struct PartitionTask {
@@ -568,7 +545,7 @@ impl PartitionTask {
     /// aborted round with backoff. Returns the changelog position.
     async fn commit_transaction(&mut self, prepared: &mut crate::partition_state::PreparedWrite) -> Result<i64, ProcessError> {
         let changes = prepared.write.changes.take().unwrap_or_default();
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
             let group = self
                 .consumer
@@ -592,8 +569,7 @@ impl PartitionTask {
                 }
                 Err(TxnError::Aborted { cause, .. }) => {
                     warn!(partition = self.partition, error = %cause, "transaction aborted (nothing of it is visible); retrying the write-out");
-                    tokio::time::sleep(jitter(backoff)).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff.sleep().await;
                 }
                 Err(fenced) => return Err(fenced.into()),
             }
@@ -701,13 +677,12 @@ impl PartitionTask {
         if let Some(result) = decoder.decode_cached(message.payload()) {
             return result.map_err(poison_parts);
         }
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         loop {
             match decoder.decode(message.payload()).await {
                 Err(DecodeError::Transient(error)) => {
                     warn!(partition = self.partition, offset = message.offset(), %error, "schema registry unavailable; retrying");
-                    tokio::time::sleep(jitter(backoff)).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    backoff.sleep().await;
                 }
                 other => return other.map_err(poison_parts),
             }

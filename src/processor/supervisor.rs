@@ -26,7 +26,8 @@ use tracing::{error, info, info_span, warn, Instrument};
 
 use super::context::{OrderlyContext, Rebalance};
 use super::flusher::FlushMsg;
-use super::partition::{Command, PartitionInput, PartitionTask, Phase};
+use super::partition::{Command, PartitionInput, PartitionTask};
+use crate::telemetry::Phase;
 use super::transaction::TxnError;
 use super::{ProcessError, Shared};
 use crate::partition_state::PartitionState;

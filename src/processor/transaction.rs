@@ -32,7 +32,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tracing::{info, warn};
 
 use super::dlq::{letter_record, HeldLetter};
-use crate::changelog::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
+use crate::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
 use crate::config::Config;
 use crate::fault::{self, Point};
 use crate::outbox::{OutboxEncoder, OutboxRecord};

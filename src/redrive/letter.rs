@@ -11,9 +11,8 @@ use serde::{Deserialize, Serialize};
 use tracing::warn;
 
 use super::time::rfc3339_millis;
-use super::HEADER_REDRIVE_DONE;
-use crate::processor::{
-    HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_REDRIVE_COUNT, HEADER_TOPIC,
+use crate::headers::{
+    HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_REDRIVE_COUNT, HEADER_REDRIVE_DONE, HEADER_TOPIC,
 };
 
 /// Where a dead-lettered record was in its source topic: what `--source

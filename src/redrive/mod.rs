@@ -30,7 +30,7 @@
 //!   itself holds dead letters only: a Kafka UI, an alert on its growth or
 //!   another team's tool sees nothing but letters. (Before the log, re-drive
 //!   records were appended to the dead-letter partition, header
-//!   [`HEADER_REDRIVE_DONE`]; those are still read, never written.) The
+//!   [`crate::headers::HEADER_REDRIVE_DONE`]; those are still read, never written.) The
 //!   commit stays the fast path; the log makes `--source` and `--all` agree.
 //! * **Duplicate letters** (a crash of the processor after a letter was
 //!   produced and before its batch was written re-sends the letter) share a
@@ -60,12 +60,6 @@ pub use list::{list, Listing};
 pub use replay::{replay, Redriven, ReplayReport, ReplayRequest, Selection, SkipReason, Skipped};
 pub use time::rfc3339_millis;
 
-/// On a re-published record: the source position (`partition:offset`) of
-/// the letter it re-drives, for tracing it back.
-pub const HEADER_REDRIVE_SOURCE: &str = "orderly.redrive.source";
-/// Marked a re-drive record in the dead-letter topic, as orderly wrote them
-/// before the re-drive log ([`log`]); still read, never written.
-pub const HEADER_REDRIVE_DONE: &str = "orderly.redrive.done";
 /// `dlq replay --max-redrives` default: a record is re-published at most
 /// this many times.
 pub const DEFAULT_MAX_REDRIVES: u32 = 3;

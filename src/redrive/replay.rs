@@ -23,10 +23,10 @@ use serde::Serialize;
 use super::letter::{self, DlqRecord, Letter, RedrivenSet, SourcePos};
 use super::scan::Dlq;
 use super::log::RedriveLog;
-use super::{Progress, RedriveError, CHUNK, HEADER_REDRIVE_SOURCE};
+use super::{Progress, RedriveError, CHUNK};
 use crate::config::Config;
 use crate::kafka::producer_config;
-use crate::processor::HEADER_REDRIVE_COUNT;
+use crate::headers::{HEADER_REDRIVE_COUNT, HEADER_REDRIVE_SOURCE};
 
 /// How long a full producer queue is waited for before a send fails.
 const QUEUE_WAIT: Duration = Duration::from_secs(30);

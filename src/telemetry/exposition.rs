@@ -187,7 +187,7 @@ impl Collector for TelemetryCollector {
             None,
             MetricType::Counter,
         )?)?;
-        ConstGauge::new(partitions.iter().filter(|p| p.phase() == crate::processor::Phase::Stopped).count() as i64).encode(
+        ConstGauge::new(partitions.iter().filter(|p| p.phase() == crate::telemetry::Phase::Stopped).count() as i64).encode(
             encoder.encode_descriptor(
                 "orderly_stopped_partitions",
                 "Assigned partitions stopped by the dead-letter breaker (they decide nothing until reassigned)",

@@ -11,6 +11,9 @@
 pub mod exposition;
 pub mod histogram;
 pub mod status;
+pub mod vocabulary;
+
+pub use vocabulary::{Backlog, GroupOwners, Member, Phase};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -19,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use histogram::{completion_bounds, count_bounds, duration_bounds, Histogram};
 
-use crate::outbox::relay::Backlog;
 use crate::store::Checkpoint;
 
 /// "Not known yet" in an offset or count slot.
@@ -29,7 +31,7 @@ pub const UNKNOWN: i64 = -1;
 #[derive(Debug)]
 pub struct PartitionStatus {
     pub partition: i32,
-    /// The task's [`crate::processor::Phase`] as a `u8`.
+    /// The task's [`Phase`] as a `u8`.
     pub phase: Arc<AtomicU8>,
     /// Records decided since the start of the store's checkpoint: the
     /// durable counters at assignment (or after a restore), plus what this
@@ -98,8 +100,8 @@ impl PartitionStatus {
     }
 
     /// Where the partition's task is in its life.
-    pub fn phase(&self) -> crate::processor::Phase {
-        crate::processor::Phase::from_u8(self.phase.load(Ordering::Relaxed))
+    pub fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::Relaxed))
     }
 
     /// Records between the end of the partition and the processed position.

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use super::{PartitionStatus, Telemetry};
-use crate::processor::Phase;
+use super::Phase;
 
 /// Who this process is, for the status page's header.
 #[derive(Debug, Clone, Serialize)]

@@ -109,7 +109,7 @@ fn unknown_schema_letters_are_applied_exactly_once_after_two_replays() {
 fn large_dlq_timing() {
     use orderly::codec::WriterVersion;
     use orderly::event::EventType;
-    use orderly::processor::{HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+    use orderly::headers::{HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::FutureRecord;
 

@@ -13,7 +13,7 @@ use rdkafka::ClientConfig;
 use orderly::codec::Encoder;
 use orderly::event::StateView;
 use orderly::load::produce_planned;
-use orderly::processor::{HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use orderly::headers::{HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
 use orderly::registry::Registry;
 use orderly::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
 
