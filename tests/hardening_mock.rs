@@ -23,6 +23,7 @@ use orderly::headers::{HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET};
 use orderly::processor::{DeadLetter, DeadLetters, Processor};
 use orderly::registry::{Registry, RegistryError};
 use orderly::store::Store;
+use orderly::telemetry::errors::{Failure, Kind, Stage};
 use orderly::workload::PlannedRecord;
 use support::registry_double::{ByIdMode, RegistryDouble};
 use support::{committed, read_all, unique};
@@ -117,6 +118,11 @@ async fn end_offset(bootstrap: &str, topic: &str) -> i64 {
     })
     .await
     .expect("watermarks task")
+}
+
+/// `orderly_errors_total{stage, kind}` as the telemetry holds it.
+fn errors(telemetry: &orderly::telemetry::Telemetry, stage: Stage, kind: Kind) -> u64 {
+    telemetry.errors.snapshot().into_iter().find(|(s, k, _)| *s == stage && *k == kind).map_or(0, |(_, _, n)| n)
 }
 
 /// The checkpoint's `(next_offset, dead_lettered)` of partition 0, if any.
@@ -240,6 +246,7 @@ async fn registry_404_retried(double: &RegistryDouble) {
         let _ = stop_rx.await;
     };
     let processor = Processor::new(config, store.clone(), registry);
+    let telemetry = processor.telemetry();
     let driver = async {
         let mut observed = Vec::new();
         for (mode, more) in [(ByIdMode::HtmlNotFound, 3), (ByIdMode::NotFoundWithCode(40401), 2)] {
@@ -263,6 +270,9 @@ async fn registry_404_retried(double: &RegistryDouble) {
         assert_eq!(committed, BTreeMap::from([(0, -1)]), "{mode:?}: nothing committed");
     }
     assert!(caught_up, "the records are processed once the registry answers");
+    let retried = errors(&telemetry, Stage::Decode, Kind::Retryable);
+    assert!(retried >= 1, "each wait on the registry is counted: orderly_errors_total{{stage=decode,kind=retryable}} = {retried}");
+    assert_eq!(errors(&telemetry, Stage::Decode, Kind::Permanent), 0);
     assert_eq!(checkpoint(&store), Some((3, 0)));
     let stats = store.stats().expect("stats");
     assert_eq!(stats.iter().map(|s| s.checkpoint.applied).sum::<u64>(), 3);
@@ -336,6 +346,7 @@ async fn missing_dlq_topic_stops_the_processor_at_start_up() {
     produce_planned(&producer, &c.topic, &[first]).await.expect("produce");
 
     let processor = Processor::new(config, store.clone(), registry);
+    let telemetry = processor.telemetry();
     // Stops the run only if the processor never stops on its own.
     let shutdown = tokio::time::sleep(Duration::from_secs(90));
     let started = Instant::now();
@@ -343,6 +354,8 @@ async fn missing_dlq_topic_stops_the_processor_at_start_up() {
     let error = result.expect_err("the processor refuses to start without its dead-letter topic");
     let text = error.to_string();
     assert!(text.contains(&c.dlq) && text.contains("create"), "{text}");
+    assert_eq!((error.stage(), error.kind()), (Stage::Start, Kind::Permanent), "{error:?}");
+    assert_eq!(errors(&telemetry, Stage::Start, Kind::Permanent), 1, "counted once");
     assert!(started.elapsed() < Duration::from_secs(60), "stopped after {:?}", started.elapsed());
     assert_eq!(checkpoint(&store), None, "nothing processed");
     assert_eq!(committed_async(&c, &group).await.get(&0).copied().unwrap_or(-1), -1, "nothing committed");
@@ -399,6 +412,7 @@ async fn the_dead_letter_breaker_stops_a_partition_that_dead_letters_everything(
     let why = reason.lock().expect("lock").clone().unwrap_or_default();
     assert!(why.contains("partition 0") && why.contains("dead_letter_max_consecutive = 50"), "{why}");
     assert_eq!(telemetry.breaker_trips.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(errors(&telemetry, Stage::DeadLetter, Kind::Permanent), 1, "the trip is counted as a permanent dead-letter failure");
     let (next_offset, dead) = checkpoint(&store).expect("a checkpoint: the good records were written");
     let letters = end_offset(&c.bootstrap, &c.dlq).await;
     assert!(dead < LIMIT && letters as u64 == dead, "fewer letters than the limit, each counted: {letters} in the DLQ, {dead} counted");

@@ -32,6 +32,21 @@ use rdkafka::error::KafkaError;
 use crate::store::StoreError;
 
 
+impl crate::telemetry::errors::Failure for ChangelogError {
+    fn stage(&self) -> crate::telemetry::errors::Stage {
+        use crate::telemetry::errors::Stage;
+        match self {
+            ChangelogError::Topic { .. } => Stage::Start,
+            ChangelogError::Produce { .. } => Stage::WriteOut,
+            _ => Stage::Restore,
+        }
+    }
+
+    fn kind(&self) -> crate::telemetry::errors::Kind {
+        crate::telemetry::errors::Kind::Permanent
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ChangelogError {
     #[error("changelog topic {topic}: {message}")]

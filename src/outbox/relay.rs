@@ -25,6 +25,7 @@ use super::{OutboxEncoder, OutboxRecord};
 use crate::changelog::reader::PartitionReader;
 use crate::config::Config;
 use crate::retry::Backoff;
+use crate::telemetry::errors::{Kind, Stage};
 use crate::telemetry::Backlog;
 use crate::headers::{HEADER_EPOCH, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
 use crate::store::PartitionStore;
@@ -56,6 +57,8 @@ pub struct Relay {
     pub warn_age: Duration,
     /// For reading the output topic back (what was published before).
     pub config: Config,
+    /// Where failed publishes are counted (`orderly_errors_total`).
+    pub telemetry: Arc<crate::telemetry::Telemetry>,
     pub source_topic: String,
 }
 
@@ -151,6 +154,7 @@ impl Relay {
                 }
                 Err(error) => {
                     self.backlog.failing.store(true, Ordering::Relaxed);
+                    self.telemetry.errors.record(Stage::Relay, Kind::Retryable);
                     if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                         warn!(
                             partition = self.partition,

@@ -19,7 +19,7 @@ pub trait Rebalance: Send + Sync {
     /// committed when `lost`), within the revoke deadline.
     fn on_revoke(&self, partitions: &[i32], lost: bool);
     /// An unrecoverable error: the processor stops.
-    fn fatal(&self, message: String);
+    fn fatal(&self, error: super::ProcessError);
 }
 
 /// The rdkafka context of the processor's consumer.
@@ -41,7 +41,10 @@ impl ConsumerContext for OrderlyContext {
                 self.owner.on_assign(tpl);
                 let result = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
                 if let Err(e) = result {
-                    self.owner.fatal(format!("assign failed: {e}"));
+                    self.owner.fatal(super::ProcessError::Process {
+                        stage: crate::telemetry::errors::Stage::Poll,
+                        message: format!("assign failed: {e}"),
+                    });
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {

@@ -144,11 +144,19 @@ pub struct DeadLetters {
     producer: FutureProducer,
     dlq_topic: String,
     source_topic: String,
+    /// Where transient failures are counted (`orderly_errors_total`).
+    errors: Option<std::sync::Arc<crate::telemetry::Telemetry>>,
 }
 
 impl DeadLetters {
     pub fn new(producer: FutureProducer, dlq_topic: String, source_topic: String) -> Self {
-        DeadLetters { producer, dlq_topic, source_topic }
+        DeadLetters { producer, dlq_topic, source_topic, errors: None }
+    }
+
+    /// Counts transient failures in `telemetry`.
+    pub fn counting_into(mut self, telemetry: std::sync::Arc<crate::telemetry::Telemetry>) -> Self {
+        self.errors = Some(telemetry);
+        self
     }
 
     pub fn topic(&self) -> &str {
@@ -229,6 +237,9 @@ impl DeadLetters {
                 return Err(error);
             }
             if let Some(error) = transient {
+                if let Some(t) = &self.errors {
+                    t.errors.record(crate::telemetry::errors::Stage::DeadLetter, crate::telemetry::errors::Kind::Retryable);
+                }
                 if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                     warn!(
                         topic = %self.dlq_topic,

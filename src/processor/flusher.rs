@@ -12,6 +12,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use super::ProcessError;
+use crate::telemetry::errors::{Kind, Stage};
 use super::context::OrderlyContext;
 use super::Shared;
 use crate::fault::{self, Point};
@@ -131,11 +133,11 @@ impl Flusher {
         match result {
             Ok(Ok(_)) => true,
             Ok(Err(error)) => {
-                self.shared.fatal(format!("store flush failed: {error}"));
+                self.shared.fatal(ProcessError::Flush(error));
                 false
             }
             Err(join) => {
-                self.shared.fatal(format!("store flush panicked: {join}"));
+                self.shared.fatal(ProcessError::Process { stage: Stage::Flush, message: format!("store flush panicked: {join}") });
                 false
             }
         }
@@ -211,8 +213,14 @@ impl Flusher {
                 debug!(partitions = self.uncommitted.len(), elapsed_ms = started.elapsed().as_millis() as u64, "committed");
                 self.uncommitted.clear();
             }
-            Ok(Err(error)) => warn!(%error, "offset commit failed; will retry (state and checkpoint are already durable)"),
-            Err(join) => warn!(%join, "offset commit task failed; will retry"),
+            Ok(Err(error)) => {
+                self.shared.telemetry.errors.record(Stage::Commit, Kind::Retryable);
+                warn!(%error, "offset commit failed; will retry (state and checkpoint are already durable)")
+            }
+            Err(join) => {
+                self.shared.telemetry.errors.record(Stage::Commit, Kind::Retryable);
+                warn!(%join, "offset commit task failed; will retry")
+            }
         }
     }
 }

@@ -37,15 +37,21 @@ use crate::config::Config;
 use crate::registry::Registry;
 use crate::store::{Binding, Store, StoreError};
 use crate::retry::Backoff;
+use crate::telemetry::errors::{Failure, Kind, Stage};
 use crate::telemetry::Telemetry;
 use context::OrderlyContext;
 use supervisor::PartitionSupervisor;
 use flusher::{FlushMsg, Flusher};
 
+/// What stops the processor (or, for [`ProcessError::DeadLetterBreaker`]
+/// and a fenced [`ProcessError::Txn`], one partition). Each says where it
+/// happened ([`Failure::stage`]); `orderly_errors_total` counts them.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("store flush failed: {0}")]
+    Flush(StoreError),
     #[error(transparent)]
     DeadLetter(#[from] dlq::DeadLetterError),
     #[error("the flusher stopped (a store flush failed)")]
@@ -60,8 +66,51 @@ pub enum ProcessError {
     Config(String),
     #[error("partition {partition} stopped at offset {offset} by the dead-letter breaker: {trip}")]
     DeadLetterBreaker { partition: i32, offset: i64, trip: crate::breaker::Trip },
-    #[error("{0}")]
-    Fatal(String),
+    /// One partition's work failed, with the error that made it fail.
+    #[error("partition {partition}: {source}")]
+    InPartition { partition: i32, source: Box<ProcessError> },
+    /// One partition's work failed at `stage`, for a reason no typed error
+    /// carries (a task that panicked, a thread that failed, a refusal).
+    #[error("partition {partition}: {message}")]
+    Partition { partition: i32, stage: Stage, message: String },
+    /// The process failed at `stage` (start-up, the poll thread, ...).
+    #[error("{message}")]
+    Process { stage: Stage, message: String },
+}
+
+impl ProcessError {
+    /// `self`, naming `partition` unless it does already.
+    pub fn in_partition(self, partition: i32) -> ProcessError {
+        match self {
+            named @ (ProcessError::InPartition { .. }
+            | ProcessError::Partition { .. }
+            | ProcessError::DeadLetterBreaker { .. }) => named,
+            other => ProcessError::InPartition { partition, source: Box::new(other) },
+        }
+    }
+}
+
+impl Failure for ProcessError {
+    fn stage(&self) -> Stage {
+        match self {
+            ProcessError::Store(_) => Stage::WriteOut,
+            ProcessError::Flush(_) | ProcessError::FlusherGone => Stage::Flush,
+            ProcessError::DeadLetter(_) | ProcessError::DeadLetterBreaker { .. } => Stage::DeadLetter,
+            ProcessError::Kafka(_) | ProcessError::Config(_) => Stage::Start,
+            ProcessError::Changelog(e) => e.stage(),
+            ProcessError::Txn(_) => Stage::Transaction,
+            ProcessError::InPartition { source, .. } => source.stage(),
+            ProcessError::Partition { stage, .. } | ProcessError::Process { stage, .. } => *stage,
+        }
+    }
+
+    fn kind(&self) -> Kind {
+        match self {
+            ProcessError::InPartition { source, .. } => source.kind(),
+            ProcessError::Txn(e) => e.kind(),
+            _ => Kind::Permanent,
+        }
+    }
 }
 
 /// Live totals for progress logs and the run report. The durable, exact
@@ -170,17 +219,18 @@ pub struct Shared {
     /// Partitions with a running task: they share `processing.cache_max_bytes`.
     assigned: AtomicUsize,
     flush_tx: mpsc::Sender<FlushMsg>,
-    fatal: Mutex<Option<String>>,
+    fatal: Mutex<Option<ProcessError>>,
     fatal_notify: Notify,
 }
 
 impl Shared {
     /// Records an unrecoverable error; the processor stops without
     /// committing anything not yet durable.
-    pub fn fatal(&self, message: String) {
-        error!(%message, "fatal error; stopping");
+    pub fn fatal(&self, error: ProcessError) {
+        error!(%error, stage = %error.stage(), "fatal error; stopping");
+        self.telemetry.errors.count(&error);
         if let Ok(mut slot) = self.fatal.lock() {
-            slot.get_or_insert(message);
+            slot.get_or_insert(error);
         }
         self.fatal_notify.notify_one();
     }
@@ -191,8 +241,9 @@ impl Shared {
         total / self.assigned.load(Ordering::Relaxed).max(1)
     }
 
-    fn fatal_message(&self) -> Option<String> {
-        self.fatal.lock().ok().and_then(|s| s.clone())
+    /// The first fatal error, taken.
+    fn take_fatal(&self) -> Option<ProcessError> {
+        self.fatal.lock().ok().and_then(|mut s| s.take())
     }
 }
 
@@ -268,7 +319,10 @@ impl Processor {
             Some(topic) => {
                 let encoder = crate::outbox::OutboxEncoder::register(&self.registry, &topic, &self.config.kafka.input_topic)
                     .await
-                    .map_err(|e| ProcessError::Fatal(format!("cannot register the OrderStatusChanged schema for the outbox ({topic}): {e}")))?;
+                    .map_err(|e| ProcessError::Process {
+                        stage: Stage::Start,
+                        message: format!("cannot register the OrderStatusChanged schema for the outbox ({topic}): {e}"),
+                    })?;
                 info!(topic = %topic, "outbox on: status changes are published to the output topic");
                 Some(OutboxSetup {
                     topic,
@@ -290,7 +344,8 @@ impl Processor {
         };
         let (flush_tx, flush_rx) = mpsc::channel(1024);
         let shared = Arc::new(Shared {
-            dead_letters: DeadLetters::new(producer, self.config.kafka.dlq_topic.clone(), topic.clone()),
+            dead_letters: DeadLetters::new(producer, self.config.kafka.dlq_topic.clone(), topic.clone())
+                .counting_into(self.telemetry.clone()),
             topic: topic.clone(),
             changelog,
             outbox,
@@ -313,7 +368,10 @@ impl Processor {
         let http = match self.http {
             Some(listener) => {
                 let context = owners::http_context(&shared, &consumer)?;
-                Some(crate::http::Server::start(listener, context).map_err(|e| ProcessError::Fatal(e.to_string()))?)
+                Some(
+                    crate::http::Server::start(listener, context)
+                        .map_err(|e| ProcessError::Process { stage: Stage::Start, message: e.to_string() })?,
+                )
             }
             None => None,
         };
@@ -325,7 +383,7 @@ impl Processor {
             std::thread::Builder::new()
                 .name("orderly-poll".into())
                 .spawn(move || poll_loop(consumer, supervisor, shared, stop, flusher))
-                .map_err(|e| ProcessError::Fatal(format!("cannot start the poll thread: {e}")))?
+                .map_err(|e| ProcessError::Process { stage: Stage::Start, message: format!("cannot start the poll thread: {e}") })?
         };
 
         tokio::select! {
@@ -339,10 +397,10 @@ impl Processor {
             http.stop().await;
         }
         if !matches!(joined, Ok(Ok(()))) {
-            return Err(ProcessError::Fatal("the poll thread panicked".into()));
+            return Err(ProcessError::Process { stage: Stage::Poll, message: "the poll thread panicked".into() });
         }
-        if let Some(message) = shared.fatal_message() {
-            return Err(ProcessError::Fatal(message));
+        if let Some(error) = shared.take_fatal() {
+            return Err(error);
         }
         let c = &shared.counters;
         let t = &shared.telemetry;
@@ -441,10 +499,10 @@ fn poll_loop(
             .and(changelog.map_err(|e| e.to_string()))
             .and(output)
         {
-            Err(e) => shared.fatal(e),
+            Err(message) => shared.fatal(ProcessError::Process { stage: Stage::Start, message }),
             Ok(()) => {
                 if let Err(e) = consumer.subscribe(&[&topic]) {
-                    shared.fatal(format!("cannot subscribe to {topic}: {e}"));
+                    shared.fatal(ProcessError::Process { stage: Stage::Start, message: format!("cannot subscribe to {topic}: {e}") });
                 }
             }
         }
@@ -463,13 +521,17 @@ fn poll_loop(
                 // Every assigned partition has its own queue, split off before
                 // it was assigned; a record here would be processed by no one.
                 // Stop rather than skip it: a restart resumes at the checkpoint.
-                shared.fatal(format!(
-                    "record of partition {} offset {} arrived on the main queue",
-                    rdkafka::Message::partition(&message),
-                    rdkafka::Message::offset(&message)
-                ));
+                shared.fatal(ProcessError::Process {
+                    stage: Stage::Poll,
+                    message: format!(
+                        "record of partition {} offset {} arrived on the main queue",
+                        rdkafka::Message::partition(&message),
+                        rdkafka::Message::offset(&message)
+                    ),
+                });
             }
             Some(Err(error)) => {
+                shared.telemetry.errors.record(Stage::Poll, Kind::Retryable);
                 warn!(%error, "consumer error (librdkafka retries on its own)");
                 std::thread::sleep(Duration::from_millis(100));
             }

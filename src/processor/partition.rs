@@ -30,6 +30,7 @@ use super::transaction::{Round, TxnError, TxnWriter};
 use super::flusher::FlushMsg;
 use super::{ProcessError, Shared};
 use crate::retry::Backoff;
+use crate::telemetry::errors::{Kind, Stage};
 use crate::breaker::Breaker;
 use crate::changelog::restore::Restore;
 use crate::codec::DecodeError;
@@ -268,6 +269,7 @@ impl PartitionTask {
              or committed); fix the cause (a producer's deploy, the registry's schemas), then restart this instance"
         );
         self.shared.telemetry.breaker_trips.fetch_add(1, Ordering::Relaxed);
+        self.shared.telemetry.errors.record(Stage::DeadLetter, Kind::Permanent);
         let _ = self.status.stopped.set(tripped.to_string());
         self.status.phase.store(Phase::Stopped as u8, Ordering::Relaxed);
     }
@@ -340,7 +342,11 @@ impl PartitionTask {
             joined = &mut job => joined,
         };
         let restored = joined
-            .map_err(|join| ProcessError::Fatal(format!("partition {}: restore thread failed: {join}", self.partition)))??;
+            .map_err(|join| ProcessError::Partition {
+                partition: self.partition,
+                stage: Stage::Restore,
+                message: format!("restore thread failed: {join}"),
+            })??;
         if !restored.restored {
             return Ok(None);
         }
@@ -384,6 +390,7 @@ impl PartitionTask {
             warn_age: setup.warn_age,
             config: self.shared.config.clone(),
             source_topic: self.shared.topic.clone(),
+            telemetry: self.shared.telemetry.clone(),
         };
         let join = tokio::spawn(tracing::Instrument::instrument(relay.run(), tracing::Span::current()));
         self.relay = Some(RelayHandle { written, published, join });
@@ -461,10 +468,13 @@ impl PartitionTask {
     async fn check_without_changelog(&self) -> Result<(), ProcessError> {
         let partition = self.partition;
         if self.state.store().restoring()? {
-            return Err(ProcessError::Fatal(format!(
-                "partition {partition}: the store holds an interrupted restore from a changelog, and the changelog \
-                 is off; turn it back on (kafka.changelog_topic) or rebuild the store"
-            )));
+            return Err(ProcessError::Partition {
+                partition,
+                stage: Stage::Assign,
+                message: "the store holds an interrupted restore from a changelog, and the changelog is off; turn it \
+                          back on (kafka.changelog_topic) or rebuild the store"
+                    .into(),
+            });
         }
         let Some(consumer) = self.consumer.upgrade() else { return Ok(()) };
         let topic = self.shared.topic.clone();
@@ -476,18 +486,26 @@ impl PartitionTask {
             })
         })
         .await
-        .map_err(|join| ProcessError::Fatal(format!("partition {partition}: committed-offset task failed: {join}")))?
+        .map_err(|join| ProcessError::Partition {
+            partition,
+            stage: Stage::Assign,
+            message: format!("committed-offset task failed: {join}"),
+        })?
         .map_err(ProcessError::Kafka)?;
         let local = self.state.written().map(|c| c.next_offset);
         match committed {
-            Some(group) if local.is_none_or(|l| group > l) => Err(ProcessError::Fatal(format!(
-                "partition {partition}: the group's committed offset {group} is ahead of this store's checkpoint \
+            Some(group) if local.is_none_or(|l| group > l) => Err(ProcessError::Partition {
+                partition,
+                stage: Stage::Assign,
+                message: format!(
+                "the group's committed offset {group} is ahead of this store's checkpoint \
                  ({}); the state of the records in between is not in this store (another instance processed them, \
                  or the store was lost), and processing on would apply stale events and let duplicates through. \
                  Turn the changelog on (kafka.changelog_topic) so the state is restored, or rebuild the store from \
                  the start of the topic (see README, \"Rebuilding the store\")",
                 local.map(|l| l.to_string()).unwrap_or_else(|| "none".into())
-            ))),
+                ),
+            }),
             _ => Ok(()),
         }
     }
@@ -551,8 +569,18 @@ impl PartitionTask {
                 .consumer
                 .upgrade()
                 .and_then(|c| c.group_metadata())
-                .ok_or_else(|| ProcessError::Fatal(format!("partition {}: the consumer is closed", self.partition)))?;
-            let Some(txn) = &self.txn else { return Err(ProcessError::Fatal("no transactional producer".into())) };
+                .ok_or_else(|| ProcessError::Partition {
+                    partition: self.partition,
+                    stage: Stage::Transaction,
+                    message: "the consumer is closed".into(),
+                })?;
+            let Some(txn) = &self.txn else {
+                return Err(ProcessError::Partition {
+                    partition: self.partition,
+                    stage: Stage::Transaction,
+                    message: "no transactional producer".into(),
+                });
+            };
             let round = Round {
                 letters: &self.held_letters,
                 changes: &changes,
@@ -568,6 +596,7 @@ impl PartitionTask {
                     return Ok(position);
                 }
                 Err(TxnError::Aborted { cause, .. }) => {
+                    self.shared.telemetry.errors.record(Stage::Transaction, Kind::Retryable);
                     warn!(partition = self.partition, error = %cause, "transaction aborted (nothing of it is visible); retrying the write-out");
                     backoff.sleep().await;
                 }
@@ -589,7 +618,11 @@ impl PartitionTask {
             (state, result)
         })
         .await
-        .map_err(|join| ProcessError::Fatal(format!("partition {}: write-out thread failed: {join}", self.partition)))
+        .map_err(|join| ProcessError::Partition {
+            partition: self.partition,
+            stage: Stage::WriteOut,
+            message: format!("write-out thread failed: {join}"),
+        })
     }
 
     /// Processes one batch: everything in it ends applied, duplicate, stale
@@ -681,6 +714,7 @@ impl PartitionTask {
         loop {
             match decoder.decode(message.payload()).await {
                 Err(DecodeError::Transient(error)) => {
+                    self.shared.telemetry.errors.record(Stage::Decode, Kind::Retryable);
                     warn!(partition = self.partition, offset = message.offset(), %error, "schema registry unavailable; retrying");
                     backoff.sleep().await;
                 }

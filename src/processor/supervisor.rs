@@ -27,6 +27,7 @@ use tracing::{error, info, info_span, warn, Instrument};
 use super::context::{OrderlyContext, Rebalance};
 use super::flusher::FlushMsg;
 use super::partition::{Command, PartitionInput, PartitionTask};
+use crate::telemetry::errors::Stage;
 use crate::telemetry::Phase;
 use super::transaction::TxnError;
 use super::{ProcessError, Shared};
@@ -76,7 +77,7 @@ impl PartitionSupervisor {
     fn assign(&self, tpl: &mut TopicPartitionList) {
         let shared = &self.shared;
         let Some(weak) = self.consumer.get() else {
-            shared.fatal("assignment before the consumer was attached".into());
+            shared.fatal(ProcessError::Process { stage: Stage::Assign, message: "assignment before the consumer was attached".into() });
             return;
         };
         let Some(consumer) = weak.upgrade() else {
@@ -102,24 +103,24 @@ impl PartitionSupervisor {
             let store = match shared.store.partition(&topic, partition) {
                 Ok(store) => store,
                 Err(e) => {
-                    shared.fatal(format!("cannot open the store of partition {partition}: {e}"));
+                    shared.fatal(ProcessError::from(e).in_partition(partition));
                     continue;
                 }
             };
             let checkpoint = match store.checkpoint() {
                 Ok(cp) => cp,
                 Err(e) => {
-                    shared.fatal(format!("cannot read the checkpoint of partition {partition}: {e}"));
+                    shared.fatal(ProcessError::from(e).in_partition(partition));
                     continue;
                 }
             };
             if let Some(cp) = checkpoint {
                 if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(cp.next_offset)) {
-                    shared.fatal(format!("cannot seek partition {partition}: {e}"));
+                    shared.fatal(ProcessError::Partition { partition, stage: Stage::Assign, message: format!("cannot seek: {e}") });
                 }
             }
             let Some(mut queue) = consumer.split_partition_queue(&topic, partition) else {
-                shared.fatal(format!("cannot split the queue of partition {partition}"));
+                shared.fatal(ProcessError::Partition { partition, stage: Stage::Assign, message: "cannot split its queue".into() });
                 continue;
             };
             let ready = Arc::new(Notify::new());
@@ -166,12 +167,12 @@ impl PartitionSupervisor {
                         }
                         Ok(Err(e)) => {
                             error!(error = %e, "partition task failed");
-                            fatal.fatal(format!("partition {partition}: {e}"));
+                            fatal.fatal(e.in_partition(partition));
                         }
                         Err(panic) => {
                             let what = panic_message(panic.as_ref());
                             error!(panic = %what, "partition task panicked");
-                            fatal.fatal(format!("partition {partition}: task panicked: {what}"));
+                            fatal.fatal(ProcessError::Partition { partition, stage: Stage::Task, message: format!("task panicked: {what}") });
                         }
                     }
                 }
@@ -258,8 +259,8 @@ impl Rebalance for PartitionSupervisor {
         self.drain(Some(partitions), lost);
     }
 
-    fn fatal(&self, message: String) {
-        self.shared.fatal(message);
+    fn fatal(&self, error: ProcessError) {
+        self.shared.fatal(error);
     }
 }
 

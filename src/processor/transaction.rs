@@ -54,6 +54,19 @@ pub enum TxnError {
     Aborted { partition: i32, cause: KafkaError },
 }
 
+impl crate::telemetry::errors::Failure for TxnError {
+    fn stage(&self) -> crate::telemetry::errors::Stage {
+        crate::telemetry::errors::Stage::Transaction
+    }
+
+    fn kind(&self) -> crate::telemetry::errors::Kind {
+        match self {
+            TxnError::Aborted { .. } => crate::telemetry::errors::Kind::Retryable,
+            TxnError::Fenced { .. } => crate::telemetry::errors::Kind::Permanent,
+        }
+    }
+}
+
 /// What one write-out commits.
 pub struct Round<'a> {
     pub letters: &'a [HeldLetter],

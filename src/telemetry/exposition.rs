@@ -181,6 +181,18 @@ impl Collector for TelemetryCollector {
                 ConstCounter::new(records).encode(family.encode_family(&[("schema_id", id.to_string())])?)?;
             }
         }
+        {
+            let mut family = encoder.encode_descriptor(
+                "orderly_errors",
+                "Failures by pipeline stage, retryable (waited out, tried again) or permanent (the process or a partition stops)",
+                None,
+                MetricType::Counter,
+            )?;
+            for (stage, kind, count) in t.errors.snapshot() {
+                ConstCounter::new(count)
+                    .encode(family.encode_family(&[("stage", stage.as_str().to_string()), ("kind", kind.as_str().to_string())])?)?;
+            }
+        }
         ConstCounter::new(t.breaker_trips.load(Ordering::Relaxed)).encode(encoder.encode_descriptor(
             "orderly_dead_letter_breaker_trips",
             "Partitions the dead-letter breaker stopped (too many dead letters in a row or in a window)",

@@ -8,6 +8,7 @@
 //! * [`exposition`]: the Prometheus (OpenMetrics) text of all of it.
 //! * [`status`]: the JSON the status page shows, and readiness.
 
+pub mod errors;
 pub mod exposition;
 pub mod histogram;
 pub mod status;
@@ -137,6 +138,8 @@ pub struct Telemetry {
     pub restored_records: AtomicU64,
     /// Partitions the dead-letter breaker stopped.
     pub breaker_trips: AtomicU64,
+    /// Failures by stage and kind (`orderly_errors_total`).
+    pub errors: errors::ErrorCounts,
     /// Records per writer schema id (the decoder counts into it).
     pub schema_records: Arc<crate::codec::SchemaCounts>,
     started: Instant,
@@ -165,6 +168,7 @@ impl Default for Telemetry {
             timer_lateness: Histogram::new(duration_bounds()),
             restored_records: AtomicU64::new(0),
             breaker_trips: AtomicU64::new(0),
+            errors: errors::ErrorCounts::default(),
             schema_records: Arc::default(),
             started: Instant::now(),
             poll_turned_ms: AtomicU64::new(0),
