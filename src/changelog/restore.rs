@@ -117,6 +117,9 @@ impl Restore<'_> {
         let (mut applied, mut skipped, mut in_batch) = (0u64, 0u64, 0usize);
         let mut last_log = Instant::now();
         let mut last_applied = 0u64;
+        // Time spent writing the store since the last progress line; the
+        // rest of the interval was spent waiting for fetched records.
+        let mut store_time = Duration::ZERO;
         let checkpoint_key = changelog_checkpoint_key();
         reader.scan(from, at + 1, |message| {
             self.remaining.store(at - message.offset(), Ordering::Relaxed);
@@ -139,20 +142,27 @@ impl Restore<'_> {
             applied += 1;
             in_batch += 1;
             if in_batch >= RESTORE_BATCH {
+                let writing = Instant::now();
                 self.tree.restore_batch(std::mem::take(&mut write))?;
+                store_time += writing.elapsed();
                 in_batch = 0;
             }
-            if last_log.elapsed() >= PROGRESS_EVERY {
-                let rate = (applied - last_applied) as f64 / last_log.elapsed().as_secs_f64();
+            let interval = last_log.elapsed();
+            if interval >= PROGRESS_EVERY {
+                let rate = (applied - last_applied) as f64 / interval.as_secs_f64();
+                let store_share = store_time.as_secs_f64() / interval.as_secs_f64();
                 info!(
                     partition = self.partition,
                     restored = applied,
                     to_go = at - message.offset(),
                     per_second = rate.round() as u64,
-                    "restoring"
+                    store_write_share = format!("{:.0}%", store_share * 100.0),
+                    "restoring; waiting mostly on {}",
+                    if store_share >= 0.5 { "the store (sled writes)" } else { "the broker (changelog fetches)" }
                 );
                 last_log = Instant::now();
                 last_applied = applied;
+                store_time = Duration::ZERO;
             }
             Ok(())
         })?;

@@ -112,6 +112,15 @@ fn the_status_page_shows_every_partition_live_and_agrees_with_the_store() {
     assert!(still_flowing, "seen updating while records were still being produced");
     let mid = shown(&browser, "#total-consumed");
     assert!(wait_until(Duration::from_secs(30), || shown(&browser, "#total-consumed") > mid), "and it goes on following them");
+    // The charts: one sample per update, drawn (a line with a point per
+    // sample), the rate above zero at some point while records flowed.
+    for chart in ["#chart-rate", "#chart-lag", "#chart-outbox"] {
+        assert!(shown(&browser, chart) >= 3, "{chart} has samples: {}", shown(&browser, chart));
+        let points = browser.attr(&format!("{chart} polyline"), "points").expect("points").unwrap_or_default();
+        assert!(points.split_whitespace().count() as i64 >= shown(&browser, chart), "{chart} draws every sample: {points}");
+    }
+    let rate_max = browser.text("#chart-rate-max").expect("rate max").unwrap_or_default();
+    assert!(rate_max.starts_with("max ") && rate_max != "max 0.0", "the rate chart saw the records: {rate_max}");
     let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
     browser.screenshot_png(&screenshot).expect("screenshot");
     eprintln!("status page screenshot: {}", screenshot.display());
