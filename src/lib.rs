@@ -92,6 +92,7 @@ pub mod http;
 pub mod kafka;
 pub mod load;
 pub mod outbox;
+pub mod outcomes;
 pub mod partition_state;
 pub mod partitioner;
 pub mod preflight;

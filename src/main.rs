@@ -483,13 +483,9 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             let report = processor.run(shutdown).await?;
             // This run's decisions, and what the store holds over every run
             // (the durable counters of this instance's checkpoints).
-            let mut held = orderly::store::Checkpoint::default();
-            for (_, _, c) in kept.checkpoints().unwrap_or_default().into_iter().filter(|(t, _, _)| *t == input_topic) {
-                held.applied += c.applied;
-                held.duplicates += c.duplicates;
-                held.stale += c.stale;
-                held.dead_lettered += c.dead_lettered;
-            }
+            let held: orderly::outcomes::Outcomes =
+                kept.checkpoints().unwrap_or_default().into_iter().filter(|(t, _, _)| *t == input_topic).map(|(_, _, c)| c.counts()).sum();
+            let report = report.outcomes;
             tracing::info!(
                 "exiting: this run decided applied={} duplicates={} stale={} dead_lettered={}; this store holds, over all runs, \
                  applied={} duplicates={} stale={} dead_lettered={}",

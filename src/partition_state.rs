@@ -17,14 +17,15 @@ use std::collections::HashMap;
 use crate::decide::{apply, apply_in_place, decide, needs, recent_entry, Decision, InboxSpill, Needs};
 use crate::event::{InboxEntry, OrderEvent, OrderState};
 use crate::event::{status_event_id, OutboxRecord};
+use crate::outcomes::Outcomes;
 use crate::store::{BatchWrite, Checkpoint, PartitionStore, StoreError};
 
 /// What one batch of decisions did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchOutcome {
-    pub applied: u64,
-    pub duplicates: u64,
-    pub stale: u64,
+    /// Applied, duplicates and stale (dead letters are counted before a
+    /// batch is decided, by the partition task).
+    pub outcomes: Outcomes,
     /// Applied events that skipped versions (the order's previous version
     /// was not `version - 1`; its first event not version 1).
     pub version_gaps: u64,
@@ -249,11 +250,10 @@ impl PartitionState {
                 }
             };
             let decision = decide(state, entry.as_ref(), &event, horizon);
+            outcome.outcomes.count(decision);
             match decision {
-                Decision::Duplicate => outcome.duplicates += 1,
-                Decision::Stale => outcome.stale += 1,
+                Decision::Duplicate | Decision::Stale => {}
                 Decision::Apply => {
-                    outcome.applied += 1;
                     let previous = state.map(|s| s.version).unwrap_or(0);
                     if event.version != previous + 1 {
                         outcome.version_gaps += 1;
@@ -280,9 +280,9 @@ impl PartitionState {
         }
         let mut next = self.pending.unwrap_or_else(|| Checkpoint::starting_at(first_offset));
         next.next_offset = next_offset;
-        next.applied += outcome.applied;
-        next.duplicates += outcome.duplicates;
-        next.stale += outcome.stale;
+        next.applied += outcome.outcomes.applied;
+        next.duplicates += outcome.outcomes.duplicates;
+        next.stale += outcome.outcomes.stale;
         next.dead_lettered += dead_lettered;
         self.pending = Some(next);
         Ok(outcome)
@@ -492,7 +492,7 @@ mod tests {
         let mut p = PartitionState::new(store.partition("t", 0).unwrap(), None);
         let events: Vec<OrderEvent> = (1..=50).flat_map(|v| [event("a", v, &format!("a{v}")), event("b", v, &format!("b{v}"))]).collect();
         let out = p.apply(events, 0, 100, 200, 1000, DAY_MS).unwrap();
-        assert_eq!(out.applied, 100);
+        assert_eq!(out.outcomes.applied, 100);
         assert!(p.dirty_bytes() > 0);
         assert_eq!(store.partition("t", 0).unwrap().checkpoint().unwrap(), None, "nothing written before the write-out");
         let written = p.write_out(usize::MAX).unwrap().expect("something to write");
@@ -521,10 +521,10 @@ mod tests {
         let mut p = PartitionState::new(tree.clone(), tree.checkpoint().unwrap());
         let again: Vec<OrderEvent> = [1, 32, 33, 64, 65, 70].iter().map(|v| event("a", *v, &format!("id-{v}"))).collect();
         let out = p.apply(again, 0, 70, 76, 2000, DAY_MS).unwrap();
-        assert_eq!((out.duplicates, out.stale, out.applied), (6, 0, 0));
+        assert_eq!((out.outcomes.duplicates, out.outcomes.stale, out.outcomes.applied), (6, 0, 0));
         assert_eq!(out.chunk_reads, 4, "versions 1, 32, 33 and 64 are in chunks");
         let other = p.apply(vec![event("a", 5, "not-id-5")], 0, 76, 77, 2000, DAY_MS).unwrap();
-        assert_eq!(other.stale, 1);
+        assert_eq!(other.outcomes.stale, 1);
         let cp = p.write_out(usize::MAX).unwrap().unwrap().checkpoint;
         assert_eq!(cp.outcomes() as i64, cp.next_offset - cp.start_offset);
     }

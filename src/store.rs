@@ -110,8 +110,19 @@ impl Checkpoint {
         Checkpoint { start_offset: offset, next_offset: offset, ..Default::default() }
     }
 
+    /// The records this checkpoint covers, whatever their outcome.
     pub fn outcomes(&self) -> u64 {
-        self.applied + self.duplicates + self.stale + self.dead_lettered
+        self.counts().total()
+    }
+
+    /// The durable counters, as one value.
+    pub fn counts(&self) -> crate::outcomes::Outcomes {
+        crate::outcomes::Outcomes {
+            applied: self.applied,
+            duplicates: self.duplicates,
+            stale: self.stale,
+            dead_lettered: self.dead_lettered,
+        }
     }
 
     /// A checkpoint's bytes, as stored and as its changelog record carries them.

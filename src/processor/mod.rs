@@ -36,6 +36,7 @@ use crate::codec::Decoder;
 use crate::config::Config;
 use crate::registry::Registry;
 use crate::store::{Binding, Store, StoreError};
+use crate::outcomes::{AtomicOutcomes, Outcomes};
 use crate::retry::Backoff;
 use crate::telemetry::errors::{Failure, Kind, Stage};
 use crate::telemetry::Telemetry;
@@ -118,10 +119,7 @@ impl Failure for ProcessError {
 /// [`Telemetry`].
 #[derive(Default)]
 pub struct Counters {
-    pub applied: AtomicU64,
-    pub duplicates: AtomicU64,
-    pub stale: AtomicU64,
-    pub dead_lettered: AtomicU64,
+    pub outcomes: AtomicOutcomes,
     pub batches: AtomicU64,
     /// Applied events that skipped versions.
     pub version_gaps: AtomicU64,
@@ -140,11 +138,8 @@ pub struct Counters {
 }
 
 impl Counters {
-    fn record_batch(&self, applied: u64, duplicates: u64, stale: u64, dead: u64, version_gaps: u64, elapsed: Duration) {
-        self.applied.fetch_add(applied, Ordering::Relaxed);
-        self.duplicates.fetch_add(duplicates, Ordering::Relaxed);
-        self.stale.fetch_add(stale, Ordering::Relaxed);
-        self.dead_lettered.fetch_add(dead, Ordering::Relaxed);
+    fn record_batch(&self, outcomes: &Outcomes, version_gaps: u64, elapsed: Duration) {
+        self.outcomes.add(outcomes);
         self.version_gaps.fetch_add(version_gaps, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
@@ -176,10 +171,7 @@ impl Counters {
     }
 
     pub fn total(&self) -> u64 {
-        self.applied.load(Ordering::Relaxed)
-            + self.duplicates.load(Ordering::Relaxed)
-            + self.stale.load(Ordering::Relaxed)
-            + self.dead_lettered.load(Ordering::Relaxed)
+        self.outcomes.load().total()
     }
 }
 
@@ -250,10 +242,8 @@ impl Shared {
 /// How a run ended.
 #[derive(Debug, Clone, Copy)]
 pub struct RunReport {
-    pub applied: u64,
-    pub duplicates: u64,
-    pub stale: u64,
-    pub dead_lettered: u64,
+    /// What this run decided.
+    pub outcomes: Outcomes,
     pub version_gaps: u64,
     pub batches: u64,
     pub write_outs: u64,
@@ -407,10 +397,7 @@ impl Processor {
         let (batch_p50_ms, batch_p99_ms) = percentiles_ms(&t.batch_duration);
         let (write_p50_ms, write_p99_ms) = percentiles_ms(&t.write_out_duration);
         let report = RunReport {
-            applied: c.applied.load(Ordering::Relaxed),
-            duplicates: c.duplicates.load(Ordering::Relaxed),
-            stale: c.stale.load(Ordering::Relaxed),
-            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
+            outcomes: c.outcomes.load(),
             version_gaps: c.version_gaps.load(Ordering::Relaxed),
             batches: c.batches.load(Ordering::Relaxed),
             write_outs: c.write_outs.load(Ordering::Relaxed),
@@ -429,11 +416,11 @@ impl Processor {
             restore_seconds: c.restore_micros.load(Ordering::Relaxed) as f64 / 1e6,
         };
         info!(
-            decided = report.applied + report.duplicates + report.stale + report.dead_lettered,
-            applied = report.applied,
-            duplicates = report.duplicates,
-            stale = report.stale,
-            dead_lettered = report.dead_lettered,
+            decided = report.outcomes.total(),
+            applied = report.outcomes.applied,
+            duplicates = report.outcomes.duplicates,
+            stale = report.outcomes.stale,
+            dead_lettered = report.outcomes.dead_lettered,
             batches = report.batches,
             write_outs = report.write_outs,
             flushes = report.flushes,
@@ -648,14 +635,14 @@ fn log_progress(shared: &Shared, last_total: u64, elapsed: Duration) {
     }
     let total = shared.counters.total();
     let rate = (total - last_total) as f64 / elapsed.as_secs_f64().max(1e-3);
-    let c = &shared.counters;
+    let c = shared.counters.outcomes.load();
     info!(
         processed = total,
         per_second = rate.round() as u64,
-        applied = c.applied.load(Ordering::Relaxed),
-        duplicates = c.duplicates.load(Ordering::Relaxed),
-        stale = c.stale.load(Ordering::Relaxed),
-        dead_lettered = c.dead_lettered.load(Ordering::Relaxed),
+        applied = c.applied,
+        duplicates = c.duplicates,
+        stale = c.stale,
+        dead_lettered = c.dead_lettered,
         "progress"
     );
 }

@@ -36,6 +36,7 @@ use crate::changelog::restore::Restore;
 use crate::codec::DecodeError;
 use crate::event::OrderEvent;
 use crate::fault::{self, Point};
+use crate::outcomes::Outcomes;
 use crate::partition_state::{BatchOutcome, PartitionState};
 use crate::config::Guarantee;
 use crate::store::{next_offset_after, Checkpoint};
@@ -693,13 +694,14 @@ impl PartitionTask {
         let dead = letters.len() as u64;
         fault::hit(Point::PanicBatch);
         let outcome = self.state.apply_sourced(events, &offsets, dead, first_offset, next_offset, now_ms, retention_ms)?;
-        let BatchOutcome { applied, duplicates, stale, version_gaps, .. } = outcome;
+        let BatchOutcome { outcomes, version_gaps, .. } = outcome;
+        let outcomes = Outcomes { dead_lettered: dead, ..outcomes };
         let elapsed = started.elapsed();
-        self.shared.counters.record_batch(applied, duplicates, stale, dead, version_gaps, elapsed);
-        self.status.record(applied, duplicates, stale, dead, version_gaps, next_offset);
+        self.shared.counters.record_batch(&outcomes, version_gaps, elapsed);
+        self.status.record(&outcomes, version_gaps, next_offset);
         self.shared.telemetry.batch_duration.observe(elapsed.as_secs_f64());
         self.shared.telemetry.batch_records.observe(fresh.len() as f64);
-        debug!(partition = self.partition, records = fresh.len(), applied, duplicates, stale, next_offset, "batch decided");
+        debug!(partition = self.partition, records = fresh.len(), ?outcomes, next_offset, "batch decided");
         Ok(())
     }
 

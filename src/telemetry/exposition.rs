@@ -23,10 +23,10 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// The outcome label's values, with the counter each reads.
 type Counter = fn(&PartitionStatus) -> &AtomicU64;
 const OUTCOMES: [(&str, Counter); 4] = [
-    ("applied", |p| &p.applied),
-    ("duplicate", |p| &p.duplicates),
-    ("stale", |p| &p.stale),
-    ("dead_lettered", |p| &p.dead_lettered),
+    ("applied", |p| &p.outcomes.applied),
+    ("duplicate", |p| &p.outcomes.duplicates),
+    ("stale", |p| &p.outcomes.stale),
+    ("dead_lettered", |p| &p.outcomes.dead_lettered),
 ];
 
 /// A registry holding the processor's collector (built once, rendered on
@@ -243,7 +243,7 @@ mod tests {
         let telemetry = Arc::new(Telemetry::default());
         let checkpoint = Checkpoint { applied: 7, duplicates: 2, stale: 1, dead_lettered: 3, next_offset: 13, ..Default::default() };
         let status = Arc::new(PartitionStatus::new(3, Arc::new(AtomicU8::new(1)), Some(&checkpoint)));
-        status.record(1, 0, 0, 0, 1, 14);
+        status.record(&crate::outcomes::Outcomes { applied: 1, ..Default::default() }, 1, 14);
         status.end_offset.store(20, Ordering::Relaxed);
         telemetry.insert(status);
         telemetry.batch_duration.observe(0.002);

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use histogram::{completion_bounds, count_bounds, duration_bounds, Histogram};
 
+use crate::outcomes::{AtomicOutcomes, Outcomes};
 use crate::store::Checkpoint;
 
 /// "Not known yet" in an offset or count slot.
@@ -37,10 +38,7 @@ pub struct PartitionStatus {
     /// Records decided since the start of the store's checkpoint: the
     /// durable counters at assignment (or after a restore), plus what this
     /// process decided since.
-    pub applied: AtomicU64,
-    pub duplicates: AtomicU64,
-    pub stale: AtomicU64,
-    pub dead_lettered: AtomicU64,
+    pub outcomes: AtomicOutcomes,
     pub version_gaps: AtomicU64,
     /// The next offset to process (decided, maybe not yet written).
     pub position: AtomicI64,
@@ -61,10 +59,7 @@ impl PartitionStatus {
         let status = PartitionStatus {
             partition,
             phase,
-            applied: AtomicU64::new(0),
-            duplicates: AtomicU64::new(0),
-            stale: AtomicU64::new(0),
-            dead_lettered: AtomicU64::new(0),
+            outcomes: AtomicOutcomes::default(),
             version_gaps: AtomicU64::new(0),
             position: AtomicI64::new(UNKNOWN),
             checkpoint: AtomicI64::new(UNKNOWN),
@@ -81,21 +76,15 @@ impl PartitionStatus {
     /// assignment, and again after a restore replaced it).
     pub fn seed(&self, checkpoint: Option<&Checkpoint>) {
         let c = checkpoint.copied().unwrap_or_default();
-        self.applied.store(c.applied, Ordering::Relaxed);
-        self.duplicates.store(c.duplicates, Ordering::Relaxed);
-        self.stale.store(c.stale, Ordering::Relaxed);
-        self.dead_lettered.store(c.dead_lettered, Ordering::Relaxed);
+        self.outcomes.set(&c.counts());
         let next = checkpoint.map(|c| c.next_offset).unwrap_or(UNKNOWN);
         self.position.store(next, Ordering::Relaxed);
         self.checkpoint.store(next, Ordering::Relaxed);
     }
 
     /// Records one decided batch.
-    pub fn record(&self, applied: u64, duplicates: u64, stale: u64, dead: u64, gaps: u64, next_offset: i64) {
-        self.applied.fetch_add(applied, Ordering::Relaxed);
-        self.duplicates.fetch_add(duplicates, Ordering::Relaxed);
-        self.stale.fetch_add(stale, Ordering::Relaxed);
-        self.dead_lettered.fetch_add(dead, Ordering::Relaxed);
+    pub fn record(&self, outcomes: &Outcomes, gaps: u64, next_offset: i64) {
+        self.outcomes.add(outcomes);
         self.version_gaps.fetch_add(gaps, Ordering::Relaxed);
         self.position.store(next_offset, Ordering::Relaxed);
     }
@@ -112,10 +101,7 @@ impl PartitionStatus {
     }
 
     pub fn consumed(&self) -> u64 {
-        self.applied.load(Ordering::Relaxed)
-            + self.duplicates.load(Ordering::Relaxed)
-            + self.stale.load(Ordering::Relaxed)
-            + self.dead_lettered.load(Ordering::Relaxed)
+        self.outcomes.load().total()
     }
 }
 
