@@ -6,7 +6,7 @@
 //! (broker down, leader moving, timeouts, a full queue) are retried with
 //! jittered backoff and a rate-limited warning. Permanent ones (the topic
 //! does not exist, this client may not write to it, the record is too large
-//! for it, the broker rejects the record) cannot heal by retrying: `send_all`
+//! for it, the broker rejects the record) cannot heal by retrying: `try_send_all`
 //! returns them, the partition task fails, and the processor stops with a
 //! message that names the topic and what to do. Either way the record is
 //! never skipped: the batch is not written, so its checkpoint and offset
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use tracing::{debug, error, warn};
+use tracing::{debug, warn};
 
 use crate::codec::PoisonKind;
 use crate::retry::Backoff;
@@ -191,23 +191,6 @@ impl DeadLetters {
     pub async fn try_send_all(&self, letters: &[DeadLetter<'_>]) -> Result<(), DeadLetterError> {
         let mut pending: Vec<&DeadLetter<'_>> = letters.iter().collect();
         self.send_pending(&mut pending).await
-    }
-
-    /// Like [`try_send_all`](Self::try_send_all), for a caller with no way to
-    /// stop: a permanent failure is logged as an error with its remedy (at
-    /// most every 10 s) and retried until it clears, so the records are
-    /// never skipped. The processor's partition tasks should call
-    /// `try_send_all` and stop instead.
-    pub async fn send_all(&self, letters: &[DeadLetter<'_>]) {
-        let mut pending: Vec<&DeadLetter<'_>> = letters.iter().collect();
-        let mut last_error: Option<Instant> = None;
-        while let Err(error) = self.send_pending(&mut pending).await {
-            if last_error.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
-                error!(%error, "dead-letter produce fails permanently; retrying until fixed, nothing moves past these records");
-                last_error = Some(Instant::now());
-            }
-            tokio::time::sleep(crate::retry::jitter(BACKOFF_MAX)).await;
-        }
     }
 
     /// Sends `pending` until every letter is acknowledged (removing each as

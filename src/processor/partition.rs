@@ -97,6 +97,15 @@ pub struct RelayHandle {
     join: tokio::task::JoinHandle<()>,
 }
 
+/// How the restoring phase ended.
+enum Started {
+    /// Restored (or nothing to restore): on to processing.
+    Ready,
+    /// A drain came first: the partition is released before processing,
+    /// with the drain's reply channel (`None`: the router is gone).
+    Released { reply: Option<oneshot::Sender<Option<Checkpoint>>> },
+}
+
 /// How long a task that was paused past the session timeout holds its
 /// write-outs: several heartbeat intervals (500 ms), time for the
 /// coordinator's answer to arrive as a revoke if the member was evicted.
@@ -112,14 +121,14 @@ impl PartitionTask {
         let max_wait = Duration::from_millis(self.shared.config.processing.batch_max_wait_ms);
         let interval = Duration::from_millis(self.shared.config.processing.commit_interval_ms);
         let PartitionInput { queue, ready } = input;
-        if let Some(reply) = self.start().await? {
+        if let Started::Released { reply } = self.start().await? {
             // Revoked while restoring: nothing was processed.
             if let Some(reply) = reply {
                 let _ = reply.send(self.state.written());
             }
             return Ok(());
         }
-        self.status.phase.store(Phase::Processing as u8, Ordering::Relaxed);
+        self.enter(Phase::Processing);
         self.start_relay();
         if let Some(checkpoint) = self.state.written() {
             // A checkpoint made durable before a crash may never have been
@@ -212,7 +221,7 @@ impl PartitionTask {
             }
             let drain = drain.map(|command| command.map(|(reply, _)| reply));
             if let Some(reply) = drain {
-                self.status.phase.store(Phase::Draining as u8, Ordering::Relaxed);
+                self.enter(Phase::Draining);
                 // Everything already fetched for this partition is processed
                 // before it is released.
                 loop {
@@ -272,7 +281,7 @@ impl PartitionTask {
         self.shared.telemetry.breaker_trips.fetch_add(1, Ordering::Relaxed);
         self.shared.telemetry.errors.record(Stage::DeadLetter, Kind::Permanent);
         let _ = self.status.stopped.set(tripped.to_string());
-        self.status.phase.store(Phase::Stopped as u8, Ordering::Relaxed);
+        self.enter(Phase::Stopped);
     }
 
     /// A stopped partition: writes out what was decided before the batch
@@ -299,10 +308,10 @@ impl PartitionTask {
     /// behind and seeks the partition to the restored checkpoint. Without:
     /// refuses a partition whose state is elsewhere. `Some` when a drain
     /// came first (its reply, if any).
-    async fn start(&mut self) -> Result<Option<Option<oneshot::Sender<Option<Checkpoint>>>>, ProcessError> {
+    async fn start(&mut self) -> Result<Started, ProcessError> {
         let Some(changelog) = self.shared.changelog.clone() else {
             self.check_without_changelog().await?;
-            return Ok(None);
+            return Ok(Started::Ready);
         };
         if self.shared.config.processing.guarantee == Guarantee::ExactlyOnce {
             // Fence the partition's earlier producers first: after this, no
@@ -338,7 +347,7 @@ impl PartitionTask {
                 // The restore stops at its next poll; the store keeps its
                 // restoring mark and the next owner starts it again.
                 let _ = (&mut job).await;
-                return Ok(Some(command.map(|Command::Drain { reply, .. }| reply)));
+                return Ok(Started::Released { reply: command.map(|Command::Drain { reply, .. }| reply) });
             }
             joined = &mut job => joined,
         };
@@ -349,7 +358,7 @@ impl PartitionTask {
                 message: format!("restore thread failed: {join}"),
             })??;
         if !restored.restored {
-            return Ok(None);
+            return Ok(Started::Ready);
         }
         self.shared.counters.record_restore(restored.elapsed);
         self.shared.telemetry.restored_records.fetch_add(restored.applied, Ordering::Relaxed);
@@ -360,7 +369,13 @@ impl PartitionTask {
                 self.seek(checkpoint.next_offset).await;
             }
         }
-        Ok(None)
+        Ok(Started::Ready)
+    }
+
+    /// Moves the task to `phase` and publishes it (status page, `/readyz`,
+    /// metrics).
+    fn enter(&self, phase: Phase) {
+        self.status.phase.store(phase as u8, Ordering::Relaxed);
     }
 
     /// Starts the outbox relay (outbox on), over the state as restored.
