@@ -128,7 +128,7 @@ pub struct OutboxConfig {
     /// Pending records per partition past which the backlog is a warning.
     pub backlog_warn: u64,
     /// Age of the oldest pending record past which it is a warning.
-    pub backlog_warn_age: String,
+    pub backlog_warn_age: HumanDuration,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -145,7 +145,7 @@ pub struct KafkaConfig {
     pub session_timeout_ms: u64,
     /// "classic" or "consumer" (KIP-848).
     pub group_protocol: GroupProtocol,
-    pub auto_offset_reset: String,
+    pub auto_offset_reset: OffsetReset,
     /// The compacted topic every state change is produced to, from which a
     /// moved partition is restored; `{group_id}` is replaced, `""` is off.
     pub changelog_topic: String,
@@ -172,6 +172,61 @@ pub struct RegistryConfig {
     pub schema_guard: SchemaGuard,
 }
 
+/// `kafka.auto_offset_reset`: where a partition with no checkpoint and no
+/// committed offset starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OffsetReset {
+    Earliest,
+    Latest,
+}
+
+impl OffsetReset {
+    /// librdkafka's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OffsetReset::Earliest => "earliest",
+            OffsetReset::Latest => "latest",
+        }
+    }
+}
+
+/// A duration written as a number with a unit (`250ms`, `30s`, `15m`,
+/// `12h`, `7d`): parsed when the configuration is loaded, printed back as
+/// it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HumanDuration {
+    text: String,
+    duration: Duration,
+}
+
+impl HumanDuration {
+    pub fn get(&self) -> Duration {
+        self.duration
+    }
+}
+
+impl std::str::FromStr for HumanDuration {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        Ok(HumanDuration { text: text.trim().to_string(), duration: parse_duration(text)? })
+    }
+}
+
+impl Serialize for HumanDuration {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// `registry.schema_guard`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -188,7 +243,7 @@ pub enum SchemaGuard {
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     pub path: PathBuf,
-    pub inbox_retention: String,
+    pub inbox_retention: HumanDuration,
     pub cache_capacity_mb: u64,
 }
 
@@ -328,7 +383,6 @@ impl Config {
                 "must be at least 1 while processing.dead_letter_max_ratio is on (set the ratio to 0 to turn it off)".into(),
             ));
         }
-        self.outbox_warn_age()?;
         crate::partitioner::Partitioner::from_name(&self.kafka.input_partitioner)
             .map_err(|message| value_err("kafka.input_partitioner", message))?;
         self.http_address()?;
@@ -336,12 +390,6 @@ impl Config {
             return Err(value_err(
                 "kafka.changelog_replication_factor",
                 "must be positive, or -1 for the broker's default".into(),
-            ));
-        }
-        if !matches!(self.kafka.auto_offset_reset.as_str(), "earliest" | "latest") {
-            return Err(value_err(
-                "kafka.auto_offset_reset",
-                format!("`{}` is not allowed: use \"earliest\" or \"latest\"", self.kafka.auto_offset_reset),
             ));
         }
         if !(self.registry.url.starts_with("http://") || self.registry.url.starts_with("https://")) {
@@ -358,7 +406,6 @@ impl Config {
                 return Err(value_err(&format!("kafka.librdkafka.\"{key}\""), "must be a string, integer or boolean".into()));
             }
         }
-        self.inbox_retention()?;
         let p = &self.processing;
         if !(1..=100_000).contains(&p.batch_max_records) {
             return Err(value_err("processing.batch_max_records", format!("{} is out of range 1..=100000", p.batch_max_records)));
@@ -421,7 +468,6 @@ impl Config {
         (!topic.is_empty()).then(|| topic.to_string())
     }
 
-    /// `outbox.backlog_warn_age` as a duration.
     /// The HTTP endpoint's address (`None`: off).
     pub fn http_address(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
         let text = self.http.address.trim();
@@ -434,19 +480,14 @@ impl Config {
         })
     }
 
+    /// `outbox.backlog_warn_age` as a duration (checked when loaded).
     pub fn outbox_warn_age(&self) -> Result<Duration, ConfigError> {
-        parse_duration(&self.outbox.backlog_warn_age).map_err(|message| ConfigError::Value {
-            key: "outbox.backlog_warn_age".into(),
-            message,
-        })
+        Ok(self.outbox.backlog_warn_age.get())
     }
 
     /// `store.inbox_retention` as a duration.
     pub fn inbox_retention(&self) -> Result<Duration, ConfigError> {
-        parse_duration(&self.store.inbox_retention).map_err(|message| ConfigError::Value {
-            key: "store.inbox_retention".into(),
-            message,
-        })
+        Ok(self.store.inbox_retention.get())
     }
 
     /// A copy safe to print: secret librdkafka settings and the password of

@@ -48,7 +48,7 @@ pub fn consumer_config(config: &Config) -> ClientConfig {
         .set("group.id", &config.kafka.group_id)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", &config.kafka.auto_offset_reset)
+        .set("auto.offset.reset", config.kafka.auto_offset_reset.as_str())
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "false");
     if classic {

@@ -216,7 +216,7 @@ impl Replay {
                 (None, _) => local.get(&partition).copied(),
             };
             let group_offset = committed.get(&partition).copied().flatten().map(|c| c.offset);
-            let fallback = if self.config.kafka.auto_offset_reset == "latest" { end } else { low };
+            let fallback = if self.config.kafka.auto_offset_reset == crate::config::OffsetReset::Latest { end } else { low };
             let current = state.map(|c| c.next_offset).or(group_offset).unwrap_or(fallback);
             let new_offset = match self.options.target {
                 Target::Earliest => low,
