@@ -212,8 +212,32 @@ pub fn commit_list(topic: &str, offsets: impl IntoIterator<Item = (i32, i64)>) -
     Ok(tpl)
 }
 
-/// Hands `record` to librdkafka, waiting 5 ms at a time while its queue is
-/// full; any other error is returned. The future resolves on delivery.
+/// One attempt to hand `record` to librdkafka: its delivery future, or the
+/// record back when the producer's queue is full (any other error is
+/// returned).
+#[allow(clippy::type_complexity)]
+fn try_send<'r, K, P, C>(
+    producer: &rdkafka::producer::FutureProducer<C>,
+    record: rdkafka::producer::FutureRecord<'r, K, P>,
+) -> Result<Result<rdkafka::producer::DeliveryFuture, rdkafka::producer::FutureRecord<'r, K, P>>, rdkafka::error::KafkaError>
+where
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+    C: rdkafka::client::ClientContext + 'static,
+{
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    match producer.send_result(record) {
+        Ok(ack) => Ok(Ok(ack)),
+        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => Ok(Err(back)),
+        Err((cause, _)) => Err(cause),
+    }
+}
+
+/// How long a full producer queue is waited for, 5 ms at a time.
+const QUEUE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Hands `record` to librdkafka, waiting while its queue is full; any other
+/// error is returned. The future resolves on delivery.
 pub async fn send_when_queued<K, P, C>(
     producer: &rdkafka::producer::FutureProducer<C>,
     mut record: rdkafka::producer::FutureRecord<'_, K, P>,
@@ -223,16 +247,12 @@ where
     P: rdkafka::message::ToBytes + ?Sized,
     C: rdkafka::client::ClientContext + 'static,
 {
-    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
     loop {
-        match producer.send_result(record) {
+        match try_send(producer, record)? {
             Ok(ack) => return Ok(ack),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                record = back;
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-            Err((cause, _)) => return Err(cause),
+            Err(back) => record = back,
         }
+        tokio::time::sleep(QUEUE_POLL).await;
     }
 }
 
@@ -247,17 +267,16 @@ where
     P: rdkafka::message::ToBytes + ?Sized,
     C: rdkafka::client::ClientContext + 'static,
 {
-    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        match producer.send_result(record) {
+        match try_send(producer, record)? {
             Ok(ack) => return Ok(ack),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if std::time::Instant::now() < deadline => {
-                record = back;
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            Err((cause, _)) => return Err(cause),
+            Err(back) => record = back,
         }
+        if std::time::Instant::now() >= deadline {
+            return Err(rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull));
+        }
+        std::thread::sleep(QUEUE_POLL);
     }
 }
 

@@ -15,7 +15,6 @@ use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 
 use orderly::codec::Encoder;
-use orderly::registry::Registry;
 use orderly::workload::{plan, WorkloadSpec};
 
 use crate::measure::{kib_to_mib, status_kib};
@@ -62,11 +61,19 @@ pub async fn loader(args: Args) -> anyhow::Result<()> {
     let topic = args.topic.clone().context("--topic")?;
     let dlq_topic = format!("{topic}.dlq");
     let spec: WorkloadSpec = serde_json::from_str(args.spec.as_deref().context("--spec")?)?;
-    let registry = Registry::memory();
+    // The real registry when one is given (--registry): the ids the records
+    // carry must be the ones a contender in another process fetches.
+    let registry = crate::registry_of(&args)?;
     let encoder = Encoder::register(&registry, &topic).await?;
     let started = Instant::now();
     let (records, expected) = plan(&spec, &encoder)?;
     let plan_seconds = started.elapsed().as_secs_f64();
+    if let Some(path) = &args.expect_file {
+        // Every order's final state, for the side-by-side phases to check
+        // each contender's store against.
+        let file = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("{}", path.display()))?);
+        serde_json::to_writer(file, &expected.states)?;
+    }
     let expected_counts = Counts {
         applied: expected.applied,
         duplicates: expected.duplicates,
@@ -202,6 +209,12 @@ pub fn start_loader(args: &Args, spec: &WorkloadSpec, topic: &str) -> anyhow::Re
     }
     if let Some(partitions) = args.partitions {
         command.arg("--partitions").arg(partitions.to_string());
+    }
+    if let Some(registry) = &args.registry {
+        command.arg("--registry").arg(registry);
+    }
+    if let Some(path) = &args.expect_file {
+        command.arg("--expect-file").arg(path);
     }
     let mut child = command.spawn().context("starting the loader child")?;
     let stdout = child.stdout.take().context("loader stdout")?;

@@ -5,6 +5,8 @@
 //!                                  [--id-format hex32|uuid] [--bootstrap HOST:PORT] [--json]
 //!                                  [--http | --http-load]
 //! cargo bench --bench pipeline -- --distinct-orders-rss [--events N] [--json]
+//! kafka/broker run -- registry/apicurio run -- \
+//!   cargo bench --bench pipeline -- --side-by-side [--rounds N] [--shape ...] [--phases oa,ka,ox,kx,or,kr]
 //! ```
 //!
 //! Pre-loads a planned workload (default 1,000,000 events over 10,000 orders,
@@ -38,9 +40,25 @@
 //!   `--bootstrap`, or the mock cluster); with `--rounds N`, (c) and (x)
 //!   alternate N times each;
 //! * (r)  restoring (c)'s changelog into a fresh store, a thread per
-//!   partition.
+//!   partition;
+//! * (oa) / (ox), (ka) / (kx), (or) / (kr): side by side (`--side-by-side`,
+//!   issue 20), each contender in its own process on the same topic, broker
+//!   and registry: `orderly run` as a child process (the `orderly` binary
+//!   cargo built with this bench) at at_least_once / exactly_once, the Kafka
+//!   Streams peer (`benches/kstreams/peer run`) at at_least_once /
+//!   exactly_once_v2, alternating `--rounds` times (at each guarantee
+//!   orderly first in rounds 1, 3, ..., the peer first in rounds 2, 4,
+//!   ...); then each one's restore of the first at_least_once run's
+//!   changelog. Rates, VmHWM and CPU of the contender's
+//!   process and the broker's CPU, measured from the outside until the
+//!   group's committed offsets cover the input; counts and every order's
+//!   final state checked against the plan (no rate on a mismatch). Needs a
+//!   real broker and registry (`--bootstrap`/ORDERLY_E2E_BOOTSTRAP,
+//!   `--registry`/ORDERLY_E2E_REGISTRY; the broker's pid from
+//!   `--broker-pid`/KAFKA_PID); see `phases/side_by_side.rs`.
 //!
-//! Phases run in the order a, b, c, x, o, e, r, d whatever `--phases` says.
+//! Phases run in the order a, b, c, x, (side by side), o, e, r, d whatever
+//! `--phases` says.
 //!
 //! "steady ev/s" counts from a phase's first record (for (c): its first
 //! batch), so it excludes connecting and joining the group. For (c) and (d)
@@ -82,7 +100,7 @@
 //! Layout: `main.rs` (arguments, orchestration), `loader.rs` (the loader
 //! child: mock cluster or topic creation, plan and produce), `phases/`
 //! (`bare.rs`: (a) and (b); `store_alone.rs`: (d); `full.rs`: (c), (o), (e);
-//! `restore.rs`: (r);
+//! `restore.rs`: (r); `side_by_side.rs`: (oa) ... (kr);
 //! `http_load.rs`: `--http`/`--http-load`;
 //! `mod.rs`: the consumer shared by (a), (b) and (d)'s untimed read),
 //! `measure.rs` (/proc: RSS, CPU; directory sizes) and `report.rs` (the
@@ -137,9 +155,32 @@ pub struct Args {
     #[arg(long)]
     pub bootstrap: Option<String>,
     /// With --bootstrap: the broker's process id on this machine, to report
-    /// its CPU per phase (the mock cluster's is reported on its own).
-    #[arg(long)]
+    /// its CPU per phase (the mock cluster's is reported on its own);
+    /// `kafka/broker run` exports it as KAFKA_PID.
+    #[arg(long, env = "KAFKA_PID")]
     pub broker_pid: Option<u32>,
+    /// A Confluent-compatible schema registry (e.g. Apicurio's
+    /// `.../apis/ccompat/v7`; `registry/apicurio run` exports it as
+    /// ORDERLY_E2E_REGISTRY): the loader registers the schemas there and the
+    /// records carry its ids. Without it, an in-memory registry (fixed ids;
+    /// no side-by-side phases).
+    #[arg(long, env = "ORDERLY_E2E_REGISTRY")]
+    pub registry: Option<String>,
+    /// The side-by-side phases (issue 20), each contender in its own process
+    /// on the same topic and broker: `orderly run` (oa, ox) and the Kafka
+    /// Streams peer (ka, kx) at at_least_once / exactly_once, alternating
+    /// --rounds times, then restores (or, kr). Same as
+    /// `--phases oa,ka,ox,kx,or,kr` (`--phases` picks a subset). Needs a
+    /// broker (--bootstrap or ORDERLY_E2E_BOOTSTRAP) and --registry.
+    #[arg(long)]
+    pub side_by_side: bool,
+    /// The `orderly` binary the side-by-side phases run (default: the one
+    /// cargo built with this bench, CARGO_BIN_EXE_orderly).
+    #[arg(long)]
+    pub orderly_bin: Option<std::path::PathBuf>,
+    /// The Kafka Streams peer's launcher (default benches/kstreams/peer).
+    #[arg(long)]
+    pub peer: Option<std::path::PathBuf>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -216,6 +257,9 @@ pub struct Args {
     pub topic: Option<String>,
     #[arg(long, hide = true)]
     pub spec: Option<String>,
+    /// Internal: where the loader writes the expected final states.
+    #[arg(long, hide = true)]
+    pub expect_file: Option<std::path::PathBuf>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
@@ -232,8 +276,23 @@ impl Args {
     }
 }
 
+/// The registry of `--registry`, or an in-memory one.
+pub fn registry_of(args: &Args) -> anyhow::Result<Registry> {
+    Ok(match &args.registry {
+        Some(url) => Registry::http(url, Duration::from_secs(10))?,
+        None => Registry::memory(),
+    })
+}
+
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    let side_phases = args
+        .phases
+        .as_deref()
+        .is_some_and(|p| phases::side_by_side::wanted(&p.split(',').map(|s| s.trim().to_string()).collect::<Vec<_>>()));
+    if (args.side_by_side || side_phases) && args.bootstrap.is_none() && !args.loader {
+        args.bootstrap = std::env::var("ORDERLY_E2E_BOOTSTRAP").ok().filter(|b| !b.is_empty());
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -256,7 +315,15 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     let phases: Vec<String> = args
         .phases
         .clone()
-        .unwrap_or_else(|| if args.distinct_orders_rss { "c".into() } else { "a,b,c,o,e,r,d".into() })
+        .unwrap_or_else(|| {
+            if args.side_by_side {
+                phases::side_by_side::PHASES.into()
+            } else if args.distinct_orders_rss {
+                "c".into()
+            } else {
+                "a,b,c,o,e,r,d".into()
+            }
+        })
         .split(',')
         .map(|s| s.trim().to_string())
         .collect();
@@ -280,14 +347,23 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         spec.id_format.as_str(),
         args.bootstrap.as_deref().unwrap_or("the mock cluster (child process)")
     );
-    let (mut child, load) = loader::start_loader(args, &spec, &topic)?;
+    let side = phases::side_by_side::wanted(&phases);
+    let expect_dir = tempfile::Builder::new().prefix("orderly-bench-expect-").tempdir()?;
+    let mut loader_args = args.clone();
+    if side {
+        if args.bootstrap.is_none() || args.registry.is_none() {
+            bail!("the side-by-side phases need a broker (--bootstrap or ORDERLY_E2E_BOOTSTRAP) and a registry (--registry or ORDERLY_E2E_REGISTRY): kafka/broker run -- registry/apicurio run -- cargo bench ...");
+        }
+        loader_args.expect_file = Some(expect_dir.path().join("states.json"));
+    }
+    let (mut child, load) = loader::start_loader(&loader_args, &spec, &topic)?;
     let broker_pid = if args.bootstrap.is_none() { Some(child.id()) } else { args.broker_pid };
     eprintln!(
         "pipeline: {} records loaded (plan {:.1} s, produce {:.1} s); ends {:?}",
         load.records, load.plan_seconds, load.produce_seconds, load.ends
     );
 
-    let registry = Registry::memory();
+    let registry = registry_of(args)?;
     let encoder = runtime.block_on(Encoder::register(&registry, &load.topic))?;
     if (encoder.v1_id, encoder.v2_id) != (load.v1_id, load.v2_id) {
         bail!("schema ids differ between the loader and this process");
@@ -333,6 +409,15 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
             out_phases.push(phase);
         }
     }
+    let side_by_side = if side {
+        let expected_states = loader_args.expect_file.as_deref().map(phases::side_by_side::read_expected).transpose()?;
+        let out = phases::side_by_side::run(args, &load, &phases, expected_states, broker_pid, runtime, timeout)?;
+        out_phases.extend(out.phases());
+        Some(out)
+    } else {
+        None
+    };
+    drop(expect_dir);
     if run("o") {
         trim_heap();
         let (phase, _) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, false, false, 0))?;
@@ -414,6 +499,7 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         ratio_outbox_on_to_off,
         full_pipeline: full,
         storage,
+        side_by_side,
     })
 }
 

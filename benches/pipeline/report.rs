@@ -33,6 +33,9 @@ pub struct Results {
     pub ratio_outbox_on_to_off: Option<f64>,
     pub full_pipeline: Option<FullPipeline>,
     pub storage: Option<StorageOut>,
+    /// The side-by-side phases (`--side-by-side`): each contender in its own process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub side_by_side: Option<crate::phases::side_by_side::SideBySideOut>,
 }
 
 #[derive(Debug, Serialize)]
@@ -279,6 +282,11 @@ impl Results {
                 for text in crate::http_load::table_lines(&p.key, http) {
                     line(text);
                 }
+            }
+        }
+        if let Some(side) = &self.side_by_side {
+            for text in side.table_lines() {
+                line(text);
             }
         }
         if let Some(d) = &self.storage {

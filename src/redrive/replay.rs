@@ -13,9 +13,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use serde::Serialize;
@@ -28,8 +28,6 @@ use crate::config::Config;
 use crate::kafka::producer_config;
 use crate::headers::{HEADER_REDRIVE_COUNT, HEADER_REDRIVE_SOURCE};
 
-/// How long a full producer queue is waited for before a send fails.
-const QUEUE_WAIT: Duration = Duration::from_secs(30);
 
 /// Which letters to re-drive.
 #[derive(Debug, Clone)]
@@ -332,34 +330,23 @@ impl<'a> Sender<'a> {
     fn send(&self, message: &BorrowedMessage<'_>, planned: &Redriven) -> Result<DeliveryFuture, RedriveError> {
         let count = planned.redrive_count.to_string();
         let source = SourcePos { partition: planned.source_partition, offset: planned.source_offset }.to_string();
-        let deadline = Instant::now() + QUEUE_WAIT;
-        loop {
-            let headers = OwnedHeaders::new_with_capacity(2)
-                .insert(Header { key: HEADER_REDRIVE_COUNT, value: Some(count.as_str()) })
-                .insert(Header { key: HEADER_REDRIVE_SOURCE, value: Some(source.as_str()) });
-            let mut record: FutureRecord<'_, [u8], [u8]> =
-                FutureRecord::to(&self.input_topic).partition(planned.source_partition).headers(headers);
-            if let Some(key) = message.key() {
-                record = record.key(key);
-            }
-            if let Some(payload) = message.payload() {
-                record = record.payload(payload);
-            }
-            match self.producer.send_result(record) {
-                Ok(delivery) => return Ok(delivery),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err((cause, _)) => {
-                    return Err(RedriveError::Produce {
-                        input_topic: self.input_topic.clone(),
-                        partition: planned.source_partition,
-                        offset: planned.source_offset,
-                        cause,
-                    })
-                }
-            }
+        let headers = OwnedHeaders::new_with_capacity(2)
+            .insert(Header { key: HEADER_REDRIVE_COUNT, value: Some(count.as_str()) })
+            .insert(Header { key: HEADER_REDRIVE_SOURCE, value: Some(source.as_str()) });
+        let mut record: FutureRecord<'_, [u8], [u8]> =
+            FutureRecord::to(&self.input_topic).partition(planned.source_partition).headers(headers);
+        if let Some(key) = message.key() {
+            record = record.key(key);
         }
+        if let Some(payload) = message.payload() {
+            record = record.payload(payload);
+        }
+        crate::kafka::send_blocking(&self.producer, record).map_err(|cause| RedriveError::Produce {
+            input_topic: self.input_topic.clone(),
+            partition: planned.source_partition,
+            offset: planned.source_offset,
+            cause,
+        })
     }
 
     /// Waits for every pending acknowledgement, writes the re-drive record

@@ -6,6 +6,7 @@
 pub mod bare;
 pub mod full;
 pub mod restore;
+pub mod side_by_side;
 pub mod store_alone;
 
 use std::time::{Duration, Instant};

@@ -19,6 +19,14 @@ use crate::report::Phase;
 use crate::Args;
 
 pub fn run(args: &Args, load: &LoadInfo, broker_pid: Option<u32>) -> anyhow::Result<Phase> {
+    let topic = super::full::changelog_topic(load);
+    run_topic(args, load, broker_pid, &topic, "r", "restore (c)'s changelog into a fresh store")
+}
+
+/// Restores `topic` (a changelog with the input's partitions) into a fresh
+/// store, in this process: (r), and the side-by-side restore of an `orderly
+/// run` child's changelog.
+pub fn run_topic(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, topic: &str, key: &str, name: &str) -> anyhow::Result<Phase> {
     let dir = tempfile::Builder::new().prefix("orderly-bench-r-").tempdir()?;
     let mut config = Config::defaults()?;
     passthrough(args, &mut config)?;
@@ -28,7 +36,7 @@ pub fn run(args: &Args, load: &LoadInfo, broker_pid: Option<u32>) -> anyhow::Res
     if let Some(mb) = args.cache_mb {
         config.store.cache_capacity_mb = mb;
     }
-    let topic = super::full::changelog_topic(load);
+    let topic = topic.to_string();
     let store = Store::open(&config.store.path, config.store.cache_capacity_mb)?;
     let cancel = AtomicBool::new(false);
     let meter = Meter::start(broker_pid);
@@ -56,10 +64,10 @@ pub fn run(args: &Args, load: &LoadInfo, broker_pid: Option<u32>) -> anyhow::Res
     for result in results {
         records += result?;
     }
-    let mut phase = meter.finish("r", "restore (c)'s changelog into a fresh store", records);
+    let mut phase = meter.finish(key, name, records);
     phase.steady_events_per_s = phase.events_per_s;
     // The restored checkpoints are (c)'s: its counters came back with it.
     let outcomes: u64 = store.checkpoints()?.iter().map(|(_, _, cp)| cp.outcomes()).sum();
-    eprintln!("pipeline: (r) {records} changelog records restored in {:.2} s ({outcomes} events' counters)", phase.seconds);
+    eprintln!("pipeline: ({key}) {records} changelog records restored in {:.2} s ({outcomes} events' counters)", phase.seconds);
     Ok(phase)
 }

@@ -1,0 +1,989 @@
+//! Side by side (issue 20): each contender in its own process, on the same
+//! pre-loaded topic, broker and registry, alternating.
+//!
+//! * (oa) / (ox): `orderly run` as a child process (the binary cargo built
+//!   with this bench, `CARGO_BIN_EXE_orderly`, or `--orderly-bin`), with a
+//!   generated config: a fresh group id and store directory, the changelog
+//!   (`{group_id}-changelog`, created by orderly) and the outbox on (an
+//!   output topic and a DLQ of its own, created here), the HTTP endpoint off,
+//!   `processing.guarantee` at_least_once or exactly_once; the bench's knobs
+//!   (`--cache-mb`, `--cache-max-bytes`, `--commit-interval-ms`,
+//!   `--batch-max-records`, `--batch-max-wait-ms`, `--librdkafka`) go into
+//!   it. It is stopped with SIGTERM once its group's committed offsets equal
+//!   the input's end offsets; its result is then read back with
+//!   `orderly state stats --json` and `orderly state dump`.
+//! * (ka) / (kx): the Kafka Streams peer (`benches/kstreams/peer run`,
+//!   `at_least_once` / `exactly_once_v2`, a fresh application id and state
+//!   directory, `--dump-state`); it stops by itself once its committed
+//!   offsets cover the input; its counts come from its JSON line and its
+//!   states from the dump.
+//! * (or): orderly's restore of (oa)'s first changelog into a fresh store,
+//!   in this process with the library's `Restore` (phase (r)'s code, a
+//!   thread per partition); (kr): `peer run --restore-only` with (ka)'s
+//!   first application id and a fresh state directory (its own
+//!   `StateRestoreListener` timing, first `onRestoreStart` to last
+//!   `onRestoreEnd`).
+//!
+//! Both contenders are measured the same way from the outside: the bench
+//! polls the group's committed offsets (an OffsetFetch every 50 ms) and, at
+//! the first poll that sees them cover the end offsets, samples the
+//! contender's /proc/<pid>/stat (utime + stime) and VmHWM and the broker's
+//! CPU. Rates: total = records / (cover - spawn), steady = (records - 1) /
+//! (cover - first record), the first record being orderly's first "first
+//! batch" log line (read from its stderr as it comes) or the peer's
+//! `first_record_ms`. A contender whose counts or states differ from the
+//! workload's expectation gets no rate (the table says MISMATCH).
+//!
+//! Order within a round: for each guarantee, orderly then the peer in
+//! rounds 1, 3, ..., the peer first in rounds 2, 4, ..., so neither always
+//! runs right after the other's load on the broker.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde::Serialize;
+
+use orderly::event::StateView;
+
+use crate::loader::LoadInfo;
+use crate::measure::process_cpu;
+use crate::report::{Counts, Phase};
+use crate::Args;
+
+/// What `--side-by-side` runs.
+pub const PHASES: &str = "oa,ka,ox,kx,or,kr";
+const KEYS: [&str; 6] = ["oa", "ka", "ox", "kx", "or", "kr"];
+
+pub fn wanted(phases: &[String]) -> bool {
+    phases.iter().any(|p| KEYS.contains(&p.as_str()))
+}
+
+pub fn read_expected(path: &Path) -> anyhow::Result<HashMap<String, StateView>> {
+    let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    Ok(serde_json::from_reader(std::io::BufReader::new(file))?)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Contender {
+    Orderly,
+    KafkaStreams,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Guarantee {
+    AtLeastOnce,
+    ExactlyOnce,
+}
+
+impl Guarantee {
+    fn orderly(self) -> &'static str {
+        match self {
+            Guarantee::AtLeastOnce => "at_least_once",
+            Guarantee::ExactlyOnce => "exactly_once",
+        }
+    }
+    fn streams(self) -> &'static str {
+        match self {
+            Guarantee::AtLeastOnce => "at_least_once",
+            Guarantee::ExactlyOnce => "exactly_once_v2",
+        }
+    }
+    fn short(self) -> &'static str {
+        match self {
+            Guarantee::AtLeastOnce => "alo",
+            Guarantee::ExactlyOnce => "eos",
+        }
+    }
+}
+
+/// One contender's processing run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContenderRun {
+    pub key: String,
+    pub contender: Contender,
+    pub guarantee: Guarantee,
+    pub round: usize,
+    pub group_id: String,
+    pub pid: u32,
+    /// 1-minute load average when the run started.
+    pub load1_at_start: f64,
+    pub events: u64,
+    /// Spawn to the first poll that saw the committed offsets cover the input.
+    pub seconds: f64,
+    /// Spawn to the first record (orderly: its first "first batch" log line;
+    /// the peer: `first_record_ms`).
+    pub first_record_seconds: Option<f64>,
+    /// None when the result differs from the expectation.
+    pub events_per_s: Option<f64>,
+    pub steady_events_per_s: Option<f64>,
+    /// VmHWM of the contender's process at the covering poll (orderly: read
+    /// again just before SIGTERM).
+    pub peak_rss_mib: f64,
+    /// utime + stime of the contender's process from spawn to cover.
+    pub cpu_seconds: f64,
+    pub cpu_seconds_per_million: f64,
+    pub broker_cpu_seconds: Option<f64>,
+    pub broker_cpu_seconds_per_million: Option<f64>,
+    pub counts: Counts,
+    pub counts_match: bool,
+    /// Orders whose final state differs from the expectation (missing and
+    /// extra orders included); None when not checked.
+    pub states_mismatched: Option<u64>,
+    /// Seconds from SIGTERM (orderly) / cover (peer) to the process's exit.
+    pub shutdown_seconds: f64,
+    /// What the contender said about itself (the peer's JSON line, orderly's
+    /// `state stats --json` totals).
+    pub own_report: serde_json::Value,
+}
+
+/// One restore.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreRun {
+    pub key: String,
+    pub contender: Contender,
+    pub how: String,
+    pub changelog_records: u64,
+    pub seconds: f64,
+    pub records_per_s: f64,
+    pub orders: u64,
+    pub own_report: serde_json::Value,
+}
+
+/// Medians over rounds of one contender at one guarantee.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub contender: Contender,
+    pub guarantee: Guarantee,
+    pub rounds: usize,
+    pub valid_rounds: usize,
+    pub events_per_s: Option<f64>,
+    pub steady_events_per_s: Option<f64>,
+    pub peak_rss_mib: Option<f64>,
+    pub cpu_seconds_per_million: Option<f64>,
+    pub broker_cpu_seconds_per_million: Option<f64>,
+    /// Restore (at_least_once rows: the first round's changelog).
+    pub restore_records_per_s: Option<f64>,
+    pub restore_seconds: Option<f64>,
+}
+
+/// orderly / peer at one guarantee.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratios {
+    pub guarantee: Guarantee,
+    pub events_per_s: Option<f64>,
+    pub steady_events_per_s: Option<f64>,
+    pub peak_rss: Option<f64>,
+    pub cpu_per_event: Option<f64>,
+    pub broker_cpu_per_event: Option<f64>,
+    pub restore_records_per_s: Option<f64>,
+    pub restore_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SideBySideOut {
+    pub orderly_bin: String,
+    pub peer: String,
+    pub orderly_config_overrides: Vec<String>,
+    pub runs: Vec<ContenderRun>,
+    pub restores: Vec<RestoreRun>,
+    pub rows: Vec<Row>,
+    pub ratios: Vec<Ratios>,
+}
+
+struct Ctx<'a> {
+    args: &'a Args,
+    load: &'a LoadInfo,
+    registry_url: String,
+    expected: Option<HashMap<String, StateView>>,
+    broker_pid: Option<u32>,
+    runtime: &'a tokio::runtime::Runtime,
+    timeout: Duration,
+    orderly_bin: PathBuf,
+    peer: PathBuf,
+}
+
+pub fn run(
+    args: &Args,
+    load: &LoadInfo,
+    phases: &[String],
+    expected: Option<HashMap<String, StateView>>,
+    broker_pid: Option<u32>,
+    runtime: &tokio::runtime::Runtime,
+    timeout: Duration,
+) -> anyhow::Result<SideBySideOut> {
+    let want = |key: &str| phases.iter().any(|p| p == key);
+    let ctx = Ctx {
+        args,
+        load,
+        registry_url: args.registry.clone().context("--registry")?,
+        expected,
+        broker_pid,
+        runtime,
+        timeout,
+        orderly_bin: args.orderly_bin.clone().unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_orderly"))),
+        peer: args.peer.clone().unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/kstreams/peer")),
+    };
+    if broker_pid.is_none() {
+        eprintln!("pipeline: no broker pid (--broker-pid or KAFKA_PID): the broker's CPU is not reported");
+    }
+    let mut runs: Vec<ContenderRun> = Vec::new();
+    for round in 0..args.rounds.max(1) {
+        for guarantee in [Guarantee::AtLeastOnce, Guarantee::ExactlyOnce] {
+            let (ok, kk) = match guarantee {
+                Guarantee::AtLeastOnce => ("oa", "ka"),
+                Guarantee::ExactlyOnce => ("ox", "kx"),
+            };
+            let mut order = vec![(Contender::Orderly, want(ok)), (Contender::KafkaStreams, want(kk))];
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for (contender, selected) in order {
+                if !selected {
+                    continue;
+                }
+                let r = match contender {
+                    Contender::Orderly => orderly_run(&ctx, guarantee, round)?,
+                    Contender::KafkaStreams => peer_run(&ctx, guarantee, round)?,
+                };
+                eprintln!(
+                    "pipeline: ({}) {} events in {:.2} s: {} ev/s (steady {}), peak RSS {:.0} MiB, cpu {:.2} s, broker cpu {}; counts {}, states {}",
+                    r.key,
+                    r.events,
+                    r.seconds,
+                    fmt_opt(r.events_per_s, 0),
+                    fmt_opt(r.steady_events_per_s, 0),
+                    r.peak_rss_mib,
+                    r.cpu_seconds,
+                    fmt_opt(r.broker_cpu_seconds, 2),
+                    if r.counts_match { "match" } else { "MISMATCH" },
+                    match r.states_mismatched {
+                        Some(0) => "match".to_string(),
+                        Some(n) => format!("{n} MISMATCHED"),
+                        None => "not checked".into(),
+                    }
+                );
+                runs.push(r);
+            }
+        }
+    }
+    let mut restores = Vec::new();
+    let first = |c: Contender| runs.iter().find(|r| r.contender == c && r.guarantee == Guarantee::AtLeastOnce && r.round == 0).cloned();
+    if want("or") {
+        match first(Contender::Orderly) {
+            Some(source) => restores.push(orderly_restore(&ctx, &source)?),
+            None => bail!("phase or restores what oa wrote to its changelog: run oa too"),
+        }
+    }
+    if want("kr") {
+        match first(Contender::KafkaStreams) {
+            Some(source) => restores.push(peer_restore(&ctx, &source)?),
+            None => bail!("phase kr restores what ka wrote to its changelogs: run ka too"),
+        }
+    }
+    let mut rows = Vec::new();
+    for guarantee in [Guarantee::AtLeastOnce, Guarantee::ExactlyOnce] {
+        for contender in [Contender::Orderly, Contender::KafkaStreams] {
+            let these: Vec<&ContenderRun> = runs.iter().filter(|r| r.contender == contender && r.guarantee == guarantee).collect();
+            if these.is_empty() {
+                continue;
+            }
+            let valid: Vec<&&ContenderRun> = these.iter().filter(|r| r.events_per_s.is_some()).collect();
+            let med = |f: &dyn Fn(&ContenderRun) -> Option<f64>| median(valid.iter().filter_map(|r| f(r)).collect());
+            let restore = if guarantee == Guarantee::AtLeastOnce { restores.iter().find(|r| r.contender == contender) } else { None };
+            rows.push(Row {
+                contender,
+                guarantee,
+                rounds: these.len(),
+                valid_rounds: valid.len(),
+                events_per_s: med(&|r| r.events_per_s),
+                steady_events_per_s: med(&|r| r.steady_events_per_s),
+                peak_rss_mib: med(&|r| Some(r.peak_rss_mib)),
+                cpu_seconds_per_million: med(&|r| Some(r.cpu_seconds_per_million)),
+                broker_cpu_seconds_per_million: med(&|r| r.broker_cpu_seconds_per_million),
+                restore_records_per_s: restore.map(|r| r.records_per_s),
+                restore_seconds: restore.map(|r| r.seconds),
+            });
+        }
+    }
+    let mut ratios = Vec::new();
+    for guarantee in [Guarantee::AtLeastOnce, Guarantee::ExactlyOnce] {
+        let row = |c: Contender| rows.iter().find(|r| r.contender == c && r.guarantee == guarantee);
+        if let (Some(o), Some(k)) = (row(Contender::Orderly), row(Contender::KafkaStreams)) {
+            let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
+            ratios.push(Ratios {
+                guarantee,
+                events_per_s: ratio(o.events_per_s, k.events_per_s),
+                steady_events_per_s: ratio(o.steady_events_per_s, k.steady_events_per_s),
+                peak_rss: ratio(o.peak_rss_mib, k.peak_rss_mib),
+                cpu_per_event: ratio(o.cpu_seconds_per_million, k.cpu_seconds_per_million),
+                broker_cpu_per_event: ratio(o.broker_cpu_seconds_per_million, k.broker_cpu_seconds_per_million),
+                restore_records_per_s: ratio(o.restore_records_per_s, k.restore_records_per_s),
+                restore_seconds: ratio(o.restore_seconds, k.restore_seconds),
+            });
+        }
+    }
+    Ok(SideBySideOut {
+        orderly_bin: ctx.orderly_bin.display().to_string(),
+        peer: ctx.peer.display().to_string(),
+        orderly_config_overrides: overrides_toml(args).lines().map(String::from).collect(),
+        runs,
+        restores,
+        rows,
+        ratios,
+    })
+}
+
+fn median(mut xs: Vec<f64>) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let n = xs.len();
+    Some(if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 })
+}
+
+fn fmt_opt(x: Option<f64>, decimals: usize) -> String {
+    x.map(|x| format!("{x:.decimals$}")).unwrap_or_else(|| "-".into())
+}
+
+fn load1() -> f64 {
+    std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(0.0)
+}
+
+fn epoch_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+fn pid_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
+    line[field.len() + 1..].trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    cpu: f64,
+    hwm_kib: u64,
+}
+
+fn sample(pid: u32) -> Option<Sample> {
+    Some(Sample { cpu: process_cpu(Some(pid))?, hwm_kib: pid_status_kib(pid, "VmHWM")? })
+}
+
+/// What the watcher saw when the committed offsets covered the input.
+struct Covered {
+    at: Duration,
+    sample: Sample,
+    broker_cpu: Option<f64>,
+}
+
+/// Polls `group`'s committed offsets every 50 ms until they equal the
+/// input's end offsets, sampling the child meanwhile.
+fn watch(ctx: &Ctx<'_>, child: &mut Child, group: &str, started: Instant, what: &str) -> anyhow::Result<Covered> {
+    let pid = child.id();
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &ctx.load.bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in ctx.load.ends.keys() {
+        tpl.add_partition(&ctx.load.topic, *p);
+    }
+    let mut last = Sample::default();
+    let mut errors = 0u32;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!("{what} (pid {pid}) exited ({status}) before its group's committed offsets covered the input");
+        }
+        if let Some(s) = sample(pid) {
+            last = s;
+        }
+        match consumer.committed_offsets(tpl.clone(), Duration::from_secs(5)) {
+            Ok(committed) => {
+                let all = ctx.load.ends.iter().all(|(p, end)| {
+                    *end == 0
+                        || matches!(committed.find_partition(&ctx.load.topic, *p).map(|e| e.offset()), Some(Offset::Offset(o)) if o >= *end)
+                });
+                if all {
+                    let at = started.elapsed();
+                    let broker_cpu = ctx.broker_pid.and_then(|b| process_cpu(Some(b)));
+                    if let Some(s) = sample(pid) {
+                        last = s;
+                    }
+                    return Ok(Covered { at, sample: last, broker_cpu });
+                }
+            }
+            Err(e) => {
+                errors += 1;
+                if errors <= 3 {
+                    eprintln!("pipeline: {what}: committed offsets of {group}: {e}");
+                }
+            }
+        }
+        if started.elapsed() > ctx.timeout {
+            let _ = child.kill();
+            bail!("{what}: its group's committed offsets did not cover the input within {:?}", ctx.timeout);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn create_topics(ctx: &Ctx<'_>, names: &[String]) -> anyhow::Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", &ctx.load.bootstrap).create()?;
+    let topics: Vec<NewTopic<'_>> = names.iter().map(|n| NewTopic::new(n, ctx.load.partitions, TopicReplication::Fixed(1))).collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for result in ctx.runtime.block_on(admin.create_topics(&topics, &options))? {
+        if let Err((name, code)) = result {
+            bail!("cannot create topic {name}: {code}");
+        }
+    }
+    Ok(())
+}
+
+/// The bench's knobs as orderly config lines: ([processing], [store],
+/// [kafka.librdkafka]) bodies.
+fn overrides(args: &Args) -> (String, String, String) {
+    let mut processing = String::new();
+    if let Some(ms) = args.commit_interval_ms {
+        processing += &format!("commit_interval_ms = {ms}\n");
+    }
+    if let Some(b) = args.cache_max_bytes {
+        processing += &format!("cache_max_bytes = {b}\n");
+    }
+    if let Some(n) = args.batch_max_records {
+        processing += &format!("batch_max_records = {n}\n");
+    }
+    if let Some(ms) = args.batch_max_wait_ms {
+        processing += &format!("batch_max_wait_ms = {ms}\n");
+    }
+    let mut store = String::new();
+    if let Some(mb) = args.cache_mb {
+        store += &format!("cache_capacity_mb = {mb}\n");
+    }
+    let mut librdkafka = String::new();
+    for setting in &args.librdkafka {
+        if let Some((k, v)) = setting.split_once('=') {
+            librdkafka += &format!("{} = {}\n", toml_str(k.trim()), toml_str(v.trim()));
+        }
+    }
+    (processing, store, librdkafka)
+}
+
+fn overrides_toml(args: &Args) -> String {
+    let (p, s, l) = overrides(args);
+    let mut out = String::new();
+    for (section, body) in [("processing", p), ("store", s), ("kafka.librdkafka", l)] {
+        for line in body.lines() {
+            out += &format!("{section}.{line}\n");
+        }
+    }
+    out
+}
+
+fn toml_str(s: &str) -> String {
+    toml::Value::String(s.into()).to_string()
+}
+
+fn orderly_config(ctx: &Ctx<'_>, group: &str, store: &Path, output: &str, dlq: &str, guarantee: Guarantee) -> String {
+    let (processing, store_extra, librdkafka) = overrides(ctx.args);
+    format!(
+        "[kafka]\nbootstrap_servers = {}\ngroup_id = {}\ninput_topic = {}\ndlq_topic = {}\noutput_topic = {}\n\n\
+         [kafka.librdkafka]\n{librdkafka}\n[registry]\nurl = {}\n\n[store]\npath = {}\n{store_extra}\n\
+         [http]\naddress = \"\"\n\n[processing]\nguarantee = \"{}\"\n{processing}",
+        toml_str(&ctx.load.bootstrap),
+        toml_str(group),
+        toml_str(&ctx.load.topic),
+        toml_str(dlq),
+        toml_str(output),
+        toml_str(&ctx.registry_url),
+        toml_str(&store.display().to_string()),
+        guarantee.orderly(),
+    )
+}
+
+/// Orders whose dumped state (JSON lines with `order_id` ... and
+/// `partition`) differs from the expectation, missing and extra included.
+fn check_dump(ctx: &Ctx<'_>, lines: impl Iterator<Item = String>) -> anyhow::Result<Option<u64>> {
+    let Some(expected) = &ctx.expected else { return Ok(None) };
+    let mut seen = 0u64;
+    let mut bad = 0u64;
+    let mut shown = 0;
+    for line in lines {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let got: StateView = serde_json::from_str(&line).with_context(|| format!("state dump line {line}"))?;
+        seen += 1;
+        if expected.get(&got.order_id) != Some(&got) {
+            bad += 1;
+            if shown < 3 {
+                shown += 1;
+                eprintln!("pipeline: state differs: got {got:?}, expected {:?}", expected.get(&got.order_id));
+            }
+        }
+    }
+    // Each dumped order is distinct, so the expected ones not seen are
+    // expected - (seen - extra); extras are counted in `bad` already.
+    let matched = seen - bad;
+    Ok(Some(bad + (expected.len() as u64).saturating_sub(matched)))
+}
+
+fn orderly_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Result<ContenderRun> {
+    let key = format!("o{}{}", &guarantee.short()[..1].replace('e', "x"), if round == 0 { String::new() } else { (round + 1).to_string() });
+    let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let group = format!("orderly-side-{}-r{}-{id}", guarantee.short(), round + 1);
+    let (output, dlq) = (format!("{group}-status"), format!("{group}-dlq"));
+    create_topics(ctx, &[output.clone(), dlq.clone()])?;
+    let dir = tempfile::Builder::new().prefix("orderly-bench-side-").tempdir()?;
+    let config_path = dir.path().join("orderly.toml");
+    std::fs::write(&config_path, orderly_config(ctx, &group, &dir.path().join("store"), &output, &dlq, guarantee))?;
+    let err_path = dir.path().join("orderly.err");
+    let load1_at_start = load1();
+    let broker_cpu_start = ctx.broker_pid.and_then(|b| process_cpu(Some(b)));
+    let started = Instant::now();
+    let mut child = Command::new(&ctx.orderly_bin)
+        .arg("--config")
+        .arg(&config_path)
+        .arg("run")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", ctx.orderly_bin.display()))?;
+    let pid = child.id();
+    let first_batch: Arc<Mutex<Option<Duration>>> = Arc::default();
+    let reader = {
+        let stderr = child.stderr.take().context("orderly's stderr")?;
+        let first_batch = first_batch.clone();
+        let mut log = std::fs::File::create(&err_path)?;
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("first batch") {
+                    let mut f = first_batch.lock().unwrap_or_else(|e| e.into_inner());
+                    f.get_or_insert(started.elapsed());
+                }
+                let _ = writeln!(log, "{line}");
+            }
+        })
+    };
+    let covered = watch(ctx, &mut child, &group, started, &format!("({key}) orderly run"));
+    let covered = match covered {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = reader.join();
+            let tail = std::fs::read_to_string(&err_path).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(20).collect();
+            eprintln!("pipeline: orderly's last log lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            return Err(e);
+        }
+    };
+    // VmHWM just before SIGTERM (shutdown's own allocations not counted).
+    let hwm_kib = pid_status_kib(pid, "VmHWM").unwrap_or(covered.sample.hwm_kib);
+    let term_at = Instant::now();
+    Command::new("kill").arg("-TERM").arg(pid.to_string()).status()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait()?;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let shutdown_seconds = term_at.elapsed().as_secs_f64();
+    let _ = reader.join();
+    if !status.success() {
+        eprintln!("pipeline: ({key}) orderly run exited {status} after SIGTERM (log: {})", err_path.display());
+    }
+    // Its result, read back as a user would.
+    let stats = Command::new(&ctx.orderly_bin).arg("--config").arg(&config_path).args(["state", "stats", "--json"]).output()?;
+    if !stats.status.success() {
+        bail!("orderly state stats: {}", String::from_utf8_lossy(&stats.stderr));
+    }
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).context("orderly state stats --json")?;
+    let totals = stats["totals"].clone();
+    let n = |k: &str| totals[k].as_u64().unwrap_or(u64::MAX);
+    let counts = Counts { applied: n("applied"), duplicates: n("duplicates"), stale: n("stale"), dead_lettered: n("dead_lettered") };
+    let states_mismatched = if ctx.expected.is_some() {
+        let dump = Command::new(&ctx.orderly_bin).arg("--config").arg(&config_path).args(["state", "dump"]).output()?;
+        if !dump.status.success() {
+            bail!("orderly state dump: {}", String::from_utf8_lossy(&dump.stderr));
+        }
+        check_dump(ctx, String::from_utf8(dump.stdout)?.lines().map(String::from))?
+    } else {
+        None
+    };
+    let first = *first_batch.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(finish(
+        ctx,
+        key,
+        Contender::Orderly,
+        guarantee,
+        round,
+        group,
+        pid,
+        load1_at_start,
+        &covered,
+        first,
+        hwm_kib,
+        broker_cpu_start,
+        counts,
+        states_mismatched,
+        shutdown_seconds,
+        totals,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    ctx: &Ctx<'_>,
+    key: String,
+    contender: Contender,
+    guarantee: Guarantee,
+    round: usize,
+    group_id: String,
+    pid: u32,
+    load1_at_start: f64,
+    covered: &Covered,
+    first: Option<Duration>,
+    hwm_kib: u64,
+    broker_cpu_start: Option<f64>,
+    counts: Counts,
+    states_mismatched: Option<u64>,
+    shutdown_seconds: f64,
+    own_report: serde_json::Value,
+) -> ContenderRun {
+    let events = ctx.load.total_events();
+    let seconds = covered.at.as_secs_f64();
+    let counts_match = counts == ctx.load.expected;
+    let valid = counts_match && states_mismatched.unwrap_or(0) == 0;
+    let steady = first.filter(|f| *f < covered.at).map(|f| (events.saturating_sub(1)) as f64 / (covered.at - f).as_secs_f64());
+    let broker_cpu_seconds = covered.broker_cpu.zip(broker_cpu_start).map(|(e, s)| e - s);
+    let million = events as f64 / 1e6;
+    ContenderRun {
+        key,
+        contender,
+        guarantee,
+        round,
+        group_id,
+        pid,
+        load1_at_start,
+        events,
+        seconds,
+        first_record_seconds: first.map(|f| f.as_secs_f64()),
+        events_per_s: valid.then(|| events as f64 / seconds.max(1e-9)),
+        steady_events_per_s: if valid { steady } else { None },
+        peak_rss_mib: hwm_kib as f64 / 1024.0,
+        cpu_seconds: covered.sample.cpu,
+        cpu_seconds_per_million: covered.sample.cpu / million.max(1e-9),
+        broker_cpu_seconds,
+        broker_cpu_seconds_per_million: broker_cpu_seconds.map(|c| c / million.max(1e-9)),
+        counts,
+        counts_match,
+        states_mismatched,
+        shutdown_seconds,
+        own_report,
+    }
+}
+
+fn peer_command(ctx: &Ctx<'_>) -> Command {
+    let mut command = Command::new(&ctx.peer);
+    command.arg("run").arg("--bootstrap").arg(&ctx.load.bootstrap).arg("--registry").arg(&ctx.registry_url);
+    command
+}
+
+fn peer_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Result<ContenderRun> {
+    let key = format!("k{}{}", &guarantee.short()[..1].replace('e', "x"), if round == 0 { String::new() } else { (round + 1).to_string() });
+    let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let app = format!("peer-side-{}-r{}-{id}", guarantee.short(), round + 1);
+    let (output, dlq) = (format!("{app}-status"), format!("{app}-dlq"));
+    create_topics(ctx, &[output.clone(), dlq.clone()])?;
+    let dir = tempfile::Builder::new().prefix("orderly-bench-peer-").tempdir()?;
+    let (out_path, err_path, dump_path) = (dir.path().join("peer.out"), dir.path().join("peer.err"), dir.path().join("dump.jsonl"));
+    let mut command = peer_command(ctx);
+    command
+        .arg("--input")
+        .arg(&ctx.load.topic)
+        .arg("--output")
+        .arg(&output)
+        .arg("--dlq")
+        .arg(&dlq)
+        .arg("--application-id")
+        .arg(&app)
+        .arg("--guarantee")
+        .arg(guarantee.streams())
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--expect-records")
+        .arg(ctx.load.total_events().to_string())
+        .arg("--timeout-s")
+        .arg(ctx.timeout.as_secs().to_string());
+    if ctx.expected.is_some() {
+        command.arg("--dump-state").arg(&dump_path);
+    }
+    if let Some(ms) = ctx.args.commit_interval_ms {
+        command.arg("--commit-interval-ms").arg(ms.to_string());
+    }
+    if let Some(b) = ctx.args.cache_max_bytes {
+        command.arg("--cache-max-bytes").arg(b.to_string());
+    }
+    let load1_at_start = load1();
+    let broker_cpu_start = ctx.broker_pid.and_then(|b| process_cpu(Some(b)));
+    let started_epoch_ms = epoch_ms();
+    let started = Instant::now();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path)?)
+        .stderr(std::fs::File::create(&err_path)?)
+        .spawn()
+        .with_context(|| format!("starting {}", ctx.peer.display()))?;
+    let pid = child.id();
+    let covered = match watch(ctx, &mut child, &app, started, &format!("({key}) Kafka Streams peer")) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("pipeline: the peer's stderr:\n{}", std::fs::read_to_string(&err_path).unwrap_or_default());
+            return Err(e);
+        }
+    };
+    let covered_at = Instant::now();
+    let deadline = covered_at + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait()?;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let shutdown_seconds = covered_at.elapsed().as_secs_f64();
+    let out = std::fs::read_to_string(&out_path)?;
+    if !status.success() {
+        bail!("({key}) the peer exited {status}: {out}\n{}", std::fs::read_to_string(&err_path).unwrap_or_default());
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(out.lines().rev().find(|l| l.starts_with('{')).context("the peer printed no JSON line")?)?;
+    let n = |k: &str| report[k].as_u64().unwrap_or(u64::MAX);
+    let counts = Counts { applied: n("applied"), duplicates: n("duplicates"), stale: n("stale"), dead_lettered: n("dead_lettered") };
+    let first = report["first_record_ms"]
+        .as_i64()
+        .and_then(|ms| u64::try_from(ms - started_epoch_ms).ok())
+        .map(Duration::from_millis);
+    let states_mismatched = if ctx.expected.is_some() {
+        let text = std::fs::read_to_string(&dump_path).context("the peer's --dump-state file")?;
+        check_dump(ctx, text.lines().map(String::from))?
+    } else {
+        None
+    };
+    Ok(finish(
+        ctx,
+        key,
+        Contender::KafkaStreams,
+        guarantee,
+        round,
+        app,
+        pid,
+        load1_at_start,
+        &covered,
+        first,
+        covered.sample.hwm_kib,
+        broker_cpu_start,
+        counts,
+        states_mismatched,
+        shutdown_seconds,
+        report,
+    ))
+}
+
+fn orderly_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<RestoreRun> {
+    let topic = format!("{}-changelog", source.group_id);
+    let phase = super::restore::run_topic(
+        ctx.args,
+        ctx.load,
+        ctx.broker_pid,
+        &topic,
+        "or",
+        "orderly: restore (oa)'s changelog, in-process",
+    )?;
+    Ok(RestoreRun {
+        key: "or".into(),
+        contender: Contender::Orderly,
+        how: format!("library Restore in the bench's process, a thread per partition, of {topic} into a fresh store"),
+        changelog_records: phase.events,
+        seconds: phase.seconds,
+        records_per_s: phase.events_per_s,
+        orders: source.own_report["orders"].as_u64().unwrap_or(0),
+        own_report: serde_json::json!({ "peak_rss_mib": phase.peak_rss_mib, "cpu_seconds": phase.cpu_seconds }),
+    })
+}
+
+fn peer_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<RestoreRun> {
+    let dir = tempfile::Builder::new().prefix("orderly-bench-peer-r-").tempdir()?;
+    let (output, dlq) = (format!("{}-status", source.group_id), format!("{}-dlq", source.group_id));
+    let out = peer_command(ctx)
+        .arg("--input")
+        .arg(&ctx.load.topic)
+        .arg("--output")
+        .arg(&output)
+        .arg("--dlq")
+        .arg(&dlq)
+        .arg("--application-id")
+        .arg(&source.group_id)
+        .arg("--guarantee")
+        .arg(source.guarantee.streams())
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--expect-records")
+        .arg(ctx.load.total_events().to_string())
+        .arg("--restore-only")
+        .stdin(Stdio::null())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!("(kr) peer --restore-only exited {}: {text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(text.lines().rev().find(|l| l.starts_with('{')).context("the peer printed no JSON line")?)?;
+    let records = report["records_restored"].as_u64().unwrap_or(0);
+    let seconds = report["restore_s"].as_f64().unwrap_or(0.0);
+    eprintln!("pipeline: (kr) {records} changelog records restored in {seconds:.2} s");
+    Ok(RestoreRun {
+        key: "kr".into(),
+        contender: Contender::KafkaStreams,
+        how: format!("peer run --restore-only --application-id {} (fresh state dir; StateRestoreListener timing)", source.group_id),
+        changelog_records: records,
+        seconds,
+        records_per_s: report["records_per_s"].as_f64().unwrap_or(records as f64 / seconds.max(1e-9)),
+        orders: ctx.expected.as_ref().map(|e| e.len() as u64).unwrap_or(0),
+        own_report: report,
+    })
+}
+
+impl SideBySideOut {
+    /// Each run and restore as a `Phase` for the main table.
+    pub fn phases(&self) -> Vec<Phase> {
+        let mut out = Vec::new();
+        for r in &self.runs {
+            let who = match r.contender {
+                Contender::Orderly => "orderly run (child)",
+                Contender::KafkaStreams => "Kafka Streams peer",
+            };
+            out.push(Phase {
+                key: r.key.clone(),
+                name: format!("{who}, {}", match r.contender {
+                    Contender::Orderly => r.guarantee.orderly(),
+                    Contender::KafkaStreams => r.guarantee.streams(),
+                }),
+                events: r.events,
+                seconds: r.seconds,
+                events_per_s: r.events_per_s.unwrap_or(0.0),
+                cpu_seconds: r.cpu_seconds,
+                broker_cpu_seconds: r.broker_cpu_seconds,
+                steady_events_per_s: r.steady_events_per_s.unwrap_or(0.0),
+                peak_rss_mib: r.peak_rss_mib,
+                rss_at_start_mib: 0.0,
+                keys_written_per_event: None,
+                bytes_written_per_event: None,
+                disk_bytes_per_event: None,
+                written_bytes: None,
+                written_bytes_per_event: None,
+                http: None,
+            });
+        }
+        out
+    }
+
+    pub fn table_lines(&self) -> Vec<String> {
+        let mut lines = vec![String::new(), format!("side by side (each in its own process; medians over rounds; orderly: {}, peer: {})", self.orderly_bin, self.peer)];
+        if !self.orderly_config_overrides.is_empty() {
+            lines.push(format!("orderly config overrides: {}", self.orderly_config_overrides.join("; ")));
+        }
+        lines.push(format!(
+            "{:<14} {:<16} {:>6} {:>10} {:>12} {:>9} {:>11} {:>13} {:>12} {:>9}",
+            "contender", "guarantee", "rounds", "ev/s", "steady ev/s", "RSS MiB", "cpu s/1M", "broker s/1M", "restore r/s", "restore s"
+        ));
+        for r in &self.rows {
+            let (who, g) = match r.contender {
+                Contender::Orderly => ("orderly", r.guarantee.orderly()),
+                Contender::KafkaStreams => ("kafka streams", r.guarantee.streams()),
+            };
+            let rounds = if r.valid_rounds == r.rounds { r.rounds.to_string() } else { format!("{}/{} ok", r.valid_rounds, r.rounds) };
+            lines.push(format!(
+                "{:<14} {:<16} {:>6} {:>10} {:>12} {:>9} {:>11} {:>13} {:>12} {:>9}",
+                who,
+                g,
+                rounds,
+                r.events_per_s.map(|x| format!("{x:.0}")).unwrap_or_else(|| "MISMATCH".into()),
+                fmt_opt(r.steady_events_per_s, 0),
+                fmt_opt(r.peak_rss_mib, 0),
+                fmt_opt(r.cpu_seconds_per_million, 2),
+                fmt_opt(r.broker_cpu_seconds_per_million, 2),
+                fmt_opt(r.restore_records_per_s, 0),
+                fmt_opt(r.restore_seconds, 2),
+            ));
+        }
+        for q in &self.ratios {
+            lines.push(format!(
+                "orderly / peer, {:<13}: ev/s {}, steady {}, RSS {}, cpu/ev {}, broker cpu/ev {}, restore r/s {}, restore s {}",
+                q.guarantee.orderly(),
+                fmt_opt(q.events_per_s, 2),
+                fmt_opt(q.steady_events_per_s, 2),
+                fmt_opt(q.peak_rss, 2),
+                fmt_opt(q.cpu_per_event, 2),
+                fmt_opt(q.broker_cpu_per_event, 2),
+                fmt_opt(q.restore_records_per_s, 2),
+                fmt_opt(q.restore_seconds, 2),
+            ));
+        }
+        lines.push("per run:".into());
+        for r in &self.runs {
+            lines.push(format!(
+                "  ({:<3}) load {:>4.1}  {:>7.2} s  first record {:>5} s  ev/s {:>8}  steady {:>8}  RSS {:>4.0} MiB  cpu {:>6.2} s  broker {:>6} s  stop {:>5.2} s  counts {}  states {}",
+                r.key,
+                r.load1_at_start,
+                r.seconds,
+                fmt_opt(r.first_record_seconds, 2),
+                fmt_opt(r.events_per_s, 0),
+                fmt_opt(r.steady_events_per_s, 0),
+                r.peak_rss_mib,
+                r.cpu_seconds,
+                fmt_opt(r.broker_cpu_seconds, 2),
+                r.shutdown_seconds,
+                if r.counts_match { "ok".to_string() } else { format!("MISMATCH {:?}", r.counts) },
+                match r.states_mismatched {
+                    Some(0) => "ok".to_string(),
+                    Some(n) => format!("{n} MISMATCHED"),
+                    None => "-".into(),
+                }
+            ));
+        }
+        for r in &self.restores {
+            lines.push(format!(
+                "  ({}) restore: {} changelog records in {:.2} s = {:.0} records/s ({})",
+                r.key, r.changelog_records, r.seconds, r.records_per_s, r.how
+            ));
+        }
+        lines
+    }
+}
