@@ -41,6 +41,8 @@ pub enum HttpError {
     Bind { address: String, source: std::io::Error },
     #[error("cannot start the http thread: {0}")]
     Thread(std::io::Error),
+    #[error("cannot set up the http endpoint: {0}")]
+    Setup(String),
 }
 
 /// Connections the kernel queues for accept (the standard library's 128
@@ -59,6 +61,13 @@ pub fn bind(address: SocketAddr) -> Result<std::net::TcpListener, HttpError> {
         Ok::<_, std::io::Error>(std::net::TcpListener::from(socket))
     })();
     bound.map_err(|source| HttpError::Bind { address: address.to_string(), source })
+}
+
+/// Serves `processor`'s endpoint on `listener`: start it before
+/// [`crate::processor::Processor::run`], stop it after.
+pub fn serve(listener: std::net::TcpListener, processor: &crate::processor::Processor) -> Result<Server, HttpError> {
+    let context = HttpContext::of(processor).map_err(HttpError::Setup)?;
+    Server::start(listener, context)
 }
 
 /// A running endpoint; [`Server::stop`] ends it.
@@ -83,7 +92,7 @@ impl Server {
                         return;
                     }
                 };
-                runtime.block_on(serve(listener, Arc::new(context), stopped));
+                runtime.block_on(accept_loop(listener, Arc::new(context), stopped));
                 // Connections still open are dropped with the runtime.
                 runtime.shutdown_timeout(Duration::from_secs(1));
             })
@@ -108,7 +117,7 @@ impl Server {
     }
 }
 
-async fn serve(listener: std::net::TcpListener, context: Arc<HttpContext>, mut stopped: watch::Receiver<bool>) {
+async fn accept_loop(listener: std::net::TcpListener, context: Arc<HttpContext>, mut stopped: watch::Receiver<bool>) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
         Err(error) => {

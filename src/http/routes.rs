@@ -41,6 +41,22 @@ impl HttpContext {
         let registry = exposition::registry(telemetry.clone());
         HttpContext { telemetry, store, identity, partitioner, owners, stall_limit, registry }
     }
+
+    /// What the routes read of `processor`, whose telemetry and owners fill
+    /// in as it runs.
+    pub fn of(processor: &crate::processor::Processor) -> Result<Self, String> {
+        let config = processor.config();
+        let partitioner = Partitioner::from_name(&config.kafka.input_partitioner)?;
+        let identity = Identity {
+            group: config.kafka.group_id.clone(),
+            topic: config.kafka.input_topic.clone(),
+            instance: format!("{}/{}", crate::kafka::hostname(), std::process::id()),
+            outbox_enabled: config.output_topic().is_some(),
+        };
+        // A revoke blocks the poll loop for up to the shutdown deadline.
+        let stall_limit = Duration::from_millis(config.processing.shutdown_timeout_ms) + Duration::from_secs(10);
+        Ok(HttpContext::new(processor.telemetry(), processor.store().clone(), identity, partitioner, processor.owners(), stall_limit))
+    }
 }
 
 type Ctx = State<Arc<HttpContext>>;

@@ -271,20 +271,27 @@ pub struct Processor {
     store: Store,
     registry: Registry,
     telemetry: Arc<Telemetry>,
-    /// Where `/metrics`, `/healthz`, `/readyz`, `/state` and the status
-    /// page are served while the processor runs (none: not served).
-    http: Option<std::net::TcpListener>,
+    /// Who owns each partition, once the consumer exists (for `/state`).
+    owners: Arc<owners::OwnersSlot>,
 }
 
 impl Processor {
     pub fn new(config: Config, store: Store, registry: Registry) -> Self {
-        Processor { config, store, registry, telemetry: Arc::new(Telemetry::default()), http: None }
+        Processor { config, store, registry, telemetry: Arc::new(Telemetry::default()), owners: Arc::default() }
     }
 
-    /// Serves the HTTP endpoint on `listener` while running.
-    pub fn with_http(mut self, listener: std::net::TcpListener) -> Self {
-        self.http = Some(listener);
-        self
+    /// Who in the group owns a partition: answers once [`Processor::run`]
+    /// has created its consumer (before that, an error saying so).
+    pub fn owners(&self) -> Arc<dyn crate::telemetry::GroupOwners> {
+        self.owners.clone()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// What the processor reports (shared with the HTTP endpoint).
@@ -355,16 +362,7 @@ impl Processor {
             consumer_config(&shared.config).create_with_context(OrderlyContext { owner: supervisor.clone() })?;
         let consumer = Arc::new(consumer);
         supervisor.attach(&consumer);
-        let http = match self.http {
-            Some(listener) => {
-                let context = owners::http_context(&shared, &consumer)?;
-                Some(
-                    crate::http::Server::start(listener, context)
-                        .map_err(|e| ProcessError::Process { stage: Stage::Start, message: e.to_string() })?,
-                )
-            }
-            None => None,
-        };
+        self.owners.attach(&shared.config, &consumer);
         let flusher = tokio::spawn(Flusher::new(shared.clone(), consumer.clone(), flush_rx).run());
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -383,9 +381,6 @@ impl Processor {
         let _ = shared.telemetry.stopping.set("stopping".into());
         stop.store(true, Ordering::SeqCst);
         let joined = tokio::task::spawn_blocking(move || poll.join()).await;
-        if let Some(http) = http {
-            http.stop().await;
-        }
         if !matches!(joined, Ok(Ok(()))) {
             return Err(ProcessError::Process { stage: Stage::Poll, message: "the poll thread panicked".into() });
         }

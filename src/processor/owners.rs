@@ -1,42 +1,39 @@
-//! What the HTTP endpoint needs from the processor: its identity, and who in
-//! the group owns a partition (for `/state`'s 421 answer), read from the
-//! group's metadata (DescribeConsumerGroups, either protocol) and cached
-//! briefly.
+//! Who in the group owns a partition (for `/state`'s 421 answer), read from
+//! the group's metadata (DescribeConsumerGroups, either protocol) and cached
+//! briefly; available to the HTTP endpoint before the consumer exists.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::context::OrderlyContext;
-use super::{ProcessError, Shared};
-use crate::http::{GroupOwners, HttpContext, Member};
-use crate::partitioner::Partitioner;
-use crate::telemetry::status::Identity;
+use crate::config::Config;
+use crate::telemetry::{GroupOwners, Member};
 
 /// How long one reading of the group's members is reused.
 const CACHE_FOR: Duration = Duration::from_secs(5);
 
-pub fn http_context(shared: &Arc<Shared>, consumer: &Arc<BaseConsumer<OrderlyContext>>) -> Result<HttpContext, ProcessError> {
-    let config = &shared.config;
-    let partitioner = Partitioner::from_name(&config.kafka.input_partitioner).map_err(ProcessError::Config)?;
-    let identity = Identity {
-        group: config.kafka.group_id.clone(),
-        topic: shared.topic.clone(),
-        instance: format!("{}/{}", crate::kafka::hostname(), std::process::id()),
-        outbox_enabled: shared.outbox.is_some(),
-    };
-    let owners = Arc::new(ConsumerOwners {
-        consumer: Arc::downgrade(consumer),
-        group: config.kafka.group_id.clone(),
-        topic: shared.topic.clone(),
-        cache: Mutex::new(None),
-    });
-    // A revoke blocks the poll loop for up to the shutdown deadline.
-    let stall_limit = Duration::from_millis(config.processing.shutdown_timeout_ms) + Duration::from_secs(10);
-    Ok(HttpContext::new(shared.telemetry.clone(), shared.store.clone(), identity, partitioner, owners, stall_limit))
+/// The group's owners, once [`OwnersSlot::attach`] gave it the consumer.
+#[derive(Default)]
+pub struct OwnersSlot(OnceLock<ConsumerOwners>);
+
+impl OwnersSlot {
+    pub(super) fn attach(&self, config: &Config, consumer: &Arc<BaseConsumer<OrderlyContext>>) {
+        let _ = self.0.set(ConsumerOwners {
+            consumer: Arc::downgrade(consumer),
+            group: config.kafka.group_id.clone(),
+            topic: config.kafka.input_topic.clone(),
+            cache: Mutex::new(None),
+        });
+    }
 }
 
+impl GroupOwners for OwnersSlot {
+    fn owner(&self, partition: i32) -> Result<Option<Member>, String> {
+        self.0.get().ok_or_else(|| "the processor has not joined the group yet".to_string())?.owner(partition)
+    }
+}
 
 type Assignments = Vec<(Member, Vec<i32>)>;
 

@@ -133,15 +133,15 @@ pub async fn run(
         .collect::<anyhow::Result<Vec<_>>>()?;
     let covered = || covered_by(&trees, &load.ends);
     let disk_at_start = dir_size(&store_path);
-    let mut processor = Processor::new(config, store.clone(), registry);
-    let http_address = if args.http || args.http_load {
+    let processor = Processor::new(config, store.clone(), registry);
+    let (http_address, http_server) = if args.http || args.http_load {
         let listener = orderly::http::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
         let address = listener.local_addr()?;
-        processor = processor.with_http(listener);
+        let server = orderly::http::serve(listener, &processor)?;
         eprintln!("pipeline: ({key}) http endpoint at http://{address}/{}", if args.http_load { " under an abuse load" } else { "" });
-        Some(address)
+        (Some(address), Some(server))
     } else {
-        None
+        (None, None)
     };
 
     let threads_before = thread_cpu();
@@ -200,6 +200,9 @@ pub async fn run(
             }
         })
         .await;
+    if let Some(server) = http_server {
+        server.stop().await;
+    }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let load_out = http_load.map(|l| l.join());
     let progress = watcher.join().map_err(|_| anyhow!("the watcher thread panicked"))?;
