@@ -157,7 +157,7 @@ pub fn transactional_producer_config(config: &Config, transactional_id: &str) ->
 /// locally leaves a gap the idempotent producer then sends past, and the
 /// relay's retry of it landed after a newer status of the same order (seen
 /// on Apache Kafka with 10 s: version 3, then 2, after a restart of about
-/// 12 s). A longer outage can still do that (see the README's outbox).
+/// 12 s). A longer outage can still do that (see docs/concepts.md, the outbox).
 pub fn outbox_producer_config(config: &Config) -> ClientConfig {
     producer_with_defaults(config, &[("linger.ms", "25"), ("message.timeout.ms", "60000"), ("allow.auto.create.topics", "false")])
 }

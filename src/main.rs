@@ -1,6 +1,6 @@
 //! The `orderly` binary: `run`, `demo`, `produce`, `state`, `dlq`, `config`.
 
-// The allocator (feature `jemalloc`, the default; see README, Performance).
+// The allocator (feature `jemalloc`, the default; see docs/performance.md).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

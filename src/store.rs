@@ -53,7 +53,7 @@ const TREE_PREFIX: &str = "partition/";
 pub enum StoreError {
     #[error(
         "cannot open the store at {path}: {cause}. If another orderly process is running on this store, stop it first; \
-         if the store is damaged, move the directory aside and rebuild it (see README, \"Rebuilding the store\")"
+         if the store is damaged, move the directory aside and rebuild it (see docs/replay-and-restore.md, \"Rebuilding the store\")"
     )]
     Open { path: PathBuf, cause: sled::Error },
     #[error("store I/O error at {path}: {cause}")]
@@ -62,7 +62,7 @@ pub enum StoreError {
     Corrupt { tree: String, key: String, message: String },
     #[error(
         "the store at {path} has layout {found}, this orderly reads layout {FORMAT}; \
-         move the directory aside and rebuild it (see README, \"Rebuilding the store\")"
+         move the directory aside and rebuild it (see docs/replay-and-restore.md, \"Rebuilding the store\")"
     )]
     Format { path: PathBuf, found: String },
     #[error(

@@ -58,7 +58,7 @@ pub enum ChangelogError {
     #[error(
         "changelog {topic} partition {partition} ends at offset {end}, but the store recorded position {local}: \
          the changelog topic was deleted or recreated. Move the store directory aside and rebuild it from the \
-         input topic (see README, \"Rebuilding the store\")"
+         input topic (see docs/replay-and-restore.md, \"Rebuilding the store\")"
     )]
     StoreAhead { topic: String, partition: i32, local: i64, end: i64 },
     #[error("changelog {topic} partition {partition}: record at offset {offset}: {message}")]

@@ -518,7 +518,7 @@ impl PartitionTask {
                  ({}); the state of the records in between is not in this store (another instance processed them, \
                  or the store was lost), and processing on would apply stale events and let duplicates through. \
                  Turn the changelog on (kafka.changelog_topic) so the state is restored, or rebuild the store from \
-                 the start of the topic (see README, \"Rebuilding the store\")",
+                 the start of the topic (see docs/replay-and-restore.md, \"Rebuilding the store\")",
                 local.map(|l| l.to_string()).unwrap_or_else(|| "none".into())
                 ),
             }),
