@@ -481,13 +481,13 @@ impl Config {
     }
 
     /// `outbox.backlog_warn_age` as a duration (checked when loaded).
-    pub fn outbox_warn_age(&self) -> Result<Duration, ConfigError> {
-        Ok(self.outbox.backlog_warn_age.get())
+    pub fn outbox_warn_age(&self) -> Duration {
+        self.outbox.backlog_warn_age.get()
     }
 
     /// `store.inbox_retention` as a duration.
-    pub fn inbox_retention(&self) -> Result<Duration, ConfigError> {
-        Ok(self.store.inbox_retention.get())
+    pub fn inbox_retention(&self) -> Duration {
+        self.store.inbox_retention.get()
     }
 
     /// A copy safe to print: secret librdkafka settings and the password of
@@ -714,7 +714,7 @@ mod tests {
     fn defaults_load_and_validate() {
         let c = Config::defaults().unwrap();
         assert_eq!(c.processing.batch_max_records, 1000);
-        assert_eq!(c.inbox_retention().unwrap(), Duration::from_secs(7 * 86_400));
+        assert_eq!(c.inbox_retention(), Duration::from_secs(7 * 86_400));
     }
 
     #[test]

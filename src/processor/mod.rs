@@ -303,7 +303,7 @@ impl Processor {
     /// error), then finishes in-flight batches, flushes, commits and leaves
     /// the group.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<RunReport, ProcessError> {
-        let retention = self.config.inbox_retention().map_err(|e| ProcessError::Config(e.to_string()))?;
+        let retention = self.config.inbox_retention();
         let producer: FutureProducer = producer_config(&self.config).create()?;
         let topic = self.config.kafka.input_topic.clone();
         let changelog_topic = self.config.changelog_topic();
@@ -327,7 +327,7 @@ impl Processor {
                     producer_config: crate::kafka::outbox_producer_config(&self.config),
                     producer: Arc::new(Mutex::new(None)),
                     warn_count: self.config.outbox.backlog_warn,
-                    warn_age: self.config.outbox_warn_age().map_err(|e| ProcessError::Config(e.to_string()))?,
+                    warn_age: self.config.outbox_warn_age(),
                 })
             }
             None => None,

@@ -130,7 +130,7 @@ fn store_alone(partitions: Vec<(i32, Vec<Batch>)>, settings: &Settings, topic: &
     let dir = tempfile::Builder::new().prefix("orderly-bench-d-").tempdir()?;
     let store_path = dir.path().join("store");
     let store = Store::open(&store_path, settings.cache_mb)?;
-    let retention_ms = Config::defaults()?.inbox_retention()?.as_millis() as i64;
+    let retention_ms = Config::defaults()?.inbox_retention().as_millis() as i64;
     let share = settings.cache_max_bytes / partitions.len().max(1);
     let mut parts = Vec::new();
     for (p, batches) in partitions {
