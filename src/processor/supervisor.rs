@@ -28,7 +28,6 @@ use super::context::{OrderlyContext, Rebalance};
 use super::flusher::FlushMsg;
 use super::partition::{Command, PartitionInput, PartitionTask};
 use crate::telemetry::errors::Stage;
-use crate::telemetry::Phase;
 use super::transaction::TxnError;
 use super::{ProcessError, Shared};
 use crate::partition_state::PartitionState;
@@ -129,8 +128,7 @@ impl PartitionSupervisor {
             info!(partition, checkpoint = ?checkpoint.map(|c| c.next_offset), "partition assigned");
             let (tx, rx) = mpsc::channel(1);
             let state = PartitionState::new(store, checkpoint);
-            let phase = Arc::new(std::sync::atomic::AtomicU8::new(Phase::Restoring as u8));
-            let status = Arc::new(PartitionStatus::new(partition, phase, checkpoint.as_ref()));
+            let status = Arc::new(PartitionStatus::new(partition, checkpoint.as_ref()));
             shared.telemetry.insert(status.clone());
             let task = PartitionTask {
                 shared: shared.clone(),
@@ -140,7 +138,6 @@ impl PartitionSupervisor {
                 status,
                 consumer: Arc::downgrade(&consumer),
                 assigned_at: checkpoint.map(|c| c.next_offset),
-                relay: None,
                 txn: None,
                 held_letters: Vec::new(),
                 breaker: crate::breaker::Breaker::new(shared.config.processing.breaker_limits()),

@@ -233,8 +233,6 @@ impl Collector for TelemetryCollector {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicU8;
-
     use super::*;
     use crate::store::Checkpoint;
 
@@ -242,7 +240,8 @@ mod tests {
     fn exposes_seeded_counters_and_histograms() {
         let telemetry = Arc::new(Telemetry::default());
         let checkpoint = Checkpoint { applied: 7, duplicates: 2, stale: 1, dead_lettered: 3, next_offset: 13, ..Default::default() };
-        let status = Arc::new(PartitionStatus::new(3, Arc::new(AtomicU8::new(1)), Some(&checkpoint)));
+        let status = Arc::new(PartitionStatus::new(3, Some(&checkpoint)));
+        status.enter(crate::telemetry::Phase::Processing);
         status.record(&crate::outcomes::Outcomes { applied: 1, ..Default::default() }, 1, 14);
         status.end_offset.store(20, Ordering::Relaxed);
         telemetry.insert(status);
@@ -272,7 +271,7 @@ mod tests {
     #[test]
     fn rules_and_dashboard_use_exposed_metrics() {
         let telemetry = Arc::new(Telemetry::default());
-        let status = Arc::new(PartitionStatus::new(0, Arc::new(AtomicU8::new(0)), None));
+        let status = Arc::new(PartitionStatus::new(0, None));
         status.restore_remaining.store(5, Ordering::Relaxed);
         status.end_offset.store(1, Ordering::Relaxed);
         status.position.store(0, Ordering::Relaxed);

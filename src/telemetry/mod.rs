@@ -33,8 +33,9 @@ pub const UNKNOWN: i64 = -1;
 #[derive(Debug)]
 pub struct PartitionStatus {
     pub partition: i32,
-    /// The task's [`Phase`] as a `u8`.
-    pub phase: Arc<AtomicU8>,
+    /// The task's [`Phase`] as a `u8`: set only through [`Self::enter`],
+    /// by the phase the task's lifecycle moves into.
+    phase: AtomicU8,
     /// Records decided since the start of the store's checkpoint: the
     /// durable counters at assignment (or after a restore), plus what this
     /// process decided since.
@@ -55,10 +56,12 @@ pub struct PartitionStatus {
 }
 
 impl PartitionStatus {
-    pub fn new(partition: i32, phase: Arc<AtomicU8>, checkpoint: Option<&Checkpoint>) -> Self {
+    /// A newly assigned partition: [`Phase::Restoring`] until its task
+    /// says otherwise.
+    pub fn new(partition: i32, checkpoint: Option<&Checkpoint>) -> Self {
         let status = PartitionStatus {
             partition,
-            phase,
+            phase: AtomicU8::new(Phase::Restoring as u8),
             outcomes: AtomicOutcomes::default(),
             version_gaps: AtomicU64::new(0),
             position: AtomicI64::new(UNKNOWN),
@@ -87,6 +90,12 @@ impl PartitionStatus {
         self.outcomes.add(outcomes);
         self.version_gaps.fetch_add(gaps, Ordering::Relaxed);
         self.position.store(next_offset, Ordering::Relaxed);
+    }
+
+    /// Publishes the phase the partition's task entered (status page,
+    /// `/readyz`, metrics).
+    pub fn enter(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::Relaxed);
     }
 
     /// Where the partition's task is in its life.

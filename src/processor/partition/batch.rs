@@ -1,0 +1,155 @@
+//! One batch of a partition's records, decided: decoded (a registry outage
+//! retried, poison dead-lettered), checked by the dead-letter breaker, and
+//! applied against the order cache. Used by processing and draining alike.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::message::{BorrowedMessage, Message};
+use tracing::{debug, info, warn};
+
+use super::live::Live;
+use crate::codec::DecodeError;
+use crate::event::OrderEvent;
+use crate::fault::{self, Point};
+use crate::headers::HEADER_REDRIVE_COUNT;
+use crate::outcomes::Outcomes;
+use crate::partition_state::BatchOutcome;
+use crate::processor::context::OrderlyContext;
+use crate::processor::dlq::{DeadLetter, HeldLetter};
+use crate::processor::ProcessError;
+use crate::retry::Backoff;
+use crate::store::next_offset_after;
+use crate::telemetry::errors::{Kind, Stage};
+
+impl Live {
+    /// Processes one batch: everything in it ends applied, duplicate, stale
+    /// or dead-lettered, decided against the order cache; the pending
+    /// checkpoint moves past it (written at the next write-out).
+    pub(super) async fn process(&mut self, batch: &[BorrowedMessage<'_>]) -> Result<(), ProcessError> {
+        let started = Instant::now();
+        let expected = self.task.state.pending().map(|c| c.next_offset);
+        // Records the checkpoint already covers were processed before a crash
+        // or a rebalance: skip them, they are counted already.
+        let fresh: Vec<&BorrowedMessage<'_>> =
+            batch.iter().filter(|m| expected.is_none_or(|next| m.offset() >= next)).collect();
+        let (Some(first), Some(last)) = (fresh.first(), fresh.last()) else { return Ok(()) };
+        match expected {
+            None => info!(partition = self.task.partition, offset = first.offset(), "first batch on this partition; starting the checkpoint here"),
+            Some(next) if first.offset() != next => warn!(
+                partition = self.task.partition,
+                expected = next,
+                got = first.offset(),
+                "offset gap (retention, compaction or transaction markers); counters will not add up to the offset span"
+            ),
+            Some(_) => {}
+        }
+        let first_offset = first.offset();
+        let next_offset = next_offset_after(last.offset());
+
+        let mut events: Vec<OrderEvent> = Vec::with_capacity(fresh.len());
+        let mut offsets: Vec<i64> = Vec::with_capacity(fresh.len());
+        let mut letters: Vec<DeadLetter<'_>> = Vec::new();
+        let mut dead: Vec<bool> = Vec::with_capacity(fresh.len());
+        for message in &fresh {
+            let decoded = self.decode(message).await;
+            dead.push(decoded.is_err());
+            match decoded {
+                Ok(event) => {
+                    events.push(event);
+                    offsets.push(message.offset());
+                }
+                Err((kind, text)) => letters.push(DeadLetter {
+                    key: message.key(),
+                    payload: message.payload(),
+                    partition: self.task.partition,
+                    offset: message.offset(),
+                    kind,
+                    message: text,
+                    redrive_count: redrive_count(message),
+                }),
+            }
+        }
+        if let Some(trip) = self.task.breaker.observe(dead) {
+            // Nothing of this batch is sent, decided or counted: the
+            // partition's checkpoint stays before it.
+            return Err(ProcessError::DeadLetterBreaker { partition: self.task.partition, offset: first_offset, trip });
+        }
+        if !letters.is_empty() && self.task.txn.is_some() {
+            // exactly_once: the letters commit with the write-out that
+            // moves the checkpoint past their records.
+            self.task.held_letters.extend(letters.iter().map(HeldLetter::hold));
+        } else if !letters.is_empty() {
+            // A permanent failure stops the processor before this batch is
+            // decided: nothing moves past a record whose letter is not durable.
+            self.task.shared.dead_letters.try_send_all(&letters).await?;
+            fault::hit(Point::AfterDlq);
+        }
+
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let retention_ms = self.task.shared.retention.as_millis() as i64;
+        let dead = letters.len() as u64;
+        fault::hit(Point::PanicBatch);
+        let outcome = self.task.state.apply_sourced(events, &offsets, dead, first_offset, next_offset, now_ms, retention_ms)?;
+        let BatchOutcome { outcomes, version_gaps, .. } = outcome;
+        let outcomes = Outcomes { dead_lettered: dead, ..outcomes };
+        let elapsed = started.elapsed();
+        self.task.shared.counters.record_batch(&outcomes, version_gaps, elapsed);
+        self.task.status.record(&outcomes, version_gaps, next_offset);
+        self.task.shared.telemetry.batch_duration.observe(elapsed.as_secs_f64());
+        self.task.shared.telemetry.batch_records.observe(fresh.len() as f64);
+        debug!(partition = self.task.partition, records = fresh.len(), ?outcomes, next_offset, "batch decided");
+        Ok(())
+    }
+
+    /// Decodes one record; a registry outage is retried here (the record is
+    /// not poison, it must not be skipped).
+    async fn decode(&self, message: &BorrowedMessage<'_>) -> Result<OrderEvent, (crate::codec::PoisonKind, String)> {
+        let decoder = &self.task.shared.decoder;
+        if let Some(result) = decoder.decode_cached(message.payload()) {
+            return result.map_err(poison_parts);
+        }
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+        loop {
+            match decoder.decode(message.payload()).await {
+                Err(DecodeError::Transient(error)) => {
+                    self.task.shared.telemetry.errors.record(Stage::Decode, Kind::Retryable);
+                    warn!(partition = self.task.partition, offset = message.offset(), %error, "schema registry unavailable; retrying");
+                    backoff.sleep().await;
+                }
+                other => return other.map_err(poison_parts),
+            }
+        }
+    }
+}
+
+/// Moves every record already in the queue into the batch, up to `max`.
+pub(super) fn take_available<'q>(
+    queue: &'q PartitionQueue<OrderlyContext>,
+    batch: &mut Vec<BorrowedMessage<'q>>,
+    max: usize,
+    partition: i32,
+) {
+    while batch.len() < max {
+        match queue.poll(Duration::ZERO) {
+            Some(Ok(message)) => batch.push(message),
+            Some(Err(error)) => warn!(partition, %error, "partition queue error (librdkafka retries on its own)"),
+            None => return,
+        }
+    }
+}
+
+/// The record's re-drive count header, as it is: a letter of a re-driven
+/// record that fails again keeps the count `orderly dlq replay` gave it.
+fn redrive_count<'m>(message: &'m BorrowedMessage<'_>) -> Option<&'m [u8]> {
+    crate::kafka::header(message, HEADER_REDRIVE_COUNT)
+}
+
+fn poison_parts(error: DecodeError) -> (crate::codec::PoisonKind, String) {
+    match error {
+        DecodeError::Poison { kind, message } => (kind, message),
+        // Unreachable by construction (transient errors are retried), but a
+        // typed answer beats a panic.
+        DecodeError::Transient(message) => (crate::codec::PoisonKind::Undecodable, message),
+    }
+}

@@ -1,0 +1,57 @@
+//! The draining phase (a revoke, shutdown, or the router gone): every record
+//! already fetched for the partition is decided and written out, the outbox
+//! relay gets its share of the shutdown deadline to publish what was
+//! written, and the drain is answered with the written checkpoint.
+
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::message::BorrowedMessage;
+
+use super::batch::take_available;
+use super::live::Live;
+use super::Reply;
+use crate::processor::context::OrderlyContext;
+use crate::processor::ProcessError;
+use crate::telemetry::Phase;
+
+/// A partition task finishing its work before the release.
+pub(super) struct Draining {
+    live: Live,
+    reply: Reply,
+}
+
+impl Draining {
+    pub(super) fn enter(live: Live, reply: Reply) -> Self {
+        live.task.enter(Phase::Draining);
+        Draining { live, reply }
+    }
+
+    /// Decides the `fetched` records and everything else already in the
+    /// queue, writes them out, drains the outbox and replies.
+    pub(super) async fn run<'q>(
+        mut self,
+        queue: &'q PartitionQueue<OrderlyContext>,
+        mut fetched: Vec<BorrowedMessage<'q>>,
+    ) -> Result<(), ProcessError> {
+        let (max_records, partition) = (self.live.task.shared.config.processing.batch_max_records, self.live.task.partition);
+        loop {
+            take_available(queue, &mut fetched, max_records, partition);
+            if fetched.is_empty() {
+                break;
+            }
+            match self.live.process(&fetched).await {
+                Err(tripped @ ProcessError::DeadLetterBreaker { .. }) => {
+                    // Released now: what was decided before the batch is
+                    // written, the rest is the next owner's.
+                    self.live.report_trip(&tripped);
+                    break;
+                }
+                other => other?,
+            }
+            fetched.clear();
+        }
+        self.live.write_out().await?;
+        self.live.drain_outbox().await?;
+        self.live.reply(self.reply);
+        Ok(())
+    }
+}

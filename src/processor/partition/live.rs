@@ -1,0 +1,251 @@
+//! A partition past its restore (processing, draining or stopped): the
+//! task with its outbox relay, and the write-out every one of those phases
+//! ends its work with.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::Consumer;
+use tracing::{debug, warn};
+
+use super::{PartitionTask, Reply};
+use crate::fault::{self, Point};
+use crate::partition_state::{PartitionState, PreparedWrite};
+use crate::processor::flusher::FlushMsg;
+use crate::processor::transaction::{Round, TxnError};
+use crate::processor::ProcessError;
+use crate::retry::Backoff;
+use crate::telemetry::errors::{Kind, Stage};
+
+/// The partition task's end of its outbox relay.
+struct RelayHandle {
+    /// The written checkpoint's next offset, for the relay.
+    written: tokio::sync::watch::Sender<i64>,
+    /// How far the broker acknowledged (source offset; -1 none).
+    published: Arc<std::sync::atomic::AtomicI64>,
+    join: tokio::task::JoinHandle<()>,
+}
+
+/// A partition task that may process records: restored, its relay (if
+/// any) running.
+pub(super) struct Live {
+    pub(super) task: PartitionTask,
+    /// The outbox relay (outbox on, at_least_once).
+    relay: Option<RelayHandle>,
+}
+
+impl Live {
+    /// Starts the relay over the state as restored.
+    pub(super) fn start(task: PartitionTask) -> Self {
+        let mut live = Live { task, relay: None };
+        live.start_relay();
+        live
+    }
+
+    /// Answers a drain with the written checkpoint.
+    pub(super) fn reply(&self, reply: Reply) {
+        self.task.reply(reply);
+    }
+
+    /// Starts the outbox relay (outbox on, at_least_once), over the state
+    /// as restored.
+    fn start_relay(&mut self) {
+        let Some(setup) = &self.task.shared.outbox else { return };
+        if self.task.txn.is_some() {
+            // exactly_once: status changes go out in each write-out's
+            // transaction; no outbox rows, no relay.
+            self.task.state.send_status_directly(self.task.partition);
+            return;
+        }
+        self.task.state.enable_outbox(self.task.partition);
+        let written_at = self.task.state.written().map(|c| c.next_offset).unwrap_or(0);
+        let (written, written_rx) = tokio::sync::watch::channel(written_at);
+        let published = Arc::new(std::sync::atomic::AtomicI64::new(-1));
+        let backlog = self.task.status.outbox.get_or_init(Default::default).clone();
+        let relay = crate::outbox::relay::Relay {
+            tree: self.task.state.store().clone(),
+            partition: self.task.partition,
+            producer_config: setup.producer_config.clone(),
+            producer: setup.producer.clone(),
+            topic: setup.topic.clone(),
+            encoder: setup.encoder.clone(),
+            written: written_rx,
+            published: published.clone(),
+            backlog: backlog.clone(),
+            warn_count: setup.warn_count,
+            warn_age: setup.warn_age,
+            config: self.task.shared.config.clone(),
+            source_topic: self.task.shared.topic.clone(),
+            telemetry: self.task.shared.telemetry.clone(),
+        };
+        let join = tokio::spawn(tracing::Instrument::instrument(relay.run(), tracing::Span::current()));
+        self.relay = Some(RelayHandle { written, published, join });
+    }
+
+    /// Takes the relay's progress: published records are deleted at the
+    /// next write-out.
+    pub(super) fn collect_published(&mut self) {
+        if let Some(relay) = &self.relay {
+            let through = relay.published.load(Ordering::SeqCst);
+            if through >= 0 {
+                self.task.state.outbox_published_through(through);
+            }
+        }
+    }
+
+    /// On a drain: lets the relay publish what was written, within half the
+    /// shutdown deadline, deleting what it published; what is left stays
+    /// in the store and the changelog for the next owner. Then stops it.
+    pub(super) async fn drain_outbox(&mut self) -> Result<(), ProcessError> {
+        let Some(relay) = self.relay.take() else { return Ok(()) };
+        let deadline = Instant::now() + Duration::from_millis(self.task.shared.config.processing.shutdown_timeout_ms / 2);
+        let tree = self.task.state.store().clone();
+        let limit = self.task.state.written().map(|c| c.next_offset).unwrap_or(0);
+        let pending = |tree: &crate::store::PartitionStore, after: i64| tree.outbox_between(after, limit, 1).map(|r| r.is_empty());
+        loop {
+            let through = relay.published.load(Ordering::SeqCst);
+            if pending(&tree, through)? {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let left = tree.outbox_backlog()?.0;
+                warn!(partition = self.task.partition, left, "outbox not drained before the deadline; the next owner publishes the rest");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.relay = Some(relay);
+        self.collect_published();
+        self.write_out().await?;
+        if let Some(relay) = self.relay.take() {
+            drop(relay.written);
+            relay.join.abort();
+        }
+        Ok(())
+    }
+
+    /// Stops the outbox relay without waiting for it (a lost partition).
+    pub(super) fn stop_relay(&mut self) {
+        if let Some(relay) = self.relay.take() {
+            drop(relay.written);
+            relay.join.abort();
+        }
+    }
+
+    /// Writes out the changed orders and the checkpoint: produced to the
+    /// changelog first (when on) and acknowledged, then written to the store
+    /// in one atomic batch and reported to the flusher (which makes it
+    /// durable, then commits).
+    pub(super) async fn write_out(&mut self) -> Result<(), ProcessError> {
+        if !self.task.state.has_unwritten() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let applied_at = self.task.state.take_applied_times();
+        // Encoding and writing every changed order takes tens of
+        // milliseconds: it runs on a blocking thread so the async workers
+        // keep the other partitions' timers and batches on time. The task
+        // owns its state and waits, so nothing else touches it meanwhile.
+        let changelog = self.task.shared.changelog.clone();
+        let with_changelog = changelog.is_some();
+        let (state, prepared) = self.lend_state(move |state| state.prepare_write_out(with_changelog)).await?;
+        self.task.state = state;
+        let Some(mut prepared) = prepared? else { return Ok(()) };
+        let position = match &changelog {
+            Some(_) if self.task.txn.is_some() => Some(self.commit_transaction(&mut prepared).await?),
+            Some(writer) => {
+                let changes = prepared.write.changes.take().unwrap_or_default();
+                let (covers, epoch) = (prepared.checkpoint.next_offset, prepared.checkpoint.epoch);
+                Some(writer.publish(self.task.partition, &changes, &prepared.checkpoint_bytes, covers, epoch).await?)
+            }
+            None => None,
+        };
+        let share = self.task.shared.cache_share();
+        let (state, result) = self.lend_state(move |state| state.finish_write_out(prepared, position, share)).await?;
+        self.task.state = state;
+        let written = result?;
+        fault::hit(Point::AfterBatch);
+        self.task.shared.counters.record_write(written.keys, written.bytes);
+        self.task.shared.telemetry.write_out_duration.observe(started.elapsed().as_secs_f64());
+        let next_offset = written.checkpoint.next_offset;
+        self.task.status.checkpoint.store(next_offset, Ordering::Relaxed);
+        debug!(partition = self.task.partition, orders = written.orders, keys = written.keys, next_offset, "write-out");
+        if let Some(relay) = &self.relay {
+            let _ = relay.written.send(next_offset);
+        }
+        self.task.shared
+            .flush_tx
+            .send(FlushMsg::Covered { partition: self.task.partition, next_offset, applied_at })
+            .await
+            .map_err(|_| ProcessError::FlusherGone)
+    }
+
+    /// exactly_once: commits the write-out's transaction (held letters,
+    /// changelog records, status changes, input offset), retrying an
+    /// aborted round with backoff. Returns the changelog position.
+    async fn commit_transaction(&mut self, prepared: &mut PreparedWrite) -> Result<i64, ProcessError> {
+        let changes = prepared.write.changes.take().unwrap_or_default();
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        loop {
+            let group = self
+                .task
+                .consumer
+                .upgrade()
+                .and_then(|c| c.group_metadata())
+                .ok_or_else(|| ProcessError::Partition {
+                    partition: self.task.partition,
+                    stage: Stage::Transaction,
+                    message: "the consumer is closed".into(),
+                })?;
+            let Some(txn) = &self.task.txn else {
+                return Err(ProcessError::Partition {
+                    partition: self.task.partition,
+                    stage: Stage::Transaction,
+                    message: "no transactional producer".into(),
+                });
+            };
+            let round = Round {
+                letters: &self.task.held_letters,
+                changes: &changes,
+                checkpoint: &prepared.checkpoint_bytes,
+                covers: prepared.checkpoint.next_offset,
+                epoch: prepared.checkpoint.epoch,
+                status: &prepared.status,
+                group,
+            };
+            match txn.commit(round).await {
+                Ok(position) => {
+                    self.task.held_letters.clear();
+                    return Ok(position);
+                }
+                Err(TxnError::Aborted { cause, .. }) => {
+                    self.task.shared.telemetry.errors.record(Stage::Transaction, Kind::Retryable);
+                    warn!(partition = self.task.partition, error = %cause, "transaction aborted (nothing of it is visible); retrying the write-out");
+                    backoff.sleep().await;
+                }
+                Err(fenced) => return Err(fenced.into()),
+            }
+        }
+    }
+
+    /// Runs `work` on the partition's state on a blocking thread and hands
+    /// the state back with its result.
+    async fn lend_state<T: Send + 'static>(
+        &mut self,
+        work: impl FnOnce(&mut PartitionState) -> T + Send + 'static,
+    ) -> Result<(PartitionState, T), ProcessError> {
+        let placeholder = self.task.state.empty_like();
+        let mut state = std::mem::replace(&mut self.task.state, placeholder);
+        tokio::task::spawn_blocking(move || {
+            let result = work(&mut state);
+            (state, result)
+        })
+        .await
+        .map_err(|join| ProcessError::Partition {
+            partition: self.task.partition,
+            stage: Stage::WriteOut,
+            message: format!("write-out thread failed: {join}"),
+        })
+    }
+}

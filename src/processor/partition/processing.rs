@@ -1,0 +1,181 @@
+//! The processing phase: batches of the partition's records (up to
+//! `batch_max_records`, or what came within `batch_max_wait_ms`), each
+//! decided, and a write-out once per commit interval or when the changed
+//! orders pass their memory share. Ends when the partition is drained,
+//! lost, or stopped by the dead-letter breaker.
+
+use std::time::Duration;
+
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::message::BorrowedMessage;
+use tokio::sync::Notify;
+use tracing::warn;
+
+use super::batch::take_available;
+use super::draining::Draining;
+use super::live::Live;
+use super::stopped::Stopped;
+use super::{Command, PartitionTask};
+use crate::processor::context::OrderlyContext;
+use crate::processor::flusher::FlushMsg;
+use crate::processor::ProcessError;
+use crate::telemetry::Phase;
+
+/// How long a task that was paused past the session timeout holds its
+/// write-outs: several heartbeat intervals (500 ms), time for the
+/// coordinator's answer to arrive as a revoke if the member was evicted.
+const PAUSE_HOLD: Duration = Duration::from_secs(3);
+
+/// How long an idle task sleeps before polling its queue again even without
+/// a non-empty signal (a safety net; the signal is the normal wake-up).
+const IDLE_RECHECK: Duration = Duration::from_millis(500);
+
+/// A restored partition task taking records.
+pub(super) struct Processing {
+    live: Live,
+}
+
+/// How the processing phase ended.
+pub(super) enum Ended<'q> {
+    /// A drain (revoke, shutdown, or the router gone), with the records
+    /// fetched and not yet decided: they are decided before the release.
+    Drain { draining: Draining, fetched: Vec<BorrowedMessage<'q>> },
+    /// The partition was lost: released, its unwritten work dropped.
+    Lost,
+    /// The dead-letter breaker tripped.
+    Stopped(Stopped),
+}
+
+impl Processing {
+    /// Enters processing: the outbox relay starts over the restored state,
+    /// and the flusher learns the written checkpoint.
+    pub(super) async fn enter(task: PartitionTask) -> Result<Self, ProcessError> {
+        task.enter(Phase::Processing);
+        let live = Live::start(task);
+        if let Some(checkpoint) = live.task.state.written() {
+            // A checkpoint made durable before a crash may never have been
+            // committed to Kafka; the flusher commits it if the group's
+            // offset is behind, without waiting for new input.
+            let resume = FlushMsg::Resume { partition: live.task.partition, next_offset: checkpoint.next_offset };
+            live.task.shared.flush_tx.send(resume).await.map_err(|_| ProcessError::FlusherGone)?;
+        }
+        Ok(Processing { live })
+    }
+
+    /// Processes until the partition is drained, lost or stopped.
+    pub(super) async fn run<'q>(
+        mut self,
+        queue: &'q PartitionQueue<OrderlyContext>,
+        ready: &Notify,
+    ) -> Result<Ended<'q>, ProcessError> {
+        let config = &self.live.task.shared.config.processing;
+        let max_records = config.batch_max_records;
+        let max_wait = Duration::from_millis(config.batch_max_wait_ms);
+        let interval = Duration::from_millis(config.commit_interval_ms);
+        let mut last_write = tokio::time::Instant::now();
+        // at_least_once: a task that did not run for longer than the session
+        // timeout (the process was paused: SIGSTOP, a GC or VM freeze) may have been
+        // presumed dead, its partition given to another member. It holds
+        // its write-outs until the group has had time to say so (a revoke
+        // with `lost`, which drops the work): a zombie's late write-out
+        // would land in the changelog after the new owner's.
+        let session = Duration::from_millis(self.live.task.shared.config.kafka.session_timeout_ms);
+        let mut last_wake = tokio::time::Instant::now();
+        let mut hold_until = last_wake;
+        loop {
+            let mut batch: Vec<BorrowedMessage<'_>> = Vec::with_capacity(max_records);
+            let mut drain = None;
+            let mut deadline: Option<tokio::time::Instant> = None;
+            loop {
+                let woke = tokio::time::Instant::now();
+                let asleep = woke.saturating_duration_since(last_wake);
+                last_wake = woke;
+                // exactly_once needs no hold: the new owner fenced this
+                // producer, so a late write-out fails and nothing of it is
+                // visible (and a network cut, which no pause measures, is
+                // covered the same way).
+                if asleep > session && self.live.task.txn.is_none() {
+                    hold_until = woke + PAUSE_HOLD;
+                    warn!(
+                        partition = self.live.task.partition,
+                        paused_s = format!("{:.1}", asleep.as_secs_f64()),
+                        hold_ms = PAUSE_HOLD.as_millis() as u64,
+                        "this task did not run for longer than the session timeout (was the process paused?); holding \
+                         its write-out until the group confirms this member still owns the partition"
+                    );
+                }
+                take_available(queue, &mut batch, max_records, self.live.task.partition);
+                if batch.len() >= max_records {
+                    break;
+                }
+                if !batch.is_empty() && deadline.is_none() {
+                    deadline = Some(tokio::time::Instant::now() + max_wait);
+                }
+                let mut wait_until = deadline.unwrap_or_else(|| tokio::time::Instant::now() + IDLE_RECHECK);
+                let write_due = (last_write + interval).max(hold_until);
+                if self.live.task.state.has_unwritten() {
+                    if tokio::time::Instant::now() >= write_due {
+                        break;
+                    }
+                    wait_until = wait_until.min(write_due);
+                }
+                tokio::select! {
+                    biased;
+                    command = self.live.task.rx.recv() => {
+                        // A closed channel means the router is gone: stop as on a drain.
+                        drain = Some(command.map(|Command::Drain { reply, lost }| (reply, lost)));
+                        break;
+                    }
+                    _ = ready.notified() => {}
+                    _ = tokio::time::sleep_until(wait_until) => {
+                        // How late the runtime woke this task: the batch wait
+                        // and the write-out interval hold only this well.
+                        let late = tokio::time::Instant::now().saturating_duration_since(wait_until);
+                        self.live.task.shared.telemetry.timer_lateness.observe(late.as_secs_f64());
+                        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                            break;
+                        }
+                        // Idle: take the relay's progress, so records it
+                        // published leave the outbox (and its backlog) at the
+                        // next write-out even when no input comes.
+                        if batch.is_empty() && !self.live.task.state.has_unwritten() {
+                            self.live.collect_published();
+                        }
+                    }
+                }
+            }
+            if let Some(Some((reply, true))) = drain {
+                warn!(
+                    partition = self.live.task.partition,
+                    written = ?self.live.task.state.written().map(|c| c.next_offset),
+                    "partition lost (this member was presumed dead); its unwritten work is dropped, the new owner redoes it"
+                );
+                self.live.stop_relay();
+                self.live.reply(Some(reply));
+                return Ok(Ended::Lost);
+            }
+            let drain = drain.map(|command| command.map(|(reply, _)| reply));
+            if let Some(reply) = drain {
+                return Ok(Ended::Drain { draining: Draining::enter(self.live, reply), fetched: batch });
+            }
+            if !batch.is_empty() {
+                match self.live.process(&batch).await {
+                    Err(tripped @ ProcessError::DeadLetterBreaker { .. }) => {
+                        return Ok(Ended::Stopped(Stopped::enter(self.live, tripped)));
+                    }
+                    other => other?,
+                }
+            }
+            drop(batch);
+            self.live.collect_published();
+            let now = tokio::time::Instant::now();
+            if now >= hold_until
+                && self.live.task.state.has_unwritten()
+                && (now >= last_write + interval || self.live.task.state.dirty_bytes() > self.live.task.shared.cache_share())
+            {
+                self.live.write_out().await?;
+                last_write = now;
+            }
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The restoring phase: with a changelog, brings the partition's tree up to
+//! it and seeks the partition to the restored checkpoint; without one,
+//! refuses a partition whose state is elsewhere. No input record is
+//! processed meanwhile.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::Consumer;
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::{info, warn};
+
+use super::{Command, PartitionTask, Reply};
+use crate::changelog::restore::Restore;
+use crate::config::Guarantee;
+use crate::partition_state::PartitionState;
+use crate::processor::transaction::TxnWriter;
+use crate::processor::ProcessError;
+use crate::telemetry::errors::Stage;
+use crate::telemetry::Phase;
+
+/// A partition task before its first record.
+pub(super) struct Restoring {
+    task: PartitionTask,
+}
+
+/// How the restoring phase ended.
+pub(super) enum Restored {
+    /// Restored (or nothing to restore): on to processing.
+    Ready(PartitionTask),
+    /// A drain came first: the partition is released before processing.
+    Released { task: PartitionTask, reply: Reply },
+}
+
+impl Restoring {
+    pub(super) fn enter(task: PartitionTask) -> Self {
+        task.enter(Phase::Restoring);
+        Restoring { task }
+    }
+
+    /// Restores the tree when it is behind the changelog (exactly_once:
+    /// after fencing the partition's earlier producers), or checks that a
+    /// store without a changelog holds the partition's state.
+    pub(super) async fn run(mut self) -> Result<Restored, ProcessError> {
+        let Some(changelog) = self.task.shared.changelog.clone() else {
+            self.check_without_changelog().await?;
+            return Ok(Restored::Ready(self.task));
+        };
+        let task = &mut self.task;
+        if task.shared.config.processing.guarantee == Guarantee::ExactlyOnce {
+            // Fence the partition's earlier producers first: after this, no
+            // write of a previous owner can land behind the restore.
+            let output = task.shared.outbox.as_ref().map(|o| (o.topic.clone(), o.encoder.clone()));
+            task.txn = Some(TxnWriter::open(&task.shared.config, task.partition, changelog.topic().to_string(), output).await?);
+        }
+        let cancel = Arc::new(AtomicBool::new(false));
+        let tree = task.state.store().clone();
+        let job = {
+            let (shared, cancel, tree) = (task.shared.clone(), cancel.clone(), tree.clone());
+            let (topic, partition) = (changelog.topic().to_string(), task.partition);
+            let status = task.status.clone();
+            // The partition's span, so the restore's log lines name it.
+            let span = tracing::Span::current();
+            tokio::task::spawn_blocking(move || {
+                let _entered = span.enter();
+                let remaining = &status.restore_remaining;
+                let restored = Restore { config: &shared.config, topic: &topic, partition, tree: &tree, cancel: &cancel, remaining }.run();
+                remaining.store(crate::telemetry::UNKNOWN, Ordering::Relaxed);
+                let restored = restored?;
+                if restored.restored {
+                    shared.store.flush()?;
+                }
+                Ok::<_, crate::changelog::ChangelogError>(restored)
+            })
+        };
+        tokio::pin!(job);
+        let released = tokio::select! {
+            biased;
+            command = task.rx.recv() => Err(command.map(|Command::Drain { reply, .. }| reply)),
+            joined = &mut job => Ok(joined),
+        };
+        let joined = match released {
+            Ok(joined) => joined,
+            Err(reply) => {
+                cancel.store(true, Ordering::Relaxed);
+                // The restore stops at its next poll; the store keeps its
+                // restoring mark and the next owner starts it again.
+                let _ = (&mut job).await;
+                return Ok(Restored::Released { task: self.task, reply });
+            }
+        };
+        let restored = joined.map_err(|join| ProcessError::Partition {
+            partition: task.partition,
+            stage: Stage::Restore,
+            message: format!("restore thread failed: {join}"),
+        })??;
+        if !restored.restored {
+            return Ok(Restored::Ready(self.task));
+        }
+        task.shared.counters.record_restore(restored.elapsed);
+        task.shared.telemetry.restored_records.fetch_add(restored.applied, Ordering::Relaxed);
+        task.status.seed(restored.checkpoint.as_ref());
+        task.state = PartitionState::new(tree, restored.checkpoint);
+        if let Some(checkpoint) = restored.checkpoint {
+            if task.assigned_at != Some(checkpoint.next_offset) {
+                self.seek(checkpoint.next_offset).await;
+            }
+        }
+        Ok(Restored::Ready(self.task))
+    }
+
+    /// Moves the partition's fetch position (after a restore). Records
+    /// before the checkpoint that still arrive are skipped by the batch.
+    async fn seek(&self, offset: i64) {
+        let task = &self.task;
+        let Some(consumer) = task.consumer.upgrade() else { return };
+        let (topic, partition) = (task.shared.topic.clone(), task.partition);
+        let result = tokio::task::spawn_blocking(move || {
+            consumer.seek(&topic, partition, Offset::Offset(offset), Duration::from_secs(10))
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => info!(partition, offset, "seeked to the restored checkpoint"),
+            Ok(Err(error)) => warn!(partition, offset, %error, "cannot seek to the restored checkpoint; records before it are skipped as they arrive"),
+            Err(join) => warn!(partition, %join, "seek task failed"),
+        }
+    }
+
+    /// Without a changelog, a partition whose committed offset is ahead of
+    /// this store's checkpoint (or that has a committed offset and no local
+    /// state) was processed elsewhere: its state is not here. Refused.
+    async fn check_without_changelog(&self) -> Result<(), ProcessError> {
+        let partition = self.task.partition;
+        if self.task.state.store().restoring()? {
+            return Err(ProcessError::Partition {
+                partition,
+                stage: Stage::Assign,
+                message: "the store holds an interrupted restore from a changelog, and the changelog is off; turn it \
+                          back on (kafka.changelog_topic) or rebuild the store"
+                    .into(),
+            });
+        }
+        let Some(consumer) = self.task.consumer.upgrade() else { return Ok(()) };
+        let topic = self.task.shared.topic.clone();
+        let committed = tokio::task::spawn_blocking(move || {
+            let mut tpl = TopicPartitionList::with_capacity(1);
+            tpl.add_partition(&topic, partition);
+            consumer.committed_offsets(tpl, Duration::from_secs(10)).map(|list| {
+                list.elements().first().and_then(|e| if let Offset::Offset(o) = e.offset() { Some(o) } else { None })
+            })
+        })
+        .await
+        .map_err(|join| ProcessError::Partition {
+            partition,
+            stage: Stage::Assign,
+            message: format!("committed-offset task failed: {join}"),
+        })?
+        .map_err(ProcessError::Kafka)?;
+        let local = self.task.state.written().map(|c| c.next_offset);
+        match committed {
+            Some(group) if local.is_none_or(|l| group > l) => Err(ProcessError::Partition {
+                partition,
+                stage: Stage::Assign,
+                message: format!(
+                "the group's committed offset {group} is ahead of this store's checkpoint \
+                 ({}); the state of the records in between is not in this store (another instance processed them, \
+                 or the store was lost), and processing on would apply stale events and let duplicates through. \
+                 Turn the changelog on (kafka.changelog_topic) so the state is restored, or rebuild the store from \
+                 the start of the topic (see docs/replay-and-restore.md, \"Rebuilding the store\")",
+                local.map(|l| l.to_string()).unwrap_or_else(|| "none".into())
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+}

@@ -1,0 +1,63 @@
+//! The stopped phase: the dead-letter breaker tripped. What was decided
+//! before the tripping batch is written out; nothing after the checkpoint is
+//! dead-lettered, decided or committed; the partition only answers the
+//! rebalance (or shutdown) that releases it.
+
+use std::sync::atomic::Ordering;
+
+use tracing::error;
+
+use super::live::Live;
+use super::Command;
+use crate::processor::ProcessError;
+use crate::telemetry::errors::{Kind, Stage};
+use crate::telemetry::Phase;
+
+/// A partition task stopped by the dead-letter breaker.
+pub(super) struct Stopped {
+    live: Live,
+}
+
+impl Stopped {
+    /// Logs, counts and shows the trip (phase [`Phase::Stopped`], the
+    /// reason on `/readyz`).
+    pub(super) fn enter(live: Live, tripped: ProcessError) -> Self {
+        live.report_trip(&tripped);
+        Stopped { live }
+    }
+
+    /// Writes out what came before the trip, then waits for the release.
+    pub(super) async fn run(mut self) -> Result<(), ProcessError> {
+        self.live.write_out().await?;
+        match self.live.task.rx.recv().await {
+            Some(Command::Drain { reply, lost }) => {
+                if lost {
+                    self.live.stop_relay();
+                } else {
+                    self.live.drain_outbox().await?;
+                }
+                self.live.reply(Some(reply));
+            }
+            None => self.live.stop_relay(),
+        }
+        Ok(())
+    }
+}
+
+impl Live {
+    /// The dead-letter breaker tripped: logged, counted, and the partition
+    /// shown as stopped (also when it trips while draining).
+    pub(super) fn report_trip(&self, tripped: &ProcessError) {
+        let task = &self.task;
+        error!(
+            partition = task.partition,
+            error = %tripped,
+            "dead-letter breaker tripped: this partition stops (nothing after its checkpoint is dead-lettered, decided \
+             or committed); fix the cause (a producer's deploy, the registry's schemas), then restart this instance"
+        );
+        task.shared.telemetry.breaker_trips.fetch_add(1, Ordering::Relaxed);
+        task.shared.telemetry.errors.record(Stage::DeadLetter, Kind::Permanent);
+        let _ = task.status.stopped.set(tripped.to_string());
+        task.enter(Phase::Stopped);
+    }
+}
