@@ -46,8 +46,9 @@
 //!   counters), written as one batch.
 //! * [`changelog`]: the changelog topic: publishing write-outs, restoring a
 //!   partition's tree from it, creating the topic.
-//! * [`outbox`]: the transactional outbox: status changes stored with the
-//!   state they come from, relayed to the output topic.
+//! * [`outbox`]: status changes to the output topic: published with the
+//!   write-out that makes them durable (`direct`), or stored with the state
+//!   they come from and relayed (`relay`).
 //! * [`processor`]: the consumer-group member: poll thread, the partition
 //!   supervisor and its partition tasks (restoring, processing, draining),
 //!   dead letters, group flush and offset commits.

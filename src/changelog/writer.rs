@@ -27,6 +27,12 @@ impl ChangelogWriter {
         &self.topic
     }
 
+    /// The changelog's producer: status changes published with the
+    /// write-out share it (one librdkafka producer, one set of buffers).
+    pub fn producer(&self) -> &FutureProducer {
+        &self.producer
+    }
+
     /// Produces `changes` then the checkpoint record (`checkpoint`, the
     /// checkpoint's bytes) into `partition`, each tagged with `covers`, and
     /// returns the changelog offset after the checkpoint record once every

@@ -13,6 +13,7 @@
 //! published only once its write-out is written (after the changelog
 //! acknowledged it, when the changelog is on).
 
+pub mod direct;
 pub mod relay;
 
 use apache_avro::types::Value;

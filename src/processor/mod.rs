@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::FutureProducer;
+use rdkafka::producer::{FutureProducer, Producer};
 use tokio::sync::{mpsc, Notify};
 use tracing::{error, info, warn};
 
@@ -63,6 +63,8 @@ pub enum ProcessError {
     Changelog(#[from] crate::changelog::ChangelogError),
     #[error(transparent)]
     Txn(#[from] transaction::TxnError),
+    #[error(transparent)]
+    Status(#[from] crate::outbox::direct::PublishError),
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("partition {partition} stopped at offset {offset} by the dead-letter breaker: {trip}")]
@@ -100,6 +102,7 @@ impl Failure for ProcessError {
             ProcessError::Kafka(_) | ProcessError::Config(_) => Stage::Start,
             ProcessError::Changelog(e) => e.stage(),
             ProcessError::Txn(_) => Stage::Transaction,
+            ProcessError::Status(_) => Stage::WriteOut,
             ProcessError::InPartition { source, .. } => source.stage(),
             ProcessError::Partition { stage, .. } | ProcessError::Process { stage, .. } => *stage,
         }
@@ -191,6 +194,19 @@ pub struct OutboxSetup {
     pub producer: Arc<Mutex<Option<FutureProducer>>>,
     pub warn_count: u64,
     pub warn_age: Duration,
+}
+
+impl OutboxSetup {
+    /// The shared producer, created (again, after a fatal error) when needed.
+    pub fn producer(&self) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+        let mut slot = self.producer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(p) = slot.as_ref().filter(|p| p.client().fatal_error().is_none()) {
+            return Ok(p.clone());
+        }
+        let created: FutureProducer = self.producer_config.create()?;
+        *slot = Some(created.clone());
+        Ok(created)
+    }
 }
 
 /// What every part of a running processor shares.
@@ -599,6 +615,13 @@ fn check_output_topic(shared: &Shared, consumer: &BaseConsumer<OrderlyContext>) 
         return Err(format!(
             "output topic {topic} does not exist, and in exactly_once every write-out's transaction publishes to it: \
              create it ({create}) or set kafka.output_topic = \"\""
+        ));
+    }
+    if shared.config.outbox.delivery == crate::config::OutboxDelivery::WriteOut {
+        return Err(format!(
+            "output topic {topic} does not exist, and with outbox.delivery = \"write_out\" every write-out publishes \
+             to it: create it ({create}), set outbox.delivery = \"relay\" (status changes then wait in the store \
+             while it is missing, and the input goes on) or kafka.output_topic = \"\""
         ));
     }
     warn!(

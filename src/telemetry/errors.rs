@@ -20,7 +20,8 @@ pub enum Stage {
     Decode,
     /// Producing a dead letter, or the dead-letter breaker.
     DeadLetter,
-    /// A write-out: changelog records, then the store batch.
+    /// A write-out: changelog records (and status changes published with
+    /// it), then the store batch.
     WriteOut,
     /// exactly_once: a write-out's Kafka transaction.
     Transaction,

@@ -1,7 +1,9 @@
 //! The outbox on a real broker when the output topic is not there for a
-//! while: the input keeps flowing, the backlog grows and is reported, then
-//! drains to zero with nothing lost. (The crash drill, the group test and
-//! the others check the outbox's promises in `World::verify`.)
+//! while. Relay delivery: the input keeps flowing, the backlog grows and is
+//! reported, then drains to zero with nothing lost. Write-out delivery (the
+//! default): `run` refuses to start, naming the choices. (The crash drill,
+//! the group test and the others check the outbox's promises, under the
+//! default delivery, in `World::verify`.)
 
 use std::time::Duration;
 
@@ -18,7 +20,7 @@ fn an_unavailable_output_topic_holds_the_backlog_not_the_input() {
     let world = World::without_output_topic(required_env("ORDERLY_E2E_BOOTSTRAP"));
     let (records, expected) = world.plan(&WorkloadSpec { orders: 3_000, poison_rate: 0.003, seed: 12, ..Default::default() });
     world.produce(&records);
-    let instance = world.instance("commit_interval_ms = 200");
+    let instance = world.instance("commit_interval_ms = 200\n[outbox]\ndelivery = \"relay\"");
     let reaper = Reaper::default();
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
 
@@ -69,4 +71,20 @@ fn an_unavailable_output_topic_holds_the_backlog_not_the_input() {
     assert!(wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", tail(&instance.log()));
     assert_eq!(instance.stats()["totals"]["outbox_pending"].as_u64(), Some(0), "the backlog drained to zero");
     world.verify(&instance, &expected);
+}
+
+#[test]
+fn write_out_delivery_refuses_to_start_without_the_output_topic() {
+    let world = World::without_output_topic(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let instance = world.instance("");
+    let reaper = Reaper::default();
+    let mut run = reaper.watch(instance.spawn_run(None));
+    let status = wait_exit(&mut run, Duration::from_secs(60));
+    let log = instance.log();
+    assert!(status.is_some_and(|s| !s.success()), "run exits with an error: {status:?}\n{}", tail(&log));
+    assert!(
+        log.contains("does not exist") && log.contains("outbox.delivery = \"relay\""),
+        "the error names the topic and the choices\n{}",
+        tail(&log)
+    );
 }

@@ -7,10 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
-use tracing::{debug, warn};
+use rdkafka::producer::FutureProducer;
+use tracing::{debug, info, warn};
 
 use super::{PartitionTask, Reply};
+use crate::config::OutboxDelivery;
+use crate::event::OutboxRecord;
 use crate::fault::{self, Point};
+use crate::outbox::direct::{PublishError, StatusOutput};
 use crate::partition_state::{PartitionState, PreparedWrite};
 use crate::processor::flusher::FlushMsg;
 use crate::processor::transaction::{Round, TxnError};
@@ -37,10 +41,10 @@ pub(super) struct Live {
 
 impl Live {
     /// Starts the relay over the state as restored.
-    pub(super) fn start(task: PartitionTask) -> Self {
+    pub(super) fn start(task: PartitionTask) -> Result<Self, ProcessError> {
         let mut live = Live { task, relay: None };
-        live.start_relay();
-        live
+        live.start_relay()?;
+        Ok(live)
     }
 
     /// Answers a drain with the written checkpoint.
@@ -48,17 +52,30 @@ impl Live {
         self.task.reply(reply);
     }
 
-    /// Starts the outbox relay (outbox on, at_least_once), over the state
-    /// as restored.
-    fn start_relay(&mut self) {
-        let Some(setup) = &self.task.shared.outbox else { return };
+    /// Starts the outbox relay (outbox on, at_least_once, relay delivery),
+    /// over the state as restored; with write-out delivery, only while the
+    /// store holds rows a relay left.
+    fn start_relay(&mut self) -> Result<(), ProcessError> {
+        let Some(setup) = &self.task.shared.outbox else { return Ok(()) };
         if self.task.txn.is_some() {
             // exactly_once: status changes go out in each write-out's
             // transaction; no outbox rows, no relay.
             self.task.state.send_status_directly(self.task.partition);
-            return;
+            return Ok(());
         }
-        self.task.state.enable_outbox(self.task.partition);
+        if self.task.shared.config.outbox.delivery == OutboxDelivery::WriteOut {
+            self.task.state.send_status_directly(self.task.partition);
+            let (left, _) = self.task.state.store().outbox_backlog()?;
+            if left == 0 {
+                return Ok(());
+            }
+            info!(
+                partition = self.task.partition,
+                left, "the store holds outbox rows left by relay delivery; relaying them, new status changes go with the write-outs"
+            );
+        } else {
+            self.task.state.enable_outbox(self.task.partition);
+        }
         let written_at = self.task.state.written().map(|c| c.next_offset).unwrap_or(0);
         let (written, written_rx) = tokio::sync::watch::channel(written_at);
         let published = Arc::new(std::sync::atomic::AtomicI64::new(-1));
@@ -81,6 +98,7 @@ impl Live {
         };
         let join = tokio::spawn(tracing::Instrument::instrument(relay.run(), tracing::Span::current()));
         self.relay = Some(RelayHandle { written, published, join });
+        Ok(())
     }
 
     /// Takes the relay's progress: published records are deleted at the
@@ -157,9 +175,15 @@ impl Live {
             Some(writer) => {
                 let changes = prepared.write.changes.take().unwrap_or_default();
                 let (covers, epoch) = (prepared.checkpoint.next_offset, prepared.checkpoint.epoch);
-                Some(writer.publish(self.task.partition, &changes, &prepared.checkpoint_bytes, covers, epoch).await?)
+                let changelog = writer.publish(self.task.partition, &changes, &prepared.checkpoint_bytes, covers, epoch);
+                let status = self.publish_status(&prepared.status, Some(writer.producer()));
+                let (position, ()) = tokio::try_join!(async { changelog.await.map_err(ProcessError::from) }, status)?;
+                Some(position)
             }
-            None => None,
+            None => {
+                self.publish_status(&prepared.status, None).await?;
+                None
+            }
         };
         let share = self.task.shared.cache_share();
         let (state, result) = self.lend_state(move |state| state.finish_write_out(prepared, position, share)).await?;
@@ -179,6 +203,34 @@ impl Live {
             .send(FlushMsg::Covered { partition: self.task.partition, next_offset, applied_at })
             .await
             .map_err(|_| ProcessError::FlusherGone)
+    }
+
+    /// Write-out delivery: publishes the write-out's status changes (on the
+    /// changelog's producer when there is one) and waits for the
+    /// acknowledgements, before the store is written.
+    async fn publish_status(&self, records: &[OutboxRecord], producer: Option<&FutureProducer>) -> Result<(), ProcessError> {
+        let Some(setup) = self.task.shared.outbox.as_ref().filter(|_| !records.is_empty()) else { return Ok(()) };
+        let own;
+        let producer = match producer {
+            Some(producer) => producer,
+            None => {
+                own = setup.producer().map_err(|cause| PublishError::Produce {
+                    topic: setup.topic.clone(),
+                    partition: self.task.partition,
+                    cause,
+                })?;
+                &own
+            }
+        };
+        let output = StatusOutput {
+            producer,
+            topic: &setup.topic,
+            encoder: &setup.encoder,
+            source_topic: &self.task.shared.topic,
+            partition: self.task.partition,
+        };
+        output.publish(records).await?;
+        Ok(())
     }
 
     /// exactly_once: commits the write-out's transaction (held letters,

@@ -51,7 +51,7 @@ impl Processing {
     /// and the flusher learns the written checkpoint.
     pub(super) async fn enter(task: PartitionTask) -> Result<Self, ProcessError> {
         task.enter(Phase::Processing);
-        let live = Live::start(task);
+        let live = Live::start(task)?;
         if let Some(checkpoint) = live.task.state.written() {
             // A checkpoint made durable before a crash may never have been
             // committed to Kafka; the flusher commits it if the group's
