@@ -1,7 +1,7 @@
 //! The pure heart of `orderly`: what to do with one event given the order's
 //! stored state. No I/O, no clock: the caller passes `now_ms`.
 
-use crate::event::{event_id_hash, Inbox, InboxEntry, InboxSlot, OrderEvent, OrderState};
+use crate::event::{event_id_hash, Inbox, InboxEntry, InboxSlot, Order, OrderEvent, OrderState};
 
 /// The outcome of one decoded event. (Undecodable records never get here:
 /// they are dead-lettered.)
@@ -83,9 +83,7 @@ pub fn apply_in_place(state: &mut OrderState, event: OrderEvent, now_ms: i64, re
     let entry = InboxEntry { version: event.version, id_hash: event_id_hash(&event.event_id), applied_at_ms: now_ms };
     let (chunk, expired) = state.inbox.push(entry, horizon);
     state.version = event.version;
-    state.status = event.event_type;
-    state.amount = event.amount;
-    state.currency = event.currency;
+    state.order = Order { status: event.event_type, amount: event.amount, currency: event.currency };
     state.event_id = event.event_id;
     state.occurred_at = event.occurred_at;
     InboxSpill { chunk, expired }
@@ -99,9 +97,7 @@ pub fn apply(state: Option<OrderState>, event: OrderEvent, now_ms: i64, retentio
         None => OrderState {
             order_id: event.order_id.clone(),
             version: 0,
-            status: event.event_type,
-            amount: 0,
-            currency: String::new(),
+            order: Order { status: event.event_type, amount: 0, currency: String::new() },
             event_id: String::new(),
             occurred_at: 0,
             inbox: Inbox::default(),

@@ -688,9 +688,9 @@ fn state_command(store: &Store, command: StateCommand) -> Result<Exit> {
                     "order {}: version {}, status {}, amount {} {}, event {}, occurred_at {}, {} event ids in inbox",
                     state.order_id,
                     state.version,
-                    state.status.as_str(),
-                    state.amount,
-                    state.currency,
+                    state.order.status.as_str(),
+                    state.order.amount,
+                    state.order.currency,
                     state.event_id,
                     state.occurred_at,
                     state.inbox.len()

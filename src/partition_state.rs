@@ -258,7 +258,7 @@ impl PartitionState {
                     if event.version != previous + 1 {
                         outcome.version_gaps += 1;
                     }
-                    let from_status = state.map(|s| s.status);
+                    let from_status = state.map(|s| s.order.status);
                     if let Some(partition) = self.outbox.filter(|_| from_status != Some(event.event_type)) {
                         self.new_outbox.push(OutboxRecord {
                             event_id: status_event_id(&event.event_id),

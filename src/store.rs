@@ -623,15 +623,13 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{event_id_hash, EventType, Inbox, InboxEntry};
+    use crate::event::{event_id_hash, EventType, Inbox, InboxEntry, Order};
 
     fn state(order: &str, version: i64) -> OrderState {
         OrderState {
             order_id: order.into(),
             version,
-            status: EventType::Paid,
-            amount: 10,
-            currency: "EUR".into(),
+            order: Order { status: EventType::Paid, amount: 10, currency: "EUR".into() },
             event_id: format!("{order}-{version}"),
             occurred_at: 1,
             inbox: Inbox {

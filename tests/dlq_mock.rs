@@ -283,7 +283,7 @@ fn unknown_schema_letters_are_applied_exactly_once_after_the_schema_is_registere
     assert_eq!(totals(&store), (applied, 0, 0, FIXABLE as u64 + 2), "the re-driven records are new input records");
     for i in 0..FIXABLE {
         let state = store.get_order(&format!("order-fix-{i}")).expect("get").expect("state");
-        assert_eq!((state.version, state.status), (2, EventType::Paid), "order-fix-{i}");
+        assert_eq!((state.version, state.order.status), (2, EventType::Paid), "order-fix-{i}");
     }
     assert!(store.get_order(STUBBORN).expect("get").is_none());
     let listing = w.dlq_json(&["list"]);

@@ -196,7 +196,7 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
             .expect("scan");
         let mut state = victim.expect("an order in the partition");
         state.version = 999;
-        state.status = EventType::Cancelled;
+        state.order.status = EventType::Cancelled;
         let value = bincode::serialize(&state).expect("encode");
         let covers = (stats.checkpoint.next_offset + 1_000_000).to_string();
         let headers = OwnedHeaders::new().insert(Header { key: orderly::headers::HEADER_COVERS, value: Some(covers.as_str()) });
@@ -256,8 +256,8 @@ async fn v1_and_v2_records_of_one_order_both_apply() {
 
     let state = store.get_order("order-mixed").unwrap().expect("state");
     assert_eq!(state.version, 2);
-    assert_eq!(state.status, EventType::Paid);
-    assert_eq!(state.currency, "USD", "the v2 record's currency");
+    assert_eq!(state.order.status, EventType::Paid);
+    assert_eq!(state.order.currency, "USD", "the v2 record's currency");
     let stats = store.stats().unwrap();
     assert_eq!(stats.iter().map(|s| s.checkpoint.applied).sum::<u64>(), 2, "both records decoded and applied");
     assert_eq!(stats.iter().map(|s| s.checkpoint.dead_lettered).sum::<u64>(), 0);

@@ -11,6 +11,14 @@ use crate::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
 use crate::fault::{self, Point};
 use crate::store::{changelog_checkpoint_key, ChangeRecord};
 
+/// A write-out's changelog records handed to the producer, its checkpoint
+/// record not yet sent.
+pub struct InFlight {
+    partition: i32,
+    headers: OwnedHeaders,
+    acks: Vec<rdkafka::producer::DeliveryFuture>,
+}
+
 /// The changelog's producer (idempotent, `acks=all`) and topic.
 #[derive(Clone)]
 pub struct ChangelogWriter {
@@ -47,6 +55,22 @@ impl ChangelogWriter {
         covers: i64,
         epoch: u32,
     ) -> Result<i64, ChangelogError> {
+        let in_flight = self.send_changes(partition, changes, covers, epoch).await?;
+        self.seal(in_flight, checkpoint).await
+    }
+
+    /// The first half of [`Self::publish`]: hands `changes` to librdkafka
+    /// without waiting for their acknowledgements. Until [`Self::seal`]
+    /// sends the checkpoint record, a restore applies none of them, so what
+    /// must be durable before the write-out counts as done (its status
+    /// changes) is awaited in between.
+    pub async fn send_changes(
+        &self,
+        partition: i32,
+        changes: &[ChangeRecord],
+        covers: i64,
+        epoch: u32,
+    ) -> Result<InFlight, ChangelogError> {
         let covers_text = covers.to_string();
         let epoch_text = epoch.to_string();
         let headers = OwnedHeaders::new_with_capacity(3)
@@ -77,12 +101,21 @@ impl ChangelogWriter {
             }
             fault::abort(Point::TornChangelog);
         }
+        Ok(InFlight { partition, headers, acks })
+    }
+
+    /// The second half of [`Self::publish`]: sends the checkpoint record
+    /// after the changes in flight and waits until every one is
+    /// acknowledged; returns the changelog offset after the checkpoint
+    /// record.
+    pub async fn seal(&self, in_flight: InFlight, checkpoint: &[u8]) -> Result<i64, ChangelogError> {
+        let InFlight { partition, headers, mut acks } = in_flight;
         let key = changelog_checkpoint_key();
         let record = FutureRecord::<[u8], [u8]>::to(&self.topic)
             .partition(partition)
             .key(key.as_slice())
             .payload(checkpoint)
-            .headers(headers.clone());
+            .headers(headers);
         acks.push(self.enqueue(partition, record).await?);
         let mut last = None;
         for ack in acks {

@@ -175,10 +175,12 @@ impl Live {
             Some(writer) => {
                 let changes = prepared.write.changes.take().unwrap_or_default();
                 let (covers, epoch) = (prepared.checkpoint.next_offset, prepared.checkpoint.epoch);
-                let changelog = writer.publish(self.task.partition, &changes, &prepared.checkpoint_bytes, covers, epoch);
-                let status = self.publish_status(&prepared.status, Some(writer.producer()));
-                let (position, ()) = tokio::try_join!(async { changelog.await.map_err(ProcessError::from) }, status)?;
-                Some(position)
+                let in_flight = writer.send_changes(self.task.partition, &changes, covers, epoch).await?;
+                // The status changes are acknowledged before the checkpoint
+                // record is sent: once a restore can bring this write-out
+                // back, its status changes are on the output topic.
+                self.publish_status(&prepared.status, Some(writer.producer())).await?;
+                Some(writer.seal(in_flight, &prepared.checkpoint_bytes).await?)
             }
             None => {
                 self.publish_status(&prepared.status, None).await?;
@@ -207,7 +209,8 @@ impl Live {
 
     /// Write-out delivery: publishes the write-out's status changes (on the
     /// changelog's producer when there is one) and waits for the
-    /// acknowledgements, before the store is written.
+    /// acknowledgements: before the changelog's checkpoint record is sent,
+    /// and so before the store is written.
     async fn publish_status(&self, records: &[OutboxRecord], producer: Option<&FutureProducer>) -> Result<(), ProcessError> {
         let Some(setup) = self.task.shared.outbox.as_ref().filter(|_| !records.is_empty()) else { return Ok(()) };
         let own;
