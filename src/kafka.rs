@@ -105,6 +105,35 @@ fn producer_with_defaults(config: &Config, defaults: &[(&str, &str)]) -> ClientC
     client
 }
 
+/// The settings of a [`crate::partition_reader::PartitionReader`] that
+/// reads a partition up to a known end (the changelog's restore and
+/// `orderly replay`, the outbox relay's read-back of the output topic): it
+/// never joins a group (partitions are assigned by hand; librdkafka wants a
+/// group id for that) and commits nothing.
+pub fn reader_consumer_config(config: &Config) -> ClientConfig {
+    let mut client = ClientConfig::new();
+    for (key, value) in config.librdkafka_passthrough() {
+        // Group membership settings belong to the processor's consumer.
+        if !key.starts_with("group.") {
+            client.set(key, value);
+        }
+    }
+    client
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("group.id", format!("{}-restore", config.kafka.group_id))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        .set("auto.offset.reset", "earliest")
+        // Records of aborted transactions (exactly_once) are never read.
+        .set("isolation.level", "read_committed")
+        .set("queued.max.messages.kbytes", "16384")
+        // A read up to a known end: a fetch that finds nothing new should
+        // come back at once rather than wait for data.
+        .set("fetch.wait.max.ms", "10");
+    client
+}
+
 /// The consumer of `orderly dlq list|replay`: reads dead-letter partitions
 /// by assignment (it never joins `group`, it only commits re-drive progress
 /// under it), never commits on its own, and reports each partition's end so

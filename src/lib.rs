@@ -62,6 +62,9 @@
 //!   transactional producer and its write-out round.
 //! * [`kafka`]: librdkafka client settings (consumer, producers, admin):
 //!   pass-through first, then the settings the guarantees depend on.
+//! * [`partition_reader`]: one partition of a topic read by assignment up
+//!   to a known end (the changelog, the relay's read-back of the output
+//!   topic, the dead-letter topic and the re-drive log).
 //! * [`redrive`]: `orderly dlq list|replay`: the dead-letter topic read
 //!   back, and letters re-published to the input topic after a fix, each
 //!   once, with a re-drive count that stops a record failing forever.
@@ -94,6 +97,7 @@ pub mod kafka;
 pub mod load;
 pub mod outbox;
 pub mod outcomes;
+pub mod partition_reader;
 pub mod partition_state;
 pub mod partitioner;
 pub mod preflight;

@@ -13,16 +13,30 @@ pub enum Partitioner {
     Murmur2,
 }
 
+/// A `kafka.input_partitioner` orderly cannot compute.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{name}` is not supported: use \"consistent_random\" (librdkafka's default) or \"murmur2_random\" \
+     (the Java client's default)"
+)]
+pub struct UnknownPartitioner {
+    pub name: String,
+}
+
 impl Partitioner {
-    pub fn from_name(name: &str) -> Result<Self, String> {
+    /// The partitioner librdkafka calls `name`.
+    pub fn named(name: &str) -> Result<Self, UnknownPartitioner> {
         match name {
             "consistent" | "consistent_random" => Ok(Partitioner::Crc32),
             "murmur2" | "murmur2_random" => Ok(Partitioner::Murmur2),
-            other => Err(format!(
-                "`{other}` is not supported: use \"consistent_random\" (librdkafka's default) or \"murmur2_random\" \
-                 (the Java client's default)"
-            )),
+            other => Err(UnknownPartitioner { name: other.into() }),
         }
+    }
+
+    /// [`Partitioner::named`] with the reason as text, for the
+    /// configuration's validation messages.
+    pub fn from_name(name: &str) -> Result<Self, String> {
+        Self::named(name).map_err(|unknown| unknown.to_string())
     }
 
     /// The partition of a non-empty `key` among `partitions` (> 0).

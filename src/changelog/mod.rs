@@ -29,6 +29,7 @@ pub mod writer;
 
 use rdkafka::error::KafkaError;
 
+use crate::partition_reader::ReadError;
 use crate::store::StoreError;
 
 
@@ -53,8 +54,8 @@ pub enum ChangelogError {
     Topic { topic: String, message: String },
     #[error("changelog {topic} partition {partition}: produce failed: {cause}")]
     Produce { topic: String, partition: i32, cause: KafkaError },
-    #[error("changelog {topic} partition {partition}: cannot read it: {cause}")]
-    Read { topic: String, partition: i32, cause: KafkaError },
+    #[error("changelog read failed: {cause}")]
+    Read { cause: ReadError },
     #[error(
         "changelog {topic} partition {partition} ends at offset {end}, but the store recorded position {local}: \
          the changelog topic was deleted or recreated. Move the store directory aside and rebuild it from the \
@@ -67,4 +68,15 @@ pub enum ChangelogError {
     Cancelled { partition: i32 },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A cancelled read is the restore's cancellation (the partition was
+/// revoked); any other failure of the partition read is a read failure.
+impl From<ReadError> for ChangelogError {
+    fn from(error: ReadError) -> Self {
+        match error {
+            ReadError::Cancelled { partition, .. } => ChangelogError::Cancelled { partition },
+            cause => ChangelogError::Read { cause },
+        }
+    }
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicBool;
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use super::reader::PartitionReader;
+use super::reader::ChangelogReader;
 use super::ChangelogError;
 use crate::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::config::Config;
@@ -25,7 +25,7 @@ use crate::store::{changelog_checkpoint_key, Checkpoint};
 /// checkpoint). `None` when it holds none.
 pub fn last_checkpoint(config: &Config, topic: &str, partition: i32) -> Result<Option<(i64, Checkpoint)>, ChangelogError> {
     let cancel = AtomicBool::new(false);
-    let reader = PartitionReader::new(config, topic, partition, &cancel)?;
+    let reader = ChangelogReader::new(config, topic, partition, &cancel)?;
     let (low, high) = reader.watermarks()?;
     reader.last_checkpoint(low, high)
 }
@@ -34,7 +34,7 @@ pub fn last_checkpoint(config: &Config, topic: &str, partition: i32) -> Result<O
 /// a tombstone), the checkpoint key excepted: what a reset must delete.
 pub fn live_keys(config: &Config, topic: &str, partition: i32) -> Result<Vec<Vec<u8>>, ChangelogError> {
     let cancel = AtomicBool::new(false);
-    let reader = PartitionReader::new(config, topic, partition, &cancel)?;
+    let reader = ChangelogReader::new(config, topic, partition, &cancel)?;
     let (low, high) = reader.watermarks()?;
     let checkpoint_key = changelog_checkpoint_key();
     let mut live: HashMap<Vec<u8>, bool> = HashMap::new();

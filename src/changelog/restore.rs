@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use rdkafka::message::Message;
 use tracing::{info, warn};
 
-use super::reader::PartitionReader;
+use super::reader::ChangelogReader;
 use super::ChangelogError;
 use crate::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::config::Config;
@@ -69,7 +69,7 @@ impl Restore<'_> {
         let started = Instant::now();
         let local = self.tree.checkpoint()?;
         let marked = self.tree.restoring()?;
-        let reader = PartitionReader::new(self.config, self.topic, self.partition, self.cancel)?;
+        let reader = ChangelogReader::new(self.config, self.topic, self.partition, self.cancel)?;
         let (low, high) = reader.watermarks()?;
         let recorded = local.and_then(|c| c.changelog_next);
         if let Some(position) = recorded {

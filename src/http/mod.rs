@@ -23,7 +23,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::sync::{watch, Semaphore};
 use tracing::{debug, info, warn};
 
-pub use crate::telemetry::{GroupOwners, Member};
+pub use crate::telemetry::{GroupOwners, Member, OwnersError};
 pub use routes::HttpContext;
 
 /// Connections served at once.
@@ -41,8 +41,8 @@ pub enum HttpError {
     Bind { address: String, source: std::io::Error },
     #[error("cannot start the http thread: {0}")]
     Thread(std::io::Error),
-    #[error("cannot set up the http endpoint: {0}")]
-    Setup(String),
+    #[error("cannot set up the http endpoint: kafka.input_partitioner {0}")]
+    Partitioner(#[from] crate::partitioner::UnknownPartitioner),
 }
 
 /// Connections the kernel queues for accept (the standard library's 128
@@ -66,7 +66,7 @@ pub fn bind(address: SocketAddr) -> Result<std::net::TcpListener, HttpError> {
 /// Serves `processor`'s endpoint on `listener`: start it before
 /// [`crate::processor::Processor::run`], stop it after.
 pub fn serve(listener: std::net::TcpListener, processor: &crate::processor::Processor) -> Result<Server, HttpError> {
-    let context = HttpContext::of(processor).map_err(HttpError::Setup)?;
+    let context = HttpContext::of(processor)?;
     Server::start(listener, context)
 }
 

@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::order_id;
-use crate::partitioner::Partitioner;
+use crate::partitioner::{Partitioner, UnknownPartitioner};
 use crate::store::Store;
 use crate::telemetry::status::{self, Identity};
 use crate::telemetry::{exposition, GroupOwners, Phase, Telemetry};
@@ -44,9 +44,10 @@ impl HttpContext {
 
     /// What the routes read of `processor`, whose telemetry and owners fill
     /// in as it runs.
-    pub fn of(processor: &crate::processor::Processor) -> Result<Self, String> {
+    pub fn of(processor: &crate::processor::Processor) -> Result<Self, UnknownPartitioner> {
         let config = processor.config();
-        let partitioner = Partitioner::from_name(&config.kafka.input_partitioner)?;
+        // Validated with the configuration; checked again, as the routes depend on it.
+        let partitioner = Partitioner::named(&config.kafka.input_partitioner)?;
         let identity = Identity {
             group: config.kafka.group_id.clone(),
             topic: config.kafka.input_topic.clone(),

@@ -21,18 +21,19 @@ use rdkafka::ClientConfig;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+mod error;
+mod read_back;
+
+use read_back::{read_back, ReadBack};
+
+pub use error::RelayError;
+
 use super::{OutboxEncoder, OutboxRecord};
-use crate::changelog::reader::PartitionReader;
 use crate::config::Config;
 use crate::retry::Backoff;
 use crate::telemetry::errors::{Kind, Stage};
 use crate::telemetry::Backlog;
-use crate::headers::{HEADER_EPOCH, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
 use crate::store::PartitionStore;
-
-/// How far back from the output partition's end the relay looks for what
-/// it published last, at most.
-const LOOK_BACK: i64 = 100_000;
 
 /// Records read from the store and published per round.
 const ROUND: usize = 5_000;
@@ -191,7 +192,7 @@ impl Relay {
         records: &[OutboxRecord],
         published_before: Option<(u32, i64)>,
         landed: &HashSet<(u32, i64)>,
-    ) -> Result<(), String> {
+    ) -> Result<(), RelayError> {
         let mut acks = Vec::with_capacity(records.len());
         for record in records {
             let key = (record.epoch, record.source_offset);
@@ -201,23 +202,27 @@ impl Relay {
                 self.published.store(record.source_offset, Ordering::SeqCst);
                 continue;
             }
-            let payload = self.encoder.encode(record).map_err(|e| e.to_string())?;
+            let (partition, source_offset) = (self.partition, record.source_offset);
+            let payload = self.encoder.encode(record).map_err(|cause| RelayError::Encode { partition, source_offset, cause })?;
             let message = FutureRecord::<str, Vec<u8>>::to(&self.topic)
                 .partition(self.partition)
                 .key(record.order_id.as_str())
                 .payload(&payload)
                 .headers(super::status_headers(&self.source_topic, self.partition, record));
-            let ack = crate::kafka::send_when_queued(producer, message).await.map_err(|e| e.to_string())?;
-            acks.push((record.source_offset, ack));
+            let ack = crate::kafka::send_when_queued(producer, message)
+                .await
+                .map_err(|cause| RelayError::Send { topic: self.topic.clone(), partition, source_offset, cause })?;
+            acks.push((source_offset, ack));
         }
         for (source_offset, ack) in acks {
+            let (topic, partition) = (self.topic.clone(), self.partition);
             match ack.await {
                 Ok(Ok(_)) => {
                     self.published.store(source_offset, Ordering::SeqCst);
                     self.backlog.published.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(Err((error, _))) => return Err(error.to_string()),
-                Err(_) => return Err("the producer dropped a delivery".into()),
+                Ok(Err((cause, _))) => return Err(RelayError::Delivery { topic, partition, source_offset, cause }),
+                Err(_) => return Err(RelayError::DeliveryDropped { topic, partition, source_offset }),
             }
         }
         Ok(())
@@ -227,14 +232,16 @@ impl Relay {
     /// published to its output partition: the relay publishes in order into
     /// one partition, so the last one of its source found reading back from
     /// the end is the highest.
-    async fn last_published(&self) -> Result<Option<(u32, i64)>, String> {
+    async fn last_published(&self) -> Result<Option<(u32, i64)>, RelayError> {
         self.read_back(None).await.map(|(last, _)| last)
     }
 
     /// [`read_back`] of this relay's output partition, on a blocking thread.
-    async fn read_back(&self, down_to: Option<(u32, i64)>) -> Result<ReadBack, String> {
+    async fn read_back(&self, down_to: Option<(u32, i64)>) -> Result<ReadBack, RelayError> {
         let (config, topic, source, partition) = (self.config.clone(), self.topic.clone(), self.source_topic.clone(), self.partition);
-        tokio::task::spawn_blocking(move || read_back(&config, &topic, &source, partition, down_to)).await.map_err(|e| e.to_string())?
+        let task = tokio::task::spawn_blocking(move || read_back(&config, &topic, &source, partition, down_to));
+        let read = task.await.map_err(|cause| RelayError::ReadBackTask { topic: self.topic.clone(), partition, cause })?;
+        Ok(read?)
     }
 
     /// Updates the backlog figures and warns past the thresholds.
@@ -258,107 +265,5 @@ impl Relay {
             info!(partition = self.partition, "outbox backlog drained");
             *last_warn = None;
         }
-    }
-}
-
-/// The highest (epoch, source offset) found and the set above `down_to`.
-type ReadBack = (Option<(u32, i64)>, HashSet<(u32, i64)>);
-
-/// Reads output partition `partition` of `topic` back from its end, in
-/// growing windows, for records of input partition `partition` of `source`:
-/// the highest (epoch, source offset) found, and every one above `down_to`.
-/// Stops at the first window with one at or below `down_to` (without it:
-/// with any), or [`LOOK_BACK`] records from the end.
-fn read_back(config: &Config, topic: &str, source: &str, partition: i32, down_to: Option<(u32, i64)>) -> Result<ReadBack, String> {
-    let cancel = std::sync::atomic::AtomicBool::new(false);
-    let reader = PartitionReader::new(config, topic, partition, &cancel).map_err(|e| e.to_string())?;
-    let (low, high) = reader.watermarks().map_err(|e| e.to_string())?;
-    let partition_text = partition.to_string();
-    let (mut last, mut above) = (None, HashSet::new());
-    let mut window = 1_000i64;
-    let mut end = high;
-    while end > low && high - end < LOOK_BACK {
-        let start = (end - window).max(low);
-        let mut reached = false;
-        reader
-            .scan(start, end, |message| {
-                let text = |name: &str| crate::kafka::header_str(message, name);
-                if text(HEADER_TOPIC) != Some(source) || text(HEADER_PARTITION) != Some(partition_text.as_str()) {
-                    return Ok(());
-                }
-                let epoch = text(HEADER_EPOCH).and_then(|t| t.parse().ok()).unwrap_or(0);
-                let Some(offset) = text(HEADER_OFFSET).and_then(|t| t.parse::<i64>().ok()) else { return Ok(()) };
-                let key = (epoch, offset);
-                last = last.max(Some(key));
-                match down_to {
-                    Some(floor) if key <= floor => reached = true,
-                    Some(_) => {
-                        above.insert(key);
-                    }
-                    None => reached = true,
-                }
-                Ok(())
-            })
-            .map_err(|e| e.to_string())?;
-        if reached {
-            break;
-        }
-        end = start;
-        window = window.saturating_mul(4);
-    }
-    Ok((last, above))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use rdkafka::message::{Header, OwnedHeaders};
-    use rdkafka::mocking::MockCluster;
-    use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
-
-    use super::*;
-
-    fn publish(producer: &BaseProducer, source: &str, partition: &str, epoch: u32, offset: i64) {
-        let (epoch, offset) = (epoch.to_string(), offset.to_string());
-        let headers = OwnedHeaders::new()
-            .insert(Header { key: HEADER_TOPIC, value: Some(source) })
-            .insert(Header { key: HEADER_PARTITION, value: Some(partition) })
-            .insert(Header { key: HEADER_OFFSET, value: Some(offset.as_str()) })
-            .insert(Header { key: HEADER_EPOCH, value: Some(epoch.as_str()) });
-        let record = BaseRecord::<str, str>::to("out").partition(0).key("order").payload("x").headers(headers);
-        if let Err((error, _)) = producer.send(record) {
-            panic!("send: {error}");
-        }
-    }
-
-    /// What a relay finds on its output partition after a failed round:
-    /// only its own input partition's records, the ones past the floor
-    /// (gaps included), and the highest.
-    #[test]
-    fn reads_back_what_landed_past_the_floor() {
-        let cluster: MockCluster<'static, DefaultProducerContext> = MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("out", 1, 1).expect("topic");
-        let producer: BaseProducer =
-            rdkafka::ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).create().expect("producer");
-        for offset in 0..10 {
-            publish(&producer, "in", "0", 0, offset);
-            publish(&producer, "in", "1", 0, 100 + offset); // another input partition
-            publish(&producer, "other", "0", 0, 200 + offset); // another input topic
-        }
-        for offset in [10, 12] {
-            publish(&producer, "in", "0", 0, offset); // 11 never landed
-        }
-        producer.flush(Duration::from_secs(10)).expect("flush");
-        let mut config = Config::defaults().expect("config");
-        config.kafka.bootstrap_servers = cluster.bootstrap_servers();
-        let read = |down_to| read_back(&config, "out", "in", 0, down_to).expect("read back");
-
-        assert_eq!(read(None), (Some((0, 12)), HashSet::new()), "the highest, without a floor");
-        let (last, above) = read(Some((0, 4)));
-        assert_eq!(last, Some((0, 12)));
-        assert_eq!(above, [5, 6, 7, 8, 9, 10, 12].into_iter().map(|o| (0, o)).collect::<HashSet<_>>());
-        assert_eq!(read(Some((0, 12))).1, HashSet::new(), "nothing above the floor");
-        assert_eq!(read(Some((1, 0))).1, HashSet::new(), "a later epoch's floor is above every record of epoch 0");
     }
 }

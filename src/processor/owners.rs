@@ -9,7 +9,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::context::OrderlyContext;
 use crate::config::Config;
-use crate::telemetry::{GroupOwners, Member};
+use crate::telemetry::{GroupOwners, Member, OwnersError};
 
 /// How long one reading of the group's members is reused.
 const CACHE_FOR: Duration = Duration::from_secs(5);
@@ -30,8 +30,8 @@ impl OwnersSlot {
 }
 
 impl GroupOwners for OwnersSlot {
-    fn owner(&self, partition: i32) -> Result<Option<Member>, String> {
-        self.0.get().ok_or_else(|| "the processor has not joined the group yet".to_string())?.owner(partition)
+    fn owner(&self, partition: i32) -> Result<Option<Member>, OwnersError> {
+        self.0.get().ok_or(OwnersError::NotJoined)?.owner(partition)
     }
 }
 
@@ -45,15 +45,17 @@ struct ConsumerOwners {
 }
 
 impl ConsumerOwners {
-    fn assignments(&self) -> Result<Arc<Assignments>, String> {
-        let mut cache = self.cache.lock().map_err(|_| "cache lock poisoned".to_string())?;
+    fn assignments(&self) -> Result<Arc<Assignments>, OwnersError> {
+        // A panic while the lock was held leaves at worst a stale reading,
+        // which expires like any other.
+        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some((at, cached)) = cache.as_ref() {
             if at.elapsed() < CACHE_FOR {
                 return Ok(cached.clone());
             }
         }
-        let consumer = self.consumer.upgrade().ok_or("the consumer is closed")?;
-        let members = crate::group_members::describe_group(consumer.client(), &self.group, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        let consumer = self.consumer.upgrade().ok_or(OwnersError::Closed)?;
+        let members = crate::group_members::describe_group(consumer.client(), &self.group, Duration::from_secs(2))?;
         let out: Assignments = members
             .into_iter()
             .map(|m| {
@@ -68,7 +70,7 @@ impl ConsumerOwners {
 }
 
 impl GroupOwners for ConsumerOwners {
-    fn owner(&self, partition: i32) -> Result<Option<Member>, String> {
+    fn owner(&self, partition: i32) -> Result<Option<Member>, OwnersError> {
         Ok(self.assignments()?.iter().find(|(_, partitions)| partitions.contains(&partition)).map(|(m, _)| m.clone()))
     }
 }

@@ -91,8 +91,11 @@ pub enum RedriveError {
     Watermarks { topic: String, partition: i32, cause: KafkaError },
     #[error("cannot read the committed re-drive progress of group {group}: {cause}")]
     Committed { group: String, cause: KafkaError },
-    #[error("reading {topic} partition {partition} stopped at offset {at}, before its end offset {end}: no record for {waited_s} s")]
-    Stalled { topic: String, partition: i32, at: i64, end: i64, waited_s: u64 },
+    /// A range of the dead-letter topic or the re-drive log could not be
+    /// read (the reader's message names the partition; a stalled read too).
+    /// Boxed: it would make every `Result` of this module the larger.
+    #[error(transparent)]
+    Read(Box<crate::partition_reader::ReadError>),
     #[error(
         "re-publishing the letter of {input_topic} partition {partition} offset {offset} failed: {cause}; the letters \
          acknowledged before it are recorded, run the replay again"
@@ -104,6 +107,12 @@ pub enum RedriveError {
     RedriveRecord { topic: String, partition: i32, cause: KafkaError },
     #[error("committing re-drive progress of group {group} (dead-letter partition {partition} at {offset}) failed: {cause}")]
     Commit { group: String, partition: i32, offset: i64, cause: KafkaError },
+}
+
+impl From<crate::partition_reader::ReadError> for RedriveError {
+    fn from(error: crate::partition_reader::ReadError) -> Self {
+        RedriveError::Read(Box::new(error))
+    }
 }
 
 /// A progress line for long runs: after the first second, then every 5 s.

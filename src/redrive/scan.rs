@@ -1,19 +1,19 @@
 //! Reading the dead-letter topic by assignment: metadata, watermarks, the
 //! re-drive group's committed progress, a partition range read record by
-//! record, and commits of progress.
+//! record (by the shared [`PartitionReader`]), and commits of progress.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::debug;
 
 use super::{redrive_group, RedriveError};
 use crate::config::Config;
 use crate::kafka::redrive_consumer_config;
+use crate::partition_reader::{PartitionReader, Stall};
 
 /// How long one broker request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -135,48 +135,15 @@ impl Dlq {
         partition: i32,
         from: i64,
         end: i64,
-        mut each: impl FnMut(&BorrowedMessage<'_>) -> Result<(), RedriveError>,
+        each: impl FnMut(&BorrowedMessage<'_>) -> Result<(), RedriveError>,
     ) -> Result<(), RedriveError> {
         if from >= end {
             return Ok(());
         }
-        let consumer: BaseConsumer = self.client.create().map_err(|cause| RedriveError::Client { cause })?;
-        let mut assignment = TopicPartitionList::with_capacity(1);
-        assignment
-            .add_partition_offset(topic, partition, Offset::Offset(from))
-            .and_then(|()| consumer.assign(&assignment))
-            .map_err(|cause| RedriveError::Client { cause })?;
-        drop(assignment);
-        let mut next = from;
-        let mut last_record = Instant::now();
-        while next < end {
-            match consumer.poll(Duration::from_millis(100)) {
-                Some(Ok(message)) if message.partition() == partition => {
-                    if message.offset() >= end {
-                        break;
-                    }
-                    each(&message)?;
-                    next = crate::store::next_offset_after(message.offset());
-                    last_record = Instant::now();
-                }
-                // The partition's end as of this read, at or past `end`:
-                // the offsets left before `end` hold no record (compaction,
-                // transaction markers).
-                Some(Err(KafkaError::PartitionEOF(p))) if p == partition => break,
-                // librdkafka reports connection trouble and retries on its own.
-                Some(Err(error)) => debug!(topic, partition, %error, "consumer error while reading; retrying"),
-                Some(Ok(_)) | None => {}
-            }
-            if last_record.elapsed() >= STALL_LIMIT {
-                return Err(RedriveError::Stalled {
-                    topic: topic.to_string(),
-                    partition,
-                    at: next,
-                    end,
-                    waited_s: STALL_LIMIT.as_secs(),
-                });
-            }
-        }
-        Ok(())
+        // A reader of its own for each range (the settings report the end
+        // of a partition), failing rather than waiting forever on a broker
+        // that sends nothing.
+        let reader = PartitionReader::new(&self.client, topic, partition)?.on_stall(Stall::Fail(STALL_LIMIT));
+        reader.scan(from, end, each)
     }
 }

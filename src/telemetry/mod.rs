@@ -14,7 +14,7 @@ pub mod histogram;
 pub mod status;
 pub mod vocabulary;
 
-pub use vocabulary::{Backlog, GroupOwners, Member, Phase};
+pub use vocabulary::{Backlog, GroupOwners, Member, OwnersError, Phase};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};

@@ -58,6 +58,19 @@ pub struct Member {
 /// Who owns a partition, from the group's metadata (a broker request).
 pub trait GroupOwners: Send + Sync {
     /// `Ok(None)`: the group metadata does not say (no member lists it).
-    fn owner(&self, partition: i32) -> Result<Option<Member>, String>;
+    fn owner(&self, partition: i32) -> Result<Option<Member>, OwnersError>;
+}
+
+/// Why [`GroupOwners::owner`] cannot say. The HTTP endpoint answers "not
+/// here" all the same (without an owner) and logs this at debug level.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnersError {
+    #[error("the processor has not joined the group yet")]
+    NotJoined,
+    #[error("the consumer is closed")]
+    Closed,
+    /// The group's metadata could not be read (the message names the group).
+    #[error(transparent)]
+    Describe(#[from] crate::group_members::DescribeError),
 }
 
