@@ -4,11 +4,19 @@
 //! ever stored. A crash before the store write redoes the write-out from the
 //! same input and the same state: the same status changes, with the same
 //! event ids, are published again (at least once, as with the relay).
+//!
+//! A redo may cut its write-outs differently, so before a partition's
+//! first publish its output partition is read back for the last status
+//! change its input partition published ([`StatusOutput::published_floor`]),
+//! and what is at or below it is not sent again: per order the versions
+//! never go backwards on the output topic.
 
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
+use super::read_back::read_back;
 use super::{status_headers, OutboxEncoder};
+use crate::config::Config;
 use crate::event::OutboxRecord;
 
 /// Why a write-out's status changes did not all reach the output topic.
@@ -18,7 +26,13 @@ pub enum PublishError {
     Encode { order_id: String, message: String },
     #[error("cannot publish status changes to {topic} partition {partition}: {cause}")]
     Produce { topic: String, partition: i32, cause: KafkaError },
+    #[error("cannot read output partition {partition} of {topic} back: {cause}")]
+    ReadBack { topic: String, partition: i32, cause: String },
 }
+
+/// The (epoch, source offset) of the last status change an input
+/// partition published; `None`: none found.
+pub type Floor = Option<(u32, i64)>;
 
 /// Where a partition's status changes go.
 pub struct StatusOutput<'a> {
@@ -33,11 +47,26 @@ pub struct StatusOutput<'a> {
 }
 
 impl StatusOutput<'_> {
-    /// Produces `records` in order and returns once the broker acknowledged
-    /// every one (librdkafka retries on its own until its delivery timeout).
-    pub async fn publish(&self, records: &[OutboxRecord]) -> Result<(), PublishError> {
+    /// Reads the output partition back for the last status change of this
+    /// input partition (on a blocking thread).
+    pub async fn published_floor(&self, config: &Config) -> Result<Floor, PublishError> {
+        let (config, topic, source, partition) =
+            (config.clone(), self.topic.to_string(), self.source_topic.to_string(), self.partition);
+        let read = tokio::task::spawn_blocking(move || read_back(&config, &topic, &source, partition, None));
+        let error = |cause: String| PublishError::ReadBack { topic: self.topic.to_string(), partition: self.partition, cause };
+        match read.await {
+            Ok(Ok((last, _))) => Ok(last),
+            Ok(Err(e)) => Err(error(e.to_string())),
+            Err(join) => Err(error(join.to_string())),
+        }
+    }
+
+    /// Produces the `records` above `floor`, in order, and returns once the
+    /// broker acknowledged every one (librdkafka retries on its own until
+    /// its delivery timeout).
+    pub async fn publish(&self, records: &[OutboxRecord], floor: Floor) -> Result<(), PublishError> {
         let mut acks = Vec::with_capacity(records.len());
-        for record in records {
+        for record in records.iter().filter(|r| floor.is_none_or(|f| (r.epoch, r.source_offset) > f)) {
             let payload = self
                 .encoder
                 .encode(record)

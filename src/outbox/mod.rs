@@ -14,6 +14,7 @@
 //! acknowledged it, when the changelog is on).
 
 pub mod direct;
+pub(crate) mod read_back;
 pub mod relay;
 
 use apache_avro::types::Value;

@@ -22,9 +22,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 mod error;
-mod read_back;
 
-use read_back::{read_back, ReadBack};
+use super::read_back::{read_back, ReadBack};
 
 pub use error::RelayError;
 

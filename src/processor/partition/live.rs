@@ -14,7 +14,7 @@ use super::{PartitionTask, Reply};
 use crate::config::OutboxDelivery;
 use crate::event::OutboxRecord;
 use crate::fault::{self, Point};
-use crate::outbox::direct::{PublishError, StatusOutput};
+use crate::outbox::direct::{Floor, PublishError, StatusOutput};
 use crate::partition_state::{PartitionState, PreparedWrite};
 use crate::processor::flusher::FlushMsg;
 use crate::processor::transaction::{Round, TxnError};
@@ -37,12 +37,16 @@ pub(super) struct Live {
     pub(super) task: PartitionTask,
     /// The outbox relay (outbox on, at_least_once).
     relay: Option<RelayHandle>,
+    /// Write-out delivery: the last status change this input partition
+    /// published before (read back once, before the first publish); `None`
+    /// until read.
+    status_floor: Option<Floor>,
 }
 
 impl Live {
     /// Starts the relay over the state as restored.
     pub(super) fn start(task: PartitionTask) -> Result<Self, ProcessError> {
-        let mut live = Live { task, relay: None };
+        let mut live = Live { task, relay: None, status_floor: None };
         live.start_relay()?;
         Ok(live)
     }
@@ -118,16 +122,12 @@ impl Live {
     pub(super) async fn drain_outbox(&mut self) -> Result<(), ProcessError> {
         let Some(relay) = self.relay.take() else { return Ok(()) };
         let deadline = Instant::now() + Duration::from_millis(self.task.shared.config.processing.shutdown_timeout_ms / 2);
-        let tree = self.task.state.store().clone();
-        let limit = self.task.state.written().map(|c| c.next_offset).unwrap_or(0);
-        let pending = |tree: &crate::store::PartitionStore, after: i64| tree.outbox_between(after, limit, 1).map(|r| r.is_empty());
         loop {
-            let through = relay.published.load(Ordering::SeqCst);
-            if pending(&tree, through)? {
+            if self.relay_caught_up(&relay)? {
                 break;
             }
             if Instant::now() >= deadline {
-                let left = tree.outbox_backlog()?.0;
+                let left = self.task.state.store().outbox_backlog()?.0;
                 warn!(partition = self.task.partition, left, "outbox not drained before the deadline; the next owner publishes the rest");
                 break;
             }
@@ -139,6 +139,32 @@ impl Live {
         if let Some(relay) = self.relay.take() {
             drop(relay.written);
             relay.join.abort();
+        }
+        Ok(())
+    }
+
+    /// True when the relay published every outbox row written so far.
+    fn relay_caught_up(&self, relay: &RelayHandle) -> Result<bool, crate::store::StoreError> {
+        let limit = self.task.state.written().map(|c| c.next_offset).unwrap_or(0);
+        let through = relay.published.load(Ordering::SeqCst);
+        Ok(self.task.state.store().outbox_between(through, limit, 1)?.is_empty())
+    }
+
+    /// Write-out delivery over rows a relay left: waits until the relay
+    /// published them, so no write-out's newer status change of an order
+    /// lands before an older one of the rows.
+    async fn wait_for_left_rows(&mut self) -> Result<(), ProcessError> {
+        while let Some(relay) = &self.relay {
+            if self.relay_caught_up(relay)? {
+                info!(partition = self.task.partition, "the outbox rows left by relay delivery are published");
+                self.collect_published();
+                if let Some(relay) = self.relay.take() {
+                    drop(relay.written);
+                    relay.join.abort();
+                }
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(())
     }
@@ -211,8 +237,12 @@ impl Live {
     /// changelog's producer when there is one) and waits for the
     /// acknowledgements: before the changelog's checkpoint record is sent,
     /// and so before the store is written.
-    async fn publish_status(&self, records: &[OutboxRecord], producer: Option<&FutureProducer>) -> Result<(), ProcessError> {
-        let Some(setup) = self.task.shared.outbox.as_ref().filter(|_| !records.is_empty()) else { return Ok(()) };
+    async fn publish_status(&mut self, records: &[OutboxRecord], producer: Option<&FutureProducer>) -> Result<(), ProcessError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.wait_for_left_rows().await?;
+        let Some(setup) = self.task.shared.outbox.as_ref() else { return Ok(()) };
         let own;
         let producer = match producer {
             Some(producer) => producer,
@@ -232,7 +262,18 @@ impl Live {
             source_topic: &self.task.shared.topic,
             partition: self.task.partition,
         };
-        output.publish(records).await?;
+        let floor = match self.status_floor {
+            Some(floor) => floor,
+            None => {
+                let floor = output.published_floor(&self.task.shared.config).await?;
+                if let Some((epoch, offset)) = floor {
+                    debug!(partition = self.task.partition, epoch, offset, "status changes at or below this source offset were published before");
+                }
+                floor
+            }
+        };
+        output.publish(records, floor).await?;
+        self.status_floor = Some(floor);
         Ok(())
     }
 

@@ -1,7 +1,7 @@
-//! Reading a relay's output partition back: what its input partition
-//! published there before (by an earlier owner or run), and after a failed
-//! round what landed all the same, so nothing is published twice and no
-//! order's versions go backwards on the output topic.
+//! Reading an output partition back: what its input partition published
+//! there before (by an earlier owner or run; the relay, or write-outs), and
+//! after a relay's failed round what landed all the same, so no order's
+//! versions go backwards on the output topic.
 
 use std::collections::HashSet;
 
@@ -14,14 +14,14 @@ use crate::partition_reader::{PartitionReader, ReadError};
 const LOOK_BACK: i64 = 100_000;
 
 /// The highest (epoch, source offset) found and the set above `down_to`.
-pub(super) type ReadBack = (Option<(u32, i64)>, HashSet<(u32, i64)>);
+pub(crate) type ReadBack = (Option<(u32, i64)>, HashSet<(u32, i64)>);
 
 /// Reads output partition `partition` of `topic` back from its end, in
 /// growing windows, for records of input partition `partition` of `source`:
 /// the highest (epoch, source offset) found, and every one above `down_to`.
 /// Stops at the first window with one at or below `down_to` (without it:
 /// with any), or [`LOOK_BACK`] records from the end.
-pub(super) fn read_back(config: &Config, topic: &str, source: &str, partition: i32, down_to: Option<(u32, i64)>) -> Result<ReadBack, ReadError> {
+pub(crate) fn read_back(config: &Config, topic: &str, source: &str, partition: i32, down_to: Option<(u32, i64)>) -> Result<ReadBack, ReadError> {
     let reader = PartitionReader::new(&crate::kafka::reader_consumer_config(config), topic, partition)?;
     let (low, high) = reader.watermarks()?;
     let partition_text = partition.to_string();
