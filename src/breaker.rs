@@ -9,12 +9,12 @@ use std::fmt;
 
 /// The limits, from `[processing]` (0 turns a limit off).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Dead letters in a row that trip the breaker.
-    pub max_consecutive: u64,
+    pub(crate) max_consecutive: u64,
     /// The share of dead letters among `window` records that trips it (in
     /// `(0, 1]`; 0 is off).
-    pub max_ratio: f64,
+    pub(crate) max_ratio: f64,
     /// The records of one ratio window, counted from the partition's
     /// assignment in windows one after the other.
     pub window: u64,
@@ -48,7 +48,7 @@ impl fmt::Display for Trip {
 
 /// One partition's breaker.
 #[derive(Debug, Clone)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     limits: Limits,
     consecutive: u64,
     in_window: u64,
@@ -56,7 +56,7 @@ pub struct Breaker {
 }
 
 impl Breaker {
-    pub fn new(limits: Limits) -> Self {
+    pub(crate) fn new(limits: Limits) -> Self {
         Breaker { limits, consecutive: 0, in_window: 0, dead_in_window: 0 }
     }
 
@@ -64,7 +64,7 @@ impl Breaker {
     /// returns the first trip among them. A tripped breaker's batch is
     /// neither dead-lettered nor decided: nothing moves past it. A batch
     /// that does not trip it is taken into its counts.
-    pub fn observe(&mut self, dead: impl IntoIterator<Item = bool>) -> Option<Trip> {
+    pub(crate) fn observe(&mut self, dead: impl IntoIterator<Item = bool>) -> Option<Trip> {
         let mut next = self.clone();
         for is_dead in dead {
             if let Some(trip) = next.one(is_dead) {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// The defaults, documented key by key.
-pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+pub(crate) const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 /// librdkafka settings the guarantees depend on: a pass-through may not set them.
 const FORCED_KEYS: &[(&str, &str)] = &[
@@ -78,7 +78,7 @@ pub enum ConfigError {
 }
 
 /// What `config show` prints in place of a secret.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// Parts of librdkafka setting names whose values are secrets (passwords,
 /// private keys, JAAS and OAuth configurations, tokens).
@@ -86,7 +86,7 @@ const SECRET_MARKERS: &[&str] =
     &["password", "secret", "sasl.jaas", "sasl.oauthbearer.config", "ssl.key.pem", "ssl_key", "token", "credential"];
 
 /// True when a librdkafka setting's value must not be printed.
-pub fn is_secret_key(key: &str) -> bool {
+pub(crate) fn is_secret_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     SECRET_MARKERS.iter().any(|marker| key.contains(marker))
 }
@@ -129,9 +129,9 @@ pub struct OutboxConfig {
     /// always sends them in the write-out's transaction).
     pub delivery: OutboxDelivery,
     /// Pending records per partition past which the backlog is a warning.
-    pub backlog_warn: u64,
+    pub(crate) backlog_warn: u64,
     /// Age of the oldest pending record past which it is a warning.
-    pub backlog_warn_age: HumanDuration,
+    pub(crate) backlog_warn_age: HumanDuration,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -154,12 +154,12 @@ pub struct KafkaConfig {
     pub changelog_topic: String,
     /// Replication factor of a changelog topic orderly creates (-1: the
     /// broker's default).
-    pub changelog_replication_factor: i32,
+    pub(crate) changelog_replication_factor: i32,
     /// Where `OrderStatusChanged` events go (the outbox); `""` is off.
     pub output_topic: String,
     /// How the producers of the input topic map an `order_id` to a
     /// partition (librdkafka's partitioner names), for `/state/{order_id}`.
-    pub input_partitioner: String,
+    pub(crate) input_partitioner: String,
     /// Raw librdkafka settings, applied before the forced ones.
     #[serde(default)]
     pub librdkafka: BTreeMap<String, toml::Value>,
@@ -286,12 +286,12 @@ pub struct ProcessingConfig {
     pub dead_letter_max_consecutive: u64,
     /// ...or the share of dead letters in a window of records (0: off).
     pub dead_letter_max_ratio: f64,
-    pub dead_letter_ratio_window: u64,
+    pub(crate) dead_letter_ratio_window: u64,
 }
 
 impl ProcessingConfig {
     /// The dead-letter breaker's limits.
-    pub fn breaker_limits(&self) -> crate::breaker::Limits {
+    pub(crate) fn breaker_limits(&self) -> crate::breaker::Limits {
         crate::breaker::Limits {
             max_consecutive: self.dead_letter_max_consecutive,
             max_ratio: self.dead_letter_max_ratio,
@@ -501,7 +501,7 @@ impl Config {
     }
 
     /// `outbox.backlog_warn_age` as a duration (checked when loaded).
-    pub fn outbox_warn_age(&self) -> Duration {
+    pub(crate) fn outbox_warn_age(&self) -> Duration {
         self.outbox.backlog_warn_age.get()
     }
 
@@ -530,7 +530,7 @@ impl Config {
     }
 
     /// The pass-through librdkafka settings as strings.
-    pub fn librdkafka_passthrough(&self) -> impl Iterator<Item = (&str, String)> {
+    pub(crate) fn librdkafka_passthrough(&self) -> impl Iterator<Item = (&str, String)> {
         self.kafka.librdkafka.iter().map(|(k, v)| {
             let text = match v {
                 toml::Value::String(s) => s.clone(),
@@ -619,7 +619,7 @@ fn apply_env(table: &mut toml::Table, defaults: &toml::Table, var: &str, raw: &s
 
 /// The librdkafka property an environment name part sets: `sasl_password`
 /// is "sasl.password".
-pub fn librdkafka_name(part: &str) -> String {
+pub(crate) fn librdkafka_name(part: &str) -> String {
     part.to_ascii_lowercase().replace('_', ".")
 }
 
@@ -704,7 +704,7 @@ fn names(table: &toml::Table) -> String {
 }
 
 /// Parses `250ms`, `30s`, `15m`, `12h`, `7d`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);

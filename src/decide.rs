@@ -58,7 +58,7 @@ pub fn decide(state: Option<&OrderState>, entry: Option<&InboxEntry>, event: &Or
 }
 
 /// The entry for `event`'s version among the state's recent inbox entries.
-pub fn recent_entry(state: Option<&OrderState>, event: &OrderEvent) -> Option<InboxEntry> {
+pub(crate) fn recent_entry(state: Option<&OrderState>, event: &OrderEvent) -> Option<InboxEntry> {
     match state?.inbox.slot(event.version) {
         InboxSlot::Recent(entry) => entry,
         _ => None,
@@ -71,13 +71,13 @@ pub struct InboxSpill {
     /// A full chunk of entries to store under its own key.
     pub chunk: Option<Vec<InboxEntry>>,
     /// Chunks (by first version) past the retention window, to delete.
-    pub expired: Vec<i64>,
+    pub(crate) expired: Vec<i64>,
 }
 
 /// Applies `event` (decided [`Decision::Apply`]) to the order's state in
 /// place: the event's carried state, its id appended to the inbox. Takes the
 /// event by value so its strings move into the state.
-pub fn apply_in_place(state: &mut OrderState, event: OrderEvent, now_ms: i64, retention_ms: i64) -> InboxSpill {
+pub(crate) fn apply_in_place(state: &mut OrderState, event: OrderEvent, now_ms: i64, retention_ms: i64) -> InboxSpill {
     debug_assert_eq!(state.order_id, event.order_id);
     let horizon = now_ms.saturating_sub(retention_ms);
     let entry = InboxEntry { version: event.version, id_hash: event_id_hash(&event.event_id), applied_at_ms: now_ms };

@@ -60,17 +60,17 @@ pub struct DemoSummary {
     pub dead_lettered: u64,
     pub expected: ExpectedCounts,
     pub counts_match_expected: bool,
-    pub outcomes_add_up: bool,
+    pub(crate) outcomes_add_up: bool,
     pub state_matches_expected: bool,
-    pub state_mismatches: usize,
-    pub dlq_topic_records: i64,
+    pub(crate) state_mismatches: usize,
+    pub(crate) dlq_topic_records: i64,
     /// OrderStatusChanged records on the output topic (the outbox), their
     /// distinct event ids, and the status changes the generator expects.
     pub outbox_records: u64,
-    pub outbox_distinct: u64,
-    pub outbox_expected: u64,
+    pub(crate) outbox_distinct: u64,
+    pub(crate) outbox_expected: u64,
     /// The distinct event ids published are exactly the expected ones.
-    pub outbox_matches_expected: bool,
+    pub(crate) outbox_matches_expected: bool,
     /// `processing.guarantee` of the run.
     pub guarantee: &'static str,
     /// From starting the processor until the checkpoints covered every
@@ -154,7 +154,7 @@ impl From<rdkafka::error::KafkaError> for DemoError {
 /// librdkafka's mock cluster keeps at most 5 MiB or 100,000 record batches
 /// per partition and silently deletes older ones; a demo over a truncated topic
 /// would prove nothing, so it stops here.
-pub fn check_mock_retention(bootstrap: &str, topic: &str, partitions: i32) -> Result<(), DemoError> {
+pub(crate) fn check_mock_retention(bootstrap: &str, topic: &str, partitions: i32) -> Result<(), DemoError> {
     let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
     for partition in 0..partitions {
         let (low, _) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(5))?;

@@ -15,7 +15,7 @@ pub enum EventType {
 
 impl EventType {
     /// The Avro enum symbols, in schema order.
-    pub const SYMBOLS: [&'static str; 5] = ["CREATED", "PAID", "SHIPPED", "DELIVERED", "CANCELLED"];
+    pub(crate) const SYMBOLS: [&'static str; 5] = ["CREATED", "PAID", "SHIPPED", "DELIVERED", "CANCELLED"];
 
     pub fn as_str(self) -> &'static str {
         Self::SYMBOLS[self.index()]
@@ -31,7 +31,7 @@ impl EventType {
         }
     }
 
-    pub fn from_index(index: usize) -> Option<Self> {
+    pub(crate) fn from_index(index: usize) -> Option<Self> {
         [
             EventType::Created,
             EventType::Paid,
@@ -43,14 +43,14 @@ impl EventType {
         .copied()
     }
 
-    pub fn from_symbol(symbol: &str) -> Option<Self> {
+    pub(crate) fn from_symbol(symbol: &str) -> Option<Self> {
         Self::SYMBOLS.iter().position(|s| *s == symbol).and_then(Self::from_index)
     }
 }
 
 /// The currency a v1 record (which has no `currency` field) is read with: the
 /// default of the v2 reader schema.
-pub const DEFAULT_CURRENCY: &str = "EUR";
+pub(crate) const DEFAULT_CURRENCY: &str = "EUR";
 
 /// One decoded order event (the v2 reader's view of any writer version).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,7 +76,7 @@ pub struct OrderEvent {
 /// is dropped either way. A collision could only count a stale event as a
 /// duplicate, with probability 2^-64 per look-up (it must also carry the same
 /// order and version as an applied event).
-pub fn event_id_hash(event_id: &str) -> u64 {
+pub(crate) fn event_id_hash(event_id: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(event_id.as_bytes())
 }
 
@@ -87,10 +87,10 @@ pub struct InboxEntry {
     /// increase, so an inbox is sorted by version and searched by it.
     pub version: i64,
     /// [`event_id_hash`] of the applied event's id.
-    pub id_hash: u64,
+    pub(crate) id_hash: u64,
     /// Wall-clock milliseconds when the event was applied; an entry older than
     /// the retention window no longer counts (it is as if pruned).
-    pub applied_at_ms: i64,
+    pub(crate) applied_at_ms: i64,
 }
 
 impl InboxEntry {
@@ -104,15 +104,15 @@ impl InboxEntry {
 /// How many entries the inbox keeps inside the order's state value; when the
 /// tail reaches this many, they move into one chunk key of their own, written
 /// once and read only to classify an old redelivery.
-pub const INBOX_CHUNK: usize = 32;
+pub(crate) const INBOX_CHUNK: usize = 32;
 
 /// A chunk of older inbox entries stored under its own key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkRef {
     /// Version of the chunk's first entry (its key).
-    pub first_version: i64,
+    pub(crate) first_version: i64,
     /// When its newest entry was applied: the chunk expires with it.
-    pub last_applied_at_ms: i64,
+    pub(crate) last_applied_at_ms: i64,
 }
 
 /// An order's applied event ids within the retention window: the newest
@@ -123,14 +123,14 @@ pub struct ChunkRef {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inbox {
     /// Newest entries, by version.
-    pub recent: Vec<InboxEntry>,
+    pub(crate) recent: Vec<InboxEntry>,
     /// Older chunks within the retention window, by version.
     pub chunks: Vec<ChunkRef>,
 }
 
 /// Where the inbox entry for a version lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InboxSlot {
+pub(crate) enum InboxSlot {
     /// In the state value (found or not).
     Recent(Option<InboxEntry>),
     /// In the chunk that starts at this version (read it to know).
@@ -150,7 +150,7 @@ impl Inbox {
     }
 
     /// Where the entry of `version` would be. O(log n), no I/O.
-    pub fn slot(&self, version: i64) -> InboxSlot {
+    pub(crate) fn slot(&self, version: i64) -> InboxSlot {
         if let Some(first) = self.recent.first() {
             if version >= first.version {
                 let found = self.recent.binary_search_by_key(&version, |e| e.version).ok().map(|i| self.recent[i]);
@@ -182,7 +182,7 @@ impl Inbox {
     }
 
     /// Rough heap bytes, for the cache budget.
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.recent.capacity() * std::mem::size_of::<InboxEntry>() + self.chunks.capacity() * std::mem::size_of::<ChunkRef>()
     }
 }
@@ -234,7 +234,7 @@ impl OrderState {
     }
 
     /// Rough heap and inline bytes, for the cache budget.
-    pub fn approx_bytes(&self) -> usize {
+    pub(crate) fn approx_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
             + self.order_id.capacity()
             + self.order.currency.capacity()
@@ -258,7 +258,7 @@ pub struct StateView {
 
 impl StateView {
     /// The state an event carries, as the store would hold it after applying it.
-    pub fn of_event(event: &OrderEvent) -> Self {
+    pub(crate) fn of_event(event: &OrderEvent) -> Self {
         StateView {
             order_id: event.order_id.clone(),
             version: event.version,
@@ -379,14 +379,14 @@ pub struct OutboxRecord {
     pub event_id: String,
     pub order_id: String,
     pub version: i64,
-    pub from_status: Option<EventType>,
-    pub to_status: EventType,
+    pub(crate) from_status: Option<EventType>,
+    pub(crate) to_status: EventType,
     pub occurred_at: i64,
     pub source_partition: i32,
     pub source_offset: i64,
     /// When the change was applied (milliseconds since the epoch): the
     /// backlog's age.
-    pub created_ms: i64,
+    pub(crate) created_ms: i64,
     /// The partition's state epoch when it was applied (see
     /// `orderly replay --reset-state`).
     pub epoch: u32,

@@ -1,7 +1,8 @@
-//! Crash points for the crash drill. Tests set `ORDERLY_FAULT=<point>:<n>` to
+//! Crash points for the crash drill, compiled in with the `fault-injection`
+//! feature only (the `e2e` feature turns it on). Tests set `ORDERLY_FAULT=<point>:<n>` to
 //! abort the process (SIGABRT, no cleanup, like a power cut for the
-//! process) the n-th time it reaches `<point>`. Unset in production: one
-//! relaxed atomic load per batch.
+//! process) the n-th time it reaches `<point>`. Without the feature, every
+//! point is a no-op.
 //!
 //! Points: `after_dlq` (dead letters acknowledged, batch not yet written),
 //! `after_batch` (sled batch written, not flushed), `after_flush` (flushed,
@@ -14,11 +15,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-pub const ENV: &str = "ORDERLY_FAULT";
+pub(crate) const ENV: &str = "ORDERLY_FAULT";
 
 /// The crash points there are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Point {
+pub(crate) enum Point {
     AfterDlq,
     AfterBatch,
     AfterFlush,
@@ -45,6 +46,11 @@ struct Armed {
 }
 
 fn armed() -> Option<&'static Armed> {
+    if !cfg!(feature = "fault-injection") {
+        // A build without the feature has no crash switch: ORDERLY_FAULT is
+        // not even read.
+        return None;
+    }
     static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
     ARMED
         .get_or_init(|| {
@@ -66,7 +72,7 @@ fn armed() -> Option<&'static Armed> {
 }
 
 /// Marks that `point` was reached; aborts the process when armed for it.
-pub fn hit(point: Point) {
+pub(crate) fn hit(point: Point) {
     let Some(armed) = armed() else { return };
     if armed.point != point.name() {
         return;
@@ -82,13 +88,13 @@ pub fn hit(point: Point) {
 
 /// Counts a hit of `point` and tells whether it is the armed one, for a
 /// fault that must do something before it aborts ([`abort`]).
-pub fn due(point: Point) -> bool {
+pub(crate) fn due(point: Point) -> bool {
     let Some(armed) = armed() else { return false };
     armed.point == point.name() && armed.hits.fetch_add(1, Ordering::Relaxed) + 1 == armed.at
 }
 
 /// Aborts the process at `point` (after [`due`] said it is time).
-pub fn abort(point: Point) -> ! {
+pub(crate) fn abort(point: Point) -> ! {
     eprintln!("orderly: fault injection: aborting at {}", point.name());
     std::process::abort();
 }

@@ -15,7 +15,7 @@ use rdkafka::client::{Client, ClientContext};
 
 /// One member of a group, as the broker describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupMember {
+pub(crate) struct GroupMember {
     pub member_id: String,
     pub client_id: String,
     pub host: String,
@@ -35,7 +35,7 @@ pub enum DescribeError {
 
 /// Describes `group` with `client`'s connection (any client type can send
 /// admin requests). An unknown or empty group has no members.
-pub fn describe_group<C: ClientContext>(client: &Client<C>, group: &str, timeout: Duration) -> Result<Vec<GroupMember>, DescribeError> {
+pub(crate) fn describe_group<C: ClientContext>(client: &Client<C>, group: &str, timeout: Duration) -> Result<Vec<GroupMember>, DescribeError> {
     let name = CString::new(group).map_err(|_| DescribeError::BadName(group.to_string()))?;
     let rk = client.native_ptr();
     let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);

@@ -22,7 +22,7 @@ pub const HEADER_REDRIVE_COUNT: &str = "orderly.redrive.count";
 pub const HEADER_REDRIVE_SOURCE: &str = "orderly.redrive.source";
 /// Marked a re-drive record in the dead-letter topic, as orderly wrote them
 /// before the re-drive log ([`crate::redrive::log`]); still read, never written.
-pub const HEADER_REDRIVE_DONE: &str = "orderly.redrive.done";
+pub(crate) const HEADER_REDRIVE_DONE: &str = "orderly.redrive.done";
 
 /// Header of every changelog record: the input offset (decimal text) the
 /// write-out it belongs to covers, i.e. its checkpoint's `next_offset`.
@@ -32,8 +32,8 @@ pub const HEADER_COVERS: &str = "orderly.covers";
 /// new epoch with its marker; a restore applies only records of the epoch of
 /// the checkpoint it ends at, so no state from before a reset comes back,
 /// even after compaction removed the tombstones.
-pub const HEADER_EPOCH: &str = "orderly.epoch";
+pub(crate) const HEADER_EPOCH: &str = "orderly.epoch";
 /// Header of every write-out's changelog records: the client id of the
 /// process that wrote them (`orderly-<host>-<pid>`), to tell writers apart
 /// when reading a changelog back (a late writer, an operator's question).
-pub const HEADER_WRITER: &str = "orderly.writer";
+pub(crate) const HEADER_WRITER: &str = "orderly.writer";

@@ -14,7 +14,7 @@ use crate::config::{Config, GroupProtocol};
 /// events): 1,000 messages / 1 MiB per queue kept the processor's rate
 /// (decisions no longer wait on sled, so a short queue does not starve)
 /// and peaked about 75-150 MiB lower than 30,000 / 16 MiB.
-pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
+pub(crate) const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("queued.min.messages", "1000"),
     ("queued.max.messages.kbytes", "1024"),
     ("fetch.queue.backoff.ms", "10"),
@@ -110,7 +110,7 @@ fn producer_with_defaults(config: &Config, defaults: &[(&str, &str)]) -> ClientC
 /// `orderly replay`, the outbox relay's read-back of the output topic): it
 /// never joins a group (partitions are assigned by hand; librdkafka wants a
 /// group id for that) and commits nothing.
-pub fn reader_consumer_config(config: &Config) -> ClientConfig {
+pub(crate) fn reader_consumer_config(config: &Config) -> ClientConfig {
     let mut client = ClientConfig::new();
     for (key, value) in config.librdkafka_passthrough() {
         // Group membership settings belong to the processor's consumer.
@@ -138,7 +138,7 @@ pub fn reader_consumer_config(config: &Config) -> ClientConfig {
 /// by assignment (it never joins `group`, it only commits re-drive progress
 /// under it), never commits on its own, and reports each partition's end so
 /// a scan stops there instead of waiting for more letters.
-pub fn redrive_consumer_config(config: &Config, group: &str) -> ClientConfig {
+pub(crate) fn redrive_consumer_config(config: &Config, group: &str) -> ClientConfig {
     let mut client = passthrough(config);
     client
         .set("bootstrap.servers", &config.kafka.bootstrap_servers)
@@ -172,7 +172,7 @@ pub fn changelog_producer_config(config: &Config) -> ClientConfig {
 /// `acks=all`, a short linger like the changelog's, and a transaction
 /// timeout that lets the broker abort a crashed owner's open transaction
 /// within 30 s even if no new owner fences it sooner.
-pub fn transactional_producer_config(config: &Config, transactional_id: &str) -> ClientConfig {
+pub(crate) fn transactional_producer_config(config: &Config, transactional_id: &str) -> ClientConfig {
     let mut client = producer_with_defaults(config, &[("linger.ms", "5"), ("transaction.timeout.ms", "30000")]);
     client.set("transactional.id", transactional_id);
     client
@@ -187,7 +187,7 @@ pub fn transactional_producer_config(config: &Config, transactional_id: &str) ->
 /// relay's retry of it landed after a newer status of the same order (seen
 /// on Apache Kafka with 10 s: version 3, then 2, after a restart of about
 /// 12 s). A longer outage can still do that (see docs/concepts.md, the outbox).
-pub fn outbox_producer_config(config: &Config) -> ClientConfig {
+pub(crate) fn outbox_producer_config(config: &Config) -> ClientConfig {
     producer_with_defaults(config, &[("linger.ms", "25"), ("message.timeout.ms", "60000"), ("allow.auto.create.topics", "false")])
 }
 
@@ -201,7 +201,7 @@ fn passthrough(config: &Config) -> ClientConfig {
 
 /// The partition's high watermark as the consumer last fetched it (no
 /// request to the broker): `None` before its first fetch response.
-pub fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
+pub(crate) fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
     consumer: &rdkafka::consumer::BaseConsumer<C>,
     topic: &std::ffi::CStr,
     partition: i32,
@@ -231,7 +231,7 @@ pub const COMMIT_METADATA: &str = "orderly";
 
 /// A commit list of `topic`'s `(partition, next offset)` pairs, each tagged
 /// with [`COMMIT_METADATA`].
-pub fn commit_list(topic: &str, offsets: impl IntoIterator<Item = (i32, i64)>) -> rdkafka::error::KafkaResult<rdkafka::TopicPartitionList> {
+pub(crate) fn commit_list(topic: &str, offsets: impl IntoIterator<Item = (i32, i64)>) -> rdkafka::error::KafkaResult<rdkafka::TopicPartitionList> {
     let mut tpl = rdkafka::TopicPartitionList::new();
     for (partition, next_offset) in offsets {
         let mut elem = tpl.add_partition(topic, partition);
@@ -267,7 +267,7 @@ const QUEUE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Hands `record` to librdkafka, waiting while its queue is full; any other
 /// error is returned. The future resolves on delivery.
-pub async fn send_when_queued<K, P, C>(
+pub(crate) async fn send_when_queued<K, P, C>(
     producer: &rdkafka::producer::FutureProducer<C>,
     mut record: rdkafka::producer::FutureRecord<'_, K, P>,
 ) -> Result<rdkafka::producer::DeliveryFuture, rdkafka::error::KafkaError>
@@ -287,7 +287,7 @@ where
 
 /// [`send_when_queued`] for threads that may block: waits while the
 /// producer's queue is full, for at most 30 s (then the queue-full error).
-pub fn send_blocking<K, P, C>(
+pub(crate) fn send_blocking<K, P, C>(
     producer: &rdkafka::producer::FutureProducer<C>,
     mut record: rdkafka::producer::FutureRecord<'_, K, P>,
 ) -> Result<rdkafka::producer::DeliveryFuture, rdkafka::error::KafkaError>
@@ -316,7 +316,7 @@ pub fn header<'m>(message: &'m rdkafka::message::BorrowedMessage<'_>, name: &str
 }
 
 /// [`header`] as text (`None` when absent or not UTF-8).
-pub fn header_str<'m>(message: &'m rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<&'m str> {
+pub(crate) fn header_str<'m>(message: &'m rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<&'m str> {
     header(message, name).and_then(|v| std::str::from_utf8(v).ok())
 }
 

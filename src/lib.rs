@@ -56,7 +56,7 @@
 //!   instance (a changelog marker, or the local store) and the group's
 //!   committed offsets.
 //! * [`config`]: layered configuration with validation.
-//! * [`group_members`]: a consumer group's members and assignments under
+//! * `group_members`: a consumer group's members and assignments under
 //!   either group protocol (librdkafka's DescribeConsumerGroups).
 //! * `processor::transaction` (exactly_once): the per-partition
 //!   transactional producer and its write-out round.
@@ -72,7 +72,7 @@
 //!   histograms, exposed as Prometheus metrics and the status page's JSON.
 //! * [`http`]: the `run` process's HTTP endpoint: `/metrics`, `/healthz`,
 //!   `/readyz`, `/state/{order_id}` and the built-in status page.
-//! * [`partitioner`]: which partition an `order_id` hashes to (librdkafka's
+//! * `partitioner`: which partition an `order_id` hashes to (librdkafka's
 //!   and the Java client's partitioners).
 //! * [`preflight`]: start-up checks (store, broker, topics, registry) for
 //!   `config check` and `run`.
@@ -80,18 +80,27 @@
 //!   expected outcome.
 //! * [`demo`]: the embedded default run on librdkafka's mock cluster.
 //! * [`load`]: producing a planned workload, every record acknowledged.
-//! * [`fault`]: crash points for the crash drill (test-only switch).
+//! * `fault`: crash points for the crash drill (compiled in with the
+//!   `fault-injection` feature only, which the tests turn on).
+//!
+//! What a library user (the binary, the tests, the benches, an embedding
+//! program) needs is `pub`; the rest is `pub(crate)` (the
+//! `unreachable_pub` lint keeps it that way), so the compiler reports dead
+//! code. The crate-private modules: `breaker`, `group_members`,
+//! `partitioner`, `retry`, `fault`.
 
-pub mod breaker;
+#![warn(unreachable_pub)]
+
+pub(crate) mod breaker;
 pub mod changelog;
 pub mod codec;
 pub mod config;
 pub mod decide;
 pub mod demo;
 pub mod event;
-pub mod group_members;
+pub(crate) mod group_members;
 pub mod headers;
-pub mod fault;
+pub(crate) mod fault;
 pub mod http;
 pub mod kafka;
 pub mod load;
@@ -99,13 +108,13 @@ pub mod outbox;
 pub mod outcomes;
 pub mod partition_reader;
 pub mod partition_state;
-pub mod partitioner;
+pub(crate) mod partitioner;
 pub mod preflight;
 pub mod processor;
 pub mod redrive;
 pub mod registry;
 pub mod replay;
-pub mod retry;
+pub(crate) mod retry;
 pub mod store;
 pub mod telemetry;
 pub mod workload;

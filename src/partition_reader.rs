@@ -43,7 +43,7 @@ pub enum ReadError {
 /// What a range read does when the broker sends nothing while records
 /// remain before its end.
 #[derive(Debug, Clone, Copy)]
-pub enum Stall {
+pub(crate) enum Stall {
     /// Warns every this long and keeps waiting: a restore must finish, and
     /// a slow broker is not a reason to give up on it.
     Warn(Duration),
@@ -57,7 +57,7 @@ pub enum Stall {
 /// Settings that report the end of a partition (`enable.partition.eof`)
 /// end a read there; a late report of an earlier read could end a later one
 /// early, so a reader with such settings is for one [`PartitionReader::scan`].
-pub struct PartitionReader<'a> {
+pub(crate) struct PartitionReader<'a> {
     consumer: BaseConsumer,
     topic: String,
     partition: i32,
@@ -69,7 +69,7 @@ pub struct PartitionReader<'a> {
 impl PartitionReader<'static> {
     /// A reader of `topic` partition `partition` with `client`'s settings;
     /// it warns every 15 s of a stalled read and is not cancellable.
-    pub fn new(client: &ClientConfig, topic: &str, partition: i32) -> Result<Self, ReadError> {
+    pub(crate) fn new(client: &ClientConfig, topic: &str, partition: i32) -> Result<Self, ReadError> {
         let consumer = client.create().map_err(|cause| ReadError::Client { topic: topic.into(), partition, cause })?;
         Ok(PartitionReader { consumer, topic: topic.into(), partition, cancel: None, stall: Stall::Warn(Duration::from_secs(15)) })
     }
@@ -77,25 +77,25 @@ impl PartitionReader<'static> {
 
 impl<'a> PartitionReader<'a> {
     /// The same reader, stopped with [`ReadError::Cancelled`] once `cancel` is set.
-    pub fn cancelled_by<'b>(self, cancel: &'b AtomicBool) -> PartitionReader<'b> {
+    pub(crate) fn cancelled_by<'b>(self, cancel: &'b AtomicBool) -> PartitionReader<'b> {
         PartitionReader { consumer: self.consumer, topic: self.topic, partition: self.partition, cancel: Some(cancel), stall: self.stall }
     }
 
     /// The same reader with another [`Stall`] policy.
-    pub fn on_stall(self, stall: Stall) -> Self {
+    pub(crate) fn on_stall(self, stall: Stall) -> Self {
         PartitionReader { stall, ..self }
     }
 
-    pub fn topic(&self) -> &str {
+    pub(crate) fn topic(&self) -> &str {
         &self.topic
     }
 
-    pub fn partition(&self) -> i32 {
+    pub(crate) fn partition(&self) -> i32 {
         self.partition
     }
 
     /// (low, high) watermarks: the first offset and the next to be written.
-    pub fn watermarks(&self) -> Result<(i64, i64), ReadError> {
+    pub(crate) fn watermarks(&self) -> Result<(i64, i64), ReadError> {
         self.consumer.fetch_watermarks(&self.topic, self.partition, REQUEST_TIMEOUT).map_err(|cause| ReadError::Watermarks {
             topic: self.topic.clone(),
             partition: self.partition,
@@ -109,7 +109,7 @@ impl<'a> PartitionReader<'a> {
     /// (retention) are skipped by the broker; offsets that hold no record
     /// (compaction, transaction markers) are recognised by the consumer's
     /// position or the end-of-partition report.
-    pub fn scan<E: From<ReadError>>(
+    pub(crate) fn scan<E: From<ReadError>>(
         &self,
         start: i64,
         end: i64,

@@ -28,9 +28,9 @@ pub struct BatchOutcome {
     pub outcomes: Outcomes,
     /// Applied events that skipped versions (the order's previous version
     /// was not `version - 1`; its first event not version 1).
-    pub version_gaps: u64,
+    pub(crate) version_gaps: u64,
     /// Inbox chunks read from the store to classify an old redelivery.
-    pub chunk_reads: u64,
+    pub(crate) chunk_reads: u64,
 }
 
 /// What one write-out wrote.
@@ -101,6 +101,27 @@ pub struct PartitionState {
     applied_at: Vec<i64>,
 }
 
+/// A decoded record with the input offset it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sourced<E> {
+    pub offset: i64,
+    pub value: E,
+}
+
+/// One batch of a partition's records, decoded, for [`PartitionState::apply`].
+#[derive(Debug, Clone, Default)]
+pub struct Decoded {
+    /// The decoded records, in offset order.
+    pub events: Vec<Sourced<OrderEvent>>,
+    /// Records of the batch that were dead-lettered instead (counted).
+    pub dead_lettered: u64,
+    /// The batch's first record: where the checkpoint starts on a partition
+    /// this store never processed.
+    pub first_offset: i64,
+    /// The offset after the batch's last record.
+    pub next_offset: i64,
+}
+
 impl PartitionState {
     /// The partition as its store holds it (`checkpoint` as read from it).
     pub fn new(store: PartitionStore, checkpoint: Option<Checkpoint>) -> Self {
@@ -122,27 +143,27 @@ impl PartitionState {
 
     /// The `occurred_at` of every event applied since the last call: the
     /// events the write-out about to start makes durable.
-    pub fn take_applied_times(&mut self) -> Vec<i64> {
+    pub(crate) fn take_applied_times(&mut self) -> Vec<i64> {
         std::mem::take(&mut self.applied_at)
     }
 
     /// From now on, status changes of applied events go to the outbox, as
     /// records of input partition `partition`.
-    pub fn enable_outbox(&mut self, partition: i32) {
+    pub(crate) fn enable_outbox(&mut self, partition: i32) {
         self.outbox = Some(partition);
     }
 
     /// From now on, status changes of applied events leave with each
     /// write-out ([`PreparedWrite::status`]) and are never stored: the
     /// caller produces them in the write-out's transaction.
-    pub fn send_status_directly(&mut self, partition: i32) {
+    pub(crate) fn send_status_directly(&mut self, partition: i32) {
         self.outbox = Some(partition);
         self.status_direct = true;
     }
 
     /// The relay published (and the broker acknowledged) every outbox record
     /// up to `source_offset`: delete them at the next write-out.
-    pub fn outbox_published_through(&mut self, source_offset: i64) {
+    pub(crate) fn outbox_published_through(&mut self, source_offset: i64) {
         if source_offset > self.outbox_deleted_through && self.outbox_delete_through.is_none_or(|d| d < source_offset) {
             self.outbox_delete_through = Some(source_offset);
         }
@@ -150,7 +171,7 @@ impl PartitionState {
 
     /// An empty stand-in over the same tree (no cache, no checkpoint), for
     /// while the state is lent to a blocking thread.
-    pub fn empty_like(&self) -> Self {
+    pub(crate) fn empty_like(&self) -> Self {
         PartitionState::new(self.store.clone(), None)
     }
 
@@ -171,7 +192,7 @@ impl PartitionState {
 
     /// True when decisions were made, or published outbox records are to
     /// be deleted, since the last write-out.
-    pub fn has_unwritten(&self) -> bool {
+    pub(crate) fn has_unwritten(&self) -> bool {
         self.pending != self.written || (self.outbox_delete_through.is_some() && self.pending.is_some())
     }
 
@@ -180,13 +201,9 @@ impl PartitionState {
         self.dirty_bytes
     }
 
-    /// Memory held by the cache, changed or not.
-    pub fn cached_bytes(&self) -> usize {
-        self.cached_bytes
-    }
-
     /// Orders in the cache.
-    pub fn cached_orders(&self) -> usize {
+    #[cfg(test)]
+    fn cached_orders(&self) -> usize {
         self.cache.len()
     }
 
@@ -198,39 +215,14 @@ impl PartitionState {
         }
     }
 
-    /// Decides `events` (the decoded records of one batch, in offset order)
-    /// against the cache and moves the pending checkpoint to `next_offset`,
-    /// counting `dead_lettered` records of the batch too. `first_offset` is
-    /// the batch's first record: where the checkpoint starts on a partition
-    /// this store never processed. Nothing is written.
-    pub fn apply(
-        &mut self,
-        events: Vec<OrderEvent>,
-        dead_lettered: u64,
-        first_offset: i64,
-        next_offset: i64,
-        now_ms: i64,
-        retention_ms: i64,
-    ) -> Result<BatchOutcome, StoreError> {
-        self.apply_sourced(events, &[], dead_lettered, first_offset, next_offset, now_ms, retention_ms)
-    }
-
-    /// [`Self::apply`] with each event's input offset (`offsets[i]` for
-    /// `events[i]`), which the outbox records carry.
-    #[allow(clippy::too_many_arguments)]
-    pub fn apply_sourced(
-        &mut self,
-        events: Vec<OrderEvent>,
-        offsets: &[i64],
-        dead_lettered: u64,
-        first_offset: i64,
-        next_offset: i64,
-        now_ms: i64,
-        retention_ms: i64,
-    ) -> Result<BatchOutcome, StoreError> {
+    /// Decides a decoded batch against the cache and moves the pending
+    /// checkpoint to its `next_offset`, counting its dead-lettered records
+    /// too. Nothing is written.
+    pub fn apply(&mut self, batch: Decoded, now_ms: i64, retention_ms: i64) -> Result<BatchOutcome, StoreError> {
+        let Decoded { events, dead_lettered, first_offset, next_offset } = batch;
         let horizon = now_ms.saturating_sub(retention_ms);
         let mut outcome = BatchOutcome::default();
-        for (i, event) in events.into_iter().enumerate() {
+        for Sourced { offset, value: event } in events {
             if !self.cache.contains_key(event.order_id.as_str()) {
                 if let Some(state) = self.store.get(&event.order_id)? {
                     let mut cached =
@@ -268,7 +260,7 @@ impl PartitionState {
                             to_status: event.event_type,
                             occurred_at: event.occurred_at,
                             source_partition: partition,
-                            source_offset: offsets.get(i).copied().unwrap_or(first_offset),
+                            source_offset: offset,
                             created_ms: now_ms,
                             epoch: self.pending.map(|c| c.epoch).unwrap_or(0),
                         });
@@ -350,7 +342,7 @@ impl PartitionState {
     /// deletions) into one batch, with the changelog records of the same
     /// changes when `changelog`. Nothing is written; the cache must not
     /// change before [`Self::finish_write_out`].
-    pub fn prepare_write_out(&self, changelog: bool) -> Result<Option<PreparedWrite>, StoreError> {
+    pub(crate) fn prepare_write_out(&self, changelog: bool) -> Result<Option<PreparedWrite>, StoreError> {
         let Some(checkpoint) = self.pending.filter(|_| self.has_unwritten()) else { return Ok(None) };
         let mut write = if changelog { BatchWrite::with_changelog() } else { BatchWrite::default() };
         let mut orders = 0;
@@ -389,7 +381,7 @@ impl PartitionState {
     /// changelog position `changelog_next` when it went to a changelog).
     /// Then, when the cache holds more than `keep_bytes`, forgets every order
     /// (all are clean now; the next read goes through to sled).
-    pub fn finish_write_out(
+    pub(crate) fn finish_write_out(
         &mut self,
         prepared: PreparedWrite,
         changelog_next: Option<i64>,
@@ -430,16 +422,16 @@ impl PartitionState {
 }
 
 /// A write-out encoded and not yet written.
-pub struct PreparedWrite {
+pub(crate) struct PreparedWrite {
     /// The changed keys (and their changelog records, when collected).
     pub write: BatchWrite,
     pub orders: usize,
     /// The checkpoint it moves the partition to.
     pub checkpoint: Checkpoint,
     /// Its bytes, for the changelog's checkpoint record.
-    pub checkpoint_bytes: Vec<u8>,
+    pub(crate) checkpoint_bytes: Vec<u8>,
     /// Published outbox records deleted, through this source offset.
-    pub outbox_deleted: Option<i64>,
+    pub(crate) outbox_deleted: Option<i64>,
     /// The status changes to produce with it (direct status only; otherwise
     /// they are outbox rows in `write`).
     pub status: Vec<OutboxRecord>,
@@ -463,6 +455,14 @@ fn record_spill(cached: &mut Cached, spill: InboxSpill) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+
+    /// The batch of `events` between `first` and `next`, each sourced at
+    /// `first` (these tests do not look at source offsets).
+    fn apply(p: &mut PartitionState, events: Vec<OrderEvent>, dead: u64, first: i64, next: i64, now: i64, retention: i64) -> Result<BatchOutcome, StoreError> {
+        let events = events.into_iter().map(|value| Sourced { offset: first, value }).collect();
+        p.apply(Decoded { events, dead_lettered: dead, first_offset: first, next_offset: next }, now, retention)
+    }
     use crate::event::EventType;
     use crate::store::Store;
 
@@ -491,7 +491,7 @@ mod tests {
         let (_dir, store) = open();
         let mut p = PartitionState::new(store.partition("t", 0).unwrap(), None);
         let events: Vec<OrderEvent> = (1..=50).flat_map(|v| [event("a", v, &format!("a{v}")), event("b", v, &format!("b{v}"))]).collect();
-        let out = p.apply(events, 0, 100, 200, 1000, DAY_MS).unwrap();
+        let out = apply(&mut p, events, 0, 100, 200, 1000, DAY_MS).unwrap();
         assert_eq!(out.outcomes.applied, 100);
         assert!(p.dirty_bytes() > 0);
         assert_eq!(store.partition("t", 0).unwrap().checkpoint().unwrap(), None, "nothing written before the write-out");
@@ -514,16 +514,16 @@ mod tests {
         let tree = store.partition("t", 0).unwrap();
         let mut p = PartitionState::new(tree.clone(), None);
         let events: Vec<OrderEvent> = (1..=70).map(|v| event("a", v, &format!("id-{v}"))).collect();
-        p.apply(events, 0, 0, 70, 1000, DAY_MS).unwrap();
+        apply(&mut p, events, 0, 0, 70, 1000, DAY_MS).unwrap();
         p.write_out(0).unwrap();
         assert_eq!(p.cached_orders(), 0, "over budget: forgotten after the write-out");
         // A fresh state over the same tree, as after a restart.
         let mut p = PartitionState::new(tree.clone(), tree.checkpoint().unwrap());
         let again: Vec<OrderEvent> = [1, 32, 33, 64, 65, 70].iter().map(|v| event("a", *v, &format!("id-{v}"))).collect();
-        let out = p.apply(again, 0, 70, 76, 2000, DAY_MS).unwrap();
+        let out = apply(&mut p, again, 0, 70, 76, 2000, DAY_MS).unwrap();
         assert_eq!((out.outcomes.duplicates, out.outcomes.stale, out.outcomes.applied), (6, 0, 0));
         assert_eq!(out.chunk_reads, 4, "versions 1, 32, 33 and 64 are in chunks");
-        let other = p.apply(vec![event("a", 5, "not-id-5")], 0, 76, 77, 2000, DAY_MS).unwrap();
+        let other = apply(&mut p, vec![event("a", 5, "not-id-5")], 0, 76, 77, 2000, DAY_MS).unwrap();
         assert_eq!(other.outcomes.stale, 1);
         let cp = p.write_out(usize::MAX).unwrap().unwrap().checkpoint;
         assert_eq!(cp.outcomes() as i64, cp.next_offset - cp.start_offset);
@@ -535,7 +535,7 @@ mod tests {
         let tree = store.partition("t", 0).unwrap();
         let mut p = PartitionState::new(tree.clone(), None);
         let events: Vec<OrderEvent> = (1..=40).map(|v| event("a", v, &format!("a{v}"))).chain([event("b", 1, "b1")]).collect();
-        p.apply(events, 0, 0, 41, 1000, DAY_MS).unwrap();
+        apply(&mut p, events, 0, 0, 41, 1000, DAY_MS).unwrap();
         let mut prepared = p.prepare_write_out(true).unwrap().expect("changes");
         let changes = prepared.write.changes.take().expect("collected");
         // Two states and a's first full inbox chunk; the checkpoint goes separately.
@@ -557,7 +557,7 @@ mod tests {
     fn version_gaps_are_counted() {
         let (_dir, store) = open();
         let mut p = PartitionState::new(store.partition("t", 0).unwrap(), None);
-        let out = p.apply(vec![event("a", 1, "1"), event("a", 3, "3"), event("b", 2, "b2")], 0, 0, 3, 0, DAY_MS).unwrap();
+        let out = apply(&mut p, vec![event("a", 1, "1"), event("a", 3, "3"), event("b", 2, "b2")], 0, 0, 3, 0, DAY_MS).unwrap();
         assert_eq!(out.version_gaps, 2);
     }
 }

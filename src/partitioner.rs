@@ -35,7 +35,7 @@ impl Partitioner {
 
     /// [`Partitioner::named`] with the reason as text, for the
     /// configuration's validation messages.
-    pub fn from_name(name: &str) -> Result<Self, String> {
+    pub(crate) fn from_name(name: &str) -> Result<Self, String> {
         Self::named(name).map_err(|unknown| unknown.to_string())
     }
 

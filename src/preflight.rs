@@ -21,9 +21,6 @@ use rdkafka::ClientConfig;
 
 use crate::config::Config;
 
-/// How long a Kafka probe waits for metadata unless told otherwise.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
@@ -32,7 +29,7 @@ pub struct Check {
     pub name: &'static str,
     pub ok: bool,
     /// What was found; on a failure, also what to do.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 impl Check {
@@ -92,7 +89,7 @@ pub fn store_present(path: &Path) -> bool {
 }
 
 /// `store.path`: an existing store, or a place where `run` can create one.
-pub fn check_store(config: &Config) -> Check {
+pub(crate) fn check_store(config: &Config) -> Check {
     let path = absolute(&config.store.path);
     let shown = path.display();
     if store_present(&path) {
@@ -122,7 +119,7 @@ pub fn check_store(config: &Config) -> Check {
 }
 
 /// The HTTP endpoint's address can be bound (nothing else listens there).
-pub fn check_http(config: &Config) -> Check {
+pub(crate) fn check_http(config: &Config) -> Check {
     match config.http_address() {
         Ok(None) => Check::ok("http", "off (http.address = \"\")"),
         // Bound as `run` binds it, then released.
@@ -135,7 +132,7 @@ pub fn check_http(config: &Config) -> Check {
 }
 
 /// The broker answers a metadata request within `timeout`.
-pub async fn check_broker(config: &Config, timeout: Duration) -> Check {
+pub(crate) async fn check_broker(config: &Config, timeout: Duration) -> Check {
     let servers = config.kafka.bootstrap_servers.clone();
     let started = Instant::now();
     match metadata(config, None, timeout).await {
@@ -159,7 +156,7 @@ pub async fn check_broker(config: &Config, timeout: Duration) -> Check {
 }
 
 /// The input topic exists; reports its partition count.
-pub async fn check_input_topic(config: &Config, timeout: Duration) -> Check {
+pub(crate) async fn check_input_topic(config: &Config, timeout: Duration) -> Check {
     let topic = &config.kafka.input_topic;
     match topic_partitions(config, topic, timeout).await {
         Ok(Some(n)) => Check::ok("input topic", format!("{topic}: {n} partition(s)")),
@@ -174,7 +171,7 @@ pub async fn check_input_topic(config: &Config, timeout: Duration) -> Check {
 }
 
 /// The dead-letter topic exists; if not, says how to create it.
-pub async fn check_dlq_topic(config: &Config, timeout: Duration) -> Check {
+pub(crate) async fn check_dlq_topic(config: &Config, timeout: Duration) -> Check {
     let topic = &config.kafka.dlq_topic;
     match topic_partitions(config, topic, timeout).await {
         Ok(Some(n)) => Check::ok("dlq topic", format!("{topic}: {n} partition(s)")),
@@ -192,7 +189,7 @@ pub async fn check_dlq_topic(config: &Config, timeout: Duration) -> Check {
 
 /// The changelog topic: off, present with the input topic's partition
 /// count, or missing (then `run` creates it).
-pub async fn check_changelog_topic(config: &Config, timeout: Duration) -> Check {
+pub(crate) async fn check_changelog_topic(config: &Config, timeout: Duration) -> Check {
     let Some(topic) = config.changelog_topic() else {
         return Check::ok("changelog", "off (kafka.changelog_topic = \"\"): run a single instance only");
     };
@@ -229,7 +226,7 @@ async fn input_partitions(config: &Config, timeout: Duration, name: &'static str
 /// The output topic (the outbox's status changes): off, or present with at
 /// least the input topic's partition count (each input partition publishes
 /// into its own number). orderly never creates it.
-pub async fn check_output_topic(config: &Config, timeout: Duration) -> Check {
+pub(crate) async fn check_output_topic(config: &Config, timeout: Duration) -> Check {
     let Some(topic) = config.output_topic() else {
         return Check::ok("output topic", "off (kafka.output_topic = \"\"): no status changes are published");
     };
@@ -263,7 +260,7 @@ pub async fn check_output_topic(config: &Config, timeout: Duration) -> Check {
 
 /// The registry answers like a Confluent schema registry: `GET
 /// {url}/subjects` returns a JSON array of subject names.
-pub async fn check_registry(config: &Config) -> Check {
+pub(crate) async fn check_registry(config: &Config) -> Check {
     let shown_url = config.redacted().registry.url;
     let base = config.registry.url.trim_end_matches('/');
     let url = format!("{base}/subjects");
@@ -306,7 +303,7 @@ pub async fn check_registry(config: &Config) -> Check {
 
 /// Every registered writer schema of the input subject is readable (what
 /// `run`'s schema guard checks).
-pub async fn check_schemas(config: &Config) -> Check {
+pub(crate) async fn check_schemas(config: &Config) -> Check {
     let timeout = Duration::from_millis(config.registry.timeout_ms);
     let registry = match crate::registry::Registry::http(&config.registry.url, timeout) {
         Ok(registry) => registry,

@@ -15,7 +15,7 @@ use schema_registry_converter::schema_registry_common::{RawError, SchemaType, Su
 /// Confluent's `error_code` for "schema not found" (`GET /schemas/ids/{id}`).
 /// Only this code makes a record poison: a 404 without it (a wrong base
 /// path, an ingress or proxy page) says nothing about the record.
-pub const SCHEMA_NOT_FOUND: u32 = 40403;
+pub(crate) const SCHEMA_NOT_FOUND: u32 = 40403;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -188,7 +188,7 @@ impl Registry {
 }
 
 /// Confluent's `error_code` for "subject not found".
-pub const SUBJECT_NOT_FOUND: u32 = 40401;
+pub(crate) const SUBJECT_NOT_FOUND: u32 = 40401;
 
 /// One version of a subject, as the registry holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -304,7 +304,7 @@ impl Replay {
     /// The partitions whose committed offset another tool moved away from
     /// orderly's checkpoint (`kafka-consumer-groups --reset-offsets`):
     /// orderly resumes from its checkpoint, so such a reset would be ignored.
-    pub fn external_resets(&self) -> Result<Vec<ExternalReset>, ReplayError> {
+    pub(crate) fn external_resets(&self) -> Result<Vec<ExternalReset>, ReplayError> {
         let topic = &self.config.kafka.input_topic;
         let metadata = self.consumer.fetch_metadata(Some(topic), self.timeout).map_err(kafka(format!("cannot describe {topic}")))?;
         let count = metadata.topics().first().map(|t| t.partitions().len() as i32).unwrap_or(0);

@@ -7,7 +7,7 @@ use std::time::Duration;
 /// Doubles from `initial` up to `max`; each wait is jittered by ±25% so
 /// that many partitions retrying together do not hit the broker in step.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     initial: Duration,
     max: Duration,
     next: Duration,
@@ -15,17 +15,18 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    pub fn new(initial: Duration, max: Duration) -> Self {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
         Backoff { initial, max, next: initial, jitter: true }
     }
 
     /// Without jitter: waits exactly `initial`, `2 * initial`, ... (tests).
-    pub fn exact(initial: Duration, max: Duration) -> Self {
+    #[cfg(test)]
+    pub(crate) fn exact(initial: Duration, max: Duration) -> Self {
         Backoff { jitter: false, ..Self::new(initial, max) }
     }
 
     /// The next wait, and doubles the one after it.
-    pub fn next_wait(&mut self) -> Duration {
+    pub(crate) fn next_wait(&mut self) -> Duration {
         let base = self.next;
         self.next = (self.next * 2).min(self.max);
         if self.jitter {
@@ -36,18 +37,18 @@ impl Backoff {
     }
 
     /// Waits the next wait (tokio).
-    pub async fn sleep(&mut self) {
+    pub(crate) async fn sleep(&mut self) {
         tokio::time::sleep(self.next_wait()).await;
     }
 
     /// Back to `initial`, after a success.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.next = self.initial;
     }
 }
 
 /// `base` scaled by a random factor in [0.75, 1.25).
-pub fn jitter(base: Duration) -> Duration {
+pub(crate) fn jitter(base: Duration) -> Duration {
     let factor = 0.75 + rand::random::<f64>() * 0.5;
     base.mul_f64(factor)
 }

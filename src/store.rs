@@ -38,7 +38,7 @@ const CHECKPOINT_KEY: &[u8] = b"\x00checkpoint";
 const RESTORING_KEY: &[u8] = b"\x00restoring";
 const BINDING_KEY: &[u8] = b"binding";
 /// Prefix of changelog keys that are not orders (no UTF-8 text has it).
-pub const CHANGELOG_RESERVED: u8 = 0xFF;
+pub(crate) const CHANGELOG_RESERVED: u8 = 0xFF;
 const ORDER_PREFIX: u8 = b'o';
 const CHUNK_PREFIX: u8 = b'i';
 const OUTBOX_PREFIX: u8 = b'x';
@@ -46,7 +46,7 @@ const FORMAT_KEY: &[u8] = b"format";
 /// The store layout this build reads and writes. 1: whole inbox in the
 /// state value (before write coalescing); 2: recent entries plus chunks;
 /// 3: the checkpoint records its changelog position.
-pub const FORMAT: u32 = 3;
+pub(crate) const FORMAT: u32 = 3;
 const TREE_PREFIX: &str = "partition/";
 
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +74,7 @@ pub enum StoreError {
 
 /// The next offset to read after processing `offset`. The only `+ 1` between
 /// "last processed" and "next to read".
-pub fn next_offset_after(offset: i64) -> i64 {
+pub(crate) fn next_offset_after(offset: i64) -> i64 {
     offset + 1
 }
 
@@ -319,7 +319,7 @@ impl std::fmt::Display for Binding {
 
 /// A key of a partition tree in its changelog form: an order's `order_id`,
 /// anything else behind [`CHANGELOG_RESERVED`].
-pub fn to_changelog_key(key: &[u8]) -> Vec<u8> {
+pub(crate) fn to_changelog_key(key: &[u8]) -> Vec<u8> {
     match key.split_first() {
         Some((&ORDER_PREFIX, order_id)) => order_id.to_vec(),
         _ => {
@@ -332,7 +332,7 @@ pub fn to_changelog_key(key: &[u8]) -> Vec<u8> {
 }
 
 /// The tree key of a changelog key.
-pub fn from_changelog_key(key: &[u8]) -> Vec<u8> {
+pub(crate) fn from_changelog_key(key: &[u8]) -> Vec<u8> {
     match key.split_first() {
         Some((&CHANGELOG_RESERVED, rest)) => rest.to_vec(),
         _ => {
@@ -345,7 +345,7 @@ pub fn from_changelog_key(key: &[u8]) -> Vec<u8> {
 }
 
 /// The changelog key of a partition's checkpoint record.
-pub fn changelog_checkpoint_key() -> Vec<u8> {
+pub(crate) fn changelog_checkpoint_key() -> Vec<u8> {
     to_changelog_key(CHECKPOINT_KEY)
 }
 
@@ -378,7 +378,7 @@ pub struct BatchWrite {
 
 impl BatchWrite {
     /// A write whose changes are also collected for the changelog.
-    pub fn with_changelog() -> Self {
+    pub(crate) fn with_changelog() -> Self {
         BatchWrite { changes: Some(Vec::new()), ..Default::default() }
     }
 
@@ -414,7 +414,7 @@ impl BatchWrite {
     }
 
     /// Stores a full chunk of an order's older inbox entries.
-    pub fn put_chunk(&mut self, order_id: &str, entries: &[InboxEntry]) -> Result<(), StoreError> {
+    pub(crate) fn put_chunk(&mut self, order_id: &str, entries: &[InboxEntry]) -> Result<(), StoreError> {
         let Some(first) = entries.first() else { return Ok(()) };
         let value = encode(&entries).map_err(|message| StoreError::Corrupt {
             tree: String::new(),
@@ -426,7 +426,7 @@ impl BatchWrite {
     }
 
     /// Stores a pending outbox record under its source offset.
-    pub fn put_outbox(&mut self, record: &OutboxRecord) -> Result<(), StoreError> {
+    pub(crate) fn put_outbox(&mut self, record: &OutboxRecord) -> Result<(), StoreError> {
         let value = encode(record).map_err(|message| StoreError::Corrupt {
             tree: String::new(),
             key: format!("outbox {}", record.source_offset),
@@ -437,12 +437,12 @@ impl BatchWrite {
     }
 
     /// Deletes a published outbox record.
-    pub fn delete_outbox(&mut self, source_offset: i64) {
+    pub(crate) fn delete_outbox(&mut self, source_offset: i64) {
         self.remove(outbox_key(source_offset));
     }
 
     /// Deletes an expired chunk.
-    pub fn delete_chunk(&mut self, order_id: &str, first_version: i64) {
+    pub(crate) fn delete_chunk(&mut self, order_id: &str, first_version: i64) {
         self.remove(chunk_key(order_id, first_version));
     }
 
@@ -490,7 +490,7 @@ impl PartitionStore {
     }
 
     /// One chunk of an order's older inbox entries.
-    pub fn get_chunk(&self, order_id: &str, first_version: i64) -> Result<Option<Vec<InboxEntry>>, StoreError> {
+    pub(crate) fn get_chunk(&self, order_id: &str, first_version: i64) -> Result<Option<Vec<InboxEntry>>, StoreError> {
         let key = chunk_key(order_id, first_version);
         match self.tree.get(&key).map_err(|e| self.io(e))? {
             None => Ok(None),
@@ -510,13 +510,13 @@ impl PartitionStore {
     }
 
     /// The checkpoint's bytes (as stored, and as its changelog record carries them).
-    pub fn encode_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Vec<u8>, StoreError> {
+    pub(crate) fn encode_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Vec<u8>, StoreError> {
         checkpoint.encode().map_err(|message| StoreError::Corrupt { tree: self.name.clone(), key: "checkpoint".into(), message })
     }
 
     /// Pending outbox records with source offsets in `(after, below)`, in
     /// offset order, at most `limit`.
-    pub fn outbox_between(&self, after: i64, below: i64, limit: usize) -> Result<Vec<OutboxRecord>, StoreError> {
+    pub(crate) fn outbox_between(&self, after: i64, below: i64, limit: usize) -> Result<Vec<OutboxRecord>, StoreError> {
         let start = outbox_key(after.saturating_add(1).max(0));
         let end = outbox_key(below.max(0));
         let mut out = Vec::new();
@@ -532,7 +532,7 @@ impl PartitionStore {
     }
 
     /// Source offsets of pending outbox records at or below `through`.
-    pub fn outbox_through(&self, through: i64) -> Result<Vec<i64>, StoreError> {
+    pub(crate) fn outbox_through(&self, through: i64) -> Result<Vec<i64>, StoreError> {
         let end = outbox_key(through.saturating_add(1).max(0));
         let mut out = Vec::new();
         for item in self.tree.range(outbox_key(0)..end) {
@@ -545,7 +545,7 @@ impl PartitionStore {
     }
 
     /// Pending outbox records and the oldest one's creation time (ms).
-    pub fn outbox_backlog(&self) -> Result<(u64, Option<i64>), StoreError> {
+    pub(crate) fn outbox_backlog(&self) -> Result<(u64, Option<i64>), StoreError> {
         let mut count = 0u64;
         let mut oldest = None;
         for item in self.tree.scan_prefix([OUTBOX_PREFIX]) {
@@ -571,18 +571,18 @@ impl PartitionStore {
     }
 
     /// Marks the tree as being restored.
-    pub fn begin_restore(&self) -> Result<(), StoreError> {
+    pub(crate) fn begin_restore(&self) -> Result<(), StoreError> {
         self.tree.insert(RESTORING_KEY, &[]).map(|_| ()).map_err(|e| self.io(e))
     }
 
     /// Applies restored changes, still marked as restoring.
-    pub fn restore_batch(&self, write: BatchWrite) -> Result<(), StoreError> {
+    pub(crate) fn restore_batch(&self, write: BatchWrite) -> Result<(), StoreError> {
         self.tree.apply_batch(write.batch).map_err(|e| self.io(e))
     }
 
     /// Applies the last restored changes with the checkpoint that covers
     /// them and clears the restoring mark, atomically.
-    pub fn finish_restore(&self, mut write: BatchWrite, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+    pub(crate) fn finish_restore(&self, mut write: BatchWrite, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         write.batch.remove(RESTORING_KEY);
         self.commit_batch(write, checkpoint)
     }

@@ -16,25 +16,25 @@ use crate::store::{changelog_checkpoint_key, Checkpoint};
 const FIRST_WINDOW: i64 = 4_096;
 
 /// A consumer of one changelog partition (assigned, never in a group).
-pub struct ChangelogReader<'a> {
+pub(crate) struct ChangelogReader<'a> {
     reader: PartitionReader<'a>,
 }
 
 impl<'a> ChangelogReader<'a> {
     /// A reader that stops with [`ChangelogError::Cancelled`] once `cancel`
     /// is set (the partition was revoked).
-    pub fn new(config: &Config, topic: &str, partition: i32, cancel: &'a AtomicBool) -> Result<Self, ChangelogError> {
+    pub(crate) fn new(config: &Config, topic: &str, partition: i32, cancel: &'a AtomicBool) -> Result<Self, ChangelogError> {
         let reader = PartitionReader::new(&crate::kafka::reader_consumer_config(config), topic, partition)?;
         Ok(ChangelogReader { reader: reader.cancelled_by(cancel) })
     }
 
     /// (low, high) watermarks.
-    pub fn watermarks(&self) -> Result<(i64, i64), ChangelogError> {
+    pub(crate) fn watermarks(&self) -> Result<(i64, i64), ChangelogError> {
         Ok(self.reader.watermarks()?)
     }
 
     /// Reads `[start, end)` of the partition, calling `visit` for each record.
-    pub fn scan(
+    pub(crate) fn scan(
         &self,
         start: i64,
         end: i64,
@@ -46,7 +46,7 @@ impl<'a> ChangelogReader<'a> {
     /// The last checkpoint record in `[from, high)`: its offset and value.
     /// Searched backwards in growing windows: a write-out ends with its
     /// checkpoint record, so the last one is near the end.
-    pub fn last_checkpoint(&self, from: i64, high: i64) -> Result<Option<(i64, Checkpoint)>, ChangelogError> {
+    pub(crate) fn last_checkpoint(&self, from: i64, high: i64) -> Result<Option<(i64, Checkpoint)>, ChangelogError> {
         let key = changelog_checkpoint_key();
         let mut window = FIRST_WINDOW;
         let mut end = high;
@@ -71,7 +71,7 @@ impl<'a> ChangelogReader<'a> {
     }
 
     /// A numeric header of a record (`None` when absent).
-    pub fn header(&self, message: &BorrowedMessage<'_>, name: &str) -> Result<Option<i64>, ChangelogError> {
+    pub(crate) fn header(&self, message: &BorrowedMessage<'_>, name: &str) -> Result<Option<i64>, ChangelogError> {
         let Some(value) = crate::kafka::header(message, name) else { return Ok(None) };
         std::str::from_utf8(value)
             .ok()
@@ -81,7 +81,7 @@ impl<'a> ChangelogReader<'a> {
     }
 
     /// A changelog record that orderly cannot have written.
-    pub fn corrupt(&self, message: &BorrowedMessage<'_>, text: String) -> ChangelogError {
+    pub(crate) fn corrupt(&self, message: &BorrowedMessage<'_>, text: String) -> ChangelogError {
         let (topic, partition) = (self.reader.topic().to_string(), self.reader.partition());
         ChangelogError::Corrupt { topic, partition, offset: message.offset(), message: text }
     }

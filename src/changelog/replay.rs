@@ -23,7 +23,7 @@ use crate::store::{changelog_checkpoint_key, Checkpoint};
 
 /// One changelog partition's last checkpoint record: (its offset, the
 /// checkpoint). `None` when it holds none.
-pub fn last_checkpoint(config: &Config, topic: &str, partition: i32) -> Result<Option<(i64, Checkpoint)>, ChangelogError> {
+pub(crate) fn last_checkpoint(config: &Config, topic: &str, partition: i32) -> Result<Option<(i64, Checkpoint)>, ChangelogError> {
     let cancel = AtomicBool::new(false);
     let reader = ChangelogReader::new(config, topic, partition, &cancel)?;
     let (low, high) = reader.watermarks()?;
@@ -32,7 +32,7 @@ pub fn last_checkpoint(config: &Config, topic: &str, partition: i32) -> Result<O
 
 /// Every key whose newest record in the changelog partition is a value (not
 /// a tombstone), the checkpoint key excepted: what a reset must delete.
-pub fn live_keys(config: &Config, topic: &str, partition: i32) -> Result<Vec<Vec<u8>>, ChangelogError> {
+pub(crate) fn live_keys(config: &Config, topic: &str, partition: i32) -> Result<Vec<Vec<u8>>, ChangelogError> {
     let cancel = AtomicBool::new(false);
     let reader = ChangelogReader::new(config, topic, partition, &cancel)?;
     let (low, high) = reader.watermarks()?;
@@ -53,7 +53,7 @@ pub fn live_keys(config: &Config, topic: &str, partition: i32) -> Result<Vec<Vec
 /// Produces `tombstones` (a reset) then the marker `checkpoint` into the
 /// changelog partition, tagged with its next offset and epoch, and waits for
 /// every acknowledgement. Returns the offset after the marker.
-pub async fn write_marker(
+pub(crate) async fn write_marker(
     producer: &FutureProducer,
     topic: &str,
     partition: i32,

@@ -14,7 +14,7 @@ use crate::config::Config;
 
 /// What start-up found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TopicState {
+pub(crate) enum TopicState {
     Created,
     Exists,
 }
@@ -36,7 +36,7 @@ fn partitions(admin: &AdminClient<DefaultClientContext>, topic: &str, timeout: D
 /// Creates the changelog topic when missing, with `input_partitions`
 /// partitions and `cleanup.policy=compact`; refuses one whose partition
 /// count differs.
-pub async fn ensure(config: &Config, topic: &str, input_partitions: usize) -> Result<TopicState, ChangelogError> {
+pub(crate) async fn ensure(config: &Config, topic: &str, input_partitions: usize) -> Result<TopicState, ChangelogError> {
     let timeout = Duration::from_secs(10);
     let admin: AdminClient<DefaultClientContext> = crate::kafka::admin_config(config)
         .create()

@@ -13,7 +13,7 @@ use crate::store::{changelog_checkpoint_key, ChangeRecord};
 
 /// A write-out's changelog records handed to the producer, its checkpoint
 /// record not yet sent.
-pub struct InFlight {
+pub(crate) struct InFlight {
     partition: i32,
     headers: OwnedHeaders,
     acks: Vec<rdkafka::producer::DeliveryFuture>,
@@ -64,7 +64,7 @@ impl ChangelogWriter {
     /// sends the checkpoint record, a restore applies none of them, so what
     /// must be durable before the write-out counts as done (its status
     /// changes) is awaited in between.
-    pub async fn send_changes(
+    pub(crate) async fn send_changes(
         &self,
         partition: i32,
         changes: &[ChangeRecord],
@@ -108,7 +108,7 @@ impl ChangelogWriter {
     /// after the changes in flight and waits until every one is
     /// acknowledged; returns the changelog offset after the checkpoint
     /// record.
-    pub async fn seal(&self, in_flight: InFlight, checkpoint: &[u8]) -> Result<i64, ChangelogError> {
+    pub(crate) async fn seal(&self, in_flight: InFlight, checkpoint: &[u8]) -> Result<i64, ChangelogError> {
         let InFlight { partition, headers, mut acks } = in_flight;
         let key = changelog_checkpoint_key();
         let record = FutureRecord::<[u8], [u8]>::to(&self.topic)

@@ -16,7 +16,7 @@ use crate::registry::{RegisteredVersion, Registry, RegistryError};
 pub struct Incompatible {
     pub version: u32,
     pub id: u32,
-    pub problem: String,
+    pub(crate) problem: String,
 }
 
 /// What the guard found under one subject.

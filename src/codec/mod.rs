@@ -98,7 +98,7 @@ type Resolved = Arc<Writer>;
 /// decodable or not), for `orderly_records_by_schema_total`. Bounded by the
 /// schemas the registry holds: unknown ids are not counted.
 #[derive(Debug, Default)]
-pub struct SchemaCounts(RwLock<BTreeMap<u32, Arc<AtomicU64>>>);
+pub(crate) struct SchemaCounts(RwLock<BTreeMap<u32, Arc<AtomicU64>>>);
 
 impl SchemaCounts {
     fn counter(&self, id: u32) -> Arc<AtomicU64> {
@@ -112,7 +112,7 @@ impl SchemaCounts {
     }
 
     /// `(schema id, records)`, by id.
-    pub fn snapshot(&self) -> Vec<(u32, u64)> {
+    pub(crate) fn snapshot(&self) -> Vec<(u32, u64)> {
         self.0.read().map(|m| m.iter().map(|(id, n)| (*id, n.load(Ordering::Relaxed))).collect()).unwrap_or_default()
     }
 }
@@ -150,7 +150,7 @@ impl Decoder {
     }
 
     /// A decoder that counts records per schema id into `counts`.
-    pub fn with_counts(registry: Registry, counts: Arc<SchemaCounts>) -> Self {
+    pub(crate) fn with_counts(registry: Registry, counts: Arc<SchemaCounts>) -> Self {
         Decoder { registry, writers: RwLock::new(HashMap::new()), counts }
     }
 
@@ -191,7 +191,7 @@ impl Decoder {
 }
 
 /// Splits the Confluent header from the Avro body.
-pub fn split_wire(payload: Option<&[u8]>) -> Result<(u32, &[u8]), DecodeError> {
+pub(crate) fn split_wire(payload: Option<&[u8]>) -> Result<(u32, &[u8]), DecodeError> {
     let bytes = match payload {
         None | Some([]) => return Err(DecodeError::poison(PoisonKind::EmptyPayload, "record has no value")),
         Some(b) => b,
@@ -304,7 +304,7 @@ impl Encoder {
         Ok(Self::with_ids(v1_id, v2_id))
     }
 
-    pub fn with_ids(v1_id: u32, v2_id: u32) -> Self {
+    pub(crate) fn with_ids(v1_id: u32, v2_id: u32) -> Self {
         #[allow(clippy::expect_used)]
         let parse = |s: &str| Schema::parse_str(s).expect("compiled-in schema parses");
         Encoder { v1: parse(SCHEMA_V1), v2: parse(SCHEMA_V2), v1_id, v2_id }

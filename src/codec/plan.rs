@@ -75,7 +75,7 @@ pub struct Plan {
 }
 
 /// Why the plan could not read a record (the record is poison).
-pub type PlanError = String;
+pub(crate) type PlanError = String;
 
 impl Plan {
     /// Compiles `writer` against the OrderEvent reader, or `None` when the

@@ -12,7 +12,7 @@
 //! connection is closed gracefully after [`CONNECTION_LIFETIME`].
 
 mod order_id;
-pub mod routes;
+pub(crate) mod routes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,13 +27,13 @@ pub use crate::telemetry::{GroupOwners, Member, OwnersError};
 pub use routes::HttpContext;
 
 /// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 256;
+pub(crate) const MAX_CONNECTIONS: usize = 256;
 /// Time a client has to send a request's headers.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection (keep-alive included) is closed after this long.
-pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+pub(crate) const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// Largest request head (request line and headers) read.
-pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -47,7 +47,7 @@ pub enum HttpError {
 
 /// Connections the kernel queues for accept (the standard library's 128
 /// overflows under a burst of clients, whose retries then wait a second).
-pub const LISTEN_BACKLOG: i32 = 1024;
+pub(crate) const LISTEN_BACKLOG: i32 = 1024;
 
 /// Binds `address` (at start-up, so a taken port fails fast).
 pub fn bind(address: SocketAddr) -> Result<std::net::TcpListener, HttpError> {

@@ -2,10 +2,10 @@
 //! so every way it can be wrong gets its own clear answer.
 
 /// Longest order id the endpoint accepts, in bytes.
-pub const MAX_ORDER_ID_BYTES: usize = 512;
+pub(crate) const MAX_ORDER_ID_BYTES: usize = 512;
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum BadOrderId {
+pub(crate) enum BadOrderId {
     #[error("the order id is empty: use /state/{{order_id}}")]
     Empty,
     #[error("the order id is {0} bytes long; at most {MAX_ORDER_ID_BYTES} are accepted")]
@@ -17,7 +17,7 @@ pub enum BadOrderId {
 }
 
 /// Percent-decodes one path segment and checks it is a plausible order id.
-pub fn parse(segment: &str) -> Result<String, BadOrderId> {
+pub(super) fn parse(segment: &str) -> Result<String, BadOrderId> {
     let raw = segment.as_bytes();
     let mut bytes = Vec::with_capacity(raw.len());
     let mut i = 0;

@@ -21,11 +21,11 @@ pub struct HttpContext {
     pub telemetry: Arc<Telemetry>,
     pub store: Store,
     pub identity: Identity,
-    pub partitioner: Partitioner,
+    pub(crate) partitioner: Partitioner,
     pub owners: Arc<dyn GroupOwners>,
     /// The poll loop may be blocked this long by a revoke's drain and still
     /// be healthy.
-    pub stall_limit: Duration,
+    pub(crate) stall_limit: Duration,
     registry: prometheus_client::registry::Registry,
 }
 
@@ -64,7 +64,7 @@ type Ctx = State<Arc<HttpContext>>;
 
 const STATUS_PAGE: &str = include_str!("status.html");
 
-pub fn router(context: Arc<HttpContext>) -> Router {
+pub(crate) fn router(context: Arc<HttpContext>) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/api/status", get(api_status))

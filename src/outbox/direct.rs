@@ -32,10 +32,10 @@ pub enum PublishError {
 
 /// The (epoch, source offset) of the last status change an input
 /// partition published; `None`: none found.
-pub type Floor = Option<(u32, i64)>;
+pub(crate) type Floor = Option<(u32, i64)>;
 
 /// Where a partition's status changes go.
-pub struct StatusOutput<'a> {
+pub(crate) struct StatusOutput<'a> {
     pub producer: &'a FutureProducer,
     pub topic: &'a str,
     pub encoder: &'a OutboxEncoder,
@@ -49,7 +49,7 @@ pub struct StatusOutput<'a> {
 impl StatusOutput<'_> {
     /// Reads the output partition back for the last status change of this
     /// input partition (on a blocking thread).
-    pub async fn published_floor(&self, config: &Config) -> Result<Floor, PublishError> {
+    pub(crate) async fn published_floor(&self, config: &Config) -> Result<Floor, PublishError> {
         let (config, topic, source, partition) =
             (config.clone(), self.topic.to_string(), self.source_topic.to_string(), self.partition);
         let read = tokio::task::spawn_blocking(move || read_back(&config, &topic, &source, partition, None));
@@ -64,7 +64,7 @@ impl StatusOutput<'_> {
     /// Produces the `records` above `floor`, in order, and returns once the
     /// broker acknowledged every one (librdkafka retries on its own until
     /// its delivery timeout).
-    pub async fn publish(&self, records: &[OutboxRecord], floor: Floor) -> Result<(), PublishError> {
+    pub(crate) async fn publish(&self, records: &[OutboxRecord], floor: Floor) -> Result<(), PublishError> {
         let mut acks = Vec::with_capacity(records.len());
         for record in records.iter().filter(|r| floor.is_none_or(|f| (r.epoch, r.source_offset) > f)) {
             let payload = self

@@ -13,7 +13,7 @@
 //! published only once its write-out is written (after the changelog
 //! acknowledged it, when the changelog is on).
 
-pub mod direct;
+pub(crate) mod direct;
 pub(crate) mod read_back;
 pub mod relay;
 
@@ -31,7 +31,7 @@ pub const SCHEMA: &str = include_str!("../../schemas/order_status_changed_v1.avs
 /// The headers of a status change on the output topic: its source topic,
 /// input partition, source offset and epoch (`orderly.source.*`,
 /// `orderly.epoch`).
-pub fn status_headers(source_topic: &str, partition: i32, record: &OutboxRecord) -> rdkafka::message::OwnedHeaders {
+pub(crate) fn status_headers(source_topic: &str, partition: i32, record: &OutboxRecord) -> rdkafka::message::OwnedHeaders {
     use rdkafka::message::{Header, OwnedHeaders};
     let (partition, offset, epoch) = (partition.to_string(), record.source_offset.to_string(), record.epoch.to_string());
     OwnedHeaders::new_with_capacity(4)

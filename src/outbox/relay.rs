@@ -53,8 +53,8 @@ pub struct Relay {
     /// Highest source offset acknowledged by the broker (-1: none).
     pub published: Arc<AtomicI64>,
     pub backlog: Arc<Backlog>,
-    pub warn_count: u64,
-    pub warn_age: Duration,
+    pub(crate) warn_count: u64,
+    pub(crate) warn_age: Duration,
     /// For reading the output topic back (what was published before).
     pub config: Config,
     /// Where failed publishes are counted (`orderly_errors_total`).

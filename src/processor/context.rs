@@ -11,7 +11,7 @@ use rdkafka::{ClientContext, TopicPartitionList};
 use tracing::{info, warn};
 
 /// What the rebalance callbacks ask of the owner of the partitions.
-pub trait Rebalance: Send + Sync {
+pub(super) trait Rebalance: Send + Sync {
     /// Prepares newly assigned partitions (start offsets are set in `tpl`
     /// before they are assigned).
     fn on_assign(&self, tpl: &mut TopicPartitionList);
@@ -23,7 +23,7 @@ pub trait Rebalance: Send + Sync {
 }
 
 /// The rdkafka context of the processor's consumer.
-pub struct OrderlyContext {
+pub(crate) struct OrderlyContext {
     pub owner: Arc<dyn Rebalance>,
 }
 

@@ -154,7 +154,7 @@ impl DeadLetters {
     }
 
     /// Counts transient failures in `telemetry`.
-    pub fn counting_into(mut self, telemetry: std::sync::Arc<crate::telemetry::Telemetry>) -> Self {
+    pub(crate) fn counting_into(mut self, telemetry: std::sync::Arc<crate::telemetry::Telemetry>) -> Self {
         self.errors = Some(telemetry);
         self
     }
@@ -263,7 +263,7 @@ impl DeadLetters {
 
 /// The dead-letter record of `letter` for `dlq_topic`: its key and payload
 /// as they came, headers naming the source and the error.
-pub fn letter_record<'a>(dlq_topic: &'a str, source_topic: &str, letter: &'a DeadLetter<'_>) -> FutureRecord<'a, [u8], [u8]> {
+pub(crate) fn letter_record<'a>(dlq_topic: &'a str, source_topic: &str, letter: &'a DeadLetter<'_>) -> FutureRecord<'a, [u8], [u8]> {
     let partition = letter.partition.to_string();
     let offset = letter.offset.to_string();
     let mut headers = OwnedHeaders::new_with_capacity(6)
@@ -287,7 +287,7 @@ pub fn letter_record<'a>(dlq_topic: &'a str, source_topic: &str, letter: &'a Dea
 
 /// A dead letter held until its partition's next write-out (exactly_once:
 /// letters go out inside the write-out's transaction).
-pub struct HeldLetter {
+pub(crate) struct HeldLetter {
     pub key: Option<Vec<u8>>,
     pub payload: Option<Vec<u8>>,
     pub partition: i32,
@@ -298,7 +298,7 @@ pub struct HeldLetter {
 }
 
 impl HeldLetter {
-    pub fn hold(letter: &DeadLetter<'_>) -> Self {
+    pub(super) fn hold(letter: &DeadLetter<'_>) -> Self {
         HeldLetter {
             key: letter.key.map(<[u8]>::to_vec),
             payload: letter.payload.map(<[u8]>::to_vec),
@@ -310,7 +310,7 @@ impl HeldLetter {
         }
     }
 
-    pub fn letter(&self) -> DeadLetter<'_> {
+    pub(super) fn letter(&self) -> DeadLetter<'_> {
         DeadLetter {
             key: self.key.as_deref(),
             payload: self.payload.as_deref(),

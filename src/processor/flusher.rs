@@ -18,7 +18,7 @@ use super::context::OrderlyContext;
 use super::Shared;
 use crate::fault::{self, Point};
 
-pub enum FlushMsg {
+pub(crate) enum FlushMsg {
     /// A write-out covering everything before `next_offset` was written;
     /// `applied_at`: its applied events' `occurred_at` (completion time).
     Covered { partition: i32, next_offset: i64, applied_at: Vec<i64> },
@@ -33,7 +33,7 @@ pub enum FlushMsg {
     Stop,
 }
 
-pub struct Flusher {
+pub(crate) struct Flusher {
     shared: Arc<Shared>,
     consumer: Arc<BaseConsumer<OrderlyContext>>,
     rx: mpsc::Receiver<FlushMsg>,
@@ -42,12 +42,12 @@ pub struct Flusher {
 }
 
 impl Flusher {
-    pub fn new(shared: Arc<Shared>, consumer: Arc<BaseConsumer<OrderlyContext>>, rx: mpsc::Receiver<FlushMsg>) -> Self {
+    pub(super) fn new(shared: Arc<Shared>, consumer: Arc<BaseConsumer<OrderlyContext>>, rx: mpsc::Receiver<FlushMsg>) -> Self {
         Flusher { shared, consumer, rx, uncommitted: BTreeMap::new() }
     }
 
     /// Runs until told to stop (or every sender is dropped).
-    pub async fn run(mut self) {
+    pub(super) async fn run(mut self) {
         loop {
             let first = if self.uncommitted.is_empty() {
                 self.rx.recv().await

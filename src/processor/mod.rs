@@ -83,7 +83,7 @@ pub enum ProcessError {
 
 impl ProcessError {
     /// `self`, naming `partition` unless it does already.
-    pub fn in_partition(self, partition: i32) -> ProcessError {
+    pub(crate) fn in_partition(self, partition: i32) -> ProcessError {
         match self {
             named @ (ProcessError::InPartition { .. }
             | ProcessError::Partition { .. }
@@ -125,7 +125,7 @@ pub struct Counters {
     pub outcomes: AtomicOutcomes,
     pub batches: AtomicU64,
     /// Applied events that skipped versions.
-    pub version_gaps: AtomicU64,
+    pub(crate) version_gaps: AtomicU64,
     /// Write-outs (one atomic sled batch each) and what they wrote.
     pub write_outs: AtomicU64,
     pub keys_written: AtomicU64,
@@ -133,7 +133,7 @@ pub struct Counters {
     pub flushes: AtomicU64,
     /// Partitions restored from the changelog, and the time restores took
     /// (microseconds, summed over partitions).
-    pub restore_micros: AtomicU64,
+    pub(crate) restore_micros: AtomicU64,
     pub restores: AtomicU64,
     /// When the first batch started being decided, and the last one ended.
     first_batch_at: OnceLock<Instant>,
@@ -154,7 +154,7 @@ impl Counters {
 
     /// From the start of the first batch to the end of the last one: the
     /// time spent deciding, without waiting for write-outs.
-    pub fn decide_span(&self) -> Duration {
+    pub(crate) fn decide_span(&self) -> Duration {
         let last = self.last_batch_at.lock().ok().and_then(|l| *l);
         match (self.first_batch_at.get(), last) {
             (Some(first), Some(last)) => last.saturating_duration_since(*first),
@@ -192,8 +192,8 @@ pub struct OutboxSetup {
     pub producer_config: rdkafka::ClientConfig,
     /// One producer for every partition's relay.
     pub producer: Arc<Mutex<Option<FutureProducer>>>,
-    pub warn_count: u64,
-    pub warn_age: Duration,
+    pub(crate) warn_count: u64,
+    pub(crate) warn_age: Duration,
 }
 
 impl OutboxSetup {
@@ -215,7 +215,7 @@ pub struct Shared {
     pub topic: String,
     pub store: Store,
     pub decoder: Decoder,
-    pub dead_letters: DeadLetters,
+    pub(crate) dead_letters: DeadLetters,
     /// `None` when the changelog is off.
     pub changelog: Option<ChangelogWriter>,
     /// `None` when the outbox is off.
@@ -234,7 +234,7 @@ pub struct Shared {
 impl Shared {
     /// Records an unrecoverable error; the processor stops without
     /// committing anything not yet durable.
-    pub fn fatal(&self, error: ProcessError) {
+    pub(crate) fn fatal(&self, error: ProcessError) {
         error!(%error, stage = %error.stage(), "fatal error; stopping");
         self.telemetry.errors.count(&error);
         if let Ok(mut slot) = self.fatal.lock() {
@@ -244,7 +244,7 @@ impl Shared {
     }
 
     /// One partition's share of `processing.cache_max_bytes`.
-    pub fn cache_share(&self) -> usize {
+    pub(crate) fn cache_share(&self) -> usize {
         let total = usize::try_from(self.config.processing.cache_max_bytes).unwrap_or(usize::MAX);
         total / self.assigned.load(Ordering::Relaxed).max(1)
     }
@@ -278,7 +278,7 @@ pub struct RunReport {
     /// Partitions restored from the changelog, the records they applied and
     /// the time they took (summed).
     pub restores: u64,
-    pub restored_records: u64,
+    pub(crate) restored_records: u64,
     pub restore_seconds: f64,
 }
 

@@ -16,7 +16,7 @@ const CACHE_FOR: Duration = Duration::from_secs(5);
 
 /// The group's owners, once [`OwnersSlot::attach`] gave it the consumer.
 #[derive(Default)]
-pub struct OwnersSlot(OnceLock<ConsumerOwners>);
+pub(crate) struct OwnersSlot(OnceLock<ConsumerOwners>);
 
 impl OwnersSlot {
     pub(super) fn attach(&self, config: &Config, consumer: &Arc<BaseConsumer<OrderlyContext>>) {

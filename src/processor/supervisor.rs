@@ -40,7 +40,7 @@ struct PartitionHandle {
 
 /// Owns the partition tasks: starts them on assignment, drains them on
 /// revoke and shutdown, and stops the process when one fails or panics.
-pub struct PartitionSupervisor {
+pub(crate) struct PartitionSupervisor {
     shared: Arc<Shared>,
     runtime: Handle,
     tasks: Mutex<HashMap<i32, PartitionHandle>>,
@@ -50,7 +50,7 @@ pub struct PartitionSupervisor {
 }
 
 impl PartitionSupervisor {
-    pub fn new(shared: Arc<Shared>, runtime: Handle) -> Self {
+    pub(super) fn new(shared: Arc<Shared>, runtime: Handle) -> Self {
         PartitionSupervisor { shared, runtime, tasks: Mutex::new(HashMap::new()), consumer: OnceLock::new() }
     }
 
@@ -60,12 +60,12 @@ impl PartitionSupervisor {
         self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub fn runtime(&self) -> &Handle {
+    pub(super) fn runtime(&self) -> &Handle {
         &self.runtime
     }
 
     /// Lets the supervisor split partition queues off `consumer` on assignment.
-    pub fn attach(&self, consumer: &Arc<BaseConsumer<OrderlyContext>>) {
+    pub(crate) fn attach(&self, consumer: &Arc<BaseConsumer<OrderlyContext>>) {
         let _ = self.consumer.set(Arc::downgrade(consumer));
     }
 
@@ -182,7 +182,7 @@ impl PartitionSupervisor {
 
     /// Finishes, flushes and commits the given partitions (or all), then
     /// stops their tasks. Uncommitted when the assignment was lost.
-    pub fn drain(&self, partitions: Option<&[i32]>, lost: bool) {
+    pub(super) fn drain(&self, partitions: Option<&[i32]>, lost: bool) {
         let handles: Vec<(i32, PartitionHandle)> = {
             let mut tasks = self.tasks();
             let chosen: Vec<i32> = match partitions {

@@ -68,7 +68,7 @@ impl crate::telemetry::errors::Failure for TxnError {
 }
 
 /// What one write-out commits.
-pub struct Round<'a> {
+pub(super) struct Round<'a> {
     pub letters: &'a [HeldLetter],
     pub changes: &'a [ChangeRecord],
     pub checkpoint: &'a [u8],
@@ -80,7 +80,7 @@ pub struct Round<'a> {
 }
 
 /// The partition's transactional producer and where its records go.
-pub struct TxnWriter {
+pub(crate) struct TxnWriter {
     producer: FutureProducer,
     transactional_id: String,
     partition: i32,
@@ -92,7 +92,7 @@ pub struct TxnWriter {
 }
 
 /// The transactional id of an input partition's producer.
-pub fn transactional_id(config: &Config, partition: i32) -> String {
+pub(crate) fn transactional_id(config: &Config, partition: i32) -> String {
     format!("{}-{}-{}", config.kafka.group_id, config.kafka.input_topic, partition)
 }
 
@@ -101,7 +101,7 @@ impl TxnWriter {
     /// every earlier producer of the partition (a zombie's open transaction
     /// is aborted). Call it before restoring, so nothing the previous owner
     /// writes can land after the restore read the changelog.
-    pub async fn open(
+    pub(super) async fn open(
         config: &Config,
         partition: i32,
         changelog_topic: String,
@@ -133,7 +133,7 @@ impl TxnWriter {
     /// Commits one round; returns the changelog offset after its checkpoint
     /// record. On [`TxnError::Aborted`] nothing of the round is visible and
     /// the same round may be committed again.
-    pub async fn commit(&self, round: Round<'_>) -> Result<i64, TxnError> {
+    pub(super) async fn commit(&self, round: Round<'_>) -> Result<i64, TxnError> {
         if let Err(cause) = self.producer.begin_transaction() {
             return Err(self.classify(cause));
         }

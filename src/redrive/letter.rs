@@ -49,8 +49,8 @@ impl FromStr for SourcePos {
 /// why `dlq replay` cannot use such a letter.
 #[derive(Debug, Clone, Serialize)]
 pub struct Letter {
-    pub dlq_partition: i32,
-    pub dlq_offset: i64,
+    pub(crate) dlq_partition: i32,
+    pub(crate) dlq_offset: i64,
     pub source_topic: Option<String>,
     pub source_partition: Option<i32>,
     pub source_offset: Option<i64>,
@@ -64,7 +64,7 @@ pub struct Letter {
     /// Whether a re-drive record names this letter's source position.
     pub redriven: bool,
     /// Why `dlq replay` cannot use it; `None` for a well-formed letter.
-    pub defect: Option<String>,
+    pub(crate) defect: Option<String>,
 }
 
 impl Letter {
@@ -76,7 +76,7 @@ impl Letter {
 
 /// A re-drive record's payload (written by `replay`).
 #[derive(Debug, Deserialize)]
-pub struct RedriveRecord {
+pub(crate) struct RedriveRecord {
     pub input_topic: String,
     /// `partition:offset` of each re-published letter's source.
     pub sources: Vec<String>,
@@ -155,22 +155,22 @@ fn parse_redrive_record(message: &BorrowedMessage<'_>) -> DlqRecord {
 
 /// The source positions of one input topic that re-drive records name.
 #[derive(Default)]
-pub struct RedrivenSet(HashSet<SourcePos>);
+pub(crate) struct RedrivenSet(HashSet<SourcePos>);
 
 impl RedrivenSet {
     /// Adds a re-drive record's positions when they belong to `input_topic`.
-    pub fn add(&mut self, input_topic: &str, record_topic: &str, sources: Vec<SourcePos>) {
+    pub(crate) fn add(&mut self, input_topic: &str, record_topic: &str, sources: Vec<SourcePos>) {
         if record_topic == input_topic {
             self.0.extend(sources);
         }
     }
 
     /// Records a position; false when it was there already.
-    pub fn insert(&mut self, source: SourcePos) -> bool {
+    pub(crate) fn insert(&mut self, source: SourcePos) -> bool {
         self.0.insert(source)
     }
 
-    pub fn contains(&self, source: &SourcePos) -> bool {
+    pub(crate) fn contains(&self, source: &SourcePos) -> bool {
         self.0.contains(source)
     }
 }

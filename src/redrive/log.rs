@@ -36,12 +36,12 @@ const CREATE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One record of the log: a letter that was re-published.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct LogRecord {
+pub(crate) struct LogRecord {
     pub input_topic: String,
     /// The letter's source position, `partition:offset`.
     pub source: String,
-    pub dlq_partition: i32,
-    pub dlq_offset: i64,
+    pub(crate) dlq_partition: i32,
+    pub(crate) dlq_offset: i64,
     /// The re-drive count the re-published record carries.
     pub redrive_count: u32,
 }
@@ -52,24 +52,24 @@ pub fn key(input_topic: &str, source: SourcePos) -> String {
 }
 
 /// The log topic of a configuration.
-pub struct RedriveLog {
+pub(crate) struct RedriveLog {
     pub topic: String,
 }
 
 impl RedriveLog {
-    pub fn of(config: &Config) -> Self {
+    pub(crate) fn of(config: &Config) -> Self {
         RedriveLog { topic: config.redrive_topic() }
     }
 
     /// Whether the topic exists.
-    pub fn exists(&self, dlq: &Dlq) -> Result<bool, RedriveError> {
+    pub(crate) fn exists(&self, dlq: &Dlq) -> Result<bool, RedriveError> {
         let [partitions] = dlq.partitions_of([self.topic.as_str()])?;
         Ok(partitions.is_some())
     }
 
     /// Adds every source position of `input_topic` the log names to `done`.
     /// A missing log names none.
-    pub fn read_into(&self, dlq: &Dlq, input_topic: &str, done: &mut RedrivenSet) -> Result<usize, RedriveError> {
+    pub(crate) fn read_into(&self, dlq: &Dlq, input_topic: &str, done: &mut RedrivenSet) -> Result<usize, RedriveError> {
         let [partitions] = dlq.partitions_of([self.topic.as_str()])?;
         let Some(partitions) = partitions else { return Ok(0) };
         let mut read = 0;
@@ -92,7 +92,7 @@ impl RedriveLog {
 
     /// Creates the topic when missing: one partition, `cleanup.policy=compact`,
     /// the broker's default replication factor.
-    pub fn ensure(&self, config: &Config, dlq: &Dlq) -> Result<(), RedriveError> {
+    pub(crate) fn ensure(&self, config: &Config, dlq: &Dlq) -> Result<(), RedriveError> {
         if self.exists(dlq)? {
             return Ok(());
         }
@@ -128,7 +128,7 @@ impl RedriveLog {
 
     /// Appends one record per re-driven letter and waits for every
     /// acknowledgement.
-    pub fn record(&self, producer: &FutureProducer, input_topic: &str, redriven: &[Redriven]) -> Result<(), RedriveError> {
+    pub(crate) fn record(&self, producer: &FutureProducer, input_topic: &str, redriven: &[Redriven]) -> Result<(), RedriveError> {
         let record_error = |cause| RedriveError::RedriveRecord { topic: self.topic.clone(), partition: 0, cause };
         let mut deliveries: Vec<DeliveryFuture> = Vec::with_capacity(redriven.len());
         for r in redriven {

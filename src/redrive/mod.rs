@@ -65,7 +65,7 @@ pub use time::rfc3339_millis;
 pub const DEFAULT_MAX_REDRIVES: u32 = 3;
 /// Records re-published between two re-drive records (and commits): what a
 /// crash can re-send.
-pub const CHUNK: usize = 5_000;
+pub(crate) const CHUNK: usize = 5_000;
 
 /// The consumer group that stores re-drive progress.
 pub fn redrive_group(config: &Config) -> String {

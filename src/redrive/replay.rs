@@ -50,8 +50,8 @@ pub struct ReplayRequest {
 /// A letter re-published (or, in a dry run, to be).
 #[derive(Debug, Clone, Serialize)]
 pub struct Redriven {
-    pub dlq_partition: i32,
-    pub dlq_offset: i64,
+    pub(crate) dlq_partition: i32,
+    pub(crate) dlq_offset: i64,
     pub source_partition: i32,
     pub source_offset: i64,
     pub error_kind: Option<String>,
@@ -104,8 +104,8 @@ impl fmt::Display for SkipReason {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Skipped {
-    pub dlq_partition: i32,
-    pub dlq_offset: i64,
+    pub(crate) dlq_partition: i32,
+    pub(crate) dlq_offset: i64,
     pub source_topic: Option<String>,
     pub source_partition: Option<i32>,
     pub source_offset: Option<i64>,
@@ -146,7 +146,7 @@ pub struct ReplayReport {
     pub not_found: Vec<SourcePos>,
     /// The re-drive progress this run committed, per dead-letter partition.
     pub committed: BTreeMap<i32, i64>,
-    pub elapsed_ms: u64,
+    pub(crate) elapsed_ms: u64,
 }
 
 /// Re-drives the letters `request` chooses. Blocking: call it from a

@@ -23,7 +23,7 @@ const STALL_LIMIT: Duration = Duration::from_secs(30);
 
 /// The dead-letter topic of a configuration, and the client settings to
 /// read it and commit re-drive progress.
-pub struct Dlq {
+pub(crate) struct Dlq {
     client: ClientConfig,
     /// For metadata, watermarks, committed offsets and commits; ranges are
     /// read by a consumer of their own, so no event of an earlier read (a
@@ -35,7 +35,7 @@ pub struct Dlq {
 }
 
 impl Dlq {
-    pub fn open(config: &Config) -> Result<Self, RedriveError> {
+    pub(crate) fn open(config: &Config) -> Result<Self, RedriveError> {
         let group = redrive_group(config);
         let client = redrive_consumer_config(config, &group);
         let consumer = client.create().map_err(|cause| RedriveError::Client { cause })?;
@@ -51,7 +51,7 @@ impl Dlq {
     /// The partition count of the dead-letter topic and of `input_topic`
     /// (`None` when it does not exist). A metadata request for every topic
     /// never asks the broker to create one.
-    pub fn partition_counts(&self, input_topic: &str) -> Result<(i32, Option<i32>), RedriveError> {
+    pub(crate) fn partition_counts(&self, input_topic: &str) -> Result<(i32, Option<i32>), RedriveError> {
         let [dlq, input] = self.partitions_of([self.topic.as_str(), input_topic])?;
         let dlq = dlq.ok_or_else(|| RedriveError::DlqTopicMissing { topic: self.topic.clone(), bootstrap: self.bootstrap.clone() })?;
         Ok((dlq, input))
@@ -74,7 +74,7 @@ impl Dlq {
     }
 
     /// The first and the end (next to be written) offsets of a partition.
-    pub fn watermarks(&self, partition: i32) -> Result<(i64, i64), RedriveError> {
+    pub(crate) fn watermarks(&self, partition: i32) -> Result<(i64, i64), RedriveError> {
         self.watermarks_in(&self.topic, partition)
     }
 
@@ -86,7 +86,7 @@ impl Dlq {
     }
 
     /// The re-drive group's committed offset per partition (`None`: none).
-    pub fn committed(&self, partitions: i32) -> Result<BTreeMap<i32, Option<i64>>, RedriveError> {
+    pub(crate) fn committed(&self, partitions: i32) -> Result<BTreeMap<i32, Option<i64>>, RedriveError> {
         let mut wanted = TopicPartitionList::with_capacity(partitions as usize);
         for partition in 0..partitions {
             wanted.add_partition(&self.topic, partition);
@@ -105,7 +105,7 @@ impl Dlq {
     }
 
     /// Stores `next_offset` as the group's progress on `partition`.
-    pub fn commit(&self, partition: i32, next_offset: i64) -> Result<(), RedriveError> {
+    pub(crate) fn commit(&self, partition: i32, next_offset: i64) -> Result<(), RedriveError> {
         let commit_error = |cause| RedriveError::Commit { group: self.group.clone(), partition, offset: next_offset, cause };
         let mut list = TopicPartitionList::with_capacity(1);
         list.add_partition_offset(&self.topic, partition, Offset::Offset(next_offset)).map_err(commit_error)?;
@@ -118,7 +118,7 @@ impl Dlq {
     /// offset order, and stops at `end` (an offset captured by the caller:
     /// letters written meanwhile are left for the next run). Offsets below
     /// the partition's start (retention) are skipped by the broker.
-    pub fn scan(
+    pub(crate) fn scan(
         &self,
         partition: i32,
         from: i64,

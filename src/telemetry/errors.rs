@@ -38,7 +38,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 12] = [
+    pub(crate) const ALL: [Stage; 12] = [
         Stage::Start,
         Stage::Assign,
         Stage::Restore,

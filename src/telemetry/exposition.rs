@@ -18,7 +18,7 @@ use super::histogram::Histogram;
 use super::{PartitionStatus, Telemetry};
 
 /// The content type of [`render`]'s output.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The outcome label's values, with the counter each reads.
 type Counter = fn(&PartitionStatus) -> &AtomicU64;
@@ -31,13 +31,13 @@ const OUTCOMES: [(&str, Counter); 4] = [
 
 /// A registry holding the processor's collector (built once, rendered on
 /// every scrape).
-pub fn registry(telemetry: Arc<Telemetry>) -> Registry {
+pub(crate) fn registry(telemetry: Arc<Telemetry>) -> Registry {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(TelemetryCollector(telemetry)));
     registry
 }
 
-pub fn render(registry: &Registry) -> Result<String, std::fmt::Error> {
+pub(crate) fn render(registry: &Registry) -> Result<String, std::fmt::Error> {
     let mut out = String::with_capacity(16 * 1024);
     prometheus_client::encoding::text::encode(&mut out, registry)?;
     Ok(out)

@@ -7,19 +7,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Bucket upper bounds, seconds, for durations inside the pipeline (a batch,
 /// a write-out, a flush, a commit): 0.25 ms to about 2 minutes, each 1.5x
 /// the last, so a percentile read back is within 25% of the truth.
-pub fn duration_bounds() -> Vec<f64> {
+pub(crate) fn duration_bounds() -> Vec<f64> {
     (0..33).map(|i| 0.000_25 * 1.5f64.powi(i)).collect()
 }
 
 /// Bucket upper bounds, seconds, for completion time (event time to
 /// durable): 5 ms to about a week, each twice the last (the event's clock
 /// is the producer's, and replays and restores complete old events).
-pub fn completion_bounds() -> Vec<f64> {
+pub(crate) fn completion_bounds() -> Vec<f64> {
     (0..27).map(|i| 0.005 * 2f64.powi(i)).collect()
 }
 
 /// Bucket upper bounds for records per batch: 1 to 65,536, powers of two.
-pub fn count_bounds() -> Vec<f64> {
+pub(crate) fn count_bounds() -> Vec<f64> {
     (0..17).map(|i| 2f64.powi(i)).collect()
 }
 
@@ -38,7 +38,7 @@ pub struct Snapshot {
     pub count: u64,
     pub sum: f64,
     /// (upper bound, cumulative count), the last bound `+Inf`.
-    pub buckets: Vec<(f64, u64)>,
+    pub(crate) buckets: Vec<(f64, u64)>,
 }
 
 impl Histogram {
@@ -53,7 +53,7 @@ impl Histogram {
     }
 
     /// Observes `value` `n` times.
-    pub fn observe_n(&self, value: f64, n: u64) {
+    pub(crate) fn observe_n(&self, value: f64, n: u64) {
         let value = if value.is_finite() { value.max(0.0) } else { 0.0 };
         let bucket = self.bounds.partition_point(|bound| *bound < value);
         self.counts[bucket].fetch_add(n, Ordering::Relaxed);
@@ -61,7 +61,7 @@ impl Histogram {
     }
 
     /// Observes many values with one atomic add per bucket they fall in.
-    pub fn observe_all(&self, values: impl Iterator<Item = f64>) {
+    pub(crate) fn observe_all(&self, values: impl Iterator<Item = f64>) {
         let mut local = vec![0u64; self.counts.len()];
         let mut sum = 0u64;
         for value in values {
@@ -96,7 +96,7 @@ impl Snapshot {
     /// The `q` quantile (0..=1), interpolated linearly inside its bucket as
     /// Prometheus's `histogram_quantile` does; the highest finite bound when
     /// it falls in the +Inf bucket. `None` without observations.
-    pub fn quantile(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile(&self, q: f64) -> Option<f64> {
         if self.count == 0 {
             return None;
         }

@@ -9,10 +9,10 @@
 //! * [`status`]: the JSON the status page shows, and readiness.
 
 pub mod errors;
-pub mod exposition;
-pub mod histogram;
+pub(crate) mod exposition;
+pub(crate) mod histogram;
 pub mod status;
-pub mod vocabulary;
+pub(crate) mod vocabulary;
 
 pub use vocabulary::{Backlog, GroupOwners, Member, OwnersError, Phase};
 
@@ -27,7 +27,7 @@ use crate::outcomes::{AtomicOutcomes, Outcomes};
 use crate::store::Checkpoint;
 
 /// "Not known yet" in an offset or count slot.
-pub const UNKNOWN: i64 = -1;
+pub(crate) const UNKNOWN: i64 = -1;
 
 /// One assigned partition, as its task and the poll thread last saw it.
 #[derive(Debug)]
@@ -40,7 +40,7 @@ pub struct PartitionStatus {
     /// durable counters at assignment (or after a restore), plus what this
     /// process decided since.
     pub outcomes: AtomicOutcomes,
-    pub version_gaps: AtomicU64,
+    pub(crate) version_gaps: AtomicU64,
     /// The next offset to process (decided, maybe not yet written).
     pub position: AtomicI64,
     /// The written checkpoint's next offset (durable at the next flush).
@@ -48,7 +48,7 @@ pub struct PartitionStatus {
     /// The partition's high watermark, from the consumer's fetch state.
     pub end_offset: AtomicI64,
     /// Changelog records still to read while restoring; [`UNKNOWN`] otherwise.
-    pub restore_remaining: AtomicI64,
+    pub(crate) restore_remaining: AtomicI64,
     /// The outbox relay's view, once it runs.
     pub outbox: OnceLock<Arc<Backlog>>,
     /// Why the dead-letter breaker stopped the partition, once it did.
@@ -94,7 +94,7 @@ impl PartitionStatus {
 
     /// Publishes the phase the partition's task entered (status page,
     /// `/readyz`, metrics).
-    pub fn enter(&self, phase: Phase) {
+    pub(crate) fn enter(&self, phase: Phase) {
         self.phase.store(phase as u8, Ordering::Relaxed);
     }
 
@@ -119,24 +119,24 @@ impl PartitionStatus {
 pub struct Telemetry {
     partitions: RwLock<BTreeMap<i32, Arc<PartitionStatus>>>,
     /// Time to decide one batch (decode, dead letters, decide).
-    pub batch_duration: Histogram,
+    pub(crate) batch_duration: Histogram,
     /// Records per decided batch.
-    pub batch_records: Histogram,
+    pub(crate) batch_records: Histogram,
     /// One write-out: changelog acknowledged, then the atomic store batch.
-    pub write_out_duration: Histogram,
-    pub flush_duration: Histogram,
-    pub commit_duration: Histogram,
+    pub(crate) write_out_duration: Histogram,
+    pub(crate) flush_duration: Histogram,
+    pub(crate) commit_duration: Histogram,
     /// From an applied event's `occurred_at` to its write-out being flushed.
     pub completion: Histogram,
     /// How late partition tasks' timers fired (batch wait, write-out due).
-    pub timer_lateness: Histogram,
-    pub restored_records: AtomicU64,
+    pub(crate) timer_lateness: Histogram,
+    pub(crate) restored_records: AtomicU64,
     /// Partitions the dead-letter breaker stopped.
     pub breaker_trips: AtomicU64,
     /// Failures by stage and kind (`orderly_errors_total`).
     pub errors: errors::ErrorCounts,
     /// Records per writer schema id (the decoder counts into it).
-    pub schema_records: Arc<crate::codec::SchemaCounts>,
+    pub(crate) schema_records: Arc<crate::codec::SchemaCounts>,
     started: Instant,
     /// When the poll loop last turned (milliseconds since `started`).
     poll_turned_ms: AtomicU64,
@@ -197,30 +197,30 @@ impl Telemetry {
         }
     }
 
-    pub fn set_input_partitions(&self, partitions: u32) {
+    pub(crate) fn set_input_partitions(&self, partitions: u32) {
         self.input_partitions.store(partitions, Ordering::Relaxed);
     }
 
     /// Partitions of the input topic (0 until connected).
-    pub fn input_partitions(&self) -> u32 {
+    pub(crate) fn input_partitions(&self) -> u32 {
         self.input_partitions.load(Ordering::Relaxed)
     }
 
-    pub fn uptime(&self) -> Duration {
+    pub(crate) fn uptime(&self) -> Duration {
         self.started.elapsed()
     }
 
     /// Called by the poll loop on every turn.
-    pub fn poll_turned(&self) {
+    pub(crate) fn poll_turned(&self) {
         self.poll_turned_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     /// How long ago the poll loop last turned.
-    pub fn since_poll(&self) -> Duration {
+    pub(crate) fn since_poll(&self) -> Duration {
         self.started.elapsed().saturating_sub(Duration::from_millis(self.poll_turned_ms.load(Ordering::Relaxed)))
     }
 
-    pub fn set_rate(&self, per_second: f64) {
+    pub(crate) fn set_rate(&self, per_second: f64) {
         self.rate_bits.store(per_second.to_bits(), Ordering::Relaxed);
     }
 
@@ -230,7 +230,7 @@ impl Telemetry {
 
     /// Observes the completion time of applied events whose write-out was
     /// just made durable, `now_ms` being the flush's end.
-    pub fn complete(&self, occurred_at_ms: &[i64], now_ms: i64) {
+    pub(crate) fn complete(&self, occurred_at_ms: &[i64], now_ms: i64) {
         self.completion.observe_all(occurred_at_ms.iter().map(|at| (now_ms - at).max(0) as f64 / 1000.0));
     }
 }

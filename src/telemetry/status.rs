@@ -14,7 +14,7 @@ pub struct Identity {
     pub topic: String,
     /// `host/pid`.
     pub instance: String,
-    pub outbox_enabled: bool,
+    pub(crate) outbox_enabled: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -22,15 +22,15 @@ pub struct Status {
     pub group: String,
     pub topic: String,
     pub instance: String,
-    pub uptime_seconds: f64,
+    pub(crate) uptime_seconds: f64,
     pub ready: bool,
-    pub ready_reason: Option<String>,
+    pub(crate) ready_reason: Option<String>,
     pub totals: Totals,
-    pub rate_per_second: f64,
+    pub(crate) rate_per_second: f64,
     /// Duplicates per record consumed (0 before any record).
-    pub idempotency_hit_rate: f64,
-    pub version_gaps: u64,
-    pub completion_seconds: Option<Completion>,
+    pub(crate) idempotency_hit_rate: f64,
+    pub(crate) version_gaps: u64,
+    pub(crate) completion_seconds: Option<Completion>,
     pub outbox: Outbox,
     pub partitions: Vec<PartitionRow>,
 }
@@ -45,20 +45,20 @@ pub struct Totals {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Completion {
+pub(crate) struct Completion {
     pub count: u64,
     /// The histogram's highest bound: a percentile equal to it is above it.
-    pub above_range_seconds: f64,
+    pub(crate) above_range_seconds: f64,
     pub p50: f64,
-    pub p90: f64,
+    pub(crate) p90: f64,
     pub p99: f64,
 }
 
 #[derive(Debug, Default, Serialize)]
 pub struct Outbox {
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     pub pending: u64,
-    pub oldest_age_seconds: f64,
+    pub(crate) oldest_age_seconds: f64,
     pub published: u64,
 }
 
@@ -73,9 +73,9 @@ pub struct PartitionRow {
     pub duplicate: u64,
     pub stale: u64,
     pub dead_lettered: u64,
-    pub restore_remaining: Option<i64>,
+    pub(crate) restore_remaining: Option<i64>,
     pub outbox_pending: u64,
-    pub outbox_oldest_age_seconds: f64,
+    pub(crate) outbox_oldest_age_seconds: f64,
 }
 
 fn known(value: i64) -> Option<i64> {

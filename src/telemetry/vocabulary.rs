@@ -23,7 +23,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub fn from_u8(value: u8) -> Phase {
+    pub(crate) fn from_u8(value: u8) -> Phase {
         match value {
             0 => Phase::Restoring,
             1 => Phase::Processing,
@@ -39,7 +39,7 @@ pub struct Backlog {
     /// Records pending (written, not yet acknowledged and deleted).
     pub pending: AtomicU64,
     /// Age of the oldest pending record, milliseconds (0 when none).
-    pub oldest_age_ms: AtomicU64,
+    pub(crate) oldest_age_ms: AtomicU64,
     /// Records the broker acknowledged.
     pub published: AtomicU64,
     /// The last publish failed (a missing or refusing output topic):

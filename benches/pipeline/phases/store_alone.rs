@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rdkafka::message::Message;
 
 use orderly::codec::Decoder;
-use orderly::partition_state::PartitionState;
+use orderly::partition_state::{Decoded, PartitionState, Sourced};
 use orderly::config::Config;
 use orderly::event::OrderEvent;
 use orderly::store::Store;
@@ -154,7 +154,9 @@ fn store_alone(partitions: Vec<(i32, Vec<Batch>)>, settings: &Settings, topic: &
             let t = Instant::now();
             let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
             let records = (batch.to - batch.from) as u64;
-            let outcome = state.apply(batch.events, batch.dead, batch.from, batch.to, now_ms, retention_ms)?;
+            let events = batch.events.into_iter().zip(batch.from..).map(|(value, offset)| Sourced { offset, value }).collect();
+            let decoded = Decoded { events, dead_lettered: batch.dead, first_offset: batch.from, next_offset: batch.to };
+            let outcome = state.apply(decoded, now_ms, retention_ms)?;
             black_box(&outcome);
             over_budget |= state.dirty_bytes() > share;
             batch_micros.push(t.elapsed().as_micros() as u64);

@@ -14,7 +14,7 @@ use crate::event::OrderEvent;
 use crate::fault::{self, Point};
 use crate::headers::HEADER_REDRIVE_COUNT;
 use crate::outcomes::Outcomes;
-use crate::partition_state::BatchOutcome;
+use crate::partition_state::{BatchOutcome, Decoded, Sourced};
 use crate::processor::context::OrderlyContext;
 use crate::processor::dlq::{DeadLetter, HeldLetter};
 use crate::processor::ProcessError;
@@ -47,18 +47,14 @@ impl Live {
         let first_offset = first.offset();
         let next_offset = next_offset_after(last.offset());
 
-        let mut events: Vec<OrderEvent> = Vec::with_capacity(fresh.len());
-        let mut offsets: Vec<i64> = Vec::with_capacity(fresh.len());
+        let mut events: Vec<Sourced<OrderEvent>> = Vec::with_capacity(fresh.len());
         let mut letters: Vec<DeadLetter<'_>> = Vec::new();
         let mut dead: Vec<bool> = Vec::with_capacity(fresh.len());
         for message in &fresh {
             let decoded = self.decode(message).await;
             dead.push(decoded.is_err());
             match decoded {
-                Ok(event) => {
-                    events.push(event);
-                    offsets.push(message.offset());
-                }
+                Ok(event) => events.push(Sourced { offset: message.offset(), value: event }),
                 Err((kind, text)) => letters.push(DeadLetter {
                     key: message.key(),
                     payload: message.payload(),
@@ -90,7 +86,8 @@ impl Live {
         let retention_ms = self.task.shared.retention.as_millis() as i64;
         let dead = letters.len() as u64;
         fault::hit(Point::PanicBatch);
-        let outcome = self.task.state.apply_sourced(events, &offsets, dead, first_offset, next_offset, now_ms, retention_ms)?;
+        let decoded = Decoded { events, dead_lettered: dead, first_offset, next_offset };
+        let outcome = self.task.state.apply(decoded, now_ms, retention_ms)?;
         let BatchOutcome { outcomes, version_gaps, .. } = outcome;
         let outcomes = Outcomes { dead_lettered: dead, ..outcomes };
         let elapsed = started.elapsed();

@@ -46,13 +46,13 @@ use restoring::{Restored, Restoring};
 /// The consumer side of one partition: its own librdkafka queue (split off
 /// the consumer's main queue, so records reach the task without a copy or a
 /// hand-off through the poll thread) and the signal that it became non-empty.
-pub struct PartitionInput {
+pub(crate) struct PartitionInput {
     pub queue: PartitionQueue<OrderlyContext>,
     pub ready: Arc<Notify>,
 }
 
 /// What the rebalance callback tells a partition task.
-pub enum Command {
+pub(super) enum Command {
     /// Finish every record already in the queue, then reply with the
     /// checkpoint and stop. With `lost` (the group took the partition away
     /// without a revoke: this member was presumed dead), write nothing: the
@@ -66,13 +66,13 @@ pub enum Command {
 type Reply = Option<oneshot::Sender<Option<Checkpoint>>>;
 
 /// What every phase of one partition's task holds.
-pub struct PartitionTask {
+pub(crate) struct PartitionTask {
     pub shared: Arc<Shared>,
     pub partition: i32,
     /// The order cache, the pending and written checkpoints (`None` until
     /// the first batch on a partition this store never processed).
     pub state: PartitionState,
-    pub rx: mpsc::Receiver<Command>,
+    pub(crate) rx: mpsc::Receiver<Command>,
     /// The task's [`Phase`], offsets and counters, for the supervisor, the
     /// metrics and the status page.
     pub status: Arc<PartitionStatus>,
@@ -80,20 +80,20 @@ pub struct PartitionTask {
     pub consumer: Weak<BaseConsumer<OrderlyContext>>,
     /// The offset the partition was assigned at (the stored checkpoint);
     /// `None`: the group's committed offset.
-    pub assigned_at: Option<i64>,
+    pub(crate) assigned_at: Option<i64>,
     /// exactly_once: the partition's transactional producer, opened before
     /// the restore.
-    pub txn: Option<TxnWriter>,
+    pub(crate) txn: Option<TxnWriter>,
     /// exactly_once: dead letters decided since the last write-out, sent in
     /// its transaction.
-    pub held_letters: Vec<HeldLetter>,
+    pub(crate) held_letters: Vec<HeldLetter>,
     /// Stops the partition when it dead-letters too much.
     pub breaker: Breaker,
 }
 
 impl PartitionTask {
     /// Runs the partition through its phases until it is released.
-    pub async fn run(self, input: PartitionInput) -> Result<(), ProcessError> {
+    pub(super) async fn run(self, input: PartitionInput) -> Result<(), ProcessError> {
         let PartitionInput { queue, ready } = input;
         let task = match Restoring::enter(self).run().await? {
             Restored::Ready(task) => task,
