@@ -18,7 +18,7 @@ use orderly::codec::Encoder;
 use orderly::workload::{plan, WorkloadSpec};
 
 use crate::measure::{kib_to_mib, status_kib};
-use crate::report::Counts;
+use crate::figures::Counts;
 use crate::Args;
 
 #[derive(Debug, Serialize, Deserialize)]

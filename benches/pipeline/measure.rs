@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::report::Phase;
+use crate::figures::Phase;
 
 /// Wall time, CPU and peak RSS of one phase.
 pub struct Meter {

@@ -1,17 +1,23 @@
-//! The transactional outbox: an applied event that changes its order's
-//! status leaves an [`OutboxRecord`] in the same atomic sled batch as the
-//! state change and the checkpoint (and so in the changelog too); a
-//! [`relay`] per partition publishes the records, in order, to the output
-//! topic as `OrderStatusChanged` (Confluent wire format, idempotent
-//! producer, the input partition's number) and has them deleted only after
-//! the broker acknowledged them.
+//! The outbox: an applied event that changes its order's status leaves an
+//! [`OutboxRecord`], published to the output topic as `OrderStatusChanged`
+//! (Confluent wire format, idempotent producer, the input partition's
+//! number), by one of two deliveries (`outbox.delivery`):
 //!
-//! Delivery is at least once: a crash or a move between the broker's
-//! acknowledgement and the deletion publishes a record again, with the same
-//! `event_id` (derived from the source event), so consumers deduplicate.
-//! Nothing is published for a change that was not applied: a record is
-//! published only once its write-out is written (after the changelog
-//! acknowledged it, when the changelog is on).
+//! * `direct` (`"write_out"`, the default): produced with the write-out
+//!   that makes the state change durable, acknowledged before its
+//!   changelog checkpoint and its store batch; nothing is stored for it;
+//! * [`relay`] (`"relay"`): stored in the same atomic sled batch as the
+//!   state change and the checkpoint (and so in the changelog too), and
+//!   published, in order, by a relay per partition, which has it deleted
+//!   only after the broker acknowledged it.
+//!
+//! Delivery is at least once: a crash between the broker's acknowledgement
+//! and the write-out (or the deletion) publishes a record again, with the
+//! same `event_id` (derived from the source event), so consumers
+//! deduplicate; `read_back` keeps a re-publish from going back past what
+//! an input partition published before. Nothing is published for a change
+//! that was not applied. (exactly_once sends the records in each
+//! write-out's transaction: `processor::transaction`.)
 
 pub(crate) mod direct;
 pub(crate) mod read_back;

@@ -12,7 +12,7 @@ use orderly::codec::Decoder;
 use super::{plain_consumer, read_all};
 use crate::loader::LoadInfo;
 use crate::measure::Meter;
-use crate::report::Phase;
+use crate::figures::Phase;
 use crate::Args;
 
 /// (a): read and discard every record.

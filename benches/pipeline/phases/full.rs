@@ -25,7 +25,7 @@ use super::passthrough;
 use crate::http_load::{HttpLoad, HttpOut};
 use crate::loader::LoadInfo;
 use crate::measure::{dir_size, process_cpu, thread_cpu, thread_group, Meter};
-use crate::report::{Counts, FullPipeline, Phase};
+use crate::figures::{Counts, FullPipeline, Phase};
 use crate::Args;
 
 /// Key + value bytes the processor handed to sled over the run, when its

@@ -15,7 +15,7 @@ use orderly::store::Store;
 use super::passthrough;
 use crate::loader::LoadInfo;
 use crate::measure::Meter;
-use crate::report::Phase;
+use crate::figures::Phase;
 use crate::Args;
 
 pub fn run(args: &Args, load: &LoadInfo, broker_pid: Option<u32>) -> anyhow::Result<Phase> {

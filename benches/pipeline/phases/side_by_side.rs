@@ -54,7 +54,7 @@ use orderly::event::StateView;
 
 use crate::loader::LoadInfo;
 use crate::measure::process_cpu;
-use crate::report::{Counts, Phase};
+use crate::figures::{Counts, Phase};
 use crate::Args;
 
 /// What `--side-by-side` runs.

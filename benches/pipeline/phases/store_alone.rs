@@ -22,7 +22,7 @@ use orderly::store::Store;
 use super::{plain_consumer, read_all};
 use crate::loader::LoadInfo;
 use crate::measure::{dir_size, percentiles_ms, Meter};
-use crate::report::{Phase, StorageOut};
+use crate::figures::{Phase, StorageOut};
 use crate::Args;
 
 /// (d): reads and decodes every record (untimed), then times the store's
