@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -174,13 +174,7 @@ impl Relay {
 
     /// The shared producer, created (again, after a fatal error) when needed.
     fn producer(&self) -> Result<FutureProducer, KafkaError> {
-        let mut slot = self.producer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(p) = slot.as_ref().filter(|p| p.client().fatal_error().is_none()) {
-            return Ok(p.clone());
-        }
-        let created: FutureProducer = self.producer_config.create()?;
-        *slot = Some(created.clone());
-        Ok(created)
+        crate::kafka::shared_producer(&self.producer, &self.producer_config)
     }
 
     /// Publishes `records` in order; every acknowledged prefix is recorded

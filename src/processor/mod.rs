@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::producer::FutureProducer;
 use tokio::sync::{mpsc, Notify};
 use tracing::{error, info, warn};
 
@@ -199,13 +199,7 @@ pub struct OutboxSetup {
 impl OutboxSetup {
     /// The shared producer, created (again, after a fatal error) when needed.
     pub fn producer(&self) -> Result<FutureProducer, rdkafka::error::KafkaError> {
-        let mut slot = self.producer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(p) = slot.as_ref().filter(|p| p.client().fatal_error().is_none()) {
-            return Ok(p.clone());
-        }
-        let created: FutureProducer = self.producer_config.create()?;
-        *slot = Some(created.clone());
-        Ok(created)
+        crate::kafka::shared_producer(&self.producer, &self.producer_config)
     }
 }
 
