@@ -31,8 +31,13 @@ use crate::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::config::Config;
 use crate::store::{changelog_checkpoint_key, BatchWrite, ChangeRecord, Checkpoint, PartitionStore};
 
-/// Records applied to sled per batch while restoring.
-const RESTORE_BATCH: usize = 10_000;
+/// Records applied to sled per batch while restoring, at most, and the
+/// bytes of their keys and values: a batch keeps one write per key (the
+/// newest), so the larger it is, the fewer sled writes an uncompacted
+/// changelog costs; the byte bound caps its memory (each partition's
+/// restore holds one).
+const RESTORE_BATCH: usize = 100_000;
+const RESTORE_BATCH_BYTES: usize = 8 << 20;
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// What a restore did.
@@ -48,6 +53,9 @@ pub struct Restored {
     /// restore (a torn or obsolete write-out).
     pub skipped: u64,
     pub elapsed: Duration,
+    /// The part of `elapsed` spent before the first record was read: the
+    /// watermarks and the search for the last checkpoint record.
+    pub located: Duration,
 }
 
 /// One partition's restore.
@@ -144,7 +152,7 @@ impl Restore<'_> {
             write.restore(ChangeRecord { key: key.to_vec(), value: message.payload().map(sled::IVec::from) });
             applied += 1;
             in_batch += 1;
-            if in_batch >= RESTORE_BATCH {
+            if in_batch >= RESTORE_BATCH || write.bytes >= RESTORE_BATCH_BYTES {
                 let writing = Instant::now();
                 self.tree.restore_batch(std::mem::take(&mut write))?;
                 store_time += writing.elapsed();
@@ -185,7 +193,7 @@ impl Restore<'_> {
             "restore finished (locate_seconds: watermarks and the search for the last checkpoint; read_per_second: \
              records read, applied or skipped, after that)"
         );
-        Ok(Restored { restored: true, checkpoint: Some(checkpoint), applied, skipped, elapsed })
+        Ok(Restored { restored: true, checkpoint: Some(checkpoint), applied, skipped, elapsed, located })
     }
 
 }
