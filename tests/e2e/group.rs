@@ -166,8 +166,21 @@ fn torn_changelog_tail_is_not_restored() {
     let settings = "batch_max_records = 500\ncommit_interval_ms = 100";
     let first = world.instance(settings);
     let (now, later) = records.split_at(records.len() / 2);
-    world.produce(now);
-    let mut child = first.spawn_run(Some("torn_changelog:4"));
+    let (early, rest) = now.split_at(now.len() / 2);
+    world.produce(early);
+    // The 5th write-out tears. Every partition writes out (and commits) the
+    // early records first, so by the time the rest arrives each one has a
+    // complete write-out in the changelog, and the 5th write-out is some
+    // partition's second: the changelog holds complete write-outs to
+    // restore besides the torn tail. (The 4th could be every partition's
+    // first: under write-out delivery each one seals only once its status
+    // changes are acknowledged, after all four had started.)
+    let mut child = first.spawn_run(Some("torn_changelog:5"));
+    let wrote_out = wait_until(Duration::from_secs(60), || {
+        world.committed().values().all(|&offset| offset > 0) || child.try_wait().ok().flatten().is_some()
+    });
+    assert!(wrote_out, "every partition wrote out the early records\n{}", tail(&first.log()));
+    world.produce(rest);
     let status = wait_exit(&mut child, Duration::from_secs(120));
     assert!(status.is_some_and(|s| !s.success()), "aborted at the torn write-out\n{}", tail(&first.log()));
     assert!(first.log().contains("fault injection: aborting at torn_changelog"), "{}", tail(&first.log()));
