@@ -10,12 +10,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::mocking::MockCluster;
-use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 
 use orderly::codec::{Encoder, WriterVersion};
-use orderly::config::Config;
 use orderly::demo::covers;
 use orderly::event::{EventType, OrderEvent};
 use orderly::load::produce_planned;
@@ -26,51 +23,12 @@ use orderly::store::Store;
 use orderly::telemetry::errors::{Failure, Kind, Stage};
 use orderly::workload::PlannedRecord;
 use support::registry_double::{ByIdMode, RegistryDouble};
-use support::{committed, read_all, unique};
-
-struct Cluster {
-    mock: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-    bootstrap: String,
-    topic: String,
-    dlq: String,
-    changelog: String,
-}
+use support::mock::{self, config, producer, Cluster};
+use support::{committed, read_all};
 
 /// A one-partition input topic and, when `with_dlq`, its dead-letter topic.
 fn cluster(with_dlq: bool) -> Cluster {
-    let mock = MockCluster::new(1).expect("mock cluster");
-    let topic = unique("orders");
-    let dlq = unique("orders-dlq");
-    mock.create_topic(&topic, 1, 1).expect("topic");
-    if with_dlq {
-        mock.create_topic(&dlq, 1, 1).expect("dlq topic");
-    }
-    // The mock cluster has no CreateTopics: the changelog is created here.
-    let changelog = format!("{topic}-changelog");
-    mock.create_topic(&changelog, 1, 1).expect("changelog topic");
-    mock.create_topic(&format!("{topic}-status"), 1, 1).expect("output topic");
-    let bootstrap = mock.bootstrap_servers();
-    Cluster { mock, bootstrap, topic, dlq, changelog }
-}
-
-fn producer(bootstrap: &str) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .create()
-        .expect("producer")
-}
-
-fn config(c: &Cluster, store: &std::path::Path) -> Config {
-    let mut config = Config::defaults().expect("defaults");
-    config.kafka.bootstrap_servers = c.bootstrap.clone();
-    config.kafka.group_id = unique("group");
-    config.kafka.input_topic = c.topic.clone();
-    config.kafka.dlq_topic = c.dlq.clone();
-    config.kafka.changelog_topic = c.changelog.clone();
-    config.kafka.output_topic = format!("{}-status", c.topic);
-    config.store.path = store.to_path_buf();
-    config
+    mock::cluster(1, with_dlq)
 }
 
 fn event(event_id: &str, order_id: &str, version: i64, event_type: EventType) -> OrderEvent {

@@ -7,10 +7,6 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::mocking::MockCluster;
-use rdkafka::producer::FutureProducer;
-use rdkafka::ClientConfig;
-
 use orderly::codec::{Encoder, WriterVersion};
 use orderly::config::Config;
 use orderly::demo::covers;
@@ -22,50 +18,13 @@ use orderly::registry::Registry;
 use orderly::store::Store;
 use orderly::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
 use support::registry_double::RegistryDouble;
+use support::mock::{self, config, producer, Cluster};
 use support::{committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
 
 const PARTITIONS: i32 = 4;
 
-struct Cluster {
-    mock: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-    bootstrap: String,
-    topic: String,
-    dlq: String,
-    changelog: String,
-}
-
 fn cluster() -> Cluster {
-    let mock = MockCluster::new(1).expect("mock cluster");
-    let topic = unique("orders");
-    let dlq = unique("orders-dlq");
-    mock.create_topic(&topic, PARTITIONS, 1).expect("topic");
-    mock.create_topic(&dlq, 1, 1).expect("dlq topic");
-    // The mock cluster has no CreateTopics: the changelog is created here.
-    let changelog = format!("{topic}-changelog");
-    mock.create_topic(&changelog, PARTITIONS, 1).expect("changelog topic");
-    mock.create_topic(&format!("{topic}-status"), PARTITIONS, 1).expect("output topic");
-    let bootstrap = mock.bootstrap_servers();
-    Cluster { mock, bootstrap, topic, dlq, changelog }
-}
-
-fn producer(bootstrap: &str) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .create()
-        .expect("producer")
-}
-
-fn config(c: &Cluster, store: &std::path::Path) -> Config {
-    let mut config = Config::defaults().expect("defaults");
-    config.kafka.bootstrap_servers = c.bootstrap.clone();
-    config.kafka.group_id = unique("group");
-    config.kafka.input_topic = c.topic.clone();
-    config.kafka.dlq_topic = c.dlq.clone();
-    config.kafka.changelog_topic = c.changelog.clone();
-    config.kafka.output_topic = format!("{}-status", c.topic);
-    config.store.path = store.to_path_buf();
-    config
+    mock::cluster(PARTITIONS, true)
 }
 
 /// Runs the processor in-process until the store covers `ends`.

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod late_schema;
+pub mod mock;
 pub mod registry_double;
 
 use std::collections::BTreeMap;
