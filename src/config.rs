@@ -277,6 +277,10 @@ pub struct ProcessingConfig {
     /// How often a partition writes its dirty orders and checkpoint to the
     /// store (one atomic batch) and reports them for the group flush.
     pub commit_interval_ms: u64,
+    /// How soon a partition that has read everything its input holds writes
+    /// out, instead of waiting for the commit interval (0: off; at most the
+    /// commit interval takes effect).
+    pub caught_up_write_ms: u64,
     /// Dirty bytes held in memory across all partitions' order caches before
     /// a partition writes early; also bounds the clean entries kept cached.
     pub cache_max_bytes: u64,
@@ -435,6 +439,9 @@ impl Config {
         }
         if !(1..=60_000).contains(&p.commit_interval_ms) {
             return Err(value_err("processing.commit_interval_ms", format!("{} is out of range 1..=60000", p.commit_interval_ms)));
+        }
+        if p.caught_up_write_ms > 60_000 {
+            return Err(value_err("processing.caught_up_write_ms", format!("{} is out of range 0..=60000", p.caught_up_write_ms)));
         }
         if p.cache_max_bytes < 1024 * 1024 {
             return Err(value_err("processing.cache_max_bytes", format!("{} must be at least 1048576 (1 MiB)", p.cache_max_bytes)));

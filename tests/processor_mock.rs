@@ -318,7 +318,7 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
 #[test]
 fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
     // Everything is decided well before the first write-outs, which fall due
-    // together; the crash must come after a flush covering every record.
+    // together (no early write-out once caught up); the crash must come after a flush covering every record.
     // Without the changelog: with it, each partition's write-out waits for
     // its own acknowledgements and they reach the flusher in different
     // rounds (and so with the outbox's write-out delivery, which waits for
@@ -329,7 +329,7 @@ fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
     // times.
     let no_changelog = [("ORDERLY_KAFKA__CHANGELOG_TOPIC", ""), ("ORDERLY_KAFKA__OUTPUT_TOPIC", "")];
     let attempt = || {
-        let loaded = loaded(WorkloadSpec { orders: 500, seed: 8, ..Default::default() }, "commit_interval_ms = 3000");
+        let loaded = loaded(WorkloadSpec { orders: 500, seed: 8, ..Default::default() }, "commit_interval_ms = 3000\ncaught_up_write_ms = 0");
         let instance = &loaded.instance;
         let mut child = instance.spawn_run_env(Some("after_flush:1"), "info,librdkafka=warn,rdkafka=warn", &no_changelog);
         let status = wait_exit(&mut child, Duration::from_secs(60)).unwrap_or_else(|| panic!("never crashed\n{}", instance.log()));

@@ -43,9 +43,10 @@ fn zombie(guarantee: &str) -> Zombie {
     let (first, rest) = records.split_at(records.len() / 3);
     let (second, third) = rest.split_at(rest.len() / 2);
     let reaper = Reaper::default();
-    // A commit interval far beyond the pause's start: what the zombie
-    // decides before it is stopped is still in its cache.
-    let a = world.instance(&format!("{guarantee}commit_interval_ms = 30000\nbatch_max_wait_ms = 5"));
+    // A commit interval far beyond the pause's start, and no early
+    // write-out once caught up: what the zombie decides before it is
+    // stopped is still in its cache.
+    let a = world.instance(&format!("{guarantee}commit_interval_ms = 30000\ncaught_up_write_ms = 0\nbatch_max_wait_ms = 5"));
     let b = world.instance(&format!("{guarantee}commit_interval_ms = 200"));
     world.produce(first);
     let mut run_a = reaper.watch(a.spawn_run(None));

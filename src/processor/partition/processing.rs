@@ -4,6 +4,7 @@
 //! orders pass their memory share. Ends when the partition is drained,
 //! lost, or stopped by the dead-letter breaker.
 
+use std::ffi::CString;
 use std::time::Duration;
 
 use rdkafka::consumer::base_consumer::PartitionQueue;
@@ -72,6 +73,10 @@ impl Processing {
         let max_records = config.batch_max_records;
         let max_wait = Duration::from_millis(config.batch_max_wait_ms);
         let interval = Duration::from_millis(config.commit_interval_ms);
+        // Caught up with the input: write out this soon after the last
+        // write-out instead of a whole interval later (`None`: off).
+        let caught_up_after = (config.caught_up_write_ms > 0).then(|| Duration::from_millis(config.caught_up_write_ms).min(interval));
+        let end = End::new(&self.live.task.shared.topic);
         let mut last_write = tokio::time::Instant::now();
         // at_least_once: a task that did not run for longer than the session
         // timeout (the process was paused: SIGSTOP, a GC or VM freeze) may have been
@@ -112,8 +117,11 @@ impl Processing {
                     deadline = Some(tokio::time::Instant::now() + max_wait);
                 }
                 let mut wait_until = deadline.unwrap_or_else(|| tokio::time::Instant::now() + IDLE_RECHECK);
-                let write_due = (last_write + interval).max(hold_until);
+                let mut write_due = (last_write + interval).max(hold_until);
                 if self.live.task.state.has_unwritten() {
+                    if let Some(after) = caught_up_after.filter(|_| batch.is_empty() && end.reached(&self.live)) {
+                        write_due = write_due.min((last_write + after).max(hold_until));
+                    }
                     if tokio::time::Instant::now() >= write_due {
                         break;
                     }
@@ -158,6 +166,8 @@ impl Processing {
             if let Some(reply) = drain {
                 return Ok(Ended::Drain { draining: Draining::enter(self.live, reply), fetched: batch });
             }
+            // The queue was empty when the batch closed short of its maximum.
+            let drained = batch.len() < max_records;
             if !batch.is_empty() {
                 match self.live.process(&batch).await {
                     Err(tripped @ ProcessError::DeadLetterBreaker { .. }) => {
@@ -169,13 +179,41 @@ impl Processing {
             drop(batch);
             self.live.collect_published();
             let now = tokio::time::Instant::now();
+            let caught_up_due = || caught_up_after.is_some_and(|after| now >= last_write + after && drained && end.reached(&self.live));
             if now >= hold_until
                 && self.live.task.state.has_unwritten()
-                && (now >= last_write + interval || self.live.task.state.dirty_bytes() > self.live.task.shared.cache_share())
+                && (now >= last_write + interval
+                    || self.live.task.state.dirty_bytes() > self.live.task.shared.cache_share()
+                    || caught_up_due())
             {
                 self.live.write_out().await?;
                 last_write = now;
             }
         }
+    }
+}
+
+/// The partition's end as the consumer last fetched it (its cached high
+/// watermark: no request to the broker), against the task's position.
+struct End {
+    /// The input topic, for librdkafka (`None`: a name it cannot take, so
+    /// never at the end: write-outs keep to the commit interval).
+    topic: Option<CString>,
+}
+
+impl End {
+    fn new(topic: &str) -> Self {
+        End { topic: CString::new(topic).ok() }
+    }
+
+    /// True when every record up to the partition's end as last fetched is
+    /// decided. Under load the fetched end runs ahead of the position; a
+    /// fetch state older than the last batch can make this true early,
+    /// which costs one early write-out (they stay `caught_up_write_ms`
+    /// apart), never a record.
+    fn reached(&self, live: &Live) -> bool {
+        let (Some(topic), Some(consumer)) = (&self.topic, live.task.consumer.upgrade()) else { return false };
+        let Some(position) = live.task.state.pending().map(|c| c.next_offset) else { return false };
+        crate::kafka::cached_high_watermark(&consumer, topic, live.task.partition).is_some_and(|end| position >= end)
     }
 }
