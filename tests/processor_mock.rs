@@ -356,6 +356,25 @@ fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
     drop(c.mock);
 }
 
+/// A partition that has read everything its input holds writes out
+/// `caught_up_write_ms` after its last write-out instead of a commit
+/// interval later: with a 60 s interval (and a few hundred orders, far
+/// below the cache share that writes early), the only way the group's
+/// offsets reach the ends within 20 s is that write-out. (With
+/// `caught_up_write_ms = 0` this test fails.)
+#[test]
+fn a_caught_up_partition_commits_without_waiting_for_the_commit_interval() {
+    let loaded = loaded(WorkloadSpec { orders: 300, seed: 12, ..Default::default() }, "commit_interval_ms = 60000");
+    let Loaded { c, _registry, group, ends, total, instance, .. } = loaded;
+    let mut child = instance.spawn_run_env(None, "info,librdkafka=warn,rdkafka=warn", &[]);
+    let caught_up = wait_until(Duration::from_secs(20), || committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends);
+    signal(&child, "TERM");
+    let _ = wait_exit(&mut child, Duration::from_secs(30));
+    assert!(caught_up, "committed offsets reach the ends long before the 60 s commit interval\n{}", instance.log());
+    assert_eq!(instance.stats()["totals"]["consumed"].as_i64(), Some(total), "every record decided and written");
+    drop(c.mock);
+}
+
 /// A partition task that panics stops the process with a non-zero exit
 /// naming the partition, and nothing beyond durable state is committed: the
 /// group's committed offsets never pass the store's checkpoints.
