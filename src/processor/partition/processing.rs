@@ -207,13 +207,15 @@ impl End {
     }
 
     /// True when every record up to the partition's end as last fetched is
-    /// decided. Under load the fetched end runs ahead of the position; a
-    /// fetch state older than the last batch can make this true early,
-    /// which costs one early write-out (they stay `caught_up_write_ms`
-    /// apart), never a record.
+    /// decided, allowing one offset: a transactional producer's last
+    /// record is followed by its commit marker, which no consumer sees.
+    /// Under load the fetched end runs ahead of the position; a fetch state
+    /// older than the last batch (or one record not yet fetched) can make
+    /// this true early, which costs one early write-out (they stay
+    /// `caught_up_write_ms` apart), never a record.
     fn reached(&self, live: &Live) -> bool {
         let (Some(topic), Some(consumer)) = (&self.topic, live.task.consumer.upgrade()) else { return false };
         let Some(position) = live.task.state.pending().map(|c| c.next_offset) else { return false };
-        crate::kafka::cached_high_watermark(&consumer, topic, live.task.partition).is_some_and(|end| position >= end)
+        crate::kafka::cached_high_watermark(&consumer, topic, live.task.partition).is_some_and(|end| position + 1 >= end)
     }
 }
