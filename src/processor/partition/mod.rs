@@ -8,7 +8,8 @@
 //!   elsewhere). Ends [`Restored::Ready`] or [`Restored::Released`].
 //! * [`processing`]: batch, decode, dead-letter, decide against the
 //!   partition's order cache ([`batch`]); once per commit interval (or when
-//!   its changed orders pass their memory share) write them out ([`live`]:
+//!   its changed orders pass their memory share, or soon after the last
+//!   write-out once it has caught up with its input) write them out ([`live`]:
 //!   produced to the changelog, acknowledged, written with the checkpoint
 //!   in one atomic sled batch, reported to the flusher). Ends in a drain, a
 //!   loss (released, nothing more written) or a breaker trip.

@@ -1,8 +1,9 @@
 //! The processing phase: batches of the partition's records (up to
 //! `batch_max_records`, or what came within `batch_max_wait_ms`), each
-//! decided, and a write-out once per commit interval or when the changed
-//! orders pass their memory share. Ends when the partition is drained,
-//! lost, or stopped by the dead-letter breaker.
+//! decided, and a write-out once per commit interval, when the changed
+//! orders pass their memory share, or `caught_up_write_ms` after the last
+//! one once the partition has read everything its input holds. Ends when
+//! the partition is drained, lost, or stopped by the dead-letter breaker.
 
 use std::ffi::CString;
 use std::time::Duration;
