@@ -420,7 +420,7 @@ impl DemoSummary {
              \n\
              processing: {eps:.0} events/s ({consumed} records decided in {decide_secs:.3} s, from the first \
              batch to the last); durable {proc_secs:.3} s after the first partition assignment (state is \
-             written every {interval} ms)\n\
+             written every {interval} ms under load, and soon after a partition has read all its input)\n\
              joining the group: {join_secs:.1} s before that ({eps_all:.0} events/s over {secs:.1} s with it)\n",
             orders = self.orders,
             partitions = self.partitions,
