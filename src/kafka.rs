@@ -25,7 +25,7 @@ pub(crate) const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     // partitions' tasks drain their queues and wait: measured with the
     // side-by-side bench on Apache Kafka 4.4 (1M interleaved events), a
     // partition that fell behind the others crawled at about 20k records/s
-    // until the end, and 3 runs in 8 took 7-10 s instead of 3-4 s. 100 ms
+    // until the end: 7 runs of the same 1M records took 3.3 to 9.9 s. 100 ms
     // bounds that pause; an idle consumer sends 10 fetches a second per
     // broker instead of 2.
     ("fetch.wait.max.ms", "100"),

@@ -136,10 +136,7 @@ impl Live {
         self.relay = Some(relay);
         self.collect_published();
         self.write_out().await?;
-        if let Some(relay) = self.relay.take() {
-            drop(relay.written);
-            relay.join.abort();
-        }
+        self.stop_relay();
         Ok(())
     }
 
@@ -158,10 +155,7 @@ impl Live {
             if self.relay_caught_up(relay)? {
                 info!(partition = self.task.partition, "the outbox rows left by relay delivery are published");
                 self.collect_published();
-                if let Some(relay) = self.relay.take() {
-                    drop(relay.written);
-                    relay.join.abort();
-                }
+                self.stop_relay();
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -169,7 +163,8 @@ impl Live {
         Ok(())
     }
 
-    /// Stops the outbox relay without waiting for it (a lost partition).
+    /// Stops the outbox relay without waiting for it (a lost partition, or
+    /// once what it had to publish is published).
     pub(super) fn stop_relay(&mut self) {
         if let Some(relay) = self.relay.take() {
             drop(relay.written);
