@@ -357,6 +357,47 @@ pub struct ChangeRecord {
     pub value: Option<sled::IVec>,
 }
 
+/// Restored changelog records not yet written to the tree: the newest value
+/// of each key, in key order. A changelog that is not compacted yet holds
+/// many versions of an order's state; only the last one held here is
+/// written, so each key costs one sled write per [`PartitionStore::restore_batch`].
+#[derive(Default)]
+pub struct RestoreWrite {
+    changes: std::collections::BTreeMap<Vec<u8>, Option<sled::IVec>>,
+    /// Bytes of the keys and values held: a replaced value no longer counts.
+    bytes: usize,
+}
+
+impl RestoreWrite {
+    /// Takes a changelog record (its key in changelog form) in place of any
+    /// earlier one of its key.
+    pub fn restore(&mut self, change: ChangeRecord) {
+        let key = from_changelog_key(&change.key);
+        let added = key.len() + change.value.as_ref().map_or(0, |v| v.len());
+        match self.changes.entry(key) {
+            std::collections::btree_map::Entry::Occupied(mut held) => {
+                let replaced = held.key().len() + held.get().as_ref().map_or(0, |v| v.len());
+                self.bytes = self.bytes + added - replaced;
+                held.insert(change.value);
+            }
+            std::collections::btree_map::Entry::Vacant(free) => {
+                self.bytes += added;
+                free.insert(change.value);
+            }
+        }
+    }
+
+    /// Keys held.
+    pub fn keys(&self) -> usize {
+        self.changes.len()
+    }
+
+    /// Bytes of the keys and values held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 /// One input partition's tree.
 #[derive(Clone)]
 pub struct PartitionStore {
@@ -398,19 +439,6 @@ impl BatchWrite {
             changes.push(ChangeRecord { key: to_changelog_key(&key), value: None });
         }
         self.batch.remove(key);
-    }
-
-    /// Applies a changelog record as restored (its key in changelog form).
-    pub fn restore(&mut self, change: ChangeRecord) {
-        let key = from_changelog_key(&change.key);
-        match change.value {
-            Some(value) => {
-                self.keys += 1;
-                self.bytes += key.len() + value.len();
-                self.batch.insert(key, value);
-            }
-            None => self.remove(key),
-        }
     }
 
     /// Stores a full chunk of an order's older inbox entries.
@@ -575,16 +603,30 @@ impl PartitionStore {
         self.tree.insert(RESTORING_KEY, &[]).map(|_| ()).map_err(|e| self.io(e))
     }
 
-    /// Applies restored changes, still marked as restoring.
-    pub(crate) fn restore_batch(&self, write: BatchWrite) -> Result<(), StoreError> {
-        self.tree.apply_batch(write.batch).map_err(|e| self.io(e))
+    /// Writes restored changes, in key order, while the tree is marked as
+    /// restoring. One key at a time, not as an atomic batch: the mark makes
+    /// a half-written restore start again, and sled's batches hold a lock
+    /// over every tree while they apply, where single writes to different
+    /// trees run side by side (the partitions' restores, and the write-outs
+    /// of the partitions already processing).
+    pub(crate) fn restore_batch(&self, write: RestoreWrite) -> Result<(), StoreError> {
+        for (key, value) in write.changes {
+            match value {
+                Some(value) => self.tree.insert(key, value).map(drop),
+                None => self.tree.remove(key).map(drop),
+            }
+            .map_err(|e| self.io(e))?;
+        }
+        Ok(())
     }
 
-    /// Applies the last restored changes with the checkpoint that covers
-    /// them and clears the restoring mark, atomically.
-    pub(crate) fn finish_restore(&self, mut write: BatchWrite, checkpoint: &Checkpoint) -> Result<(), StoreError> {
-        write.batch.remove(RESTORING_KEY);
-        self.commit_batch(write, checkpoint)
+    /// Writes the last restored changes, then the checkpoint that covers
+    /// them and the clearing of the restoring mark in one atomic batch.
+    pub(crate) fn finish_restore(&self, write: RestoreWrite, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        self.restore_batch(write)?;
+        let mut finish = BatchWrite::default();
+        finish.batch.remove(RESTORING_KEY);
+        self.commit_batch(finish, checkpoint)
     }
 
     /// The tree's name, for messages.
@@ -672,6 +714,37 @@ mod tests {
         let stats = store.stats().unwrap();
         assert_eq!(stats[0].orders, 2, "chunks are not orders");
         assert_eq!(stats[0].checkpoint.outcomes(), 2);
+    }
+
+    #[test]
+    fn a_restore_write_keeps_the_newest_record_of_each_key_and_counts_only_what_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 8).unwrap();
+        let p = store.partition("orders", 0).unwrap();
+        let record = |order: &str, version: i64| {
+            let value = encode(&state(order, version)).unwrap();
+            ChangeRecord { key: to_changelog_key(&order_key(order)), value: Some(sled::IVec::from(value)) }
+        };
+        let mut write = RestoreWrite::default();
+        write.restore(record("a", 1));
+        let one = write.bytes();
+        write.restore(record("a", 2));
+        write.restore(record("b", 1));
+        write.restore(record("a", 3));
+        assert_eq!(write.keys(), 2);
+        // "a" at versions 1 to 3 encodes to the same length: held once.
+        assert_eq!(write.bytes(), 2 * one, "replaced values no longer count");
+        // A deletion replaces a value too, and then holds only its key.
+        write.restore(ChangeRecord { key: to_changelog_key(&order_key("b")), value: None });
+        assert_eq!(write.bytes(), one + order_key("b").len());
+        p.begin_restore().unwrap();
+        p.tree.insert(order_key("b"), encode(&state("b", 1)).unwrap()).unwrap();
+        let cp = Checkpoint { start_offset: 0, next_offset: 7, changelog_next: Some(5), ..Default::default() };
+        p.finish_restore(write, &cp).unwrap();
+        assert!(!p.restoring().unwrap(), "the mark is cleared with the checkpoint");
+        assert_eq!(p.get("a").unwrap().unwrap().version, 3, "the newest record is written");
+        assert_eq!(p.get("b").unwrap(), None, "a restored deletion removes the key");
+        assert_eq!(p.checkpoint().unwrap(), Some(cp));
     }
 
     #[test]

@@ -29,14 +29,16 @@ use super::reader::ChangelogReader;
 use super::ChangelogError;
 use crate::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::config::Config;
-use crate::store::{changelog_checkpoint_key, BatchWrite, ChangeRecord, Checkpoint, PartitionStore};
+use crate::store::{changelog_checkpoint_key, ChangeRecord, Checkpoint, PartitionStore, RestoreWrite};
 
-/// Records applied to sled per batch while restoring, at most, and the
-/// bytes of their keys and values: a batch keeps one write per key (the
-/// newest), so the larger it is, the fewer sled writes an uncompacted
-/// changelog costs; the byte bound caps its memory (each partition's
-/// restore holds one).
-const RESTORE_BATCH: usize = 100_000;
+/// Keys held before they are written to sled while restoring, at most, and
+/// the bytes of those keys and their values: a batch keeps one write per key
+/// (the newest), so the larger it is, the fewer sled writes an uncompacted
+/// changelog costs (a state rewritten by every write-out is written once
+/// per batch); the bounds cap its memory (each partition's restore holds
+/// one). Replaced values do not count: 10k orders' state restores in one
+/// batch per partition however many versions the changelog holds.
+const RESTORE_BATCH_KEYS: usize = 100_000;
 const RESTORE_BATCH_BYTES: usize = 8 << 20;
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
@@ -124,8 +126,8 @@ impl Restore<'_> {
         // spent on the broker before the first record is restored.
         let located = started.elapsed();
         self.tree.begin_restore()?;
-        let mut write = BatchWrite::default();
-        let (mut applied, mut skipped, mut in_batch) = (0u64, 0u64, 0usize);
+        let mut write = RestoreWrite::default();
+        let (mut applied, mut skipped, mut batches) = (0u64, 0u64, 1u64);
         let mut last_log = Instant::now();
         let mut last_applied = 0u64;
         // Time spent writing the store since the last progress line; the
@@ -151,12 +153,11 @@ impl Restore<'_> {
             }
             write.restore(ChangeRecord { key: key.to_vec(), value: message.payload().map(sled::IVec::from) });
             applied += 1;
-            in_batch += 1;
-            if in_batch >= RESTORE_BATCH || write.bytes >= RESTORE_BATCH_BYTES {
+            if write.keys() >= RESTORE_BATCH_KEYS || write.bytes() >= RESTORE_BATCH_BYTES {
                 let writing = Instant::now();
                 self.tree.restore_batch(std::mem::take(&mut write))?;
                 store_time += writing.elapsed();
-                in_batch = 0;
+                batches += 1;
             }
             let interval = last_log.elapsed();
             if interval >= PROGRESS_EVERY {
@@ -178,6 +179,7 @@ impl Restore<'_> {
             Ok(())
         })?;
         let checkpoint = Checkpoint { changelog_next: Some(at + 1), ..checkpoint };
+        let last_batch_keys = write.keys();
         self.tree.finish_restore(write, &checkpoint)?;
         let elapsed = started.elapsed();
         let read = (applied + skipped) as f64;
@@ -185,6 +187,8 @@ impl Restore<'_> {
             partition = self.partition,
             restored = applied,
             skipped,
+            last_batch_keys,
+            batches,
             next_offset = checkpoint.next_offset,
             seconds = elapsed.as_secs_f64(),
             locate_seconds = located.as_secs_f64(),
