@@ -9,16 +9,32 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// jemalloc's options, compiled in: two arenas (jemalloc's default is four
-/// per CPU, each holding freed pages of its own) and dirty pages returned
-/// to the system after 0.5 s instead of 10 s. Measured on the side-by-side
-/// bench (docs/performance.md, "Memory of `orderly run`"): peak RSS of
-/// `orderly run` on 1M interleaved events 410-445 -> 271-322 MiB at
-/// at_least_once, 227-244 -> 167-176 MiB at exactly_once, the rate within
-/// the noise. `_RJEM_MALLOC_CONF` in the environment still overrides them.
+/// jemalloc's options, compiled in. jemalloc is the malloc of the whole
+/// process (feature `unprefixed_malloc_on_supported_platforms`): librdkafka's
+/// fetched messages and producer queues, and OpenSSL, used glibc's malloc
+/// before, whose per-thread arenas held 40-45 MiB of `orderly run`'s RSS.
+/// One arena (jemalloc's default is four per CPU, each holding freed pages
+/// of its own); freed pages returned to the system after 50 ms by
+/// jemalloc's background thread, not by the threads that free them; thread
+/// caches for allocations up to 4 KiB only (each of orderly's ~30 threads
+/// holds its own). Measured on the side-by-side bench (docs/performance.md,
+/// "Memory of `orderly run`"): peak RSS of `orderly run` on 1M interleaved
+/// events 168-180 MiB -> 135-140 MiB at at_least_once, the rate within the
+/// noise. `MALLOC_CONF` in the environment still overrides them
+/// (`_RJEM_MALLOC_CONF` where jemalloc stays prefixed: macOS, Windows,
+/// Android, musl).
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[export_name = "malloc_conf"]
+static MALLOC_CONF: MallocConf = MallocConf(JEMALLOC_OPTIONS.as_ptr());
+
+/// The same options under the prefixed name, read where jemalloc cannot
+/// replace the platform's malloc and keeps the `_rjem_` prefix.
 #[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
 #[export_name = "_rjem_malloc_conf"]
-static MALLOC_CONF: MallocConf = MallocConf(c"narenas:2,dirty_decay_ms:500,muzzy_decay_ms:0".as_ptr());
+static PREFIXED_MALLOC_CONF: MallocConf = MallocConf(JEMALLOC_OPTIONS.as_ptr());
+
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+const JEMALLOC_OPTIONS: &std::ffi::CStr = c"narenas:1,dirty_decay_ms:50,muzzy_decay_ms:0,background_thread:true,tcache_max:4096";
 
 /// A C string pointer jemalloc reads once at start-up (Rust never does).
 #[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
