@@ -358,9 +358,10 @@ pub struct ChangeRecord {
 }
 
 /// Restored changelog records not yet written to the tree: the newest value
-/// of each key, in key order. A changelog that is not compacted yet holds
-/// many versions of an order's state; only the last one held here is
-/// written, so each key costs one sled write per [`PartitionStore::restore_batch`].
+/// of each key. A changelog that is not compacted yet holds many versions of
+/// an order's state; only the last one held here is written, so each key
+/// costs one sled write per [`PartitionStore::restore_batch`]. Keys are held
+/// in their changelog form, so a key seen before costs no allocation.
 #[derive(Default)]
 pub struct RestoreWrite {
     changes: std::collections::BTreeMap<Vec<u8>, Option<sled::IVec>>,
@@ -369,20 +370,19 @@ pub struct RestoreWrite {
 }
 
 impl RestoreWrite {
-    /// Takes a changelog record (its key in changelog form) in place of any
-    /// earlier one of its key.
-    pub fn restore(&mut self, change: ChangeRecord) {
-        let key = from_changelog_key(&change.key);
-        let added = key.len() + change.value.as_ref().map_or(0, |v| v.len());
-        match self.changes.entry(key) {
-            std::collections::btree_map::Entry::Occupied(mut held) => {
-                let replaced = held.key().len() + held.get().as_ref().map_or(0, |v| v.len());
-                self.bytes = self.bytes + added - replaced;
-                held.insert(change.value);
+    /// Takes a changelog record (its key in changelog form; no value for a
+    /// deletion) in place of any earlier one of its key.
+    pub fn restore(&mut self, changelog_key: &[u8], value: Option<&[u8]>) {
+        let added = value.map_or(0, <[u8]>::len);
+        let value = value.map(sled::IVec::from);
+        match self.changes.get_mut(changelog_key) {
+            Some(held) => {
+                self.bytes = self.bytes + added - held.as_ref().map_or(0, |v| v.len());
+                *held = value;
             }
-            std::collections::btree_map::Entry::Vacant(free) => {
-                self.bytes += added;
-                free.insert(change.value);
+            None => {
+                self.bytes += changelog_key.len() + added;
+                self.changes.insert(changelog_key.to_vec(), value);
             }
         }
     }
@@ -603,14 +603,15 @@ impl PartitionStore {
         self.tree.insert(RESTORING_KEY, &[]).map(|_| ()).map_err(|e| self.io(e))
     }
 
-    /// Writes restored changes, in key order, while the tree is marked as
+    /// Writes restored changes while the tree is marked as
     /// restoring. One key at a time, not as an atomic batch: the mark makes
     /// a half-written restore start again, and sled's batches hold a lock
     /// over every tree while they apply, where single writes to different
     /// trees run side by side (the partitions' restores, and the write-outs
     /// of the partitions already processing).
     pub(crate) fn restore_batch(&self, write: RestoreWrite) -> Result<(), StoreError> {
-        for (key, value) in write.changes {
+        for (changelog_key, value) in write.changes {
+            let key = from_changelog_key(&changelog_key);
             match value {
                 Some(value) => self.tree.insert(key, value).map(drop),
                 None => self.tree.remove(key).map(drop),
@@ -721,22 +722,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 8).unwrap();
         let p = store.partition("orders", 0).unwrap();
-        let record = |order: &str, version: i64| {
-            let value = encode(&state(order, version)).unwrap();
-            ChangeRecord { key: to_changelog_key(&order_key(order)), value: Some(sled::IVec::from(value)) }
-        };
+        let key = |order: &str| to_changelog_key(&order_key(order));
+        let value = |order: &str, version: i64| encode(&state(order, version)).unwrap();
         let mut write = RestoreWrite::default();
-        write.restore(record("a", 1));
+        write.restore(&key("a"), Some(&value("a", 1)));
         let one = write.bytes();
-        write.restore(record("a", 2));
-        write.restore(record("b", 1));
-        write.restore(record("a", 3));
+        write.restore(&key("a"), Some(&value("a", 2)));
+        write.restore(&key("b"), Some(&value("b", 1)));
+        write.restore(&key("a"), Some(&value("a", 3)));
         assert_eq!(write.keys(), 2);
         // "a" at versions 1 to 3 encodes to the same length: held once.
         assert_eq!(write.bytes(), 2 * one, "replaced values no longer count");
         // A deletion replaces a value too, and then holds only its key.
-        write.restore(ChangeRecord { key: to_changelog_key(&order_key("b")), value: None });
-        assert_eq!(write.bytes(), one + order_key("b").len());
+        write.restore(&key("b"), None);
+        assert_eq!(write.bytes(), one + key("b").len());
         p.begin_restore().unwrap();
         p.tree.insert(order_key("b"), encode(&state("b", 1)).unwrap()).unwrap();
         let cp = Checkpoint { start_offset: 0, next_offset: 7, changelog_next: Some(5), ..Default::default() };

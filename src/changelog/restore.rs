@@ -29,7 +29,7 @@ use super::reader::ChangelogReader;
 use super::ChangelogError;
 use crate::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::config::Config;
-use crate::store::{changelog_checkpoint_key, ChangeRecord, Checkpoint, PartitionStore, RestoreWrite};
+use crate::store::{changelog_checkpoint_key, Checkpoint, PartitionStore, RestoreWrite};
 
 /// Keys held before they are written to sled while restoring, at most, and
 /// the bytes of those keys and their values: a batch keeps one write per key
@@ -151,7 +151,7 @@ impl Restore<'_> {
                 skipped += 1;
                 return Ok(());
             }
-            write.restore(ChangeRecord { key: key.to_vec(), value: message.payload().map(sled::IVec::from) });
+            write.restore(key, message.payload());
             applied += 1;
             if write.keys() >= RESTORE_BATCH_KEYS || write.bytes() >= RESTORE_BATCH_BYTES {
                 let writing = Instant::now();

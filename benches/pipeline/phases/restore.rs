@@ -80,8 +80,10 @@ pub fn run_topic(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, topic: &
     // The restored checkpoints are (c)'s: its counters came back with it.
     let outcomes: u64 = store.checkpoints()?.iter().map(|(_, _, cp)| cp.outcomes()).sum();
     eprintln!(
-        "pipeline: ({key}) {records} changelog records restored in {:.2} s, {read_seconds:.2} s of them from the first record read ({outcomes} events' counters)",
-        phase.seconds
+        "pipeline: ({key}) {records} changelog records restored in {:.2} s, {read_seconds:.2} s of them from the first record read ({outcomes} events' counters); cpu {:.2} s, broker cpu {}",
+        phase.seconds,
+        phase.cpu_seconds,
+        phase.broker_cpu_seconds.map_or("-".to_string(), |s| format!("{s:.2} s")),
     );
     Ok((phase, read_seconds))
 }
