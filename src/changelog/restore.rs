@@ -8,13 +8,14 @@
 //!    the changelog's tail backwards in growing windows (a write-out ends
 //!    with its checkpoint record, so it is usually in the first window).
 //!    None there: only a torn tail follows the position; nothing to apply.
-//! 3. Records from the position up to that checkpoint record are applied to
-//!    the tree in batches, those it covers only (`covers <= next_offset`),
-//!    with the tree marked as restoring; the last batch writes the
-//!    checkpoint (with its changelog position) and clears the mark
-//!    atomically. A crash or a revoke mid-restore leaves the mark, and the
-//!    next restore starts again from the recorded position: records are
-//!    re-applied in log order, so the result is the same.
+//! 3. Records from the position up to that checkpoint record, those it
+//!    covers only (`covers <= next_offset`), are gathered newest-per-key
+//!    and written to the tree key by key in batches, with the tree marked
+//!    as restoring; after the last batch one atomic sled batch writes the
+//!    checkpoint (with its changelog position) and clears the mark. A crash
+//!    or a revoke mid-restore leaves the mark, and the next restore starts
+//!    again from the recorded position: records are re-applied in log
+//!    order, so the result is the same.
 //!
 //! Runs on a blocking thread with its own consumer (no group), so the poll
 //! thread and the other partitions go on meanwhile.
