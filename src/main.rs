@@ -19,7 +19,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// caches for allocations up to 4 KiB only (each of orderly's ~30 threads
 /// holds its own). Measured on the side-by-side bench (docs/performance.md,
 /// "Memory of `orderly run`"): peak RSS of `orderly run` on 1M interleaved
-/// events 168-180 MiB -> 135-140 MiB at at_least_once, the rate within the
+/// events 168-180 MiB -> 130-143 MiB at either guarantee, the rate within the
 /// noise. `MALLOC_CONF` in the environment still overrides them
 /// (`_RJEM_MALLOC_CONF` where jemalloc stays prefixed: macOS, Windows,
 /// Android, musl).
