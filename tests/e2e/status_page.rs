@@ -94,7 +94,10 @@ fn the_status_page_shows_every_partition_live_and_agrees_with_the_store() {
     let address = instance.wait_http(0);
 
     let browser = Browser::start().unwrap_or_else(|e| panic!("headless Chromium (installed by .ci/run): {e}"));
-    browser.goto(&format!("http://{address}/")).expect("open the status page");
+    if let Err(e) = browser.goto(&format!("http://{address}/")) {
+        let exited = run.try_wait().ok().flatten();
+        panic!("open the status page: {e}\norderly run exited: {exited:?}\n{}", tail(&instance.log()));
+    }
     let rows = format!("return document.querySelectorAll('#partitions tr[data-partition]').length === {PARTITIONS}");
     browser.wait_for(&rows, Duration::from_secs(60)).unwrap_or_else(|e| panic!("a row per partition: {e}\n{}", tail(&instance.log())));
     let ready = "return document.getElementById('ready').dataset.value === 'true'";
