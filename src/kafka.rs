@@ -331,6 +331,23 @@ pub(crate) fn header_str<'m>(message: &'m rdkafka::message::BorrowedMessage<'_>,
     header(message, name).and_then(|v| std::str::from_utf8(v).ok())
 }
 
+/// The producer in `slot`, created from `config` when there is none yet or
+/// the one there hit a fatal error (the outbox relays and write-outs share
+/// one).
+pub(crate) fn shared_producer(
+    slot: &std::sync::Mutex<Option<rdkafka::producer::FutureProducer>>,
+    config: &ClientConfig,
+) -> Result<rdkafka::producer::FutureProducer, rdkafka::error::KafkaError> {
+    use rdkafka::producer::Producer;
+    let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(p) = slot.as_ref().filter(|p| p.client().fatal_error().is_none()) {
+        return Ok(p.clone());
+    }
+    let created: rdkafka::producer::FutureProducer = config.create()?;
+    *slot = Some(created.clone());
+    Ok(created)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,21 +428,4 @@ mod tests {
         config.kafka.librdkafka.insert("queued.min.messages".into(), toml::Value::Integer(5000));
         assert_eq!(consumer_config(&config).get("queued.min.messages"), Some("5000"));
     }
-}
-
-/// The producer in `slot`, created from `config` when there is none yet or
-/// the one there hit a fatal error (the outbox relays and write-outs share
-/// one).
-pub(crate) fn shared_producer(
-    slot: &std::sync::Mutex<Option<rdkafka::producer::FutureProducer>>,
-    config: &ClientConfig,
-) -> Result<rdkafka::producer::FutureProducer, rdkafka::error::KafkaError> {
-    use rdkafka::producer::Producer;
-    let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(p) = slot.as_ref().filter(|p| p.client().fatal_error().is_none()) {
-        return Ok(p.clone());
-    }
-    let created: rdkafka::producer::FutureProducer = config.create()?;
-    *slot = Some(created.clone());
-    Ok(created)
 }

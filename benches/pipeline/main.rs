@@ -6,7 +6,7 @@
 //!                                  [--http | --http-load]
 //! cargo bench --bench pipeline -- --distinct-orders-rss [--events N] [--json]
 //! kafka/broker run -- registry/apicurio run -- \
-//!   cargo bench --bench pipeline -- --side-by-side [--rounds N] [--shape ...] [--phases oa,ka,ox,kx,or,kr]
+//!   cargo bench --bench pipeline -- --side-by-side [--rounds N] [--restore-rounds N] [--shape ...] [--phases oa,ka,ox,kx,or,kr]
 //! ```
 //!
 //! Pre-loads a planned workload (default 1,000,000 events over 10,000 orders,
@@ -199,6 +199,12 @@ pub struct Args {
     /// the guarantees compared in one run; repeats report as c2, x2, ...
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
+    /// Side by side: restore each contender's changelog (or, kr) this many
+    /// times, alternating, each into a fresh store; the rows report the
+    /// median. A restore of the 10k-order state takes a fraction of a
+    /// second, so one sample is at the mercy of the machine's load.
+    #[arg(long, default_value_t = 1)]
+    pub restore_rounds: usize,
     /// Partitions of the input topic (default 4; on the mock cluster raised
     /// to what the workload needs, as it keeps only 5 MiB per partition).
     #[arg(long)]

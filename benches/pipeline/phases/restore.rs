@@ -66,8 +66,10 @@ pub fn run_topic(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, topic: &
             .collect();
         handles.into_iter().map(|h| h.join().map_err(|_| anyhow!("restore thread panicked"))?).collect()
     });
+    let flushing = Instant::now();
     store.flush()?;
     let flushed = Instant::now();
+    let flush_seconds = flushed.duration_since(flushing).as_secs_f64();
     let (mut records, mut first_read) = (0, flushed);
     for result in results {
         let (applied, read_from) = result?;
@@ -80,7 +82,7 @@ pub fn run_topic(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, topic: &
     // The restored checkpoints are (c)'s: its counters came back with it.
     let outcomes: u64 = store.checkpoints()?.iter().map(|(_, _, cp)| cp.outcomes()).sum();
     eprintln!(
-        "pipeline: ({key}) {records} changelog records restored in {:.2} s, {read_seconds:.2} s of them from the first record read ({outcomes} events' counters); cpu {:.2} s, broker cpu {}",
+        "pipeline: ({key}) {records} changelog records restored in {:.2} s, {read_seconds:.2} s of them from the first record read, the last {flush_seconds:.2} s the store's flush ({outcomes} events' counters); cpu {:.2} s, broker cpu {}",
         phase.seconds,
         phase.cpu_seconds,
         phase.broker_cpu_seconds.map_or("-".to_string(), |s| format!("{s:.2} s")),

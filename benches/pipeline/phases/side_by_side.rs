@@ -284,17 +284,22 @@ pub fn run(
     }
     let mut restores = Vec::new();
     let first = |c: Contender| runs.iter().find(|r| r.contender == c && r.guarantee == Guarantee::AtLeastOnce && r.round == 0).cloned();
-    if want("or") {
-        match first(Contender::Orderly) {
-            Some(source) => restores.push(orderly_restore(&ctx, &source)?),
-            None => bail!("phase or restores what oa wrote to its changelog: run oa too"),
-        }
-    }
-    if want("kr") {
-        match first(Contender::KafkaStreams) {
-            Some(source) => restores.push(peer_restore(&ctx, &source)?),
-            None => bail!("phase kr restores what ka wrote to its changelogs: run ka too"),
-        }
+    let orderly_source = match (want("or"), first(Contender::Orderly)) {
+        (false, _) => None,
+        (true, Some(source)) => Some(source),
+        (true, None) => bail!("phase or restores what oa wrote to its changelog: run oa too"),
+    };
+    let peer_source = match (want("kr"), first(Contender::KafkaStreams)) {
+        (false, _) => None,
+        (true, Some(source)) => Some(source),
+        (true, None) => bail!("phase kr restores what ka wrote to its changelogs: run ka too"),
+    };
+    // Alternating, orderly first in odd rounds, the peer first in even ones.
+    for round in 0..args.restore_rounds.max(1) {
+        let orderly = || orderly_source.as_ref().map(|source| orderly_restore(&ctx, source)).transpose();
+        let peer = || peer_source.as_ref().map(|source| peer_restore(&ctx, source)).transpose();
+        let pair = if round % 2 == 0 { [orderly()?, peer()?] } else { [peer()?, orderly()?] };
+        restores.extend(pair.into_iter().flatten());
     }
     let mut rows = Vec::new();
     for guarantee in [Guarantee::AtLeastOnce, Guarantee::ExactlyOnce] {
@@ -305,7 +310,10 @@ pub fn run(
             }
             let valid: Vec<&&ContenderRun> = these.iter().filter(|r| r.events_per_s.is_some()).collect();
             let med = |f: &dyn Fn(&ContenderRun) -> Option<f64>| median(valid.iter().filter_map(|r| f(r)).collect());
-            let restore = if guarantee == Guarantee::AtLeastOnce { restores.iter().find(|r| r.contender == contender) } else { None };
+            // Restores (at_least_once rows): medians over --restore-rounds.
+            let restored: Vec<&RestoreRun> =
+                if guarantee == Guarantee::AtLeastOnce { restores.iter().filter(|r| r.contender == contender).collect() } else { Vec::new() };
+            let restore_median = |f: &dyn Fn(&RestoreRun) -> f64| median(restored.iter().map(|r| f(r)).collect());
             rows.push(Row {
                 contender,
                 guarantee,
@@ -316,9 +324,9 @@ pub fn run(
                 peak_rss_mib: med(&|r| Some(r.peak_rss_mib)),
                 cpu_seconds_per_million: med(&|r| Some(r.cpu_seconds_per_million)),
                 broker_cpu_seconds_per_million: med(&|r| r.broker_cpu_seconds_per_million),
-                restore_records_per_s: restore.map(|r| r.records_per_s),
-                restore_seconds: restore.map(|r| r.seconds),
-                restore_read_records_per_s: restore.map(|r| r.read_records_per_s),
+                restore_records_per_s: restore_median(&|r| r.records_per_s),
+                restore_seconds: restore_median(&|r| r.seconds),
+                restore_read_records_per_s: restore_median(&|r| r.read_records_per_s),
             });
         }
     }
