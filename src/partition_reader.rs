@@ -174,13 +174,15 @@ impl<'a> PartitionReader<'a> {
         self.assign(start)?;
         let mut next = start;
         let mut last_record = Instant::now();
+        // Records read since the stall was last checked: the clock is read
+        // at the next poll that brings none, not once per record.
+        let mut read_since_check = false;
         loop {
             if self.cancel.is_some_and(|cancel| cancel.load(Ordering::Relaxed)) {
                 return Err(ReadError::Cancelled { topic: self.topic.clone(), partition: self.partition }.into());
             }
             match self.consumer.poll(POLL) {
                 Some(Ok(message)) if message.partition() == self.partition => {
-                    last_record = Instant::now();
                     if message.offset() >= end {
                         break;
                     }
@@ -190,6 +192,8 @@ impl<'a> PartitionReader<'a> {
                     if next >= end {
                         break;
                     }
+                    read_since_check = true;
+                    continue;
                 }
                 // The partition's end as of this read, at or past `end`.
                 Some(Err(KafkaError::PartitionEOF(p))) if p == self.partition => break,
@@ -206,6 +210,9 @@ impl<'a> PartitionReader<'a> {
                         break;
                     }
                 }
+            }
+            if std::mem::take(&mut read_since_check) {
+                last_record = Instant::now();
             }
             match self.stall {
                 Stall::Warn(every) if last_record.elapsed() >= every => {
