@@ -138,10 +138,18 @@ impl<'a> PartitionReader<'a> {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.consumer.fetch_watermarks(&self.topic, self.partition, wait.min(left)) {
                 Err(KafkaError::MetadataFetch(RDKafkaErrorCode::OperationTimedOut)) if wait < left => wait *= 2,
-                // Between the bootstrap connection's close and the first
-                // connection to a broker the metadata named, a new query is
-                // refused at once; librdkafka reconnects on its own.
-                Err(KafkaError::MetadataFetch(RDKafkaErrorCode::AllBrokersDown)) if wait < left => {
+                // Refused at once, and soon answered: between the bootstrap
+                // connection's close and the first connection to a broker the
+                // metadata named (all brokers down); and on a topic created
+                // moments ago, before its leaders are known everywhere (seen
+                // on Apache Kafka 4.4 with a changelog topic orderly had just
+                // created: "not leader for partition").
+                Err(KafkaError::MetadataFetch(
+                    RDKafkaErrorCode::AllBrokersDown
+                    | RDKafkaErrorCode::NotLeaderForPartition
+                    | RDKafkaErrorCode::LeaderNotAvailable
+                    | RDKafkaErrorCode::UnknownTopicOrPartition,
+                )) if wait < left => {
                     std::thread::sleep(wait);
                     wait *= 2;
                 }
@@ -255,5 +263,31 @@ impl<'a> PartitionReader<'a> {
             .and_then(|e| if let Offset::Offset(o) = e.offset() { Some(o) } else { None })
             .unwrap_or(-1);
         Ok(position)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::DefaultProducerContext;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    use super::*;
+
+    /// A topic created moments ago can answer "not leader" (or "leader not
+    /// available") to the first offset queries: the watermarks are asked
+    /// again within the deadline instead of failing the partition's task.
+    #[test]
+    fn watermarks_are_asked_again_while_a_new_topic_has_no_leader_yet() {
+        let cluster: MockCluster<'static, DefaultProducerContext> = MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("fresh", 1, 1).expect("topic");
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", cluster.bootstrap_servers()).set("group.id", "watermarks-test");
+        let reader = PartitionReader::new(&client, "fresh", 0).expect("reader");
+        cluster.request_errors(
+            RDKafkaApiKey::ListOffsets,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE],
+        );
+        assert_eq!(reader.watermarks().expect("watermarks after the leader is known"), (0, 0));
     }
 }
