@@ -70,6 +70,36 @@ pub enum ChangelogError {
     Store(#[from] StoreError),
 }
 
+impl ChangelogError {
+    /// True for a failure of the broker's that passes: no leader yet, no
+    /// broker reachable, a request timed out. A restore that fails so is
+    /// started again ([`restore::Restore::run_with_retries`]).
+    pub fn is_transient(&self) -> bool {
+        let cause = match self {
+            ChangelogError::Read {
+                cause:
+                    ReadError::Watermarks { cause, .. } | ReadError::Assign { cause, .. } | ReadError::Position { cause, .. },
+            } => cause,
+            _ => return false,
+        };
+        use rdkafka::types::RDKafkaErrorCode::*;
+        matches!(
+            cause.rdkafka_error_code(),
+            Some(
+                OperationTimedOut
+                    | RequestTimedOut
+                    | AllBrokersDown
+                    | BrokerTransportFailure
+                    | NetworkException
+                    | NotLeaderForPartition
+                    | LeaderNotAvailable
+                    | UnknownTopicOrPartition
+                    | NotEnoughReplicas
+            )
+        )
+    }
+}
+
 /// A cancelled read is the restore's cancellation (the partition was
 /// revoked); any other failure of the partition read is a read failure.
 impl From<ReadError> for ChangelogError {

@@ -16,6 +16,9 @@
 //!    or a revoke mid-restore leaves the mark, and the next restore starts
 //!    again from the recorded position: records are re-applied in log
 //!    order, so the result is the same.
+//! 4. A restore that fails on the broker's side (no leader, no broker
+//!    reachable, a timeout) is started again after a wait, up to
+//!    `RESTORE_TRIES` in all ([`Restore::run_with_retries`]).
 //!
 //! Runs on a blocking thread with its own consumer (no group), so the poll
 //! thread and the other partitions go on meanwhile.
@@ -42,6 +45,13 @@ use crate::store::{changelog_checkpoint_key, Checkpoint, PartitionStore, Restore
 const RESTORE_BATCH_KEYS: usize = 100_000;
 const RESTORE_BATCH_BYTES: usize = 8 << 20;
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// Restores of a partition started, at most, when the broker's failures
+/// pass ([`ChangelogError::is_transient`]), and the wait before the
+/// second, doubling for each one after it: with the watermarks' own 10 s
+/// of tries, about a minute of an unreachable or leaderless changelog
+/// before the partition's task (and the process) fails.
+const RESTORE_TRIES: u32 = 4;
+const FIRST_RETRY_WAIT: Duration = Duration::from_secs(2);
 const PROGRESS_CHECK_EVERY: u64 = 1024;
 
 /// What a restore did.
@@ -60,6 +70,10 @@ pub struct Restored {
     /// The part of `elapsed` spent before the first record was read: the
     /// watermarks and the search for the last checkpoint record.
     pub located: Duration,
+    /// The part of `elapsed` spent writing the store (sled's inserts, the
+    /// last batch and the checkpoint included); the rest after `located`
+    /// was spent reading the changelog and keeping each key's newest value.
+    pub store_write: Duration,
 }
 
 /// One partition's restore.
@@ -76,6 +90,44 @@ pub struct Restore<'a> {
 }
 
 impl Restore<'_> {
+    /// [`Restore::run`], started again after a wait when the broker's
+    /// failure passes (no leader, no broker reachable, a timeout), up to
+    /// [`RESTORE_TRIES`] in all. A restore stopped half-way keeps the tree's
+    /// restoring mark; the next one starts from the recorded position and
+    /// re-applies the records in log order, to the same result.
+    pub fn run_with_retries(&self) -> Result<Restored, ChangelogError> {
+        let mut wait = FIRST_RETRY_WAIT;
+        let mut tries = 1;
+        loop {
+            match self.run() {
+                Err(error) if error.is_transient() && tries < RESTORE_TRIES => {
+                    warn!(
+                        partition = self.partition,
+                        %error,
+                        try_number = tries,
+                        retry_in_s = wait.as_secs_f64(),
+                        "restore failed on the broker's side; starting it again"
+                    );
+                    self.sleep_unless_cancelled(wait)?;
+                    wait *= 2;
+                    tries += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn sleep_unless_cancelled(&self, wait: Duration) -> Result<(), ChangelogError> {
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(ChangelogError::Cancelled { partition: self.partition });
+            }
+            std::thread::sleep(until.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
+        }
+        Ok(())
+    }
+
     /// Restores the tree when it is behind the changelog (see the module doc).
     pub fn run(&self) -> Result<Restored, ChangelogError> {
         let started = Instant::now();
@@ -135,6 +187,7 @@ impl Restore<'_> {
         // Time spent writing the store since the last progress line; the
         // rest of the interval was spent waiting for fetched records.
         let mut store_time = Duration::ZERO;
+        let mut store_write = Duration::ZERO;
         let checkpoint_key = changelog_checkpoint_key();
         reader.scan(from, at + 1, |message| {
             self.remaining.store(at - message.offset(), Ordering::Relaxed);
@@ -159,6 +212,7 @@ impl Restore<'_> {
                 let writing = Instant::now();
                 self.tree.restore_batch(std::mem::take(&mut write))?;
                 store_time += writing.elapsed();
+                store_write += writing.elapsed();
                 batches += 1;
             }
             // The clock is read every PROGRESS_CHECK_EVERY records, not per record.
@@ -186,7 +240,9 @@ impl Restore<'_> {
         })?;
         let checkpoint = Checkpoint { changelog_next: Some(at + 1), ..checkpoint };
         let last_batch_keys = write.keys();
+        let writing = Instant::now();
         self.tree.finish_restore(write, &checkpoint)?;
+        let store_write = store_write + writing.elapsed();
         let elapsed = started.elapsed();
         let read = (applied + skipped) as f64;
         info!(
@@ -198,12 +254,74 @@ impl Restore<'_> {
             next_offset = checkpoint.next_offset,
             seconds = elapsed.as_secs_f64(),
             locate_seconds = located.as_secs_f64(),
+            store_write_seconds = store_write.as_secs_f64(),
             per_second = (applied as f64 / elapsed.as_secs_f64().max(1e-6)).round() as u64,
             read_per_second = (read / (elapsed - located).as_secs_f64().max(1e-6)).round() as u64,
-            "restore finished (locate_seconds: watermarks and the search for the last checkpoint; read_per_second: \
-             records read, applied or skipped, after that)"
+            "restore finished (locate_seconds: watermarks and the search for the last checkpoint; store_write_seconds: \
+             sled's writes; read_per_second: records read, applied or skipped, after locating)"
         );
-        Ok(Restored { restored: true, checkpoint: Some(checkpoint), applied, skipped, elapsed, located })
+        Ok(Restored { restored: true, checkpoint: Some(checkpoint), applied, skipped, elapsed, located, store_write })
     }
 
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicI64};
+
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    use super::*;
+    use crate::store::Store;
+
+    /// A changelog partition whose leader stays unknown for longer than the
+    /// watermarks' own 10 s of tries: the restore is started again after a
+    /// wait instead of failing the partition's task (and the process).
+    #[test]
+    fn a_restore_that_finds_no_leader_for_longer_than_its_tries_starts_again() {
+        let cluster: MockCluster<'static, DefaultProducerContext> = MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("state-changelog", 1, 1).expect("topic");
+        let producer: BaseProducer =
+            rdkafka::ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).create().expect("producer");
+        let checkpoint = Checkpoint::starting_at(5).encode().expect("checkpoint encodes");
+        let key = changelog_checkpoint_key();
+        producer.send(BaseRecord::to("state-changelog").partition(0).key(&key).payload(&checkpoint)).map_err(|(e, _)| e).expect("send");
+        producer.flush(Duration::from_secs(10)).expect("flush");
+
+        let mut config = Config::defaults().expect("config");
+        config.kafka.bootstrap_servers = cluster.bootstrap_servers();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&dir.path().join("store"), 16).expect("store");
+        let tree = store.partition("orders", 0).expect("tree");
+        let (cancel, remaining) = (AtomicBool::new(false), AtomicI64::new(-1));
+        let restore = Restore { config: &config, topic: "state-changelog", partition: 0, tree: &tree, cancel: &cancel, remaining: &remaining };
+        // More "not leader" answers than one restore's watermark tries take
+        // in their 10 s (two offset requests per try, nine tries at most).
+        cluster.request_errors(RDKafkaApiKey::ListOffsets, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; 30]);
+        let restored = restore.run_with_retries().expect("restored once the leader is known");
+        assert!(restored.restored);
+        assert_eq!(restored.checkpoint.map(|c| (c.next_offset, c.changelog_next)), Some((5, Some(1))));
+        assert_eq!(tree.checkpoint().expect("checkpoint read").map(|c| c.next_offset), Some(5));
+        assert!(!tree.restoring().expect("mark read"), "the restore finished");
+    }
+
+    #[test]
+    fn only_the_brokers_passing_failures_are_transient() {
+        let corrupt = ChangelogError::Corrupt { topic: "t".into(), partition: 0, offset: 1, message: "bad".into() };
+        assert!(!corrupt.is_transient());
+        let ahead = ChangelogError::StoreAhead { topic: "t".into(), partition: 0, local: 5, end: 1 };
+        assert!(!ahead.is_transient());
+        let watermarks = |code| ChangelogError::Read {
+            cause: crate::partition_reader::ReadError::Watermarks {
+                topic: "t".into(),
+                partition: 0,
+                cause: rdkafka::error::KafkaError::MetadataFetch(code),
+            },
+        };
+        assert!(watermarks(rdkafka::types::RDKafkaErrorCode::LeaderNotAvailable).is_transient());
+        assert!(watermarks(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).is_transient());
+        assert!(!watermarks(rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed).is_transient());
+    }
 }

@@ -5,7 +5,7 @@
 //! records applied.
 
 use std::sync::atomic::AtomicBool;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
@@ -46,13 +46,13 @@ pub fn run_topic(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, topic: &
     let store = Store::open(&config.store.path, config.store.cache_capacity_mb)?;
     let cancel = AtomicBool::new(false);
     let meter = Meter::start(broker_pid);
-    let results: Vec<anyhow::Result<(u64, Instant)>> = std::thread::scope(|scope| {
+    let results: Vec<anyhow::Result<(u64, Instant, Duration)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = load
             .ends
             .keys()
             .map(|partition| {
                 let (config, topic, store, cancel) = (&config, &topic, &store, &cancel);
-                scope.spawn(move || -> anyhow::Result<(u64, Instant)> {
+                scope.spawn(move || -> anyhow::Result<(u64, Instant, Duration)> {
                     let started = Instant::now();
                     let tree = store.partition(&load.topic, *partition)?;
                     let remaining = std::sync::atomic::AtomicI64::new(-1);
@@ -60,7 +60,7 @@ pub fn run_topic(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, topic: &
                     if !restored.restored {
                         return Err(anyhow!("partition {partition}: nothing restored"));
                     }
-                    Ok((restored.applied, started + restored.located))
+                    Ok((restored.applied, started + restored.located, restored.store_write))
                 })
             })
             .collect();
@@ -70,11 +70,12 @@ pub fn run_topic(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, topic: &
     store.flush()?;
     let flushed = Instant::now();
     let flush_seconds = flushed.duration_since(flushing).as_secs_f64();
-    let (mut records, mut first_read) = (0, flushed);
+    let (mut records, mut first_read, mut store_write) = (0, flushed, Duration::ZERO);
     for result in results {
-        let (applied, read_from) = result?;
+        let (applied, read_from, written) = result?;
         records += applied;
         first_read = first_read.min(read_from);
+        store_write = store_write.max(written);
     }
     let read_seconds = flushed.duration_since(first_read).as_secs_f64();
     let mut phase = meter.finish(key, name, records);
@@ -82,8 +83,9 @@ pub fn run_topic(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, topic: &
     // The restored checkpoints are (c)'s: its counters came back with it.
     let outcomes: u64 = store.checkpoints()?.iter().map(|(_, _, cp)| cp.outcomes()).sum();
     eprintln!(
-        "pipeline: ({key}) {records} changelog records restored in {:.2} s, {read_seconds:.2} s of them from the first record read, the last {flush_seconds:.2} s the store's flush ({outcomes} events' counters); cpu {:.2} s, broker cpu {}",
+        "pipeline: ({key}) {records} changelog records restored in {:.2} s, {read_seconds:.2} s of them from the first record read, the last {flush_seconds:.2} s the store's flush ({outcomes} events' counters); sled's writes {:.2} s of a partition's restore at most; cpu {:.2} s, broker cpu {}",
         phase.seconds,
+        store_write.as_secs_f64(),
         phase.cpu_seconds,
         phase.broker_cpu_seconds.map_or("-".to_string(), |s| format!("{s:.2} s")),
     );

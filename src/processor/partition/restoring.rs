@@ -65,7 +65,8 @@ impl Restoring {
             tokio::task::spawn_blocking(move || {
                 let _entered = span.enter();
                 let remaining = &status.restore_remaining;
-                let restored = Restore { config: &shared.config, topic: &topic, partition, tree: &tree, cancel: &cancel, remaining }.run();
+                let restored =
+                    Restore { config: &shared.config, topic: &topic, partition, tree: &tree, cancel: &cancel, remaining }.run_with_retries();
                 remaining.store(crate::telemetry::UNKNOWN, Ordering::Relaxed);
                 let restored = restored?;
                 if restored.restored {
