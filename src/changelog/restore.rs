@@ -47,7 +47,7 @@ const RESTORE_BATCH_BYTES: usize = 8 << 20;
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Restores of a partition started, at most, when the broker's failures
 /// pass ([`ChangelogError::is_transient`]), and the wait before the
-/// second, doubling for each one after it: with the watermarks' own 10 s
+/// second, doubling for each one after it (each jittered by ±25%): with the watermarks' own 10 s
 /// of tries, about a minute of an unreachable or leaderless changelog
 /// before the partition's task (and the process) fails.
 const RESTORE_TRIES: u32 = 4;
@@ -108,7 +108,7 @@ impl Restore<'_> {
                         retry_in_s = wait.as_secs_f64(),
                         "restore failed on the broker's side; starting it again"
                     );
-                    self.sleep_unless_cancelled(wait)?;
+                    self.sleep_unless_cancelled(crate::retry::jitter(wait))?;
                     wait *= 2;
                     tries += 1;
                 }
