@@ -80,6 +80,8 @@
 //!   expected outcome.
 //! * [`demo`]: the embedded default run on librdkafka's mock cluster.
 //! * [`load`]: producing a planned workload, every record acknowledged.
+//! * [`allocator`]: the global allocator and jemalloc's compiled options,
+//!   shared by the binary and the pipeline bench.
 //! * `fault`: crash points for the crash drill (compiled in with the
 //!   `fault-injection` feature only, which the tests turn on).
 //!
@@ -92,6 +94,7 @@
 #![warn(unreachable_pub)]
 
 pub(crate) mod breaker;
+pub mod allocator;
 pub mod changelog;
 pub mod codec;
 pub mod config;

@@ -1,48 +1,8 @@
 //! The `orderly` binary: `run`, `demo`, `produce`, `state`, `dlq`, `config`.
 
-// The allocator (feature `jemalloc`, the default; see docs/performance.md).
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
-#[global_allocator]
-static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// jemalloc's options, compiled in. jemalloc is the malloc of the whole
-/// process (feature `unprefixed_malloc_on_supported_platforms`): librdkafka's
-/// fetched messages and producer queues, and OpenSSL, used glibc's malloc
-/// before, whose per-thread arenas held 40-45 MiB of `orderly run`'s RSS.
-/// One arena (jemalloc's default is four per CPU, each holding freed pages
-/// of its own); freed pages returned to the system after 50 ms by
-/// jemalloc's background thread, not by the threads that free them; thread
-/// caches for allocations up to 4 KiB only (each of orderly's ~30 threads
-/// holds its own). Measured on the side-by-side bench (docs/performance.md,
-/// "Memory of `orderly run`"): peak RSS of `orderly run` on 1M interleaved
-/// events 168-180 MiB -> 130-143 MiB at either guarantee, the rate within the
-/// noise. `MALLOC_CONF` in the environment still overrides them
-/// (`_RJEM_MALLOC_CONF` where jemalloc stays prefixed: macOS, Windows,
-/// Android, musl).
-#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
-#[export_name = "malloc_conf"]
-static MALLOC_CONF: MallocConf = MallocConf(JEMALLOC_OPTIONS.as_ptr());
-
-/// The same options under the prefixed name, read where jemalloc cannot
-/// replace the platform's malloc and keeps the `_rjem_` prefix.
-#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
-#[export_name = "_rjem_malloc_conf"]
-static PREFIXED_MALLOC_CONF: MallocConf = MallocConf(JEMALLOC_OPTIONS.as_ptr());
-
-#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
-const JEMALLOC_OPTIONS: &std::ffi::CStr = c"narenas:1,dirty_decay_ms:50,muzzy_decay_ms:0,background_thread:true,tcache_max:4096";
-
-/// A C string pointer jemalloc reads once at start-up (Rust never does).
-#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
-struct MallocConf(#[allow(dead_code)] *const std::ffi::c_char);
-
-// SAFETY: the pointer is to a static, immutable, NUL-terminated string.
-#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
-unsafe impl Sync for MallocConf {}
+// The allocator and jemalloc's compiled options (see src/allocator.rs and
+// docs/performance.md).
+orderly::global_allocator!();
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -107,14 +107,10 @@
 //! results, as JSON or a table).
 
 
-// The same allocator as the `orderly` binary, so (c) and (d) measure what it runs.
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
-#[global_allocator]
-static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+// The same allocator as the `orderly` binary, with the same compiled
+// options, so the phases run in this process ((c), (d), (r), (or)) allocate
+// as `orderly run` does.
+orderly::global_allocator!();
 
 mod figures;
 mod http_load;
