@@ -93,8 +93,8 @@
 
 #![warn(unreachable_pub)]
 
-pub(crate) mod breaker;
 pub mod allocator;
+pub(crate) mod breaker;
 pub mod changelog;
 pub mod codec;
 pub mod config;

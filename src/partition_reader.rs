@@ -24,6 +24,17 @@ const FIRST_WATERMARK_WAIT: Duration = Duration::from_millis(30);
 /// How long one poll waits before the read checks its end, cancel and stall.
 const POLL: Duration = Duration::from_millis(100);
 
+/// Answers the broker (or librdkafka) gives at once and soon stops giving:
+/// between the bootstrap connection's close and the first connection to a
+/// broker the metadata named, and on a topic created moments ago, before its
+/// leaders are known everywhere.
+const REFUSED_FOR_NOW: [RDKafkaErrorCode; 4] = [
+    RDKafkaErrorCode::AllBrokersDown,
+    RDKafkaErrorCode::NotLeaderForPartition,
+    RDKafkaErrorCode::LeaderNotAvailable,
+    RDKafkaErrorCode::UnknownTopicOrPartition,
+];
+
 /// Each message names the partition and states its cause once (the
 /// underlying error is in a field named `cause`).
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +51,29 @@ pub enum ReadError {
     Cancelled { topic: String, partition: i32 },
     #[error("reading {topic} partition {partition} stopped at offset {at}, before its end offset {end}: no record for {waited_s} s")]
     Stalled { topic: String, partition: i32, at: i64, end: i64, waited_s: u64 },
+}
+
+impl ReadError {
+    /// True for a failure of the broker's that passes: refused for now
+    /// ([`REFUSED_FOR_NOW`]), no broker reachable, a request timed out. A
+    /// read that failed so can be started again.
+    pub(crate) fn is_transient(&self) -> bool {
+        let (ReadError::Watermarks { cause, .. } | ReadError::Assign { cause, .. } | ReadError::Position { cause, .. }) = self
+        else {
+            return false;
+        };
+        cause.rdkafka_error_code().is_some_and(|code| {
+            REFUSED_FOR_NOW.contains(&code)
+                || matches!(
+                    code,
+                    RDKafkaErrorCode::OperationTimedOut
+                        | RDKafkaErrorCode::RequestTimedOut
+                        | RDKafkaErrorCode::BrokerTransportFailure
+                        | RDKafkaErrorCode::NetworkException
+                        | RDKafkaErrorCode::NotEnoughReplicas
+                )
+        })
+    }
 }
 
 /// What a range read does when the broker sends nothing while records
@@ -144,12 +178,7 @@ impl<'a> PartitionReader<'a> {
                 // moments ago, before its leaders are known everywhere (seen
                 // on Apache Kafka 4.4 with a changelog topic orderly had just
                 // created: "not leader for partition").
-                Err(KafkaError::MetadataFetch(
-                    RDKafkaErrorCode::AllBrokersDown
-                    | RDKafkaErrorCode::NotLeaderForPartition
-                    | RDKafkaErrorCode::LeaderNotAvailable
-                    | RDKafkaErrorCode::UnknownTopicOrPartition,
-                )) if wait < left => {
+                Err(KafkaError::MetadataFetch(code)) if REFUSED_FOR_NOW.contains(&code) && wait < left => {
                     std::thread::sleep(wait);
                     wait *= 2;
                 }

@@ -71,32 +71,11 @@ pub enum ChangelogError {
 }
 
 impl ChangelogError {
-    /// True for a failure of the broker's that passes: no leader yet, no
-    /// broker reachable, a request timed out. A restore that fails so is
-    /// started again ([`restore::Restore::run_with_retries`]).
+    /// True for a read that failed on the broker's side and passes
+    /// ([`ReadError::is_transient`]). A restore that fails so is started
+    /// again ([`restore::Restore::run_with_retries`]).
     pub fn is_transient(&self) -> bool {
-        let cause = match self {
-            ChangelogError::Read {
-                cause:
-                    ReadError::Watermarks { cause, .. } | ReadError::Assign { cause, .. } | ReadError::Position { cause, .. },
-            } => cause,
-            _ => return false,
-        };
-        use rdkafka::types::RDKafkaErrorCode::*;
-        matches!(
-            cause.rdkafka_error_code(),
-            Some(
-                OperationTimedOut
-                    | RequestTimedOut
-                    | AllBrokersDown
-                    | BrokerTransportFailure
-                    | NetworkException
-                    | NotLeaderForPartition
-                    | LeaderNotAvailable
-                    | UnknownTopicOrPartition
-                    | NotEnoughReplicas
-            )
-        )
+        matches!(self, ChangelogError::Read { cause } if cause.is_transient())
     }
 }
 

@@ -33,6 +33,7 @@ use super::reader::ChangelogReader;
 use super::ChangelogError;
 use crate::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::config::Config;
+use crate::retry::Backoff;
 use crate::store::{changelog_checkpoint_key, Checkpoint, PartitionStore, RestoreWrite};
 
 /// Keys held before they are written to sled while restoring, at most, and
@@ -96,11 +97,13 @@ impl Restore<'_> {
     /// restoring mark; the next one starts from the recorded position and
     /// re-applies the records in log order, to the same result.
     pub fn run_with_retries(&self) -> Result<Restored, ChangelogError> {
-        let mut wait = FIRST_RETRY_WAIT;
+        // The cap never binds: RESTORE_TRIES - 1 waits of 2, 4 and 8 s.
+        let mut backoff = Backoff::new(FIRST_RETRY_WAIT, FIRST_RETRY_WAIT * 4);
         let mut tries = 1;
         loop {
             match self.run() {
                 Err(error) if error.is_transient() && tries < RESTORE_TRIES => {
+                    let wait = backoff.next_wait();
                     warn!(
                         partition = self.partition,
                         %error,
@@ -108,8 +111,7 @@ impl Restore<'_> {
                         retry_in_s = wait.as_secs_f64(),
                         "restore failed on the broker's side; starting it again"
                     );
-                    self.sleep_unless_cancelled(crate::retry::jitter(wait))?;
-                    wait *= 2;
+                    self.sleep_unless_cancelled(wait)?;
                     tries += 1;
                 }
                 result => return result,
@@ -184,10 +186,10 @@ impl Restore<'_> {
         let (mut applied, mut skipped, mut batches) = (0u64, 0u64, 1u64);
         let mut last_log = Instant::now();
         let mut last_applied = 0u64;
-        // Time spent writing the store since the last progress line; the
-        // rest of the interval was spent waiting for fetched records.
-        let mut store_time = Duration::ZERO;
+        // Time spent writing the store, and its value at the last progress
+        // line: the rest of an interval was spent waiting for fetched records.
         let mut store_write = Duration::ZERO;
+        let mut store_write_at_log = Duration::ZERO;
         let checkpoint_key = changelog_checkpoint_key();
         reader.scan(from, at + 1, |message| {
             self.remaining.store(at - message.offset(), Ordering::Relaxed);
@@ -211,7 +213,6 @@ impl Restore<'_> {
             if write.keys() >= RESTORE_BATCH_KEYS || write.bytes() >= RESTORE_BATCH_BYTES {
                 let writing = Instant::now();
                 self.tree.restore_batch(std::mem::take(&mut write))?;
-                store_time += writing.elapsed();
                 store_write += writing.elapsed();
                 batches += 1;
             }
@@ -222,7 +223,7 @@ impl Restore<'_> {
             let interval = last_log.elapsed();
             if interval >= PROGRESS_EVERY {
                 let rate = (applied - last_applied) as f64 / interval.as_secs_f64();
-                let store_share = store_time.as_secs_f64() / interval.as_secs_f64();
+                let store_share = (store_write - store_write_at_log).as_secs_f64() / interval.as_secs_f64();
                 info!(
                     partition = self.partition,
                     restored = applied,
@@ -234,7 +235,7 @@ impl Restore<'_> {
                 );
                 last_log = Instant::now();
                 last_applied = applied;
-                store_time = Duration::ZERO;
+                store_write_at_log = store_write;
             }
             Ok(())
         })?;
