@@ -11,6 +11,13 @@
 //! `panic_batch` panics (rather than
 //! aborts) inside a partition task, to prove that a panicking task stops the
 //! process.
+//!
+//! Stop points hold a write-out where a pause or a broker outage can land
+//! (the process stops itself with SIGSTOP; the test resumes it with
+//! SIGCONT): `stop_queued` (the write-out's changelog records handed to
+//! the producer, not yet acknowledged or committed), `stop_acked` (every
+//! record acknowledged or the transaction committed, the sled batch not yet
+//! written), `stop_batched` (the sled batch written, not flushed).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -25,7 +32,21 @@ pub(crate) enum Point {
     AfterFlush,
     PanicBatch,
     TornChangelog,
+    StopQueued,
+    StopAcked,
+    StopBatched,
 }
+
+const ALL: [Point; 8] = [
+    Point::AfterDlq,
+    Point::AfterBatch,
+    Point::AfterFlush,
+    Point::PanicBatch,
+    Point::TornChangelog,
+    Point::StopQueued,
+    Point::StopAcked,
+    Point::StopBatched,
+];
 
 impl Point {
     fn name(self) -> &'static str {
@@ -35,6 +56,9 @@ impl Point {
             Point::AfterFlush => "after_flush",
             Point::PanicBatch => "panic_batch",
             Point::TornChangelog => "torn_changelog",
+            Point::StopQueued => "stop_queued",
+            Point::StopAcked => "stop_acked",
+            Point::StopBatched => "stop_batched",
         }
     }
 }
@@ -56,14 +80,11 @@ fn armed() -> Option<&'static Armed> {
         .get_or_init(|| {
             let raw = std::env::var(ENV).ok()?;
             let (point, at) = raw.split_once(':').unwrap_or((raw.as_str(), "1"));
-            let point = [Point::AfterDlq, Point::AfterBatch, Point::AfterFlush, Point::PanicBatch, Point::TornChangelog]
-                .into_iter()
-                .map(Point::name)
-                .find(|name| *name == point);
+            let point = ALL.into_iter().map(Point::name).find(|name| *name == point);
             match (point, at.parse::<u64>()) {
                 (Some(point), Ok(at)) if at > 0 => Some(Armed { point, at, hits: AtomicU64::new(0) }),
                 _ => {
-                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush|panic_batch|torn_changelog[:N]");
+                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush|panic_batch|torn_changelog|stop_queued|stop_acked|stop_batched[:N]");
                     None
                 }
             }
@@ -81,6 +102,10 @@ pub(crate) fn hit(point: Point) {
         if point == Point::PanicBatch {
             panic!("fault injection: panic at {}", armed.point);
         }
+        if matches!(point, Point::StopQueued | Point::StopAcked | Point::StopBatched) {
+            stop_self(armed.point);
+            return;
+        }
         eprintln!("orderly: fault injection: aborting at {}", armed.point);
         std::process::abort();
     }
@@ -97,4 +122,16 @@ pub(crate) fn due(point: Point) -> bool {
 pub(crate) fn abort(point: Point) -> ! {
     eprintln!("orderly: fault injection: aborting at {}", point.name());
     std::process::abort();
+}
+
+/// Stops the whole process (every thread, librdkafka's included) with
+/// SIGSTOP, as a pause of the machine or the container would; returns once
+/// something sends SIGCONT.
+fn stop_self(point: &str) {
+    eprintln!("orderly: fault injection: stopping at {point} (SIGSTOP; resume with SIGCONT)");
+    let pid = std::process::id().to_string();
+    match std::process::Command::new("kill").args(["-STOP", pid.as_str()]).status() {
+        Ok(status) if status.success() => eprintln!("orderly: fault injection: resumed at {point}"),
+        other => eprintln!("orderly: fault injection: cannot stop at {point}: {other:?}"),
+    }
 }

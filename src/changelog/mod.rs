@@ -17,7 +17,6 @@
 //! applied beyond the checkpoint (the scheme Quix Streams uses with its
 //! processed-offset header).
 //!
-//! * [`writer`]: produces a write-out and waits for every acknowledgement.
 //! * [`restore`]: brings a partition's tree up to the changelog.
 //! * [`topic`]: creates the topic at start-up, or checks the one there is.
 
@@ -25,7 +24,6 @@ pub mod reader;
 pub mod replay;
 pub mod restore;
 pub mod topic;
-pub mod writer;
 
 use rdkafka::error::KafkaError;
 

@@ -31,7 +31,6 @@ pub use crate::telemetry::Phase;
 pub use dlq::{DeadLetter, DeadLetterError, DeadLetters};
 pub use crate::kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
 
-use crate::changelog::writer::ChangelogWriter;
 use crate::codec::Decoder;
 use crate::config::Config;
 use crate::registry::Registry;
@@ -210,8 +209,9 @@ pub struct Shared {
     pub store: Store,
     pub decoder: Decoder,
     pub(crate) dead_letters: DeadLetters,
-    /// `None` when the changelog is off.
-    pub changelog: Option<ChangelogWriter>,
+    /// The changelog topic (written by each partition's transactional
+    /// producer); `None` when the changelog is off.
+    pub changelog: Option<String>,
     /// `None` when the outbox is off.
     pub outbox: Option<OutboxSetup>,
     pub retention: Duration,
@@ -342,13 +342,7 @@ impl Processor {
             }
             None => None,
         };
-        let changelog = match changelog_topic {
-            Some(name) => {
-                let producer: FutureProducer = changelog_producer_config(&self.config).create()?;
-                Some(ChangelogWriter::new(producer, name))
-            }
-            None => None,
-        };
+        let changelog = changelog_topic;
         let (flush_tx, flush_rx) = mpsc::channel(1024);
         let shared = Arc::new(Shared {
             dead_letters: DeadLetters::new(producer, self.config.kafka.dlq_topic.clone(), topic.clone())
@@ -475,8 +469,8 @@ fn poll_loop(
         // anyway; say so before joining the group.
         let changelog = match &shared.changelog {
             Some(writer) => {
-                let ensure = crate::changelog::topic::ensure(&shared.config, writer.topic(), input_partitions);
-                supervisor.runtime().block_on(ensure).map(|state| info!(changelog = writer.topic(), ?state, "changelog topic ready"))
+                let ensure = crate::changelog::topic::ensure(&shared.config, writer, input_partitions);
+                supervisor.runtime().block_on(ensure).map(|state| info!(changelog = %writer, ?state, "changelog topic ready"))
             }
             None => {
                 warn!("the changelog is off (kafka.changelog_topic = \"\"): run a single instance only");

@@ -1,26 +1,42 @@
-//! `processing.guarantee = "exactly_once"`: each write-out of a partition is
-//! one Kafka transaction of that partition's own transactional producer.
+//! Each write-out of a partition with a changelog is one Kafka transaction
+//! of that partition's own transactional producer, under either guarantee.
+//!
+//! Why under at_least_once too: a record handed to a producer stays in
+//! librdkafka's queue while the process is paused or the broker is away,
+//! and is delivered when both are back, whatever happened to the
+//! assignment meanwhile. Without fencing, a write-out of a member that lost
+//! its partition lands in the changelog after the new owner's, and a
+//! restore (or compaction, which keeps the last record of a key) takes its
+//! older states for the newer ones. With a transactional producer the new
+//! owner's `init_transactions` aborts the old owner's open transaction and
+//! fences its producer: nothing it still sends becomes visible to the
+//! `read_committed` readers orderly restores with, and its commit fails, so
+//! it writes no sled batch either. What the guarantees put in the
+//! transaction ([`TxnScope`]):
+//!
+//! * exactly_once: the held dead letters, the changelog records then the
+//!   checkpoint record, the status changes, and the input offset
+//!   (`send_offsets_to_transaction` with the consumer's group metadata, so
+//!   the broker also rejects a commit from a stale group generation);
+//! * at_least_once: the changelog records then the checkpoint record and,
+//!   with write-out delivery, the status changes. Dead letters go out when
+//!   found and the input offset is committed after the sled flush, as
+//!   at_least_once does without a changelog.
 //!
 //! The layout: one transactional producer per input partition, with the
 //! `transactional.id` `<group>-<input topic>-<partition>`. Each partition
 //! task writes out on its own schedule (its commit interval, its cache
 //! share), so one transaction per partition keeps that independence: an
 //! instance-wide producer (KIP-447's layout) would make every partition's
-//! write-out wait for one shared transaction round. Fencing comes with the
-//! id: the next owner of the partition calls `init_transactions` with the
-//! same id before it restores, which aborts the previous owner's open
-//! transaction and fences its producer, so a member that lost the partition
-//! without knowing it (a long pause) cannot commit for it any more. The
-//! input offsets still go through `send_offsets_to_transaction` with the
-//! consumer's group metadata, so the broker also rejects a commit from a
-//! stale group generation.
+//! write-out wait for one shared transaction round. The next owner of the
+//! partition calls `init_transactions` with the same id before it
+//! restores, so no write of a previous owner can become visible behind the
+//! restore.
 //!
-//! A round: begin; the held dead letters; the changelog records then the
-//! checkpoint record; the status changes, straight to the output topic; the
-//! input offset (metadata `orderly`); commit. Only then is the sled batch
-//! written and flushed. A crash before the commit leaves nothing visible to
-//! `read_committed` readers; a crash after it leaves a store at or behind
-//! the changelog, which the restore brings up to date.
+//! Only after the commit is the sled batch written and flushed. A crash
+//! before the commit leaves nothing visible to `read_committed` readers; a
+//! crash after it leaves a store at or behind the changelog, which the
+//! restore brings up to date.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +83,17 @@ impl crate::telemetry::errors::Failure for TxnError {
     }
 }
 
+/// What a partition's transactions hold, chosen once per guarantee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxnScope {
+    /// exactly_once: dead letters, changelog, status changes and the input
+    /// offset.
+    Everything,
+    /// at_least_once: the changelog and, with write-out delivery, the
+    /// status changes.
+    Changelog,
+}
+
 /// What one write-out commits.
 pub(super) struct Round<'a> {
     pub letters: &'a [HeldLetter],
@@ -76,11 +103,14 @@ pub(super) struct Round<'a> {
     pub covers: i64,
     pub epoch: u32,
     pub status: &'a [OutboxRecord],
-    pub group: ConsumerGroupMetadata,
+    /// The group metadata the input offset is committed with
+    /// ([`TxnScope::Everything`]); `None` commits no offset.
+    pub group: Option<ConsumerGroupMetadata>,
 }
 
 /// The partition's transactional producer and where its records go.
 pub(crate) struct TxnWriter {
+    scope: TxnScope,
     producer: FutureProducer,
     transactional_id: String,
     partition: i32,
@@ -103,6 +133,7 @@ impl TxnWriter {
     /// writes can land after the restore read the changelog.
     pub(super) async fn open(
         config: &Config,
+        scope: TxnScope,
         partition: i32,
         changelog_topic: String,
         output: Option<(String, Arc<OutboxEncoder>)>,
@@ -120,6 +151,7 @@ impl TxnWriter {
         }
         info!(partition, transactional_id = %transactional_id, "transactional producer ready (earlier producers of the partition fenced)");
         Ok(TxnWriter {
+            scope,
             producer,
             transactional_id,
             partition,
@@ -128,6 +160,11 @@ impl TxnWriter {
             dlq_topic: config.kafka.dlq_topic.clone(),
             output,
         })
+    }
+
+    /// What this partition's transactions hold.
+    pub(crate) fn scope(&self) -> TxnScope {
+        self.scope
     }
 
     /// Commits one round; returns the changelog offset after its checkpoint
@@ -141,15 +178,19 @@ impl TxnWriter {
             Ok(acks) => acks,
             Err(error) => return Err(self.fail(error).await),
         };
-        let offsets = match crate::kafka::commit_list(&self.source_topic, [(self.partition, round.covers)]) {
-            Ok(tpl) => tpl,
-            Err(cause) => return Err(self.fail(cause).await),
+        fault::hit(Point::StopQueued);
+        let offsets = match round.group {
+            Some(group) => match crate::kafka::commit_list(&self.source_topic, [(self.partition, round.covers)]) {
+                Ok(tpl) => Some((tpl, group)),
+                Err(cause) => return Err(self.fail(cause).await),
+            },
+            None => None,
         };
         let producer = self.producer.clone();
-        let group = round.group;
         let committed = tokio::task::spawn_blocking(move || {
-            producer.send_offsets_to_transaction(&offsets, &group, CALL_TIMEOUT)?;
-            drop(offsets);
+            if let Some((offsets, group)) = offsets {
+                producer.send_offsets_to_transaction(&offsets, &group, CALL_TIMEOUT)?;
+            }
             commit_retrying(&producer)
         })
         .await

@@ -278,7 +278,7 @@ fn a_changelog_the_broker_compacted_restores_every_order_exactly() {
     world.verify_state(&b, &expected);
 }
 
-fn create_compacting_topic(bootstrap: &str, name: &str) {
+pub(crate) fn create_compacting_topic(bootstrap: &str, name: &str) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin");
@@ -296,7 +296,7 @@ fn create_compacting_topic(bootstrap: &str, name: &str) {
 }
 
 /// (records a reader sees, offsets spanned) over every partition of `topic`.
-fn readable_and_offsets(bootstrap: &str, topic: &str) -> (i64, i64) {
+pub(crate) fn readable_and_offsets(bootstrap: &str, topic: &str) -> (i64, i64) {
     let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("consumer");
     let (mut readable, mut spanned) = (0, 0);
     for partition in 0..PARTITIONS {

@@ -17,6 +17,7 @@ use crate::outcomes::Outcomes;
 use crate::partition_state::{BatchOutcome, Decoded, Sourced};
 use crate::processor::context::OrderlyContext;
 use crate::processor::dlq::{DeadLetter, HeldLetter};
+use crate::processor::transaction::TxnScope;
 use crate::processor::ProcessError;
 use crate::retry::Backoff;
 use crate::store::next_offset_after;
@@ -71,7 +72,7 @@ impl Live {
             // partition's checkpoint stays before it.
             return Err(ProcessError::DeadLetterBreaker { partition: self.task.partition, offset: first_offset, trip });
         }
-        if !letters.is_empty() && self.task.txn.is_some() {
+        if !letters.is_empty() && self.task.txn.as_ref().is_some_and(|t| t.scope() == TxnScope::Everything) {
             // exactly_once: the letters commit with the write-out that
             // moves the checkpoint past their records.
             self.task.held_letters.extend(letters.iter().map(HeldLetter::hold));

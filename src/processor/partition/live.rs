@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
-use rdkafka::producer::FutureProducer;
 use tracing::{debug, info, warn};
 
 use super::{PartitionTask, Reply};
@@ -17,7 +16,7 @@ use crate::fault::{self, Point};
 use crate::outbox::direct::{Floor, PublishError, StatusOutput};
 use crate::partition_state::{PartitionState, PreparedWrite};
 use crate::processor::flusher::FlushMsg;
-use crate::processor::transaction::{Round, TxnError};
+use crate::processor::transaction::{Round, TxnError, TxnScope};
 use crate::processor::ProcessError;
 use crate::retry::Backoff;
 use crate::telemetry::errors::{Kind, Stage};
@@ -61,7 +60,7 @@ impl Live {
     /// store holds rows a relay left.
     fn start_relay(&mut self) -> Result<(), ProcessError> {
         let Some(setup) = &self.task.shared.outbox else { return Ok(()) };
-        if self.task.txn.is_some() {
+        if self.task.txn.as_ref().is_some_and(|t| t.scope() == TxnScope::Everything) {
             // exactly_once: status changes go out in each write-out's
             // transaction; no outbox rows, no relay.
             self.task.state.send_status_directly(self.task.partition);
@@ -186,33 +185,27 @@ impl Live {
         // milliseconds: it runs on a blocking thread so the async workers
         // keep the other partitions' timers and batches on time. The task
         // owns its state and waits, so nothing else touches it meanwhile.
-        let changelog = self.task.shared.changelog.clone();
-        let with_changelog = changelog.is_some();
+        let with_changelog = self.task.shared.changelog.is_some();
         let (state, prepared) = self.lend_state(move |state| state.prepare_write_out(with_changelog)).await?;
         self.task.state = state;
         let Some(mut prepared) = prepared? else { return Ok(()) };
-        let position = match &changelog {
-            Some(_) if self.task.txn.is_some() => Some(self.commit_transaction(&mut prepared).await?),
-            Some(writer) => {
-                let changes = prepared.write.changes.take().unwrap_or_default();
-                let (covers, epoch) = (prepared.checkpoint.next_offset, prepared.checkpoint.epoch);
-                let in_flight = writer.send_changes(self.task.partition, &changes, covers, epoch).await?;
-                // The status changes are acknowledged before the checkpoint
-                // record is sent: once a restore can bring this write-out
-                // back, its status changes are on the output topic.
-                self.publish_status(&prepared.status, Some(writer.producer())).await?;
-                Some(writer.seal(in_flight, &prepared.checkpoint_bytes).await?)
+        let position = if with_changelog {
+            if !prepared.status.is_empty() {
+                // Write-out delivery over rows a relay left: those first.
+                self.wait_for_left_rows().await?;
             }
-            None => {
-                self.publish_status(&prepared.status, None).await?;
-                None
-            }
+            Some(self.commit_transaction(&mut prepared).await?)
+        } else {
+            self.publish_status(&prepared.status).await?;
+            None
         };
+        fault::hit(Point::StopAcked);
         let share = self.task.shared.cache_share();
         let (state, result) = self.lend_state(move |state| state.finish_write_out(prepared, position, share)).await?;
         self.task.state = state;
         let written = result?;
         fault::hit(Point::AfterBatch);
+        fault::hit(Point::StopBatched);
         self.task.shared.counters.record_write(written.keys, written.bytes);
         self.task.shared.telemetry.write_out_duration.observe(started.elapsed().as_secs_f64());
         let next_offset = written.checkpoint.next_offset;
@@ -228,30 +221,23 @@ impl Live {
             .map_err(|_| ProcessError::FlusherGone)
     }
 
-    /// Write-out delivery: publishes the write-out's status changes (on the
-    /// changelog's producer when there is one) and waits for the
-    /// acknowledgements: before the changelog's checkpoint record is sent,
-    /// and so before the store is written.
-    async fn publish_status(&mut self, records: &[OutboxRecord], producer: Option<&FutureProducer>) -> Result<(), ProcessError> {
+    /// Write-out delivery without a changelog: publishes the write-out's
+    /// status changes and waits for the acknowledgements, before the store
+    /// is written. (With a changelog they go in the write-out's
+    /// transaction.)
+    async fn publish_status(&mut self, records: &[OutboxRecord]) -> Result<(), ProcessError> {
         if records.is_empty() {
             return Ok(());
         }
         self.wait_for_left_rows().await?;
         let Some(setup) = self.task.shared.outbox.as_ref() else { return Ok(()) };
-        let own;
-        let producer = match producer {
-            Some(producer) => producer,
-            None => {
-                own = setup.producer().map_err(|cause| PublishError::Produce {
-                    topic: setup.topic.clone(),
-                    partition: self.task.partition,
-                    cause,
-                })?;
-                &own
-            }
-        };
+        let producer = setup.producer().map_err(|cause| PublishError::Produce {
+            topic: setup.topic.clone(),
+            partition: self.task.partition,
+            cause,
+        })?;
         let output = StatusOutput {
-            producer,
+            producer: &producer,
             topic: &setup.topic,
             encoder: &setup.encoder,
             source_topic: &self.task.shared.topic,
@@ -272,29 +258,30 @@ impl Live {
         Ok(())
     }
 
-    /// exactly_once: commits the write-out's transaction (held letters,
-    /// changelog records, status changes, input offset), retrying an
-    /// aborted round with backoff. Returns the changelog position.
+    /// Commits the write-out's transaction (exactly_once: held letters,
+    /// changelog records, status changes, input offset; at_least_once: the
+    /// changelog records and status changes), retrying an aborted round
+    /// with backoff. Returns the changelog position.
     async fn commit_transaction(&mut self, prepared: &mut PreparedWrite) -> Result<i64, ProcessError> {
         let changes = prepared.write.changes.take().unwrap_or_default();
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
-            let group = self
-                .task
-                .consumer
-                .upgrade()
-                .and_then(|c| c.group_metadata())
-                .ok_or_else(|| ProcessError::Partition {
-                    partition: self.task.partition,
-                    stage: Stage::Transaction,
-                    message: "the consumer is closed".into(),
-                })?;
             let Some(txn) = &self.task.txn else {
                 return Err(ProcessError::Partition {
                     partition: self.task.partition,
                     stage: Stage::Transaction,
                     message: "no transactional producer".into(),
                 });
+            };
+            let group = match txn.scope() {
+                TxnScope::Changelog => None,
+                TxnScope::Everything => {
+                    Some(self.task.consumer.upgrade().and_then(|c| c.group_metadata()).ok_or_else(|| ProcessError::Partition {
+                        partition: self.task.partition,
+                        stage: Stage::Transaction,
+                        message: "the consumer is closed".into(),
+                    })?)
+                }
             };
             let round = Round {
                 letters: &self.task.held_letters,

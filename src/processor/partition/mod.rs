@@ -82,8 +82,9 @@ pub(crate) struct PartitionTask {
     /// The offset the partition was assigned at (the stored checkpoint);
     /// `None`: the group's committed offset.
     pub(crate) assigned_at: Option<i64>,
-    /// exactly_once: the partition's transactional producer, opened before
-    /// the restore.
+    /// With a changelog: the partition's transactional producer, opened
+    /// (fencing the previous owner's) before the restore; every write-out
+    /// is one of its transactions.
     pub(crate) txn: Option<TxnWriter>,
     /// exactly_once: dead letters decided since the last write-out, sent in
     /// its transaction.

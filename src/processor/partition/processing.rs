@@ -79,12 +79,13 @@ impl Processing {
         let caught_up_after = (config.caught_up_write_ms > 0).then(|| Duration::from_millis(config.caught_up_write_ms).min(interval));
         let end = End::new(&self.live.task.shared.topic);
         let mut last_write = tokio::time::Instant::now();
-        // at_least_once: a task that did not run for longer than the session
-        // timeout (the process was paused: SIGSTOP, a GC or VM freeze) may have been
-        // presumed dead, its partition given to another member. It holds
-        // its write-outs until the group has had time to say so (a revoke
-        // with `lost`, which drops the work): a zombie's late write-out
-        // would land in the changelog after the new owner's.
+        // Without a changelog: a task that did not run for longer than the
+        // session timeout (the process was paused: SIGSTOP, a GC or VM
+        // freeze) may have been presumed dead, its partition given to
+        // another member. It holds its write-outs until the group has had
+        // time to say so (a revoke with `lost`, which drops the work), so
+        // its store does not take work the group gave to another member.
+        // With a changelog the transaction's fencing covers this.
         let session = Duration::from_millis(self.live.task.shared.config.kafka.session_timeout_ms);
         let mut last_wake = tokio::time::Instant::now();
         let mut hold_until = last_wake;
@@ -96,10 +97,11 @@ impl Processing {
                 let woke = tokio::time::Instant::now();
                 let asleep = woke.saturating_duration_since(last_wake);
                 last_wake = woke;
-                // exactly_once needs no hold: the new owner fenced this
-                // producer, so a late write-out fails and nothing of it is
-                // visible (and a network cut, which no pause measures, is
-                // covered the same way).
+                // A changelog needs no hold: every write-out is a
+                // transaction, the new owner fenced this producer, so a
+                // late write-out fails and nothing of it is visible (and a
+                // network cut, which no pause measures, is covered the
+                // same way). Without a changelog there is nothing to fence.
                 if asleep > session && self.live.task.txn.is_none() {
                     hold_until = woke + PAUSE_HOLD;
                     warn!(

@@ -13,9 +13,9 @@ use tracing::{info, warn};
 
 use super::{Command, PartitionTask, Reply};
 use crate::changelog::restore::Restore;
-use crate::config::Guarantee;
+use crate::config::{Guarantee, OutboxDelivery};
 use crate::partition_state::PartitionState;
-use crate::processor::transaction::TxnWriter;
+use crate::processor::transaction::{TxnScope, TxnWriter};
 use crate::processor::ProcessError;
 use crate::telemetry::errors::Stage;
 use crate::telemetry::Phase;
@@ -39,8 +39,8 @@ impl Restoring {
         Restoring { task }
     }
 
-    /// Restores the tree when it is behind the changelog (exactly_once:
-    /// after fencing the partition's earlier producers), or checks that a
+    /// Restores the tree when it is behind the changelog, after fencing the
+    /// partition's earlier producers, or checks that a
     /// store without a changelog holds the partition's state.
     pub(super) async fn run(mut self) -> Result<Restored, ProcessError> {
         let Some(changelog) = self.task.shared.changelog.clone() else {
@@ -48,17 +48,24 @@ impl Restoring {
             return Ok(Restored::Ready(self.task));
         };
         let task = &mut self.task;
-        if task.shared.config.processing.guarantee == Guarantee::ExactlyOnce {
-            // Fence the partition's earlier producers first: after this, no
-            // write of a previous owner can land behind the restore.
-            let output = task.shared.outbox.as_ref().map(|o| (o.topic.clone(), o.encoder.clone()));
-            task.txn = Some(TxnWriter::open(&task.shared.config, task.partition, changelog.topic().to_string(), output).await?);
-        }
+        // Fence the partition's earlier producers first (under either
+        // guarantee): after this, no write of a previous owner can become
+        // visible behind the restore (see processor::transaction).
+        let config = &task.shared.config;
+        let (scope, output) = match config.processing.guarantee {
+            Guarantee::ExactlyOnce => (TxnScope::Everything, task.shared.outbox.as_ref()),
+            Guarantee::AtLeastOnce => {
+                let in_write_out = config.outbox.delivery == OutboxDelivery::WriteOut;
+                (TxnScope::Changelog, task.shared.outbox.as_ref().filter(|_| in_write_out))
+            }
+        };
+        let output = output.map(|o| (o.topic.clone(), o.encoder.clone()));
+        task.txn = Some(TxnWriter::open(config, scope, task.partition, changelog.clone(), output).await?);
         let cancel = Arc::new(AtomicBool::new(false));
         let tree = task.state.store().clone();
         let job = {
             let (shared, cancel, tree) = (task.shared.clone(), cancel.clone(), tree.clone());
-            let (topic, partition) = (changelog.topic().to_string(), task.partition);
+            let (topic, partition) = (changelog.clone(), task.partition);
             let status = task.status.clone();
             // The partition's span, so the restore's log lines name it.
             let span = tracing::Span::current();
