@@ -120,6 +120,14 @@ pub struct HttpConfig {
     /// Where `orderly run` serves `/metrics`, `/healthz`, `/readyz`,
     /// `/state/{order_id}` and the status page; `""` is off.
     pub address: String,
+    /// With a value, every route but the status page's HTML (and the
+    /// probes and metrics, as configured below) requires
+    /// `Authorization: Bearer <token>`; `""` is none.
+    pub bearer_token: String,
+    /// `/healthz` and `/readyz` answer without the token.
+    pub open_probes: bool,
+    /// `/metrics` answers without the token.
+    pub open_metrics: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -527,6 +535,9 @@ impl Config {
             }
         }
         config.registry.url = redact_url(&config.registry.url);
+        if !config.http.bearer_token.is_empty() {
+            config.http.bearer_token = REDACTED.into();
+        }
         config
     }
 

@@ -172,14 +172,15 @@ pub fn admin_config(config: &Config) -> ClientConfig {
     client
 }
 
-/// The changelog producer: idempotent and acknowledged by all in-sync
-/// replicas like the others, with a short linger so a write-out's records
-/// travel in few requests.
+/// The producer of `orderly replay`'s changelog markers: idempotent and
+/// acknowledged by all in-sync replicas like the others, with a short
+/// linger. (Write-outs go through each partition's transactional producer.)
 pub fn changelog_producer_config(config: &Config) -> ClientConfig {
     producer_with_defaults(config, &[("linger.ms", "5")])
 }
 
-/// A partition's transactional producer (exactly_once): idempotent,
+/// A partition's transactional producer (every write-out with a
+/// changelog, under either guarantee): idempotent,
 /// `acks=all`, a short linger like the changelog's, and a transaction
 /// timeout that lets the broker abort a crashed owner's open transaction
 /// within 30 s even if no new owner fences it sooner.

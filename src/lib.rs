@@ -6,6 +6,10 @@
 //!
 //! 1. Per `order_id`, state only moves forward: an event whose `version` is
 //!    not greater than the stored version is dropped as **stale** and counted.
+//!    This holds across crashes, rebalances, paused members and broker
+//!    restarts, under either guarantee: each write-out to the changelog is a
+//!    transaction of the partition's producer, fenced by the next owner
+//!    before it restores, so a late write-out never becomes visible.
 //! 2. Each `event_id` takes effect at most once (inbox): a redelivery of an
 //!    applied event, within the inbox retention window, is dropped as a
 //!    **duplicate** and counted separately from stale events. (Older
@@ -19,8 +23,8 @@
 //! 5. A partition that moves to another instance (or whose store is lost) is
 //!    restored there from a compacted changelog topic before any of its
 //!    records is processed, so guarantees 1-3 hold across a consumer group.
-//!    Per write-out the changelog is acknowledged before the local store is
-//!    written, so it is never behind a durable store.
+//!    Per write-out the changelog's transaction is committed before the
+//!    local store is written, so it is never behind a durable store.
 //!    (Under exactly_once, guarantee 4's commit rides in the transaction of
 //!    guarantee 6, before the store write; the changelog holds that state,
 //!    and the restore brings a store that is behind up to it.)
@@ -44,8 +48,9 @@
 //! * [`store`]: sled layout: a tree per partition with states (recent inbox
 //!   entries inside), older inbox chunks and the checkpoint (next offset and
 //!   counters), written as one batch.
-//! * [`changelog`]: the changelog topic: publishing write-outs, restoring a
-//!   partition's tree from it, creating the topic.
+//! * [`changelog`]: the changelog topic: restoring a partition's tree from
+//!   it, replay markers, creating the topic (write-outs are transactions of
+//!   `processor::transaction`).
 //! * [`outbox`]: status changes to the output topic: published with the
 //!   write-out that makes them durable (`direct`), or stored with the state
 //!   they come from and relayed (`relay`).
@@ -58,8 +63,9 @@
 //! * [`config`]: layered configuration with validation.
 //! * `group_members`: a consumer group's members and assignments under
 //!   either group protocol (librdkafka's DescribeConsumerGroups).
-//! * `processor::transaction` (exactly_once): the per-partition
-//!   transactional producer and its write-out round.
+//! * `processor::transaction`: the per-partition transactional producer
+//!   (either guarantee; it fences a partition's previous owner) and its
+//!   write-out round.
 //! * [`kafka`]: librdkafka client settings (consumer, producers, admin):
 //!   pass-through first, then the settings the guarantees depend on.
 //! * [`partition_reader`]: one partition of a topic read by assignment up

@@ -68,6 +68,7 @@ pub async fn check_all_reporting(config: &Config, timeout: Duration, mut report:
         && push(check_http(config), &mut checks)
         && push(check_broker(config, timeout).await, &mut checks)
         && push(check_input_topic(config, timeout).await, &mut checks)
+        && push(check_group(config, timeout).await, &mut checks)
         && push(check_dlq_topic(config, timeout).await, &mut checks)
         && push(check_changelog_topic(config, timeout).await, &mut checks)
         && push(check_output_topic(config, timeout).await, &mut checks)
@@ -166,8 +167,91 @@ pub(crate) async fn check_input_topic(config: &Config, timeout: Duration) -> Che
                 "{topic} does not exist: create it (one partition per instance you may run, or more) or set kafka.input_topic"
             ),
         ),
-        Err(e) => Check::fail("input topic", format!("cannot describe {topic}: {e}")),
+        Err(e) => Check::fail("input topic", format!("cannot describe {topic}: {e}{}", acl_hint(config, &e, "Read --operation Describe", &format!("--topic {topic}")))),
     }
+}
+
+/// The consumer group may be used: its committed offsets of the input
+/// topic can be read (Describe on the group; `run` also needs Read).
+pub(crate) async fn check_group(config: &Config, timeout: Duration) -> Check {
+    let group = config.kafka.group_id.clone();
+    let partitions = match input_partitions(config, timeout, "group").await {
+        Ok(n) => n,
+        Err(failed) => return failed,
+    };
+    let mut client = ClientConfig::new();
+    for (key, value) in config.librdkafka_passthrough() {
+        client.set(key, value);
+    }
+    client.set("bootstrap.servers", &config.kafka.bootstrap_servers).set("group.id", &group).set("enable.auto.commit", "false");
+    let topic = config.kafka.input_topic.clone();
+    let fetched = tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer<ProbeContext> = client.create_with_context(ProbeContext::default()).map_err(|e| error_text(&e))?;
+        let mut tpl = rdkafka::TopicPartitionList::with_capacity(partitions);
+        for partition in 0..partitions {
+            tpl.add_partition(&topic, partition as i32);
+        }
+        // A group's coordinator that is still loading (a fresh broker, or
+        // the first use of the offsets topic) answers "not coordinator" for
+        // a moment: asked again until the timeout.
+        let deadline = Instant::now() + timeout;
+        loop {
+            match consumer.committed_offsets(tpl.clone(), timeout) {
+                Ok(committed) => {
+                    let count = committed.elements().iter().filter(|e| matches!(e.offset(), rdkafka::Offset::Offset(_))).count();
+                    return Ok::<_, String>(count);
+                }
+                Err(e) if coordinator_not_ready(&e) && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+                Err(e) => {
+                    // The coordinator lookup's refusal (an ACL) comes as a
+                    // client error event, the call itself only times out.
+                    let _ = consumer.poll(Duration::from_millis(50));
+                    let last = consumer.context().last_error.lock().ok().and_then(|l| l.clone());
+                    return Err(match last {
+                        Some(reason) => format!("{}; last client error: {reason}", error_text(&e)),
+                        None => error_text(&e),
+                    });
+                }
+            }
+        }
+    })
+    .await;
+    match fetched {
+        Ok(Ok(count)) => Check::ok("group", format!("{group}: committed offsets of {count} of {partitions} partition(s)")),
+        Ok(Err(text)) => {
+            let hint = acl_hint(config, &text, "Read --operation Describe --resource-pattern-type prefixed", &format!("--group {group}"));
+            Check::fail("group", format!("cannot read the committed offsets of group {group}: {text}{hint}"))
+        }
+        Err(e) => Check::fail("group", format!("group check task failed: {e}")),
+    }
+}
+
+/// A coordinator that is still being chosen or loading its state.
+pub(crate) fn coordinator_not_ready(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::NotCoordinator | RDKafkaErrorCode::CoordinatorLoadInProgress | RDKafkaErrorCode::CoordinatorNotAvailable)
+    )
+}
+
+/// When `error` is an authorization failure: the ACL that grants
+/// `operations` on `resource` to the configured principal, as a
+/// `kafka-acls` command (docs/operating.md, "A secured cluster", lists
+/// them all).
+fn acl_hint(config: &Config, error: &str, operations: &str, resource: &str) -> String {
+    if !error.to_ascii_lowercase().contains("authorization") {
+        return String::new();
+    }
+    let principal = config
+        .librdkafka_passthrough()
+        .find(|(key, _)| *key == "sasl.username")
+        .map(|(_, user)| format!("User:{user}"))
+        .unwrap_or_else(|| "<orderly's principal>".into());
+    format!(
+        ". The principal lacks an ACL; grant it with: kafka-acls.sh --bootstrap-server {} --command-config <admin.properties> \
+         --add --allow-principal {principal} --operation {operations} {resource} (docs/operating.md, \"A secured cluster\")",
+        config.kafka.bootstrap_servers
+    )
 }
 
 /// The dead-letter topic exists; if not, says how to create it.
@@ -183,7 +267,7 @@ pub(crate) async fn check_dlq_topic(config: &Config, timeout: Duration) -> Check
                 config.kafka.bootstrap_servers
             ),
         ),
-        Err(e) => Check::fail("dlq topic", format!("cannot describe {topic}: {e}")),
+        Err(e) => Check::fail("dlq topic", format!("cannot describe {topic}: {e}{}", acl_hint(config, &e, "Write --operation Describe --operation Read", &format!("--topic {topic}")))),
     }
 }
 
@@ -210,7 +294,13 @@ pub(crate) async fn check_changelog_topic(config: &Config, timeout: Duration) ->
             "changelog",
             format!("{topic} does not exist yet; `orderly run` creates it ({input} partitions, cleanup.policy=compact)"),
         ),
-        Err(e) => Check::fail("changelog", format!("cannot describe {topic}: {e}")),
+        Err(e) => Check::fail(
+            "changelog",
+            format!(
+                "cannot describe {topic}: {e}{}",
+                acl_hint(config, &e, "Read --operation Write --operation Describe --operation Create --operation DescribeConfigs", &format!("--topic {topic}"))
+            ),
+        ),
     }
 }
 

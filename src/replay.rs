@@ -286,7 +286,18 @@ impl Replay {
         for partition in partitions {
             tpl.add_partition(topic, *partition);
         }
-        let list = self.consumer.committed_offsets(tpl, self.timeout).map_err(kafka("cannot read the group's committed offsets"))?;
+        // A coordinator still loading (a fresh broker, the offsets topic's
+        // first use) answers "not coordinator" for a moment: asked again
+        // within the timeout rather than warned about on a first start.
+        let deadline = std::time::Instant::now() + self.timeout;
+        let list = loop {
+            match self.consumer.committed_offsets(tpl.clone(), self.timeout) {
+                Err(e) if crate::preflight::coordinator_not_ready(&e) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(200))
+                }
+                result => break result.map_err(kafka("cannot read the group's committed offsets"))?,
+            }
+        };
         let out = list
             .elements()
             .iter()

@@ -62,6 +62,16 @@ pub enum ChangelogError {
     StoreAhead { topic: String, partition: i32, local: i64, end: i64 },
     #[error("changelog {topic} partition {partition}: record at offset {offset}: {message}")]
     Corrupt { topic: String, partition: i32, offset: i64, message: String },
+    #[error(
+        "changelog {topic} partition {partition}: a transaction has been open at offset {stable} for {waited:?} \
+         (high watermark {high}), so what was committed after it cannot be read and the partition is not restored. \
+         `kafka-transactions.sh --bootstrap-server {bootstrap} describe-producers --topic {topic} --partition \
+         {partition}` shows it; a transaction its coordinator no longer lists is hanging (seen after a broker that \
+         was the partition's only replica crashed). Aborting it (`kafka-transactions.sh ... abort --topic {topic} \
+         --partition {partition} --start-offset {stable}`) drops its records: see docs/exactly-once.md, \
+         \"Hanging transactions\", before you do"
+    )]
+    OpenTransaction { bootstrap: String, topic: String, partition: i32, stable: i64, high: i64, waited: std::time::Duration },
     #[error("restore of partition {partition} was cancelled (the partition was revoked)")]
     Cancelled { partition: i32 },
     #[error(transparent)]

@@ -3,9 +3,11 @@
 //! changelog's headers, with its errors in [`ChangelogError`]'s words. Used
 //! by restore and by `orderly replay`.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use rdkafka::message::{BorrowedMessage, Message};
+use tracing::{info, warn};
 
 use super::ChangelogError;
 use crate::config::Config;
@@ -15,22 +17,86 @@ use crate::store::{changelog_checkpoint_key, Checkpoint};
 /// The first window searched backwards for the last checkpoint record.
 const FIRST_WINDOW: i64 = 4_096;
 
+/// How long a restore waits for a transaction still open on the changelog
+/// partition to end (the broker aborts one whose producer is gone after
+/// its `transaction.timeout.ms`, 30 s, and its abort check, every 10 s).
+const OPEN_TRANSACTION_WAIT: Duration = Duration::from_secs(60);
+/// How often the last stable offset is asked again meanwhile.
+const OPEN_TRANSACTION_POLL: Duration = Duration::from_millis(250);
+
 /// A consumer of one changelog partition (assigned, never in a group).
 pub(crate) struct ChangelogReader<'a> {
     reader: PartitionReader<'a>,
+    /// The same partition read `read_uncommitted`: its high watermark.
+    uncommitted: PartitionReader<'a>,
+    cancel: &'a AtomicBool,
+    /// For the command a hanging transaction's message names.
+    bootstrap: String,
 }
 
 impl<'a> ChangelogReader<'a> {
     /// A reader that stops with [`ChangelogError::Cancelled`] once `cancel`
     /// is set (the partition was revoked).
     pub(crate) fn new(config: &Config, topic: &str, partition: i32, cancel: &'a AtomicBool) -> Result<Self, ChangelogError> {
-        let reader = PartitionReader::new(&crate::kafka::reader_consumer_config(config), topic, partition)?;
-        Ok(ChangelogReader { reader: reader.cancelled_by(cancel) })
+        let committed = crate::kafka::reader_consumer_config(config);
+        let reader = PartitionReader::new(&committed, topic, partition)?;
+        let mut uncommitted = committed;
+        uncommitted.set("isolation.level", "read_uncommitted");
+        let uncommitted = PartitionReader::new(&uncommitted, topic, partition)?;
+        let bootstrap = config.kafka.bootstrap_servers.clone();
+        Ok(ChangelogReader { reader: reader.cancelled_by(cancel), uncommitted: uncommitted.cancelled_by(cancel), cancel, bootstrap })
     }
 
-    /// (low, high) watermarks.
+    /// (low, high) watermarks as a `read_committed` reader sees them: high
+    /// is the last stable offset, before any transaction still open.
     pub(crate) fn watermarks(&self) -> Result<(i64, i64), ChangelogError> {
         Ok(self.reader.watermarks()?)
+    }
+
+    /// [`Self::watermarks`] once no transaction is open on the partition:
+    /// the last stable offset has reached the high watermark. A restore
+    /// that stopped at an open transaction would miss the transactions
+    /// committed after it (seen on Apache Kafka 4.4 after a member paused
+    /// and a broker restart: the partition was processed again from an
+    /// older checkpoint). Waits up to [`OPEN_TRANSACTION_WAIT`], then fails
+    /// naming the open transaction.
+    pub(crate) fn settled_watermarks(&self) -> Result<(i64, i64), ChangelogError> {
+        let started = Instant::now();
+        let mut said = false;
+        loop {
+            let (low, stable) = self.watermarks()?;
+            let (_, high) = self.uncommitted.watermarks()?;
+            if stable >= high {
+                if said {
+                    info!(partition = self.reader.partition(), waited_s = started.elapsed().as_secs_f64(), stable, "the open transaction ended; restoring");
+                }
+                return Ok((low, stable));
+            }
+            if !said {
+                warn!(
+                    partition = self.reader.partition(),
+                    last_stable_offset = stable,
+                    high_watermark = high,
+                    "a transaction is open on the changelog partition; waiting up to {} s for it to end before \
+                     restoring (`kafka-transactions.sh --bootstrap-server {} describe-producers --topic {} --partition {}` \
+                     shows it)",
+                    OPEN_TRANSACTION_WAIT.as_secs(),
+                    self.bootstrap,
+                    self.reader.topic(),
+                    self.reader.partition(),
+                );
+                said = true;
+            }
+            if started.elapsed() >= OPEN_TRANSACTION_WAIT {
+                let (topic, partition) = (self.reader.topic().to_string(), self.reader.partition());
+                let bootstrap = self.bootstrap.clone();
+                return Err(ChangelogError::OpenTransaction { bootstrap, topic, partition, stable, high, waited: started.elapsed() });
+            }
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(ChangelogError::Cancelled { partition: self.reader.partition() });
+            }
+            std::thread::sleep(OPEN_TRANSACTION_POLL);
+        }
     }
 
     /// Reads `[start, end)` of the partition, calling `visit` for each record.

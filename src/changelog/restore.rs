@@ -2,8 +2,11 @@
 //! any input record of it is processed.
 //!
 //! 1. The tree's recorded changelog position (`changelog_next`), or the
-//!    changelog's start without one, is compared with the changelog's end.
-//!    Not below it: nothing to do.
+//!    changelog's start without one, is compared with the changelog's end:
+//!    its last stable offset once no transaction is open on it
+//!    ([`ChangelogReader::settled_watermarks`]: a restore that stopped at an
+//!    open transaction would miss what was committed after it). Not below
+//!    it: nothing to do.
 //! 2. The last checkpoint record after that position is found by reading
 //!    the changelog's tail backwards in growing windows (a write-out ends
 //!    with its checkpoint record, so it is usually in the first window).
@@ -136,7 +139,7 @@ impl Restore<'_> {
         let local = self.tree.checkpoint()?;
         let marked = self.tree.restoring()?;
         let reader = ChangelogReader::new(self.config, self.topic, self.partition, self.cancel)?;
-        let (low, high) = reader.watermarks()?;
+        let (low, high) = reader.settled_watermarks()?;
         let recorded = local.and_then(|c| c.changelog_next);
         if let Some(position) = recorded {
             if position > high {

@@ -11,6 +11,7 @@
 //! a connection open), request heads are capped at [`MAX_HEAD_BYTES`], and a
 //! connection is closed gracefully after [`CONNECTION_LIFETIME`].
 
+pub mod guard;
 mod order_id;
 pub(crate) mod routes;
 
@@ -67,6 +68,15 @@ pub fn bind(address: SocketAddr) -> Result<std::net::TcpListener, HttpError> {
 /// [`crate::processor::Processor::run`], stop it after.
 pub fn serve(listener: std::net::TcpListener, processor: &crate::processor::Processor) -> Result<Server, HttpError> {
     let context = HttpContext::of(processor)?;
+    let bound = listener.local_addr().map_err(HttpError::Thread)?;
+    if !bound.ip().is_loopback() && !context.guard.is_on() {
+        warn!(
+            address = %bound,
+            "the http endpoint listens beyond loopback without http.bearer_token: anyone who can reach it reads every \
+             order's state (/state/...) and the status API; set http.bearer_token (ORDERLY_HTTP__BEARER_TOKEN) or bind \
+             127.0.0.1"
+        );
+    }
     Server::start(listener, context)
 }
 

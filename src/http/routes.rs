@@ -10,6 +10,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
+use super::guard::Guard;
 use super::order_id;
 use crate::partitioner::{Partitioner, UnknownPartitioner};
 use crate::store::Store;
@@ -26,6 +27,8 @@ pub struct HttpContext {
     /// The poll loop may be blocked this long by a revoke's drain and still
     /// be healthy.
     pub(crate) stall_limit: Duration,
+    /// Who may read what (`http.bearer_token`).
+    pub guard: Guard,
     registry: prometheus_client::registry::Registry,
 }
 
@@ -39,7 +42,12 @@ impl HttpContext {
         stall_limit: Duration,
     ) -> Self {
         let registry = exposition::registry(telemetry.clone());
-        HttpContext { telemetry, store, identity, partitioner, owners, stall_limit, registry }
+        HttpContext { telemetry, store, identity, partitioner, owners, stall_limit, guard: Guard::default(), registry }
+    }
+
+    /// The same context behind `guard`.
+    pub fn guarded(self, guard: Guard) -> Self {
+        HttpContext { guard, ..self }
     }
 
     /// What the routes read of `processor`, whose telemetry and owners fill
@@ -56,7 +64,9 @@ impl HttpContext {
         };
         // A revoke blocks the poll loop for up to the shutdown deadline.
         let stall_limit = Duration::from_millis(config.processing.shutdown_timeout_ms) + Duration::from_secs(10);
-        Ok(HttpContext::new(processor.telemetry(), processor.store().clone(), identity, partitioner, processor.owners(), stall_limit))
+        let guard = Guard::new(&config.http.bearer_token, config.http.open_probes, config.http.open_metrics);
+        Ok(HttpContext::new(processor.telemetry(), processor.store().clone(), identity, partitioner, processor.owners(), stall_limit)
+            .guarded(guard))
     }
 }
 
@@ -65,6 +75,7 @@ type Ctx = State<Arc<HttpContext>>;
 const STATUS_PAGE: &str = include_str!("status.html");
 
 pub(crate) fn router(context: Arc<HttpContext>) -> Router {
+    let guard = context.guard.clone();
     Router::new()
         .route("/", get(page))
         .route("/api/status", get(api_status))
@@ -76,6 +87,7 @@ pub(crate) fn router(context: Arc<HttpContext>) -> Router {
         .route("/state/{*rest}", get(state))
         .fallback(not_found)
         .with_state(context)
+        .layer(axum::middleware::from_fn_with_state(guard, super::guard::check))
 }
 
 fn text(status: StatusCode, body: String) -> Response {

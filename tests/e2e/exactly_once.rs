@@ -143,30 +143,25 @@ fn a_zombie_is_fenced_under_exactly_once() {
     world.verify_exactly_once(&expected);
 }
 
-/// at_least_once, the same pause: what a zombie can do there. Its late
-/// write-out is acknowledged by the broker (nothing fences it), so its
-/// changelog records and status changes can land after the new owner's.
-/// State and counters must still be exact (the records are the same
-/// decisions the new owner made), and every status change is on the output
-/// topic at least once; repeats are counted, not forbidden.
+/// at_least_once, the same pause: the changelog's write-outs are
+/// transactions of the partition's producer under this guarantee too, so
+/// the new owner's `init_transactions` fenced the zombie: nothing it writes
+/// after it resumed reaches the changelog (read `read_committed`). State
+/// and counters are exact, and every status change is on the output topic
+/// at least once; repeats are counted, not forbidden.
 #[test]
 fn a_zombie_under_at_least_once_corrupts_nothing() {
     let Zombie { world, expected, a_log, b, visible } = zombie("");
-    // A pause past the session timeout holds the write-out until the group
-    // has said whether this member still owns the partition: the zombie's
-    // work is dropped on the lost revoke instead of written.
     assert_eq!(visible, 0, "nothing the paused member wrote after it resumed reached the changelog");
-    // Which of the two comes first is a race on resume: the task notices
-    // its own pause and holds, or librdkafka's session timer fires first
-    // and the lost revoke drops the work before the task looks. Either
-    // way the zombie wrote nothing (asserted above); one of them must be
-    // what stopped it.
-    let held = a_log.contains("holding its write-out");
+    // Which of the two stops it is a race on resume: the task's write-out
+    // is fenced, or librdkafka's session timer fires first and the lost
+    // revoke drops the work before the task writes.
+    let fenced = a_log.contains("partition fenced");
     let dropped_on_lost = a_log.contains("partition lost (this member was presumed dead)");
-    assert!(held || dropped_on_lost, "the pause was noticed, or the lost revoke dropped the work\n{}", tail(&a_log));
+    assert!(fenced || dropped_on_lost, "the write-out was fenced, or the lost revoke dropped the work\n{}", tail(&a_log));
     eprintln!(
         "zombie at_least_once: {visible} changelog records written by the zombie after it resumed, {} revokes logged, \
-         held={held} dropped_on_lost={dropped_on_lost}",
+         fenced={fenced} dropped_on_lost={dropped_on_lost}",
         a_log.matches("partitions revoked").count()
     );
     world.verify_state(&b, &expected);

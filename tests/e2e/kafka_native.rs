@@ -295,6 +295,25 @@ pub(crate) fn create_compacting_topic(bootstrap: &str, name: &str) {
     }
 }
 
+/// Turns the settings of [`create_compacting_topic`] on for an existing
+/// topic (incremental alter configs).
+pub(crate) fn make_compacting(bootstrap: &str, name: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin");
+    let config = AlterConfig::new(ResourceSpecifier::Topic(name))
+        .set("cleanup.policy", "compact")
+        .set("segment.ms", "300")
+        .set("min.cleanable.dirty.ratio", "0.01")
+        .set("min.compaction.lag.ms", "0")
+        .set("delete.retention.ms", "1000");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let results = runtime.block_on(admin.alter_configs(&[config], &AdminOptions::new())).expect("alter configs");
+    for result in results {
+        result.expect("changelog topic altered");
+    }
+}
+
 /// (records a reader sees, offsets spanned) over every partition of `topic`.
 pub(crate) fn readable_and_offsets(bootstrap: &str, topic: &str) -> (i64, i64) {
     let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("consumer");

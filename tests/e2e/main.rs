@@ -23,6 +23,7 @@
 //! * [`kafka_native`]: Kafka's own tools beside orderly, commit metadata,
 //!   `offsets_for_times`, a compacted changelog, a real schema registry
 //!   (`ORDERLY_E2E_REGISTRY`, from `registry/apicurio run`);
+//! * [`secured`]: a SASL_SSL broker with ACLs: every command as a least-privileged user;
 //! * [`observe`]: the HTTP endpoint: exact metrics, state queries, health,
 //!   abuse; [`status_page`]: the status page in headless Chromium.
 #![cfg(feature = "e2e")]
@@ -35,6 +36,7 @@ mod drills;
 mod exactly_once;
 mod group;
 mod kafka_native;
+mod secured;
 mod late_writes;
 mod observe;
 mod outbox;

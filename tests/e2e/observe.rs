@@ -17,7 +17,7 @@ use crate::PARTITIONS;
 
 /// Sends raw request bytes to `address` (HOST:PORT) on a fresh connection:
 /// (status, body). An error when the server answers nothing.
-fn http_request(address: &str, request: &[u8]) -> Result<(u16, String), String> {
+pub(crate) fn http_request(address: &str, request: &[u8]) -> Result<(u16, String), String> {
     let addr: std::net::SocketAddr = address.parse().map_err(|e| format!("{address}: {e}"))?;
     let (status, body) = http_exchange(addr, request, Duration::from_secs(30))?;
     Ok((status, String::from_utf8_lossy(&body).into_owned()))

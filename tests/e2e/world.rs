@@ -8,7 +8,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::FutureProducer;
-use rdkafka::ClientConfig;
 
 use orderly::codec::Encoder;
 use orderly::event::StateView;
@@ -112,8 +111,7 @@ impl World {
     }
 
     pub fn producer(&self) -> FutureProducer {
-        ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
+        crate::support::client(&self.bootstrap)
             .set("enable.idempotence", "true")
             .set("linger.ms", "5")
             .create()
@@ -168,8 +166,7 @@ impl World {
         use rdkafka::Message;
         let topic = format!("{}-status", self.topic);
         let decoder = orderly::outbox::OutboxEncoder::with_id(0, "");
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
+        let consumer: BaseConsumer = crate::support::client(&self.bootstrap)
             .set("group.id", unique("outbox-reader"))
             .set("isolation.level", "read_committed")
             .set("enable.auto.commit", "false")
@@ -302,6 +299,9 @@ pub struct Broker {
     dir: PathBuf,
     pub bootstrap: String,
     running: bool,
+    /// The `KEY=value` lines `kafka/broker start` printed (a secured
+    /// broker's CA, users and admin client file among them).
+    pub printed: BTreeMap<String, String>,
 }
 
 pub fn broker_script() -> PathBuf {
@@ -310,16 +310,45 @@ pub fn broker_script() -> PathBuf {
 
 impl Broker {
     pub fn start(dir: PathBuf) -> Self {
-        let mut broker = Broker { dir, bootstrap: String::new(), running: false };
+        let mut broker = Broker { dir, bootstrap: String::new(), running: false, printed: BTreeMap::new() };
         broker.restart();
         broker
     }
 
+    /// A broker in secured mode (`kafka/broker start --secure`): SASL_SSL,
+    /// SCRAM-SHA-512, ACLs; this test's own clients connect as its admin.
+    pub fn start_secure(dir: PathBuf) -> Self {
+        let mut broker = Broker { dir, bootstrap: String::new(), running: false, printed: BTreeMap::new() };
+        broker.start_with(&["--secure"]);
+        crate::support::secure_clients_of(&broker.bootstrap, broker.client_settings("KAFKA_ADMIN_USER", "KAFKA_ADMIN_PASSWORD"));
+        broker
+    }
+
+    /// librdkafka settings for a secured broker's user named by the printed
+    /// `user` and `password` lines.
+    pub fn client_settings(&self, user: &str, password: &str) -> Vec<(String, String)> {
+        [
+            ("security.protocol", "SASL_SSL".to_string()),
+            ("sasl.mechanism", "SCRAM-SHA-512".to_string()),
+            ("sasl.username", self.printed[user].clone()),
+            ("sasl.password", self.printed[password].clone()),
+            ("ssl.ca.location", self.printed["KAFKA_CA"].clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
     pub fn restart(&mut self) {
+        self.start_with(&[]);
+    }
+
+    fn start_with(&mut self, extra: &[&str]) {
         let out = Command::new(broker_script())
             .arg("start")
             .arg("--dir")
             .arg(&self.dir)
+            .args(extra)
             .stdin(Stdio::null())
             .output()
             .expect("run kafka/broker start");
@@ -332,6 +361,7 @@ impl Broker {
             .to_string();
         assert!(self.bootstrap.is_empty() || self.bootstrap == bootstrap, "the broker keeps its port");
         self.bootstrap = bootstrap;
+        self.printed = stdout.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
         self.running = true;
     }
 

@@ -17,6 +17,34 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+/// librdkafka settings the tests' own clients (admin, producers, readers)
+/// add for a broker a test secured, by bootstrap address.
+static SECURED: std::sync::Mutex<Vec<(String, Vec<(String, String)>)>> = std::sync::Mutex::new(Vec::new());
+
+/// Makes [`client`] add `settings` for `bootstrap` (a secured broker: the
+/// test's own clients connect as its admin user).
+pub fn secure_clients_of(bootstrap: &str, settings: Vec<(String, String)>) {
+    if let Ok(mut secured) = SECURED.lock() {
+        secured.retain(|(b, _)| b != bootstrap);
+        secured.push((bootstrap.to_string(), settings));
+    }
+}
+
+/// A client configuration for `bootstrap`, with its security settings when
+/// a test secured it.
+pub fn client(bootstrap: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    if let Ok(secured) = SECURED.lock() {
+        for (_, settings) in secured.iter().filter(|(b, _)| b == bootstrap) {
+            for (key, value) in settings {
+                config.set(key, value);
+            }
+        }
+    }
+    config
+}
+
 pub fn orderly_bin() -> &'static str {
     env!("CARGO_BIN_EXE_orderly")
 }
@@ -228,8 +256,7 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 /// for pending transactional offset commits (exactly_once commits one every
 /// write-out) and times out; this one reads the last committed ones.
 pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let consumer: BaseConsumer = client(bootstrap)
         .set("isolation.level", "read_uncommitted")
         .set("group.id", group)
         .set("enable.auto.commit", "false")
@@ -265,6 +292,7 @@ pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
 /// One dead letter read back: its headers by name.
 #[derive(Debug, Clone)]
 pub struct Letter {
+    pub offset: i64,
     pub headers: BTreeMap<String, String>,
     pub key: Option<Vec<u8>>,
     pub payload: Option<Vec<u8>>,
@@ -272,7 +300,7 @@ pub struct Letter {
 
 /// Every record of a one-partition topic, from the beginning to its end.
 pub fn read_all(bootstrap: &str, topic: &str) -> Vec<Letter> {
-    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("consumer");
+    let consumer: BaseConsumer = client(bootstrap).create().expect("consumer");
     let (low, high) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(10)).expect("watermarks");
     read_range(bootstrap, topic, 0, low, high)
 }
@@ -280,8 +308,7 @@ pub fn read_all(bootstrap: &str, topic: &str) -> Vec<Letter> {
 /// The records of `partition` of `topic` in `[from, to)` (fewer if they do
 /// not all arrive within 30 s).
 pub fn read_range(bootstrap: &str, topic: &str, partition: i32, from: i64, to: i64) -> Vec<Letter> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let consumer: BaseConsumer = client(bootstrap)
         .set("group.id", unique("reader"))
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
@@ -320,7 +347,7 @@ pub fn read_range(bootstrap: &str, topic: &str, partition: i32, from: i64, to: i
                     );
                 }
             }
-            out.push(Letter { headers, key: m.key().map(<[u8]>::to_vec), payload: m.payload().map(<[u8]>::to_vec) });
+            out.push(Letter { offset: m.offset(), headers, key: m.key().map(<[u8]>::to_vec), payload: m.payload().map(<[u8]>::to_vec) });
         }
     }
     out
@@ -331,7 +358,7 @@ pub fn create_topics(bootstrap: &str, topics: &[(&str, i32)]) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client");
+        client(bootstrap).create().expect("admin client");
     let new: Vec<NewTopic<'_>> = topics.iter().map(|(name, n)| NewTopic::new(name, *n, TopicReplication::Fixed(1))).collect();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let results = runtime
@@ -343,7 +370,7 @@ pub fn create_topics(bootstrap: &str, topics: &[(&str, i32)]) {
         }
     }
     // Wait until metadata shows every partition.
-    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("consumer");
+    let consumer: BaseConsumer = client(bootstrap).create().expect("consumer");
     for (name, n) in topics {
         let ok = wait_until(Duration::from_secs(30), || {
             consumer
@@ -357,7 +384,7 @@ pub fn create_topics(bootstrap: &str, topics: &[(&str, i32)]) {
 
 /// End offsets (high watermarks) of `partitions` of `topic`.
 pub fn end_offsets(bootstrap: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("consumer");
+    let consumer: BaseConsumer = client(bootstrap).create().expect("consumer");
     (0..partitions)
         .map(|p| (p, consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1))
         .collect()
