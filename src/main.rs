@@ -212,8 +212,10 @@ enum Command {
 enum ConfigCommand {
     /// Print the effective configuration (defaults, then --config, then ORDERLY_* variables) as TOML, secrets redacted
     Show,
-    /// Validate the configuration, then check the store directory, the HTTP address, the broker, the input and
-    /// dead-letter topics, the changelog and output topics, the schema registry and that every writer schema
+    /// Validate the configuration, then check the store directory, the HTTP address, that this build has the
+    /// security protocol and SASL mechanism configured, the broker, the input topic, the group (a missing ACL is named
+    /// with the kafka-acls command that grants it), the dead-letter, changelog and output topics, the schema
+    /// registry and that every writer schema
     /// registered for the input topic is readable (the schema guard of `run`), one line each; exits 4 at the first
     /// failure
     Check {

@@ -66,6 +66,7 @@ pub async fn check_all_reporting(config: &Config, timeout: Duration, mut report:
     };
     let _ = push(check_store(config), &mut checks)
         && push(check_http(config), &mut checks)
+        && push(check_security(config), &mut checks)
         && push(check_broker(config, timeout).await, &mut checks)
         && push(check_input_topic(config, timeout).await, &mut checks)
         && push(check_group(config, timeout).await, &mut checks)
@@ -129,6 +130,44 @@ pub(crate) fn check_http(config: &Config) -> Check {
             Err(e) => Check::fail("http", e.to_string()),
         },
         Err(e) => Check::fail("http", e.to_string()),
+    }
+}
+
+/// The security protocol and SASL mechanism configured are ones this
+/// build's librdkafka has (its `builtin.features`).
+pub(crate) fn check_security(config: &Config) -> Check {
+    let setting = |name: &str| config.librdkafka_passthrough().find(|(key, _)| *key == name).map(|(_, value)| value);
+    let protocol = setting("security.protocol").unwrap_or_else(|| "plaintext".into()).to_ascii_uppercase();
+    let mechanism = setting("sasl.mechanism").or_else(|| setting("sasl.mechanisms")).unwrap_or_else(|| "GSSAPI".into()).to_ascii_uppercase();
+    let features = ClientConfig::new()
+        .create_native_config()
+        .ok()
+        .and_then(|native| native.get("builtin.features").ok())
+        .unwrap_or_default();
+    let has = |feature: &str| features.split(',').any(|f| f == feature);
+    let mut needed = Vec::new();
+    if protocol.contains("SSL") {
+        needed.push("ssl");
+    }
+    if protocol.starts_with("SASL") {
+        needed.push(match mechanism.as_str() {
+            "SCRAM-SHA-256" | "SCRAM-SHA-512" => "sasl_scram",
+            "OAUTHBEARER" => "sasl_oauthbearer",
+            "PLAIN" => "sasl_plain",
+            _ => "sasl_gssapi",
+        });
+    }
+    let version = rdkafka::util::get_rdkafka_version().1;
+    let what = if protocol.starts_with("SASL") { format!("{protocol}, {mechanism}") } else { protocol.clone() };
+    match needed.iter().find(|f| !has(f)) {
+        None => Check::ok("security", format!("{what} (librdkafka {version}, built with {features})")),
+        Some(missing) => Check::fail(
+            "security",
+            format!(
+                "{what} needs librdkafka's {missing}, which this build lacks (librdkafka {version}, built with {features}); \
+                 choose another security.protocol or sasl.mechanism"
+            ),
+        ),
     }
 }
 
@@ -518,6 +557,22 @@ mod tests {
     #[error("outer: {source}")]
     struct Repeats {
         source: std::io::Error,
+    }
+
+    #[test]
+    fn a_security_setting_this_build_lacks_is_named() {
+        let mut config = Config::defaults().expect("defaults");
+        assert!(check_security(&config).ok, "plaintext");
+        let set = |config: &mut Config, key: &str, value: &str| {
+            config.kafka.librdkafka.insert(key.into(), toml::Value::String(value.into()));
+        };
+        set(&mut config, "security.protocol", "SASL_SSL");
+        set(&mut config, "sasl.mechanism", "SCRAM-SHA-512");
+        let check = check_security(&config);
+        assert!(check.ok && check.detail.contains("ssl") && check.detail.contains("sasl_scram"), "{check}");
+        set(&mut config, "sasl.mechanism", "GSSAPI");
+        let check = check_security(&config);
+        assert!(!check.ok && check.detail.contains("sasl_gssapi"), "{check}");
     }
 
     #[test]

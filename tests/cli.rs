@@ -299,7 +299,7 @@ fn config_check_probes_topics_and_registry() {
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), 0, "all pass: {stdout}\n{}", text(&out.stderr));
     assert!(line(&stdout, "schemas").contains("no writer schema registered yet"), "{stdout}");
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 10, "config, store, http, broker, topics, changelog, output, registry, schemas: {stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 12, "config, store, http, security, broker, input topic, group, dlq topic, changelog, output, registry, schemas: {stdout}");
     assert!(line(&stdout, "output topic").contains("orders.status: 3 partition(s)"), "{stdout}");
     let changelog_line = line(&stdout, "changelog");
     assert!(changelog_line.contains("does not exist yet") && changelog_line.contains("3 partitions"), "{stdout}");
