@@ -14,8 +14,8 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use orderly::workload::WorkloadSpec;
 
 use crate::observe::http_get;
-use crate::support::{client_id_of, end_offsets, read_range, signal, wait_exit, wait_until, Instance, Reaper};
-use crate::world::{broker_script, tail, World};
+use crate::support::{client_id_of, end_offsets, read_range, wait_exit, wait_until, Instance, Reaper};
+use crate::world::{broker_script, stop, tail, World};
 use crate::{required_env, PARTITIONS};
 
 fn text(bytes: &[u8]) -> String {
@@ -71,12 +71,6 @@ fn wait_ready_http(instance: &Instance, before: usize) -> String {
     let ready = wait_until(Duration::from_secs(90), || http_get(&address, "/readyz").is_ok_and(|(s, _)| s == 200));
     assert!(ready, "ready\n{}", tail(&instance.log()));
     address
-}
-
-fn stop(child: &mut std::process::Child, instance: &Instance) {
-    signal(child, "TERM");
-    let status = wait_exit(child, Duration::from_secs(30));
-    assert!(status.is_some_and(|s| s.success()), "SIGTERM exits 0: {status:?}\n{}", tail(&instance.log()));
 }
 
 /// Two members caught up: `kafka-consumer-groups --describe` lists every
@@ -278,16 +272,20 @@ fn a_changelog_the_broker_compacted_restores_every_order_exactly() {
     world.verify_state(&b, &expected);
 }
 
+/// Topic settings that make the broker compact within seconds.
+const COMPACTING: [(&str, &str); 5] = [
+    ("cleanup.policy", "compact"),
+    ("segment.ms", "300"),
+    ("min.cleanable.dirty.ratio", "0.01"),
+    ("min.compaction.lag.ms", "0"),
+    ("delete.retention.ms", "1000"),
+];
+
 pub(crate) fn create_compacting_topic(bootstrap: &str, name: &str) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin");
-    let topic = NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1))
-        .set("cleanup.policy", "compact")
-        .set("segment.ms", "300")
-        .set("min.cleanable.dirty.ratio", "0.01")
-        .set("min.compaction.lag.ms", "0")
-        .set("delete.retention.ms", "1000");
+    let topic = COMPACTING.iter().fold(NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1)), |topic, (k, v)| topic.set(k, v));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let results = runtime.block_on(admin.create_topics(&[topic], &AdminOptions::new())).expect("create topic");
     for result in results {
@@ -301,12 +299,7 @@ pub(crate) fn make_compacting(bootstrap: &str, name: &str) {
     use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
     use rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin");
-    let config = AlterConfig::new(ResourceSpecifier::Topic(name))
-        .set("cleanup.policy", "compact")
-        .set("segment.ms", "300")
-        .set("min.cleanable.dirty.ratio", "0.01")
-        .set("min.compaction.lag.ms", "0")
-        .set("delete.retention.ms", "1000");
+    let config = COMPACTING.iter().fold(AlterConfig::new(ResourceSpecifier::Topic(name)), |config, (k, v)| config.set(k, v));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let results = runtime.block_on(admin.alter_configs(&[config], &AdminOptions::new())).expect("alter configs");
     for result in results {

@@ -21,8 +21,8 @@ use orderly::workload::WorkloadSpec;
 
 use crate::kafka_native::{create_compacting_topic, make_compacting, readable_and_offsets};
 use crate::observe::{http_get, scrape};
-use crate::support::{end_offsets, signal, wait_exit, wait_until, Instance, Reaper};
-use crate::world::{tail, World};
+use crate::support::{end_offsets, signal, wait_until, Instance, Reaper};
+use crate::world::{stop, tail, World};
 use crate::{required_env, PARTITIONS};
 
 const EXACTLY_ONCE: &str = "guarantee = \"exactly_once\"\n";
@@ -239,12 +239,6 @@ fn no_status_change_behind_a_newer_one(world: &World) {
         }
     }
     eprintln!("output topic: {redelivered} redeliveries behind a newer version, none new");
-}
-
-fn stop(child: &mut std::process::Child, instance: &Instance) {
-    signal(child, "TERM");
-    let status = wait_exit(child, Duration::from_secs(30));
-    assert!(status.is_some_and(|s| s.success()), "SIGTERM exits 0: {status:?}\n{}", tail(&instance.log()));
 }
 
 /// Prints each output record that follows a record of the same order with

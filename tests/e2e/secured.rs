@@ -14,8 +14,8 @@ use std::time::Duration;
 use orderly::workload::WorkloadSpec;
 
 use crate::observe::{http_get, scrape};
-use crate::support::{signal, wait_exit, wait_until, Instance, Reaper};
-use crate::world::{broker_script, tail, Broker, World};
+use crate::support::{wait_until, Reaper};
+use crate::world::{broker_script, stop, tail, Broker, World};
 use crate::PARTITIONS;
 
 const PASSWORD_OF_ORDERLY: &str = "orderly-secret";
@@ -51,12 +51,6 @@ fn acls(broker: &Broker, action: &str, args: &[&str]) {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn stop(child: &mut std::process::Child, instance: &Instance) {
-    signal(child, "TERM");
-    let status = wait_exit(child, Duration::from_secs(30));
-    assert!(status.is_some_and(|s| s.success()), "SIGTERM exits 0: {status:?}\n{}", tail(&instance.log()));
 }
 
 #[test]

@@ -286,6 +286,13 @@ impl World {
     }
 }
 
+/// Stops `orderly run` with SIGTERM and asserts it exits 0 within 30 s.
+pub fn stop(child: &mut std::process::Child, instance: &Instance) {
+    signal(child, "TERM");
+    let status = wait_exit(child, Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "SIGTERM exits 0: {status:?}\n{}", tail(&instance.log()));
+}
+
 pub fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(60)..].join("\n")
