@@ -32,7 +32,7 @@ const FORCED_KEYS: &[(&str, &str)] = &[
     ("acks", "orderly's producers wait for all in-sync replicas (acks=all)"),
     ("enable.partition.eof", "orderly's readers set it as each needs"),
     ("isolation.level", "orderly reads read_committed everywhere"),
-    ("transactional.id", "exactly_once derives one per partition from the group, topic and partition"),
+    ("transactional.id", "orderly derives one per partition from the group, topic and partition"),
 ];
 
 /// What orderly promises about the records it writes to Kafka
@@ -188,10 +188,10 @@ pub struct RegistryConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutboxDelivery {
-    /// Produced with each write-out, beside its changelog records, and
-    /// acknowledged before the store is written: nothing is stored for
-    /// them, and an output topic that cannot take them holds the
-    /// partition's write-outs back (as the changelog does).
+    /// Produced with each write-out (with a changelog, in its
+    /// transaction; without, acknowledged before the store is written):
+    /// nothing is stored for them, and an output topic that cannot take
+    /// them holds the partition's write-outs back (as the changelog does).
     WriteOut,
     /// Stored as outbox rows in the write-out's sled batch (and its
     /// changelog), published by a relay task per partition and deleted once

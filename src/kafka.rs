@@ -136,7 +136,7 @@ pub(crate) fn reader_consumer_config(config: &Config) -> ClientConfig {
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
         .set("auto.offset.reset", "earliest")
-        // Records of aborted transactions (exactly_once) are never read.
+        // Records of aborted transactions (a fenced owner's write-outs) are never read.
         .set("isolation.level", "read_committed")
         .set("queued.max.messages.kbytes", "16384")
         // A read up to a known end: a fetch that finds nothing new should

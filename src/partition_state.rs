@@ -86,8 +86,8 @@ pub struct PartitionState {
     cached_bytes: usize,
     /// The input partition, when status changes go to the outbox.
     outbox: Option<i32>,
-    /// Status changes leave with the write-out itself (exactly_once: in its
-    /// transaction) instead of through outbox rows in the store.
+    /// Status changes leave with the write-out itself (with a changelog: in
+    /// its transaction) instead of through outbox rows in the store.
     status_direct: bool,
     /// Status changes decided since the last write-out.
     new_outbox: Vec<OutboxRecord>,

@@ -222,7 +222,13 @@ pub(crate) async fn check_group(config: &Config, timeout: Duration) -> Check {
     for (key, value) in config.librdkafka_passthrough() {
         client.set(key, value);
     }
-    client.set("bootstrap.servers", &config.kafka.bootstrap_servers).set("group.id", &group).set("enable.auto.commit", "false");
+    // read_uncommitted: a read_committed OffsetFetch waits for pending
+    // transactional offset commits (exactly_once after a crash).
+    client
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("group.id", &group)
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted");
     let topic = config.kafka.input_topic.clone();
     let fetched = tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer<ProbeContext> = client.create_with_context(ProbeContext::default()).map_err(|e| error_text(&e))?;

@@ -63,13 +63,14 @@ pub enum ChangelogError {
     #[error("changelog {topic} partition {partition}: record at offset {offset}: {message}")]
     Corrupt { topic: String, partition: i32, offset: i64, message: String },
     #[error(
-        "changelog {topic} partition {partition}: a transaction has been open at offset {stable} for {waited:?} \
+        "changelog {topic} partition {partition}: a transaction open at offset {stable} did not end in {:.0} s \
          (high watermark {high}), so what was committed after it cannot be read and the partition is not restored. \
          `kafka-transactions.sh --bootstrap-server {bootstrap} describe-producers --topic {topic} --partition \
          {partition}` shows it; a transaction its coordinator no longer lists is hanging (seen after a broker that \
          was the partition's only replica crashed). Aborting it (`kafka-transactions.sh ... abort --topic {topic} \
          --partition {partition} --start-offset {stable}`) drops its records: see docs/exactly-once.md, \
-         \"Hanging transactions\", before you do"
+         \"Hanging transactions\", before you do",
+        .waited.as_secs_f64()
     )]
     OpenTransaction { bootstrap: String, topic: String, partition: i32, stable: i64, high: i64, waited: std::time::Duration },
     #[error("restore of partition {partition} was cancelled (the partition was revoked)")]

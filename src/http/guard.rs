@@ -28,7 +28,8 @@ pub struct Guard {
 impl Guard {
     /// A guard requiring `token` (none when empty).
     pub fn new(token: &str, open_probes: bool, open_metrics: bool) -> Self {
-        let token = Some(token.to_string()).filter(|t| !t.is_empty());
+        // Trimmed: a token read from a file or a Secret often ends with a newline.
+        let token = Some(token.trim().to_string()).filter(|t| !t.is_empty());
         Guard { token, open_probes, open_metrics }
     }
 
@@ -100,7 +101,7 @@ mod tests {
 
     #[test]
     fn the_token_is_required_where_configured() {
-        let guard = Guard::new("s3cret-token", true, false);
+        let guard = Guard::new("s3cret-token\n", true, false);
         assert!(guard.is_on());
         assert!(guard.is_open("/") && guard.is_open("/healthz") && guard.is_open("/readyz"));
         assert!(!guard.is_open("/metrics") && !guard.is_open("/api/status") && !guard.is_open("/state/o-1"));

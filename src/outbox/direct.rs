@@ -1,7 +1,8 @@
 //! Status changes published with the write-out (`outbox.delivery =
-//! "write_out"`, at_least_once): produced beside the write-out's changelog
-//! records and acknowledged before its store batch is written, so none is
-//! ever stored. A crash before the store write redoes the write-out from the
+//! "write_out"`, at_least_once) when there is no changelog: acknowledged
+//! before its store batch is written, so none is ever stored. (With a
+//! changelog they go in the write-out's transaction:
+//! `processor::transaction`.) A crash before the store write redoes the write-out from the
 //! same input and the same state: the same status changes, with the same
 //! event ids, are published again (at least once, as with the relay).
 //!

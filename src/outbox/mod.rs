@@ -3,9 +3,10 @@
 //! (Confluent wire format, idempotent producer, the input partition's
 //! number), by one of two deliveries (`outbox.delivery`):
 //!
-//! * `direct` (`"write_out"`, the default): produced with the write-out
-//!   that makes the state change durable, acknowledged before its
-//!   changelog checkpoint and its store batch; nothing is stored for it;
+//! * `"write_out"` (the default): produced with the write-out that makes
+//!   the state change durable, in its transaction with a changelog
+//!   (`direct` without one: acknowledged before its store batch); nothing
+//!   is stored for it;
 //! * [`relay`] (`"relay"`): stored in the same atomic sled batch as the
 //!   state change and the checkpoint (and so in the changelog too), and
 //!   published, in order, by a relay per partition, which has it deleted

@@ -65,6 +65,15 @@ pub enum TxnError {
     /// nothing more may be written for the partition from here.
     #[error("partition {partition}: the transactional producer {transactional_id} was fenced or failed: {cause}")]
     Fenced { partition: i32, transactional_id: String, cause: KafkaError },
+    /// The producer could not be created or its transactions initialised
+    /// for another reason than a newer owner (no ACL on the transactional
+    /// id, a broker without transactions, a timeout): the partition cannot
+    /// be written, and no other member takes it over, so the process stops.
+    #[error(
+        "partition {partition}: cannot start the transactional producer {transactional_id}: {cause} (with ACLs the \
+         principal needs Write and Describe on this transactional id: docs/operating.md, \"A secured cluster\")"
+    )]
+    Open { partition: i32, transactional_id: String, cause: KafkaError },
     /// The round was aborted (nothing of it is visible); it can be retried.
     #[error("partition {partition}: transaction aborted: {cause}")]
     Aborted { partition: i32, cause: KafkaError },
@@ -78,7 +87,7 @@ impl crate::telemetry::errors::Failure for TxnError {
     fn kind(&self) -> crate::telemetry::errors::Kind {
         match self {
             TxnError::Aborted { .. } => crate::telemetry::errors::Kind::Retryable,
-            TxnError::Fenced { .. } => crate::telemetry::errors::Kind::Permanent,
+            TxnError::Fenced { .. } | TxnError::Open { .. } => crate::telemetry::errors::Kind::Permanent,
         }
     }
 }
@@ -141,13 +150,24 @@ impl TxnWriter {
         let transactional_id = transactional_id(config, partition);
         let producer: FutureProducer = crate::kafka::transactional_producer_config(config, &transactional_id)
             .create()
-            .map_err(|cause| TxnError::Fenced { partition, transactional_id: transactional_id.clone(), cause })?;
+            .map_err(|cause| TxnError::Open { partition, transactional_id: transactional_id.clone(), cause })?;
         let init = producer.clone();
         let result = tokio::task::spawn_blocking(move || init.init_transactions(CALL_TIMEOUT))
             .await
             .unwrap_or(Err(KafkaError::Canceled));
         if let Err(cause) = result {
-            return Err(TxnError::Fenced { partition, transactional_id, cause });
+            // Fenced here means a newer owner initialised meanwhile: the
+            // group reassigns the partition. Anything else would leave the
+            // partition unprocessed with no rebalance to move it: fatal.
+            let fenced = matches!(
+                cause.rdkafka_error_code(),
+                Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced)
+            );
+            return Err(if fenced {
+                TxnError::Fenced { partition, transactional_id, cause }
+            } else {
+                TxnError::Open { partition, transactional_id, cause }
+            });
         }
         info!(partition, transactional_id = %transactional_id, "transactional producer ready (earlier producers of the partition fenced)");
         Ok(TxnWriter {

@@ -23,7 +23,7 @@ pub enum Stage {
     /// A write-out: changelog records (and status changes published with
     /// it), then the store batch.
     WriteOut,
-    /// exactly_once: a write-out's Kafka transaction.
+    /// A write-out's Kafka transaction (with a changelog, either guarantee).
     Transaction,
     /// Syncing the store to disk.
     Flush,

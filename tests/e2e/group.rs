@@ -173,8 +173,8 @@ fn torn_changelog_tail_is_not_restored() {
     // complete write-out in the changelog, and the 5th write-out is some
     // partition's second: the changelog holds complete write-outs to
     // restore besides the torn tail. (The 4th could be every partition's
-    // first: under write-out delivery each one seals only once its status
-    // changes are acknowledged, after all four had started.)
+    // first: each write-out is a transaction that commits only after all
+    // four had started.)
     let mut child = first.spawn_run(Some("torn_changelog:5"));
     let wrote_out = wait_until(Duration::from_secs(60), || {
         world.committed().values().all(|&offset| offset > 0) || child.try_wait().ok().flatten().is_some()

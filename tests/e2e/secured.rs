@@ -7,7 +7,7 @@
 //! the restore readers, the outbox and dead letters), `state`, `replay`,
 //! `dlq list`, and a second member that restores every partition. No
 //! output, log, metric or status page shows the password. Without the
-//! group's ACL, `config check` and `run` fail naming it.
+//! group's ACL, `config check` fails naming it.
 
 use std::time::Duration;
 

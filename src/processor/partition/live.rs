@@ -21,13 +21,21 @@ use crate::processor::ProcessError;
 use crate::retry::Backoff;
 use crate::telemetry::errors::{Kind, Stage};
 
-/// The partition task's end of its outbox relay.
+/// The partition task's end of its outbox relay. Dropping it stops the
+/// relay (a task that ends with an error, fenced among them, must not leave
+/// its relay publishing beside the next owner's).
 struct RelayHandle {
     /// The written checkpoint's next offset, for the relay.
     written: tokio::sync::watch::Sender<i64>,
     /// How far the broker acknowledged (source offset; -1 none).
     published: Arc<std::sync::atomic::AtomicI64>,
     join: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RelayHandle {
+    fn drop(&mut self) {
+        self.join.abort();
+    }
 }
 
 /// A partition task that may process records: restored, its relay (if
@@ -165,14 +173,13 @@ impl Live {
     /// Stops the outbox relay without waiting for it (a lost partition, or
     /// once what it had to publish is published).
     pub(super) fn stop_relay(&mut self) {
-        if let Some(relay) = self.relay.take() {
-            drop(relay.written);
-            relay.join.abort();
-        }
+        // Dropping the handle aborts the relay's task.
+        drop(self.relay.take());
     }
 
     /// Writes out the changed orders and the checkpoint: produced to the
-    /// changelog first (when on) and acknowledged, then written to the store
+    /// changelog first (when on) in the partition's transaction, committed,
+    /// then written to the store
     /// in one atomic batch and reported to the flusher (which makes it
     /// durable, then commits).
     pub(super) async fn write_out(&mut self) -> Result<(), ProcessError> {
