@@ -141,10 +141,18 @@ fn late_write(guarantee: &str, point: &str, seed: u64) {
     let reaper = Reaper::default();
     let settings = format!("{guarantee}commit_interval_ms = 100\nbatch_max_records = 100\nbatch_max_wait_ms = 5");
 
-    // a stops itself inside its third write-out.
+    // a stops itself inside its third write-out. It is ready (every
+    // partition's transactional producer initialised and restored) before
+    // the input comes, so the stop lands in a write-out, not beside a
+    // partition's initialisation still under way (a paused member whose
+    // late init_transactions fences the new owner: see the closing note of
+    // this change; not what this test is about).
     let a = world.instance(&settings);
-    world.produce(first);
     let mut run_a = reaper.watch(a.spawn_run(Some(&format!("{point}:3"))));
+    let address_a = a.wait_http(0);
+    let ready = wait_until(Duration::from_secs(90), || http_get(&address_a, "/readyz").is_ok_and(|(s, _)| s == 200));
+    assert!(ready, "a ready\n{}", tail(&a.log()));
+    world.produce(first);
     let stopped = wait_until(Duration::from_secs(90), || a.log().contains(&format!("stopping at {point}")));
     assert!(stopped, "a stopped itself at {point}\n{}", tail(&a.log()));
 
