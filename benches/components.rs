@@ -27,9 +27,9 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 use orderly::codec::{Decoder, Encoder, WriterVersion};
 use orderly::decide::{apply, decide, step};
 use orderly::event::{EventType, InboxEntry, OrderEvent, OrderState};
-use std::collections::HashMap;
 use orderly::registry::Registry;
 use orderly::store::{BatchWrite, Checkpoint, Store};
+use std::collections::HashMap;
 
 const DAY_MS: i64 = 86_400_000;
 const RETENTION_MS: i64 = 7 * DAY_MS;
@@ -58,7 +58,12 @@ fn state(order: usize, inbox_len: usize) -> (OrderState, HashMap<i64, Vec<InboxE
     let mut chunks = HashMap::new();
     let mut current = None;
     for v in 1..=inbox_len.max(1) as i64 {
-        let (next, spill) = apply(current, event(order, v), NOW_MS - 3_600_000 + v, RETENTION_MS);
+        let (next, spill) = apply(
+            current,
+            event(order, v),
+            NOW_MS - 3_600_000 + v,
+            RETENTION_MS,
+        );
         if let Some(chunk) = spill.chunk {
             chunks.insert(chunk[0].version, chunk);
         }
@@ -69,16 +74,23 @@ fn state(order: usize, inbox_len: usize) -> (OrderState, HashMap<i64, Vec<InboxE
 
 fn decode_benches(c: &mut Criterion) {
     let registry = Registry::memory();
-    let encoder = futures::executor::block_on(Encoder::register(&registry, "orders")).expect("in-process registry");
+    let encoder = futures::executor::block_on(Encoder::register(&registry, "orders"))
+        .expect("in-process registry");
     let decoder = Decoder::new(registry);
     let sample = event(42, 3);
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Elements(1));
-    for (name, version) in [("v1_cached", WriterVersion::V1), ("v2_cached", WriterVersion::V2)] {
+    for (name, version) in [
+        ("v1_cached", WriterVersion::V1),
+        ("v2_cached", WriterVersion::V2),
+    ] {
         let bytes = encoder.encode(&sample, version).expect("encodes");
         // Warm the cache: the first decode fetches and resolves the writer schema.
         futures::executor::block_on(decoder.decode(Some(&bytes))).expect("decodes");
-        assert!(decoder.decode_cached(Some(&bytes)).is_some(), "cache is warm");
+        assert!(
+            decoder.decode_cached(Some(&bytes)).is_some(),
+            "cache is warm"
+        );
         group.bench_function(name, |b| {
             b.iter(|| {
                 let decoded = decoder.decode_cached(black_box(Some(bytes.as_slice())));
@@ -95,7 +107,14 @@ fn decide_benches(c: &mut Criterion) {
     let (existing, _) = state(7, 10);
     let newer = event(7, 11);
     group.bench_function("decide_apply", |b| {
-        b.iter(|| decide(black_box(Some(&existing)), None, black_box(&newer), NOW_MS - RETENTION_MS))
+        b.iter(|| {
+            decide(
+                black_box(Some(&existing)),
+                None,
+                black_box(&newer),
+                NOW_MS - RETENTION_MS,
+            )
+        })
     });
     for inbox_len in [1usize, 10, 100, 1000] {
         let (existing, chunks) = state(7, inbox_len);
@@ -107,18 +126,30 @@ fn decide_benches(c: &mut Criterion) {
         // `step` takes the state and event by value (the processor moves the
         // event's strings into the state); cloning both is setup, outside
         // the measurement.
-        for (name, incoming) in
-            [("step_apply", &newer), ("step_duplicate_recent", &recent_duplicate), ("step_duplicate_oldest", &old_duplicate)]
-        {
-            group.bench_with_input(BenchmarkId::new(name, format!("events_{inbox_len}")), &inbox_len, |b, _| {
-                b.iter_batched(
-                    || (existing.clone(), incoming.clone()),
-                    |(current, incoming)| {
-                        step(black_box(Some(current)), black_box(incoming), NOW_MS, RETENTION_MS, |first| chunks.get(&first).cloned())
-                    },
-                    BatchSize::SmallInput,
-                )
-            });
+        for (name, incoming) in [
+            ("step_apply", &newer),
+            ("step_duplicate_recent", &recent_duplicate),
+            ("step_duplicate_oldest", &old_duplicate),
+        ] {
+            group.bench_with_input(
+                BenchmarkId::new(name, format!("events_{inbox_len}")),
+                &inbox_len,
+                |b, _| {
+                    b.iter_batched(
+                        || (existing.clone(), incoming.clone()),
+                        |(current, incoming)| {
+                            step(
+                                black_box(Some(current)),
+                                black_box(incoming),
+                                NOW_MS,
+                                RETENTION_MS,
+                                |first| chunks.get(&first).cloned(),
+                            )
+                        },
+                        BatchSize::SmallInput,
+                    )
+                },
+            );
         }
     }
     group.finish();
@@ -126,7 +157,10 @@ fn decide_benches(c: &mut Criterion) {
 
 fn store_benches(c: &mut Criterion) {
     const BATCH: usize = 1_000;
-    let dir = tempfile::Builder::new().prefix("orderly-bench-store-").tempdir().expect("tempdir");
+    let dir = tempfile::Builder::new()
+        .prefix("orderly-bench-store-")
+        .tempdir()
+        .expect("tempdir");
     // The default cache_capacity_mb.
     let store = Store::open(&dir.path().join("store"), 64).expect("store opens");
     let partition = store.partition("orders", 0).expect("tree opens");
@@ -136,21 +170,31 @@ fn store_benches(c: &mut Criterion) {
     for inbox_len in [1usize, 50] {
         let states: Vec<OrderState> = (0..BATCH).map(|order| state(order, inbox_len).0).collect();
         for flush in [false, true] {
-            let name = if flush { "batch_1000_flush" } else { "batch_1000_no_flush" };
-            group.bench_with_input(BenchmarkId::new(name, format!("inbox_{inbox_len}")), &inbox_len, |b, _| {
-                b.iter(|| {
-                    let mut write = BatchWrite::default();
-                    for s in &states {
-                        write.put_state(s).expect("encodes");
-                    }
-                    checkpoint.next_offset += BATCH as i64;
-                    checkpoint.applied += BATCH as u64;
-                    partition.commit_batch(write, &checkpoint).expect("batch written");
-                    if flush {
-                        black_box(store.flush().expect("flushed"));
-                    }
-                })
-            });
+            let name = if flush {
+                "batch_1000_flush"
+            } else {
+                "batch_1000_no_flush"
+            };
+            group.bench_with_input(
+                BenchmarkId::new(name, format!("inbox_{inbox_len}")),
+                &inbox_len,
+                |b, _| {
+                    b.iter(|| {
+                        let mut write = BatchWrite::default();
+                        for s in &states {
+                            write.put_state(s).expect("encodes");
+                        }
+                        checkpoint.next_offset += BATCH as i64;
+                        checkpoint.applied += BATCH as u64;
+                        partition
+                            .commit_batch(write, &checkpoint)
+                            .expect("batch written");
+                        if flush {
+                            black_box(store.flush().expect("flushed"));
+                        }
+                    })
+                },
+            );
         }
     }
     group.finish();

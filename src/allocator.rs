@@ -16,7 +16,8 @@
 //! Android, musl).
 
 /// The options (jemalloc's `malloc_conf` syntax).
-pub const JEMALLOC_OPTIONS: &std::ffi::CStr = c"narenas:1,dirty_decay_ms:50,muzzy_decay_ms:0,background_thread:true,tcache_max:4096";
+pub const JEMALLOC_OPTIONS: &std::ffi::CStr =
+    c"narenas:1,dirty_decay_ms:50,muzzy_decay_ms:0,background_thread:true,tcache_max:4096";
 
 /// A C string pointer jemalloc reads once at start-up (Rust never does).
 #[doc(hidden)]

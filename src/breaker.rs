@@ -57,7 +57,12 @@ pub(crate) struct Breaker {
 
 impl Breaker {
     pub(crate) fn new(limits: Limits) -> Self {
-        Breaker { limits, consecutive: 0, in_window: 0, dead_in_window: 0 }
+        Breaker {
+            limits,
+            consecutive: 0,
+            in_window: 0,
+            dead_in_window: 0,
+        }
     }
 
     /// Feeds one batch's records in order (`true`: dead-lettered) and
@@ -76,10 +81,17 @@ impl Breaker {
     }
 
     fn one(&mut self, dead: bool) -> Option<Trip> {
-        let Limits { max_consecutive, max_ratio, window } = self.limits;
+        let Limits {
+            max_consecutive,
+            max_ratio,
+            window,
+        } = self.limits;
         self.consecutive = if dead { self.consecutive + 1 } else { 0 };
         if max_consecutive > 0 && self.consecutive >= max_consecutive {
-            return Some(Trip::Consecutive { count: self.consecutive, limit: max_consecutive });
+            return Some(Trip::Consecutive {
+                count: self.consecutive,
+                limit: max_consecutive,
+            });
         }
         if max_ratio > 0.0 && window > 0 {
             self.in_window += 1;
@@ -88,7 +100,11 @@ impl Breaker {
                 let dead = self.dead_in_window;
                 (self.in_window, self.dead_in_window) = (0, 0);
                 if dead as f64 > max_ratio * window as f64 {
-                    return Some(Trip::Ratio { dead, window, limit: max_ratio });
+                    return Some(Trip::Ratio {
+                        dead,
+                        window,
+                        limit: max_ratio,
+                    });
                 }
             }
         }
@@ -101,14 +117,25 @@ mod tests {
     use super::*;
 
     fn limits(max_consecutive: u64, max_ratio: f64, window: u64) -> Limits {
-        Limits { max_consecutive, max_ratio, window }
+        Limits {
+            max_consecutive,
+            max_ratio,
+            window,
+        }
     }
 
     #[test]
     fn consecutive_dead_letters_trip_at_the_limit() {
         let mut b = Breaker::new(limits(3, 0.0, 0));
-        assert_eq!(b.observe([true, true, false, true, true]), None, "a good record resets the run");
-        assert_eq!(b.observe([true]), Some(Trip::Consecutive { count: 3, limit: 3 }));
+        assert_eq!(
+            b.observe([true, true, false, true, true]),
+            None,
+            "a good record resets the run"
+        );
+        assert_eq!(
+            b.observe([true]),
+            Some(Trip::Consecutive { count: 3, limit: 3 })
+        );
     }
 
     #[test]
@@ -123,9 +150,24 @@ mod tests {
     #[test]
     fn the_ratio_is_judged_per_window() {
         let mut b = Breaker::new(limits(0, 0.5, 4));
-        assert_eq!(b.observe([true, true, false, false]), None, "2 of 4 is not more than half");
-        assert_eq!(b.observe([true, true, true]), None, "the window is not full yet");
-        assert_eq!(b.observe([false]), Some(Trip::Ratio { dead: 3, window: 4, limit: 0.5 }));
+        assert_eq!(
+            b.observe([true, true, false, false]),
+            None,
+            "2 of 4 is not more than half"
+        );
+        assert_eq!(
+            b.observe([true, true, true]),
+            None,
+            "the window is not full yet"
+        );
+        assert_eq!(
+            b.observe([false]),
+            Some(Trip::Ratio {
+                dead: 3,
+                window: 4,
+                limit: 0.5
+            })
+        );
     }
 
     #[test]
@@ -136,9 +178,21 @@ mod tests {
 
     #[test]
     fn trips_say_which_setting_to_look_at() {
-        let text = Trip::Ratio { dead: 600, window: 1000, limit: 0.5 }.to_string();
-        assert!(text.contains("600 of the last 1000") && text.contains("dead_letter_max_ratio"), "{text}");
-        let text = Trip::Consecutive { count: 1000, limit: 1000 }.to_string();
+        let text = Trip::Ratio {
+            dead: 600,
+            window: 1000,
+            limit: 0.5,
+        }
+        .to_string();
+        assert!(
+            text.contains("600 of the last 1000") && text.contains("dead_letter_max_ratio"),
+            "{text}"
+        );
+        let text = Trip::Consecutive {
+            count: 1000,
+            limit: 1000,
+        }
+        .to_string();
         assert!(text.contains("dead_letter_max_consecutive"), "{text}");
     }
 }

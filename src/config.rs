@@ -20,19 +20,40 @@ pub(crate) const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 /// librdkafka settings the guarantees depend on: a pass-through may not set them.
 const FORCED_KEYS: &[(&str, &str)] = &[
-    ("enable.auto.commit", "offsets are committed by orderly after the flush"),
-    ("enable.auto.offset.store", "offsets are stored by orderly after the flush"),
+    (
+        "enable.auto.commit",
+        "offsets are committed by orderly after the flush",
+    ),
+    (
+        "enable.auto.offset.store",
+        "offsets are stored by orderly after the flush",
+    ),
     ("group.id", "set kafka.group_id instead"),
     ("bootstrap.servers", "set kafka.bootstrap_servers instead"),
-    ("partition.assignment.strategy", "orderly uses cooperative-sticky"),
-    ("enable.idempotence", "orderly's producers are always idempotent"),
+    (
+        "partition.assignment.strategy",
+        "orderly uses cooperative-sticky",
+    ),
+    (
+        "enable.idempotence",
+        "orderly's producers are always idempotent",
+    ),
     ("session.timeout.ms", "set kafka.session_timeout_ms instead"),
     ("auto.offset.reset", "set kafka.auto_offset_reset instead"),
     ("group.protocol", "set kafka.group_protocol instead"),
-    ("acks", "orderly's producers wait for all in-sync replicas (acks=all)"),
-    ("enable.partition.eof", "orderly's readers set it as each needs"),
+    (
+        "acks",
+        "orderly's producers wait for all in-sync replicas (acks=all)",
+    ),
+    (
+        "enable.partition.eof",
+        "orderly's readers set it as each needs",
+    ),
     ("isolation.level", "orderly reads read_committed everywhere"),
-    ("transactional.id", "orderly derives one per partition from the group, topic and partition"),
+    (
+        "transactional.id",
+        "orderly derives one per partition from the group, topic and partition",
+    ),
 ];
 
 /// What orderly promises about the records it writes to Kafka
@@ -62,7 +83,10 @@ pub enum GroupProtocol {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {cause}")]
-    Read { path: PathBuf, cause: std::io::Error },
+    Read {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
     #[error("invalid TOML in {origin}: {message}")]
     Syntax { origin: String, message: String },
     #[error("invalid configuration: {0}")]
@@ -82,8 +106,16 @@ pub(crate) const REDACTED: &str = "<redacted>";
 
 /// Parts of librdkafka setting names whose values are secrets (passwords,
 /// private keys, JAAS and OAuth configurations, tokens).
-const SECRET_MARKERS: &[&str] =
-    &["password", "secret", "sasl.jaas", "sasl.oauthbearer.config", "ssl.key.pem", "ssl_key", "token", "credential"];
+const SECRET_MARKERS: &[&str] = &[
+    "password",
+    "secret",
+    "sasl.jaas",
+    "sasl.oauthbearer.config",
+    "ssl.key.pem",
+    "ssl_key",
+    "token",
+    "credential",
+];
 
 /// True when a librdkafka setting's value must not be printed.
 pub(crate) fn is_secret_key(key: &str) -> bool {
@@ -93,10 +125,14 @@ pub(crate) fn is_secret_key(key: &str) -> bool {
 
 /// `url` with the password of its user info (`https://user:pw@host`) redacted.
 fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
     let authority_end = rest.find('/').unwrap_or(rest.len());
     let (authority, path) = rest.split_at(authority_end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else { return url.to_string() };
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_string();
+    };
     match userinfo.split_once(':') {
         Some((user, _)) => format!("{scheme}://{user}:{REDACTED}@{host}{path}"),
         None => url.to_string(),
@@ -238,7 +274,10 @@ impl std::str::FromStr for HumanDuration {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        Ok(HumanDuration { text: text.trim().to_string(), duration: parse_duration(text)? })
+        Ok(HumanDuration {
+            text: text.trim().to_string(),
+            duration: parse_duration(text)?,
+        })
     }
 }
 
@@ -331,8 +370,10 @@ impl Config {
         let defaults = parse_table(DEFAULT_TOML, "config/default.toml")?;
         let mut table = defaults.clone();
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|cause| ConfigError::Read { path: path.to_path_buf(), cause })?;
+            let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
+                path: path.to_path_buf(),
+                cause,
+            })?;
             let overlay = parse_table(&text, &path.display().to_string())?;
             check_known(&overlay, &defaults, path)?;
             merge(&mut table, overlay);
@@ -340,21 +381,25 @@ impl Config {
         for (name, raw) in env {
             apply_env(&mut table, &defaults, &name, &raw)?;
         }
-        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-            let key = e.path().to_string();
-            let message = e.into_inner().message().to_string();
-            if key.is_empty() || key == "." {
-                ConfigError::Invalid(message)
-            } else {
-                ConfigError::Value { key, message }
-            }
-        })?;
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let key = e.path().to_string();
+                let message = e.into_inner().message().to_string();
+                if key.is_empty() || key == "." {
+                    ConfigError::Invalid(message)
+                } else {
+                    ConfigError::Value { key, message }
+                }
+            })?;
         config.validate()?;
         Ok(config)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        let value_err = |key: &str, message: String| ConfigError::Value { key: key.into(), message };
+        let value_err = |key: &str, message: String| ConfigError::Value {
+            key: key.into(),
+            message,
+        };
         for (key, text) in [
             ("kafka.bootstrap_servers", &self.kafka.bootstrap_servers),
             ("kafka.group_id", &self.kafka.group_id),
@@ -367,11 +412,17 @@ impl Config {
             }
         }
         if self.kafka.input_topic == self.kafka.dlq_topic {
-            return Err(value_err("kafka.dlq_topic", "must differ from kafka.input_topic".into()));
+            return Err(value_err(
+                "kafka.dlq_topic",
+                "must differ from kafka.input_topic".into(),
+            ));
         }
         let redrive = self.redrive_topic();
         if redrive.is_empty() {
-            return Err(value_err("kafka.redrive_topic", "must not be empty (default \"{dlq_topic}.redrive\")".into()));
+            return Err(value_err(
+                "kafka.redrive_topic",
+                "must not be empty (default \"{dlq_topic}.redrive\")".into(),
+            ));
         }
         if redrive == self.kafka.input_topic
             || redrive == self.kafka.dlq_topic
@@ -418,14 +469,23 @@ impl Config {
         crate::partitioner::Partitioner::from_name(&self.kafka.input_partitioner)
             .map_err(|message| value_err("kafka.input_partitioner", message))?;
         self.http_address()?;
-        if self.kafka.changelog_replication_factor == 0 || self.kafka.changelog_replication_factor < -1 {
+        if self.kafka.changelog_replication_factor == 0
+            || self.kafka.changelog_replication_factor < -1
+        {
             return Err(value_err(
                 "kafka.changelog_replication_factor",
                 "must be positive, or -1 for the broker's default".into(),
             ));
         }
-        if !(self.registry.url.starts_with("http://") || self.registry.url.starts_with("https://")) {
-            return Err(value_err("registry.url", format!("`{}` must start with http:// or https://", self.registry.url)));
+        if !(self.registry.url.starts_with("http://") || self.registry.url.starts_with("https://"))
+        {
+            return Err(value_err(
+                "registry.url",
+                format!(
+                    "`{}` must start with http:// or https://",
+                    self.registry.url
+                ),
+            ));
         }
         for (key, value) in &self.kafka.librdkafka {
             if let Some((_, why)) = FORCED_KEYS.iter().find(|(k, _)| k == key) {
@@ -434,28 +494,52 @@ impl Config {
                     format!("the guarantees depend on this setting and it cannot be passed through: {why}"),
                 ));
             }
-            if !matches!(value, toml::Value::String(_) | toml::Value::Integer(_) | toml::Value::Boolean(_)) {
-                return Err(value_err(&format!("kafka.librdkafka.\"{key}\""), "must be a string, integer or boolean".into()));
+            if !matches!(
+                value,
+                toml::Value::String(_) | toml::Value::Integer(_) | toml::Value::Boolean(_)
+            ) {
+                return Err(value_err(
+                    &format!("kafka.librdkafka.\"{key}\""),
+                    "must be a string, integer or boolean".into(),
+                ));
             }
         }
         let p = &self.processing;
         if !(1..=100_000).contains(&p.batch_max_records) {
-            return Err(value_err("processing.batch_max_records", format!("{} is out of range 1..=100000", p.batch_max_records)));
+            return Err(value_err(
+                "processing.batch_max_records",
+                format!("{} is out of range 1..=100000", p.batch_max_records),
+            ));
         }
         if p.batch_max_wait_ms > 60_000 {
-            return Err(value_err("processing.batch_max_wait_ms", "must be at most 60000".into()));
+            return Err(value_err(
+                "processing.batch_max_wait_ms",
+                "must be at most 60000".into(),
+            ));
         }
         if !(1..=60_000).contains(&p.commit_interval_ms) {
-            return Err(value_err("processing.commit_interval_ms", format!("{} is out of range 1..=60000", p.commit_interval_ms)));
+            return Err(value_err(
+                "processing.commit_interval_ms",
+                format!("{} is out of range 1..=60000", p.commit_interval_ms),
+            ));
         }
         if p.caught_up_write_ms > 60_000 {
-            return Err(value_err("processing.caught_up_write_ms", format!("{} is out of range 0..=60000", p.caught_up_write_ms)));
+            return Err(value_err(
+                "processing.caught_up_write_ms",
+                format!("{} is out of range 0..=60000", p.caught_up_write_ms),
+            ));
         }
         if p.cache_max_bytes < 1024 * 1024 {
-            return Err(value_err("processing.cache_max_bytes", format!("{} must be at least 1048576 (1 MiB)", p.cache_max_bytes)));
+            return Err(value_err(
+                "processing.cache_max_bytes",
+                format!("{} must be at least 1048576 (1 MiB)", p.cache_max_bytes),
+            ));
         }
         if self.kafka.session_timeout_ms < 1000 {
-            return Err(value_err("kafka.session_timeout_ms", "must be at least 1000".into()));
+            return Err(value_err(
+                "kafka.session_timeout_ms",
+                "must be at least 1000".into(),
+            ));
         }
         if p.shutdown_timeout_ms == 0 || p.shutdown_timeout_ms >= self.kafka.session_timeout_ms {
             return Err(value_err(
@@ -476,7 +560,10 @@ impl Config {
             ));
         }
         if self.store.cache_capacity_mb == 0 {
-            return Err(value_err("store.cache_capacity_mb", "must be positive".into()));
+            return Err(value_err(
+                "store.cache_capacity_mb",
+                "must be positive".into(),
+            ));
         }
         Ok(())
     }
@@ -494,7 +581,10 @@ impl Config {
 
     /// The re-drive log topic (`{dlq_topic}` replaced).
     pub fn redrive_topic(&self) -> String {
-        self.kafka.redrive_topic.trim().replace("{dlq_topic}", &self.kafka.dlq_topic)
+        self.kafka
+            .redrive_topic
+            .trim()
+            .replace("{dlq_topic}", &self.kafka.dlq_topic)
     }
 
     /// The output topic of the outbox, or `None` when it is off.
@@ -561,7 +651,10 @@ impl Config {
 
 fn parse_table(text: &str, origin: &str) -> Result<toml::Table, ConfigError> {
     text.parse::<toml::Table>()
-        .map_err(|e| ConfigError::Syntax { origin: origin.into(), message: e.to_string() })
+        .map_err(|e| ConfigError::Syntax {
+            origin: origin.into(),
+            message: e.to_string(),
+        })
 }
 
 /// Deep-merges `overlay` into `base`; tables merge, everything else replaces.
@@ -583,19 +676,35 @@ pub const ENV_PREFIX: &str = "ORDERLY_";
 /// `ORDERLY_KAFKA__LIBRDKAFKA__<NAME>`) variable names, parsed as the type
 /// that key has in `defaults`. Variables without `__` are not settings and
 /// are ignored.
-fn apply_env(table: &mut toml::Table, defaults: &toml::Table, var: &str, raw: &str) -> Result<(), ConfigError> {
-    let Some(rest) = var.strip_prefix(ENV_PREFIX) else { return Ok(()) };
+fn apply_env(
+    table: &mut toml::Table,
+    defaults: &toml::Table,
+    var: &str,
+    raw: &str,
+) -> Result<(), ConfigError> {
+    let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
+        return Ok(());
+    };
     if !rest.contains("__") {
         return Ok(());
     }
-    let env_err = |message: String| ConfigError::Env { var: var.to_string(), message };
+    let env_err = |message: String| ConfigError::Env {
+        var: var.to_string(),
+        message,
+    };
     let parts: Vec<String> = rest.split("__").map(|p| p.to_ascii_lowercase()).collect();
     if parts.iter().any(|p| p.is_empty()) {
-        return Err(env_err("empty name part: use ORDERLY_<SECTION>__<KEY>".into()));
+        return Err(env_err(
+            "empty name part: use ORDERLY_<SECTION>__<KEY>".into(),
+        ));
     }
     let section = &parts[0];
     let Some(toml::Value::Table(section_defaults)) = defaults.get(section) else {
-        return Err(env_err(format!("unknown section `{section}`{}: sections are {}", did_you_mean(section, defaults), names(defaults))));
+        return Err(env_err(format!(
+            "unknown section `{section}`{}: sections are {}",
+            did_you_mean(section, defaults),
+            names(defaults)
+        )));
     };
     let key = &parts[1];
     let Some(default) = section_defaults.get(key) else {
@@ -625,7 +734,9 @@ fn apply_env(table: &mut toml::Table, defaults: &toml::Table, var: &str, raw: &s
         return Ok(());
     }
     if parts.len() > 2 {
-        return Err(env_err(format!("`{section}.{key}` has no keys below it: use ORDERLY_<SECTION>__<KEY>")));
+        return Err(env_err(format!(
+            "`{section}.{key}` has no keys below it: use ORDERLY_<SECTION>__<KEY>"
+        )));
     }
     let value = typed_like(default, raw).map_err(|message| ConfigError::Value {
         key: format!("{section}.{key}"),
@@ -652,28 +763,43 @@ fn typed_like(default: &toml::Value, raw: &str) -> Result<toml::Value, String> {
             .parse::<i64>()
             .map(toml::Value::Integer)
             .map_err(|_| format!("`{raw}` is not an integer")),
-        toml::Value::Float(_) => text.parse::<f64>().map(toml::Value::Float).map_err(|_| format!("`{raw}` is not a number")),
+        toml::Value::Float(_) => text
+            .parse::<f64>()
+            .map(toml::Value::Float)
+            .map_err(|_| format!("`{raw}` is not a number")),
         toml::Value::Boolean(_) => match text.to_ascii_lowercase().as_str() {
             "true" => Ok(toml::Value::Boolean(true)),
             "false" => Ok(toml::Value::Boolean(false)),
             _ => Err(format!("`{raw}` is not a boolean: use true or false")),
         },
         toml::Value::Table(_) => Err("is a section: set its keys, one variable each".into()),
-        toml::Value::Array(_) | toml::Value::Datetime(_) => Err("cannot be set from the environment".into()),
+        toml::Value::Array(_) | toml::Value::Datetime(_) => {
+            Err("cannot be set from the environment".into())
+        }
     }
 }
 
 /// Refuses a section or key of a config file that the defaults do not
 /// have, naming the closest one (the settings under [kafka.librdkafka] are
 /// librdkafka's, checked when the clients are built).
-fn check_known(overlay: &toml::Table, defaults: &toml::Table, path: &Path) -> Result<(), ConfigError> {
+fn check_known(
+    overlay: &toml::Table,
+    defaults: &toml::Table,
+    path: &Path,
+) -> Result<(), ConfigError> {
     let unknown = |message: String| ConfigError::Invalid(format!("{}: {message}", path.display()));
     for (section, value) in overlay {
         let Some(toml::Value::Table(section_defaults)) = defaults.get(section) else {
-            return Err(unknown(format!("unknown section [{section}]{}; sections are {}", did_you_mean(section, defaults), names(defaults))));
+            return Err(unknown(format!(
+                "unknown section [{section}]{}; sections are {}",
+                did_you_mean(section, defaults),
+                names(defaults)
+            )));
         };
         let toml::Value::Table(keys) = value else {
-            return Err(unknown(format!("`{section}` must be a section ([{section}]), not a value")));
+            return Err(unknown(format!(
+                "`{section}` must be a section ([{section}]), not a value"
+            )));
         };
         for key in keys.keys() {
             if !section_defaults.contains_key(key) {
@@ -710,7 +836,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
         row[0] = i + 1;
         for (j, cb) in b.iter().enumerate() {
             let above = row[j + 1];
-            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
             diagonal = above;
         }
     }
@@ -718,26 +846,37 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 fn names(table: &toml::Table) -> String {
-    table.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+    table
+        .keys()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Parses `250ms`, `30s`, `15m`, `12h`, `7d`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration: use a number and a unit (ms, s, m, h, d), e.g. \"7d\""))?;
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("`{text}` is not a duration: use a number and a unit (ms, s, m, h, d), e.g. \"7d\"")
+    })?;
     let ms = match unit {
         "ms" => Some(n),
         "s" => n.checked_mul(1000),
         "m" => n.checked_mul(60_000),
         "h" => n.checked_mul(3_600_000),
         "d" => n.checked_mul(86_400_000),
-        _ => return Err(format!("`{text}` has unknown unit `{unit}`: use ms, s, m, h or d")),
+        _ => {
+            return Err(format!(
+                "`{text}` has unknown unit `{unit}`: use ms, s, m, h or d"
+            ))
+        }
     };
-    ms.map(Duration::from_millis).ok_or_else(|| format!("`{text}` is too large"))
+    ms.map(Duration::from_millis)
+        .ok_or_else(|| format!("`{text}` is too large"))
 }
 
 #[cfg(test)]
@@ -745,7 +884,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -759,10 +901,17 @@ mod tests {
     fn env_overrides_file_and_defaults() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "[kafka]\ngroup_id = \"from-file\"\n[processing]\nbatch_max_records = 10\n").unwrap();
+        std::fs::write(
+            &path,
+            "[kafka]\ngroup_id = \"from-file\"\n[processing]\nbatch_max_records = 10\n",
+        )
+        .unwrap();
         let c = Config::from_layers(
             Some(&path),
-            env(&[("ORDERLY_PROCESSING__BATCH_MAX_RECORDS", "500"), ("ORDERLY_KAFKA__BOOTSTRAP_SERVERS", "h:1")]),
+            env(&[
+                ("ORDERLY_PROCESSING__BATCH_MAX_RECORDS", "500"),
+                ("ORDERLY_KAFKA__BOOTSTRAP_SERVERS", "h:1"),
+            ]),
         )
         .unwrap();
         assert_eq!(c.kafka.group_id, "from-file");
@@ -772,78 +921,140 @@ mod tests {
 
     #[test]
     fn a_misspelt_key_gets_a_suggestion() {
-        let err = Config::from_layers(None, env(&[("ORDERLY_PROCESSING__BATCH_MAX_RECORD", "5")])).unwrap_err().to_string();
+        let err = Config::from_layers(None, env(&[("ORDERLY_PROCESSING__BATCH_MAX_RECORD", "5")]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("did you mean `batch_max_records`?"), "{err}");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         std::fs::write(&path, "[kafka]\nbootstrap_server = \"h:1\"\n").unwrap();
-        let err = Config::from_layers(Some(&path), env(&[])).unwrap_err().to_string();
-        assert!(err.contains("unknown key `kafka.bootstrap_server` (did you mean `bootstrap_servers`?)"), "{err}");
+        let err = Config::from_layers(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "unknown key `kafka.bootstrap_server` (did you mean `bootstrap_servers`?)"
+            ),
+            "{err}"
+        );
         std::fs::write(&path, "[procesing]\nguarantee = \"exactly_once\"\n").unwrap();
-        let err = Config::from_layers(Some(&path), env(&[])).unwrap_err().to_string();
-        assert!(err.contains("unknown section [procesing] (did you mean `processing`?)"), "{err}");
+        let err = Config::from_layers(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown section [procesing] (did you mean `processing`?)"),
+            "{err}"
+        );
         // Nothing close: no guess, the list of keys.
         std::fs::write(&path, "[store]\nzzz = 1\n").unwrap();
-        let err = Config::from_layers(Some(&path), env(&[])).unwrap_err().to_string();
-        assert!(!err.contains("did you mean") && err.contains("`cache_capacity_mb`"), "{err}");
+        let err = Config::from_layers(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            !err.contains("did you mean") && err.contains("`cache_capacity_mb`"),
+            "{err}"
+        );
         assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]
     fn unknown_key_names_the_key() {
-        let err = Config::from_layers(None, env(&[("ORDERLY_PROCESSING__BATCH_SIZE", "5")])).unwrap_err();
+        let err =
+            Config::from_layers(None, env(&[("ORDERLY_PROCESSING__BATCH_SIZE", "5")])).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("batch_size"), "{msg}");
-        assert!(msg.contains("batch_max_records"), "lists what is allowed: {msg}");
+        assert!(
+            msg.contains("batch_max_records"),
+            "lists what is allowed: {msg}"
+        );
     }
 
     #[test]
     fn auto_commit_passthrough_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "[kafka.librdkafka]\n\"enable.auto.commit\" = \"true\"\n").unwrap();
-        let msg = Config::from_layers(Some(&path), env(&[])).unwrap_err().to_string();
+        std::fs::write(
+            &path,
+            "[kafka.librdkafka]\n\"enable.auto.commit\" = \"true\"\n",
+        )
+        .unwrap();
+        let msg = Config::from_layers(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("enable.auto.commit"), "{msg}");
     }
 
     #[test]
     fn shutdown_deadline_must_fit_session_timeout() {
-        let msg = Config::from_layers(None, env(&[("ORDERLY_PROCESSING__SHUTDOWN_TIMEOUT_MS", "20000")]))
-            .unwrap_err()
-            .to_string();
+        let msg = Config::from_layers(
+            None,
+            env(&[("ORDERLY_PROCESSING__SHUTDOWN_TIMEOUT_MS", "20000")]),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(msg.contains("processing.shutdown_timeout_ms"), "{msg}");
     }
 
     #[test]
     fn bad_values_are_named() {
         for (var, val, key) in [
-            ("ORDERLY_STORE__INBOX_RETENTION", "7 weeks", "store.inbox_retention"),
-            ("ORDERLY_PROCESSING__BATCH_MAX_RECORDS", "0", "processing.batch_max_records"),
-            ("ORDERLY_KAFKA__AUTO_OFFSET_RESET", "middle", "kafka.auto_offset_reset"),
+            (
+                "ORDERLY_STORE__INBOX_RETENTION",
+                "7 weeks",
+                "store.inbox_retention",
+            ),
+            (
+                "ORDERLY_PROCESSING__BATCH_MAX_RECORDS",
+                "0",
+                "processing.batch_max_records",
+            ),
+            (
+                "ORDERLY_KAFKA__AUTO_OFFSET_RESET",
+                "middle",
+                "kafka.auto_offset_reset",
+            ),
         ] {
-            let msg = Config::from_layers(None, env(&[(var, val)])).unwrap_err().to_string();
+            let msg = Config::from_layers(None, env(&[(var, val)]))
+                .unwrap_err()
+                .to_string();
             assert!(msg.contains(key), "{var}={val}: {msg}");
         }
-        let msg = Config::from_layers(None, env(&[("ORDERLY_PROCESSING__BATCH_MAX_RECORDS", "many")]))
-            .unwrap_err()
-            .to_string();
+        let msg = Config::from_layers(
+            None,
+            env(&[("ORDERLY_PROCESSING__BATCH_MAX_RECORDS", "many")]),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(msg.contains("batch_max_records"), "{msg}");
     }
 
     #[test]
     fn numeric_group_id_from_env_stays_a_string() {
-        let c = Config::from_layers(None, env(&[("ORDERLY_KAFKA__GROUP_ID", "42"), ("ORDERLY_STORE__PATH", "7")])).unwrap();
+        let c = Config::from_layers(
+            None,
+            env(&[
+                ("ORDERLY_KAFKA__GROUP_ID", "42"),
+                ("ORDERLY_STORE__PATH", "7"),
+            ]),
+        )
+        .unwrap();
         assert_eq!(c.kafka.group_id, "42");
         assert_eq!(c.store.path, PathBuf::from("7"));
     }
 
     #[test]
     fn integer_from_env_must_parse_and_names_key_and_variable() {
-        let err = Config::from_layers(None, env(&[("ORDERLY_KAFKA__SESSION_TIMEOUT_MS", "10s")])).unwrap_err();
+        let err = Config::from_layers(None, env(&[("ORDERLY_KAFKA__SESSION_TIMEOUT_MS", "10s")]))
+            .unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("kafka.session_timeout_ms") && msg.contains("ORDERLY_KAFKA__SESSION_TIMEOUT_MS"), "{msg}");
+        assert!(
+            msg.contains("kafka.session_timeout_ms")
+                && msg.contains("ORDERLY_KAFKA__SESSION_TIMEOUT_MS"),
+            "{msg}"
+        );
         assert!(msg.contains("not an integer"), "{msg}");
-        let c = Config::from_layers(None, env(&[("ORDERLY_KAFKA__SESSION_TIMEOUT_MS", "12000")])).unwrap();
+        let c = Config::from_layers(None, env(&[("ORDERLY_KAFKA__SESSION_TIMEOUT_MS", "12000")]))
+            .unwrap();
         assert_eq!(c.kafka.session_timeout_ms, 12000);
     }
 
@@ -859,53 +1070,113 @@ mod tests {
         )
         .unwrap();
         let pass: BTreeMap<&str, String> = c.librdkafka_passthrough().collect();
-        assert_eq!(pass.get("sasl.password").map(String::as_str), Some("s3cret"));
-        assert_eq!(pass.get("security.protocol").map(String::as_str), Some("SASL_SSL"));
-        assert_eq!(pass.get("fetch.min.bytes").map(String::as_str), Some("1024"));
+        assert_eq!(
+            pass.get("sasl.password").map(String::as_str),
+            Some("s3cret")
+        );
+        assert_eq!(
+            pass.get("security.protocol").map(String::as_str),
+            Some("SASL_SSL")
+        );
+        assert_eq!(
+            pass.get("fetch.min.bytes").map(String::as_str),
+            Some("1024")
+        );
     }
 
     #[test]
     fn forced_key_from_env_is_refused() {
-        let msg = Config::from_layers(None, env(&[("ORDERLY_KAFKA__LIBRDKAFKA__ENABLE_AUTO_COMMIT", "true")]))
-            .unwrap_err()
-            .to_string();
-        assert!(msg.contains("enable.auto.commit") && msg.contains("cannot be passed through"), "{msg}");
+        let msg = Config::from_layers(
+            None,
+            env(&[("ORDERLY_KAFKA__LIBRDKAFKA__ENABLE_AUTO_COMMIT", "true")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("enable.auto.commit") && msg.contains("cannot be passed through"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn every_key_the_client_builders_force_is_refused() {
         // acks and enable.partition.eof were forced by the builders but once
         // accepted here, shown by `config show`, and silently overridden.
-        for key in ["acks", "enable.partition.eof", "group.protocol", "partition.assignment.strategy"] {
-            let var = format!("ORDERLY_KAFKA__LIBRDKAFKA__{}", key.replace('.', "_").to_uppercase());
-            let msg = Config::from_layers(None, env(&[(&var, "1")])).unwrap_err().to_string();
-            assert!(msg.contains(key) && msg.contains("cannot be passed through"), "{key}: {msg}");
+        for key in [
+            "acks",
+            "enable.partition.eof",
+            "group.protocol",
+            "partition.assignment.strategy",
+        ] {
+            let var = format!(
+                "ORDERLY_KAFKA__LIBRDKAFKA__{}",
+                key.replace('.', "_").to_uppercase()
+            );
+            let msg = Config::from_layers(None, env(&[(&var, "1")]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains(key) && msg.contains("cannot be passed through"),
+                "{key}: {msg}"
+            );
         }
     }
 
     #[test]
     fn exactly_once_needs_the_changelog() {
-        assert_eq!(Config::defaults().unwrap().processing.guarantee, Guarantee::AtLeastOnce);
-        let c = Config::from_layers(None, env(&[("ORDERLY_PROCESSING__GUARANTEE", "exactly_once")])).unwrap();
+        assert_eq!(
+            Config::defaults().unwrap().processing.guarantee,
+            Guarantee::AtLeastOnce
+        );
+        let c = Config::from_layers(
+            None,
+            env(&[("ORDERLY_PROCESSING__GUARANTEE", "exactly_once")]),
+        )
+        .unwrap();
         assert_eq!(c.processing.guarantee, Guarantee::ExactlyOnce);
         let msg = Config::from_layers(
             None,
-            env(&[("ORDERLY_PROCESSING__GUARANTEE", "exactly_once"), ("ORDERLY_KAFKA__CHANGELOG_TOPIC", "")]),
+            env(&[
+                ("ORDERLY_PROCESSING__GUARANTEE", "exactly_once"),
+                ("ORDERLY_KAFKA__CHANGELOG_TOPIC", ""),
+            ]),
         )
         .unwrap_err()
         .to_string();
-        assert!(msg.contains("processing.guarantee") && msg.contains("kafka.changelog_topic"), "{msg}");
-        let msg = Config::from_layers(None, env(&[("ORDERLY_PROCESSING__GUARANTEE", "exactly_twice")])).unwrap_err().to_string();
-        assert!(msg.contains("at_least_once") && msg.contains("exactly_once"), "{msg}");
+        assert!(
+            msg.contains("processing.guarantee") && msg.contains("kafka.changelog_topic"),
+            "{msg}"
+        );
+        let msg = Config::from_layers(
+            None,
+            env(&[("ORDERLY_PROCESSING__GUARANTEE", "exactly_twice")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("at_least_once") && msg.contains("exactly_once"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn group_protocol_is_classic_or_consumer() {
-        assert_eq!(Config::defaults().unwrap().kafka.group_protocol, GroupProtocol::Classic);
-        let c = Config::from_layers(None, env(&[("ORDERLY_KAFKA__GROUP_PROTOCOL", "consumer")])).unwrap();
+        assert_eq!(
+            Config::defaults().unwrap().kafka.group_protocol,
+            GroupProtocol::Classic
+        );
+        let c = Config::from_layers(None, env(&[("ORDERLY_KAFKA__GROUP_PROTOCOL", "consumer")]))
+            .unwrap();
         assert_eq!(c.kafka.group_protocol, GroupProtocol::Consumer);
-        let msg = Config::from_layers(None, env(&[("ORDERLY_KAFKA__GROUP_PROTOCOL", "kip848")])).unwrap_err().to_string();
-        assert!(msg.contains("kafka.group_protocol") && msg.contains("classic") && msg.contains("consumer"), "{msg}");
+        let msg = Config::from_layers(None, env(&[("ORDERLY_KAFKA__GROUP_PROTOCOL", "kip848")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("kafka.group_protocol")
+                && msg.contains("classic")
+                && msg.contains("consumer"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -916,7 +1187,9 @@ mod tests {
             ("ORDERLY_KAFKA__GROUP_ID__X", "no keys below it"),
             ("ORDERLY_KAFKA__", "empty name part"),
         ] {
-            let msg = Config::from_layers(None, env(&[(var, "v")])).unwrap_err().to_string();
+            let msg = Config::from_layers(None, env(&[(var, "v")]))
+                .unwrap_err()
+                .to_string();
             assert!(msg.contains(var) && msg.contains(want), "{var}: {msg}");
         }
         // Variables without `__` are not settings.
@@ -941,7 +1214,10 @@ mod tests {
                 ("ORDERLY_KAFKA__LIBRDKAFKA__SASL_JAAS_CONFIG", "jaas-secret"),
                 ("ORDERLY_KAFKA__LIBRDKAFKA__SSL_KEY_PEM", "pem-secret"),
                 ("ORDERLY_KAFKA__LIBRDKAFKA__SASL_USERNAME", "alice"),
-                ("ORDERLY_REGISTRY__URL", "https://bob:pw-secret@registry:8081/base"),
+                (
+                    "ORDERLY_REGISTRY__URL",
+                    "https://bob:pw-secret@registry:8081/base",
+                ),
             ]),
         )
         .unwrap();
@@ -949,14 +1225,20 @@ mod tests {
         for secret in ["hunter2", "jaas-secret", "pem-secret", "pw-secret"] {
             assert!(!text.contains(secret), "{secret} shown:\n{text}");
         }
-        assert!(text.contains("alice") && text.contains("https://bob:<redacted>@registry:8081/base"), "{text}");
+        assert!(
+            text.contains("alice") && text.contains("https://bob:<redacted>@registry:8081/base"),
+            "{text}"
+        );
         assert_eq!(text.matches(REDACTED).count(), 4, "{text}");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shown.toml");
         std::fs::write(&path, &text).unwrap();
         let again = Config::from_layers(Some(&path), env(&[])).unwrap();
         assert_eq!(again.kafka.group_id, c.kafka.group_id);
-        assert_eq!(again.processing.batch_max_records, c.processing.batch_max_records);
+        assert_eq!(
+            again.processing.batch_max_records,
+            c.processing.batch_max_records
+        );
     }
 
     #[test]

@@ -30,10 +30,12 @@ pub enum Needs {
 /// carries the version of its original.
 pub fn needs(state: Option<&OrderState>, event: &OrderEvent) -> Needs {
     match state {
-        Some(current) if event.version <= current.version => match current.inbox.slot(event.version) {
-            InboxSlot::Chunk(first_version) => Needs::Chunk(first_version),
-            InboxSlot::Recent(_) | InboxSlot::Absent => Needs::Nothing,
-        },
+        Some(current) if event.version <= current.version => {
+            match current.inbox.slot(event.version) {
+                InboxSlot::Chunk(first_version) => Needs::Chunk(first_version),
+                InboxSlot::Recent(_) | InboxSlot::Absent => Needs::Nothing,
+            }
+        }
         _ => Needs::Nothing,
     }
 }
@@ -45,8 +47,15 @@ pub fn needs(state: Option<&OrderState>, event: &OrderEvent) -> Needs {
 /// The inbox check comes first so redeliveries are counted as duplicates,
 /// not as stale; a redelivery whose entry expired is still caught by the
 /// version check and counted stale.
-pub fn decide(state: Option<&OrderState>, entry: Option<&InboxEntry>, event: &OrderEvent, horizon_ms: i64) -> Decision {
-    let Some(current) = state else { return Decision::Apply };
+pub fn decide(
+    state: Option<&OrderState>,
+    entry: Option<&InboxEntry>,
+    event: &OrderEvent,
+    horizon_ms: i64,
+) -> Decision {
+    let Some(current) = state else {
+        return Decision::Apply;
+    };
     if event.version > current.version {
         return Decision::Apply;
     }
@@ -77,13 +86,26 @@ pub struct InboxSpill {
 /// Applies `event` (decided [`Decision::Apply`]) to the order's state in
 /// place: the event's carried state, its id appended to the inbox. Takes the
 /// event by value so its strings move into the state.
-pub(crate) fn apply_in_place(state: &mut OrderState, event: OrderEvent, now_ms: i64, retention_ms: i64) -> InboxSpill {
+pub(crate) fn apply_in_place(
+    state: &mut OrderState,
+    event: OrderEvent,
+    now_ms: i64,
+    retention_ms: i64,
+) -> InboxSpill {
     debug_assert_eq!(state.order_id, event.order_id);
     let horizon = now_ms.saturating_sub(retention_ms);
-    let entry = InboxEntry { version: event.version, id_hash: event_id_hash(&event.event_id), applied_at_ms: now_ms };
+    let entry = InboxEntry {
+        version: event.version,
+        id_hash: event_id_hash(&event.event_id),
+        applied_at_ms: now_ms,
+    };
     let (chunk, expired) = state.inbox.push(entry, horizon);
     state.version = event.version;
-    state.order = Order { status: event.event_type, amount: event.amount, currency: event.currency };
+    state.order = Order {
+        status: event.event_type,
+        amount: event.amount,
+        currency: event.currency,
+    };
     state.event_id = event.event_id;
     state.occurred_at = event.occurred_at;
     InboxSpill { chunk, expired }
@@ -91,13 +113,22 @@ pub(crate) fn apply_in_place(state: &mut OrderState, event: OrderEvent, now_ms: 
 
 /// The state after applying `event` (decided [`Decision::Apply`]) to
 /// `state`, or the order's first state.
-pub fn apply(state: Option<OrderState>, event: OrderEvent, now_ms: i64, retention_ms: i64) -> (OrderState, InboxSpill) {
+pub fn apply(
+    state: Option<OrderState>,
+    event: OrderEvent,
+    now_ms: i64,
+    retention_ms: i64,
+) -> (OrderState, InboxSpill) {
     let mut state = match state {
         Some(state) => state,
         None => OrderState {
             order_id: event.order_id.clone(),
             version: 0,
-            order: Order { status: event.event_type, amount: 0, currency: String::new() },
+            order: Order {
+                status: event.event_type,
+                amount: 0,
+                currency: String::new(),
+            },
             event_id: String::new(),
             occurred_at: 0,
             inbox: Inbox::default(),
@@ -120,7 +151,9 @@ pub fn step(
     let horizon = now_ms.saturating_sub(retention_ms);
     let entry = match needs(state.as_ref(), &event) {
         Needs::Nothing => recent_entry(state.as_ref(), &event),
-        Needs::Chunk(first) => chunk(first).and_then(|c| c.into_iter().find(|e| e.version == event.version)),
+        Needs::Chunk(first) => {
+            chunk(first).and_then(|c| c.into_iter().find(|e| e.version == event.version))
+        }
     };
     let decision = decide(state.as_ref(), entry.as_ref(), &event, horizon);
     if decision != Decision::Apply {
@@ -162,13 +195,19 @@ mod tests {
     impl Order {
         fn step(&mut self, event: OrderEvent, now: i64, retention: i64) -> Decision {
             let chunks = &self.chunks;
-            let (decision, state, spill) = step(self.state.take(), event, now, retention, |first| chunks.get(&first).cloned());
+            let (decision, state, spill) =
+                step(self.state.take(), event, now, retention, |first| {
+                    chunks.get(&first).cloned()
+                });
             self.state = state;
             if let Some(chunk) = spill.chunk {
                 self.chunks.insert(chunk[0].version, chunk);
             }
             for first in spill.expired {
-                assert!(self.chunks.remove(&first).is_some(), "expired chunk {first} existed");
+                assert!(
+                    self.chunks.remove(&first).is_some(),
+                    "expired chunk {first} existed"
+                );
             }
             decision
         }
@@ -221,7 +260,11 @@ mod tests {
         }
         assert!(o.chunks.len() >= 6);
         for v in [1, 31, 32, 33, 100, 199, 200] {
-            assert_eq!(o.step(event(v), 300, DAY_MS), Decision::Duplicate, "version {v}");
+            assert_eq!(
+                o.step(event(v), 300, DAY_MS),
+                Decision::Duplicate,
+                "version {v}"
+            );
         }
         // The state value stays small: chunked entries are not in it.
         assert!(o.state.as_ref().unwrap().inbox.recent.len() < crate::event::INBOX_CHUNK);

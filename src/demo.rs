@@ -114,7 +114,10 @@ pub struct ExpectedCounts {
 impl DemoSummary {
     /// True when every guarantee the demo checks holds.
     pub fn passed(&self) -> bool {
-        self.counts_match_expected && self.outcomes_add_up && self.state_matches_expected && self.outbox_matches_expected
+        self.counts_match_expected
+            && self.outcomes_add_up
+            && self.state_matches_expected
+            && self.outbox_matches_expected
     }
 }
 
@@ -154,8 +157,14 @@ impl From<rdkafka::error::KafkaError> for DemoError {
 /// librdkafka's mock cluster keeps at most 5 MiB or 100,000 record batches
 /// per partition and silently deletes older ones; a demo over a truncated topic
 /// would prove nothing, so it stops here.
-pub(crate) fn check_mock_retention(bootstrap: &str, topic: &str, partitions: i32) -> Result<(), DemoError> {
-    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
+pub(crate) fn check_mock_retention(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<(), DemoError> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
     for partition in 0..partitions {
         let (low, _) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(5))?;
         if low > 0 {
@@ -181,7 +190,11 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     let registry = Registry::memory();
     let encoder = Encoder::register(&registry, topic).await?;
     let (records, expected) = plan(&options.workload, &encoder)?;
-    info!(records = records.len(), orders = options.workload.orders, "workload planned");
+    info!(
+        records = records.len(),
+        orders = options.workload.orders,
+        "workload planned"
+    );
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
         .set("enable.idempotence", "true")
@@ -195,7 +208,10 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     let store_path = match &options.store_dir {
         Some(dir) => dir.clone(),
         None => {
-            temp = tempfile::Builder::new().prefix("orderly-demo-").tempdir().map_err(DemoError::TempDir)?;
+            temp = tempfile::Builder::new()
+                .prefix("orderly-demo-")
+                .tempdir()
+                .map_err(DemoError::TempDir)?;
             temp.path().join("store")
         }
     };
@@ -215,24 +231,46 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     let (timing, caught_up) = watch_progress(store.clone(), ends, Instant::now(), options.timeout);
     let commit_interval_ms = config.processing.commit_interval_ms;
     let exactly_once = config.processing.guarantee == crate::config::Guarantee::ExactlyOnce;
-    let report = Processor::new(config, store.clone(), registry).run(caught_up).await?;
+    let report = Processor::new(config, store.clone(), registry)
+        .run(caught_up)
+        .await?;
     let timing = timing.lock().ok().and_then(|t| *t);
-    let timing = timing.unwrap_or(Timing { join: options.timeout, elapsed: options.timeout });
+    let timing = timing.unwrap_or(Timing {
+        join: options.timeout,
+        elapsed: options.timeout,
+    });
 
-    let mut summary =
-        summarize(&store, &expected, options.workload.orders, options.partitions, dlq_records(&bootstrap, dlq_topic)?, timing)?;
+    let mut summary = summarize(
+        &store,
+        &expected,
+        options.workload.orders,
+        options.partitions,
+        dlq_records(&bootstrap, dlq_topic)?,
+        timing,
+    )?;
     summary.decide_seconds = report.decide_seconds;
-    summary.events_per_second = rate(summary.consumed, Duration::from_secs_f64(report.decide_seconds));
+    summary.events_per_second = rate(
+        summary.consumed,
+        Duration::from_secs_f64(report.decide_seconds),
+    );
     summary.commit_interval_ms = commit_interval_ms;
     let published = outbox_event_ids(&bootstrap, output_topic, options.partitions)?;
-    let wanted: std::collections::HashSet<String> =
-        expected.status_changes.iter().map(|id| crate::outbox::status_event_id(id)).collect();
+    let wanted: std::collections::HashSet<String> = expected
+        .status_changes
+        .iter()
+        .map(|id| crate::outbox::status_event_id(id))
+        .collect();
     let distinct: std::collections::HashSet<&String> = published.iter().collect();
     summary.outbox_records = published.len() as u64;
     summary.outbox_distinct = distinct.len() as u64;
     summary.outbox_expected = wanted.len() as u64;
-    summary.outbox_matches_expected = distinct.len() == wanted.len() && distinct.iter().all(|id| wanted.contains(*id));
-    summary.guarantee = if exactly_once { "exactly_once" } else { "at_least_once" };
+    summary.outbox_matches_expected =
+        distinct.len() == wanted.len() && distinct.iter().all(|id| wanted.contains(*id));
+    summary.guarantee = if exactly_once {
+        "exactly_once"
+    } else {
+        "at_least_once"
+    };
     if exactly_once {
         // Transactions promise more: each status change once, each poison
         // record one letter.
@@ -259,7 +297,10 @@ fn watch_progress(
     ends: BTreeMap<i32, i64>,
     started: Instant,
     timeout: Duration,
-) -> (Arc<Mutex<Option<Timing>>>, impl std::future::Future<Output = ()>) {
+) -> (
+    Arc<Mutex<Option<Timing>>>,
+    impl std::future::Future<Output = ()>,
+) {
     let slot = Arc::new(Mutex::new(None));
     let out = slot.clone();
     let trees_before = store.partitions().len();
@@ -272,7 +313,10 @@ fn watch_progress(
             }
             if covers(&store, &ends) {
                 let elapsed = started.elapsed();
-                let timing = Timing { join: joined.unwrap_or(elapsed), elapsed };
+                let timing = Timing {
+                    join: joined.unwrap_or(elapsed),
+                    elapsed,
+                };
                 if let Ok(mut slot) = slot.lock() {
                     *slot = Some(timing);
                 }
@@ -286,8 +330,14 @@ fn watch_progress(
 
 /// True when every partition's checkpoint has reached its end offset.
 pub fn covers(store: &Store, ends: &BTreeMap<i32, i64>) -> bool {
-    let Ok(checkpoints) = store.checkpoints() else { return false };
-    ends.iter().all(|(partition, end)| checkpoints.iter().any(|(_, p, c)| p == partition && c.next_offset >= *end))
+    let Ok(checkpoints) = store.checkpoints() else {
+        return false;
+    };
+    ends.iter().all(|(partition, end)| {
+        checkpoints
+            .iter()
+            .any(|(_, p, c)| p == partition && c.next_offset >= *end)
+    })
 }
 
 fn summarize(
@@ -299,10 +349,19 @@ fn summarize(
     timing: Timing,
 ) -> Result<DemoSummary, DemoError> {
     let stats = store.stats()?;
-    let sum = |f: fn(&crate::store::Checkpoint) -> u64| stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>();
-    let consumed: u64 = stats.iter().map(|s| (s.checkpoint.next_offset - s.checkpoint.start_offset) as u64).sum();
-    let (applied, duplicates, stale, dead_lettered) =
-        (sum(|c| c.applied), sum(|c| c.duplicates), sum(|c| c.stale), sum(|c| c.dead_lettered));
+    let sum = |f: fn(&crate::store::Checkpoint) -> u64| {
+        stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
+    };
+    let consumed: u64 = stats
+        .iter()
+        .map(|s| (s.checkpoint.next_offset - s.checkpoint.start_offset) as u64)
+        .sum();
+    let (applied, duplicates, stale, dead_lettered) = (
+        sum(|c| c.applied),
+        sum(|c| c.duplicates),
+        sum(|c| c.stale),
+        sum(|c| c.dead_lettered),
+    );
     let mut mismatches = 0usize;
     for (order_id, want) in &expected.states {
         match store.get_order(order_id)? {
@@ -323,7 +382,13 @@ fn summarize(
         stale,
         dead_lettered,
         counts_match_expected: (applied, duplicates, stale, dead_lettered, consumed)
-            == (expected.applied, expected.duplicates, expected.stale, expected.dead_lettered, expected.records),
+            == (
+                expected.applied,
+                expected.duplicates,
+                expected.stale,
+                expected.dead_lettered,
+                expected.records,
+            ),
         outcomes_add_up: applied + duplicates + stale + dead_lettered == consumed,
         expected: ExpectedCounts {
             records: expected.records,
@@ -361,11 +426,17 @@ fn rate(records: u64, over: Duration) -> f64 {
 }
 
 /// The event ids of every record on the output topic.
-fn outbox_event_ids(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec<String>, DemoError> {
+fn outbox_event_ids(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<Vec<String>, DemoError> {
     use rdkafka::Message;
     let encoder = crate::outbox::OutboxEncoder::with_id(0, "");
-    let consumer: BaseConsumer =
-        ClientConfig::new().set("bootstrap.servers", bootstrap).set("group.id", "orderly-demo-outbox-reader").create()?;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "orderly-demo-outbox-reader")
+        .create()?;
     let mut tpl = rdkafka::TopicPartitionList::new();
     let mut remaining = 0i64;
     for p in 0..partitions {
@@ -381,7 +452,9 @@ fn outbox_event_ids(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec
             remaining -= 1;
             let value = message.payload().map(|p| encoder.decode(p));
             if let Some(Ok(apache_avro::types::Value::Record(fields))) = value {
-                if let Some((_, apache_avro::types::Value::String(id))) = fields.iter().find(|(n, _)| n == "event_id") {
+                if let Some((_, apache_avro::types::Value::String(id))) =
+                    fields.iter().find(|(n, _)| n == "event_id")
+                {
                     ids.push(id.clone());
                 }
             }
@@ -392,7 +465,9 @@ fn outbox_event_ids(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec
 
 /// Records in the dead-letter topic (sum of high watermarks).
 fn dlq_records(bootstrap: &str, dlq_topic: &str) -> Result<i64, DemoError> {
-    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
     let (low, high) = consumer.fetch_watermarks(dlq_topic, 0, Duration::from_secs(5))?;
     Ok(high - low)
 }

@@ -15,7 +15,8 @@ pub enum EventType {
 
 impl EventType {
     /// The Avro enum symbols, in schema order.
-    pub(crate) const SYMBOLS: [&'static str; 5] = ["CREATED", "PAID", "SHIPPED", "DELIVERED", "CANCELLED"];
+    pub(crate) const SYMBOLS: [&'static str; 5] =
+        ["CREATED", "PAID", "SHIPPED", "DELIVERED", "CANCELLED"];
 
     pub fn as_str(self) -> &'static str {
         Self::SYMBOLS[self.index()]
@@ -44,7 +45,10 @@ impl EventType {
     }
 
     pub(crate) fn from_symbol(symbol: &str) -> Option<Self> {
-        Self::SYMBOLS.iter().position(|s| *s == symbol).and_then(Self::from_index)
+        Self::SYMBOLS
+            .iter()
+            .position(|s| *s == symbol)
+            .and_then(Self::from_index)
     }
 }
 
@@ -153,7 +157,11 @@ impl Inbox {
     pub(crate) fn slot(&self, version: i64) -> InboxSlot {
         if let Some(first) = self.recent.first() {
             if version >= first.version {
-                let found = self.recent.binary_search_by_key(&version, |e| e.version).ok().map(|i| self.recent[i]);
+                let found = self
+                    .recent
+                    .binary_search_by_key(&version, |e| e.version)
+                    .ok()
+                    .map(|i| self.recent[i]);
                 return InboxSlot::Recent(found);
             }
         }
@@ -166,24 +174,43 @@ impl Inbox {
     /// Appends the entry of an applied event. Returns the entries that fill a
     /// chunk (to be written under their own key) and the chunks that expired
     /// before `horizon_ms` (to be deleted).
-    pub fn push(&mut self, entry: InboxEntry, horizon_ms: i64) -> (Option<Vec<InboxEntry>>, Vec<i64>) {
-        debug_assert!(self.recent.last().is_none_or(|last| last.version < entry.version));
+    pub fn push(
+        &mut self,
+        entry: InboxEntry,
+        horizon_ms: i64,
+    ) -> (Option<Vec<InboxEntry>>, Vec<i64>) {
+        debug_assert!(self
+            .recent
+            .last()
+            .is_none_or(|last| last.version < entry.version));
         self.recent.push(entry);
         let mut spilled = None;
         if self.recent.len() >= INBOX_CHUNK {
             let full = std::mem::replace(&mut self.recent, Vec::with_capacity(INBOX_CHUNK));
             let (first, last) = (full[0], full[full.len() - 1]);
-            self.chunks.push(ChunkRef { first_version: first.version, last_applied_at_ms: last.applied_at_ms });
+            self.chunks.push(ChunkRef {
+                first_version: first.version,
+                last_applied_at_ms: last.applied_at_ms,
+            });
             spilled = Some(full);
         }
-        let expired = self.chunks.iter().take_while(|c| c.last_applied_at_ms < horizon_ms).count();
-        let dropped = self.chunks.drain(..expired).map(|c| c.first_version).collect();
+        let expired = self
+            .chunks
+            .iter()
+            .take_while(|c| c.last_applied_at_ms < horizon_ms)
+            .count();
+        let dropped = self
+            .chunks
+            .drain(..expired)
+            .map(|c| c.first_version)
+            .collect();
         (spilled, dropped)
     }
 
     /// Rough heap bytes, for the cache budget.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.recent.capacity() * std::mem::size_of::<InboxEntry>() + self.chunks.capacity() * std::mem::size_of::<ChunkRef>()
+        self.recent.capacity() * std::mem::size_of::<InboxEntry>()
+            + self.chunks.capacity() * std::mem::size_of::<ChunkRef>()
     }
 }
 
@@ -275,7 +302,6 @@ impl StateView {
 mod tests {
     use super::*;
 
-
     /// The stored layout did not move when the domain fields were grouped:
     /// a state encodes to the bytes of the flat struct it used to be.
     #[test]
@@ -291,11 +317,22 @@ mod tests {
             occurred_at: i64,
             inbox: &'a Inbox,
         }
-        let inbox = Inbox { recent: vec![InboxEntry { version: 3, id_hash: 7, applied_at_ms: 9 }], chunks: Vec::new() };
+        let inbox = Inbox {
+            recent: vec![InboxEntry {
+                version: 3,
+                id_hash: 7,
+                applied_at_ms: 9,
+            }],
+            chunks: Vec::new(),
+        };
         let state = OrderState {
             order_id: "order-1".into(),
             version: 3,
-            order: Order { status: EventType::Shipped, amount: 1_250, currency: "EUR".into() },
+            order: Order {
+                status: EventType::Shipped,
+                amount: 1_250,
+                currency: "EUR".into(),
+            },
             event_id: "e-3".into(),
             occurred_at: 42,
             inbox: inbox.clone(),
@@ -310,21 +347,42 @@ mod tests {
             occurred_at: 42,
             inbox: &inbox,
         };
-        let (grouped, flat) = (bincode::serialize(&state).expect("encode"), bincode::serialize(&flat).expect("encode"));
+        let (grouped, flat) = (
+            bincode::serialize(&state).expect("encode"),
+            bincode::serialize(&flat).expect("encode"),
+        );
         assert_eq!(grouped, flat);
-        assert_eq!(bincode::deserialize::<OrderState>(&flat).expect("decode"), state);
+        assert_eq!(
+            bincode::deserialize::<OrderState>(&flat).expect("decode"),
+            state
+        );
     }
 
     fn entry(version: i64, at: i64) -> InboxEntry {
-        InboxEntry { version, id_hash: event_id_hash(&format!("e-{version}")), applied_at_ms: at }
+        InboxEntry {
+            version,
+            id_hash: event_id_hash(&format!("e-{version}")),
+            applied_at_ms: at,
+        }
     }
 
     #[test]
     fn ids_of_any_format_hash_to_fixed_width() {
         let a = event_id_hash("5f0c6f2e-0000-4000-8000-000000000001");
-        assert_eq!(a, event_id_hash("5f0c6f2e-0000-4000-8000-000000000001"), "stable");
-        assert_ne!(a, event_id_hash("5F0C6F2E-0000-4000-8000-000000000001"), "case matters: ids are opaque");
-        assert_ne!(event_id_hash("0123456789abcdef0123456789abcdef"), event_id_hash("0123456789abcdef0123456789abcdee"));
+        assert_eq!(
+            a,
+            event_id_hash("5f0c6f2e-0000-4000-8000-000000000001"),
+            "stable"
+        );
+        assert_ne!(
+            a,
+            event_id_hash("5F0C6F2E-0000-4000-8000-000000000001"),
+            "case matters: ids are opaque"
+        );
+        assert_ne!(
+            event_id_hash("0123456789abcdef0123456789abcdef"),
+            event_id_hash("0123456789abcdef0123456789abcdee")
+        );
         // Persisted values: the hash must never change between releases.
         assert_eq!(event_id_hash("evt-7"), xxhash_rust::xxh3::xxh3_64(b"evt-7"));
     }
@@ -348,7 +406,10 @@ mod tests {
             match inbox.slot(v) {
                 InboxSlot::Recent(Some(e)) => assert_eq!(e.version, v),
                 InboxSlot::Chunk(first) => {
-                    let chunk = spilled.iter().find(|c| c[0].version == first).expect("chunk exists");
+                    let chunk = spilled
+                        .iter()
+                        .find(|c| c[0].version == first)
+                        .expect("chunk exists");
                     assert!(chunk.iter().any(|e| e.version == v));
                 }
                 other => panic!("version {v}: {other:?}"),
@@ -396,6 +457,7 @@ pub struct OutboxRecord {
 /// source `event_id`, written as a UUID. The same source event always gives
 /// the same id, whoever re-emits it.
 pub fn status_event_id(source_event_id: &str) -> String {
-    let hash = xxhash_rust::xxh3::xxh3_128_with_seed(source_event_id.as_bytes(), 0x6f72_6465_726c_7921);
+    let hash =
+        xxhash_rust::xxh3::xxh3_128_with_seed(source_event_id.as_bytes(), 0x6f72_6465_726c_7921);
     uuid::Uuid::from_u128(hash).hyphenated().to_string()
 }

@@ -102,7 +102,10 @@ pub(crate) fn hit(point: Point) {
         if point == Point::PanicBatch {
             panic!("fault injection: panic at {}", armed.point);
         }
-        if matches!(point, Point::StopQueued | Point::StopAcked | Point::StopBatched) {
+        if matches!(
+            point,
+            Point::StopQueued | Point::StopAcked | Point::StopBatched
+        ) {
             stop_self(armed.point);
             return;
         }
@@ -130,7 +133,10 @@ pub(crate) fn abort(point: Point) -> ! {
 fn stop_self(point: &str) {
     eprintln!("orderly: fault injection: stopping at {point} (SIGSTOP; resume with SIGCONT)");
     let pid = std::process::id().to_string();
-    match std::process::Command::new("kill").args(["-STOP", pid.as_str()]).status() {
+    match std::process::Command::new("kill")
+        .args(["-STOP", pid.as_str()])
+        .status()
+    {
         Ok(status) if status.success() => eprintln!("orderly: fault injection: resumed at {point}"),
         other => eprintln!("orderly: fault injection: cannot stop at {point}: {other:?}"),
     }

@@ -35,7 +35,11 @@ pub enum DescribeError {
 
 /// Describes `group` with `client`'s connection (any client type can send
 /// admin requests). An unknown or empty group has no members.
-pub(crate) fn describe_group<C: ClientContext>(client: &Client<C>, group: &str, timeout: Duration) -> Result<Vec<GroupMember>, DescribeError> {
+pub(crate) fn describe_group<C: ClientContext>(
+    client: &Client<C>,
+    group: &str,
+    timeout: Duration,
+) -> Result<Vec<GroupMember>, DescribeError> {
     let name = CString::new(group).map_err(|_| DescribeError::BadName(group.to_string()))?;
     let rk = client.native_ptr();
     let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
@@ -47,26 +51,44 @@ pub(crate) fn describe_group<C: ClientContext>(client: &Client<C>, group: &str, 
     // destroyed, and checked for NULL first.
     unsafe {
         let options = Guard(
-            rd::rd_kafka_AdminOptions_new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS),
+            rd::rd_kafka_AdminOptions_new(
+                rk,
+                rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
+            ),
             rd::rd_kafka_AdminOptions_destroy,
         );
         let mut errstr = [0 as std::ffi::c_char; 256];
-        rd::rd_kafka_AdminOptions_set_request_timeout(options.0, timeout_ms, errstr.as_mut_ptr(), errstr.len());
+        rd::rd_kafka_AdminOptions_set_request_timeout(
+            options.0,
+            timeout_ms,
+            errstr.as_mut_ptr(),
+            errstr.len(),
+        );
         let queue = Guard(rd::rd_kafka_queue_new(rk), rd::rd_kafka_queue_destroy);
         let mut groups = [name.as_ptr()];
         rd::rd_kafka_DescribeConsumerGroups(rk, groups.as_mut_ptr(), 1, options.0, queue.0);
         // The request timeout bounds the answer; a little more for the queue.
         let event = rd::rd_kafka_queue_poll(queue.0, timeout_ms.saturating_add(1_000));
         if event.is_null() {
-            return Err(DescribeError::Timeout { group: group.to_string(), timeout });
+            return Err(DescribeError::Timeout {
+                group: group.to_string(),
+                timeout,
+            });
         }
         let event = Guard(event, rd::rd_kafka_event_destroy);
-        if rd::rd_kafka_event_error(event.0) != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return Err(DescribeError::Broker { group: group.to_string(), message: text(rd::rd_kafka_event_error_string(event.0)) });
+        if rd::rd_kafka_event_error(event.0) != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+        {
+            return Err(DescribeError::Broker {
+                group: group.to_string(),
+                message: text(rd::rd_kafka_event_error_string(event.0)),
+            });
         }
         let result = rd::rd_kafka_event_DescribeConsumerGroups_result(event.0);
         if result.is_null() {
-            return Err(DescribeError::Broker { group: group.to_string(), message: "no DescribeConsumerGroups result".into() });
+            return Err(DescribeError::Broker {
+                group: group.to_string(),
+                message: "no DescribeConsumerGroups result".into(),
+            });
         }
         let mut count = 0usize;
         let descriptions = rd::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
@@ -82,7 +104,10 @@ pub(crate) fn describe_group<C: ClientContext>(client: &Client<C>, group: &str, 
                 if code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_GROUP_ID_NOT_FOUND {
                     continue;
                 }
-                return Err(DescribeError::Broker { group: group.to_string(), message: text(rd::rd_kafka_error_string(error)) });
+                return Err(DescribeError::Broker {
+                    group: group.to_string(),
+                    message: text(rd::rd_kafka_error_string(error)),
+                });
             }
             for m in 0..rd::rd_kafka_ConsumerGroupDescription_member_count(description) {
                 let member = rd::rd_kafka_ConsumerGroupDescription_member(description, m);

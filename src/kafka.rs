@@ -66,7 +66,10 @@ pub fn consumer_config(config: &Config) -> ClientConfig {
         client
             .set("group.protocol", "classic")
             .set("partition.assignment.strategy", "cooperative-sticky")
-            .set("session.timeout.ms", config.kafka.session_timeout_ms.to_string());
+            .set(
+                "session.timeout.ms",
+                config.kafka.session_timeout_ms.to_string(),
+            );
     } else {
         // KIP-848: the broker assigns (incrementally, like cooperative-sticky)
         // and owns the session timeout and heartbeat interval; librdkafka
@@ -184,8 +187,14 @@ pub fn changelog_producer_config(config: &Config) -> ClientConfig {
 /// `acks=all`, a short linger like the changelog's, and a transaction
 /// timeout that lets the broker abort a crashed owner's open transaction
 /// within 30 s even if no new owner fences it sooner.
-pub(crate) fn transactional_producer_config(config: &Config, transactional_id: &str) -> ClientConfig {
-    let mut client = producer_with_defaults(config, &[("linger.ms", "5"), ("transaction.timeout.ms", "30000")]);
+pub(crate) fn transactional_producer_config(
+    config: &Config,
+    transactional_id: &str,
+) -> ClientConfig {
+    let mut client = producer_with_defaults(
+        config,
+        &[("linger.ms", "5"), ("transaction.timeout.ms", "30000")],
+    );
     client.set("transactional.id", transactional_id);
     client
 }
@@ -200,7 +209,14 @@ pub(crate) fn transactional_producer_config(config: &Config, transactional_id: &
 /// on Apache Kafka with 10 s: version 3, then 2, after a restart of about
 /// 12 s). A longer outage can still do that (see docs/concepts.md, the outbox).
 pub(crate) fn outbox_producer_config(config: &Config) -> ClientConfig {
-    producer_with_defaults(config, &[("linger.ms", "25"), ("message.timeout.ms", "60000"), ("allow.auto.create.topics", "false")])
+    producer_with_defaults(
+        config,
+        &[
+            ("linger.ms", "25"),
+            ("message.timeout.ms", "60000"),
+            ("allow.auto.create.topics", "false"),
+        ],
+    )
 }
 
 fn passthrough(config: &Config) -> ClientConfig {
@@ -232,7 +248,8 @@ pub(crate) fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
             &mut high,
         )
     };
-    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0)
+        .then_some(high)
 }
 
 /// The metadata orderly writes with every offset commit of the input topic
@@ -243,7 +260,10 @@ pub const COMMIT_METADATA: &str = "orderly";
 
 /// A commit list of `topic`'s `(partition, next offset)` pairs, each tagged
 /// with [`COMMIT_METADATA`].
-pub(crate) fn commit_list(topic: &str, offsets: impl IntoIterator<Item = (i32, i64)>) -> rdkafka::error::KafkaResult<rdkafka::TopicPartitionList> {
+pub(crate) fn commit_list(
+    topic: &str,
+    offsets: impl IntoIterator<Item = (i32, i64)>,
+) -> rdkafka::error::KafkaResult<rdkafka::TopicPartitionList> {
     let mut tpl = rdkafka::TopicPartitionList::new();
     for (partition, next_offset) in offsets {
         let mut elem = tpl.add_partition(topic, partition);
@@ -260,7 +280,10 @@ pub(crate) fn commit_list(topic: &str, offsets: impl IntoIterator<Item = (i32, i
 fn try_send<'r, K, P, C>(
     producer: &rdkafka::producer::FutureProducer<C>,
     record: rdkafka::producer::FutureRecord<'r, K, P>,
-) -> Result<Result<rdkafka::producer::DeliveryFuture, rdkafka::producer::FutureRecord<'r, K, P>>, rdkafka::error::KafkaError>
+) -> Result<
+    Result<rdkafka::producer::DeliveryFuture, rdkafka::producer::FutureRecord<'r, K, P>>,
+    rdkafka::error::KafkaError,
+>
 where
     K: rdkafka::message::ToBytes + ?Sized,
     P: rdkafka::message::ToBytes + ?Sized,
@@ -315,20 +338,32 @@ where
             Err(back) => record = back,
         }
         if std::time::Instant::now() >= deadline {
-            return Err(rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull));
+            return Err(rdkafka::error::KafkaError::MessageProduction(
+                rdkafka::types::RDKafkaErrorCode::QueueFull,
+            ));
         }
         std::thread::sleep(QUEUE_POLL);
     }
 }
 
 /// The value of a record's header `name` (the first one), if any.
-pub fn header<'m>(message: &'m rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<&'m [u8]> {
+pub fn header<'m>(
+    message: &'m rdkafka::message::BorrowedMessage<'_>,
+    name: &str,
+) -> Option<&'m [u8]> {
     use rdkafka::message::{Headers, Message};
-    message.headers()?.iter().find(|h| h.key == name).and_then(|h| h.value)
+    message
+        .headers()?
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
 }
 
 /// [`header`] as text (`None` when absent or not UTF-8).
-pub(crate) fn header_str<'m>(message: &'m rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<&'m str> {
+pub(crate) fn header_str<'m>(
+    message: &'m rdkafka::message::BorrowedMessage<'_>,
+    name: &str,
+) -> Option<&'m str> {
     header(message, name).and_then(|v| std::str::from_utf8(v).ok())
 }
 
@@ -357,7 +392,11 @@ mod tests {
     fn forced_settings_win_over_passthrough() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "[kafka.librdkafka]\n\"fetch.min.bytes\" = 1024\n\"client.id\" = \"me\"\n").unwrap();
+        std::fs::write(
+            &path,
+            "[kafka.librdkafka]\n\"fetch.min.bytes\" = 1024\n\"client.id\" = \"me\"\n",
+        )
+        .unwrap();
         let mut config = Config::from_layers(Some(&path), Vec::new()).unwrap();
         // Config validation rejects these keys in the pass-through; inserting
         // them directly proves the client builders force them regardless.
@@ -374,7 +413,10 @@ mod tests {
             ("acks", "1"),
         ];
         for (key, value) in hostile {
-            config.kafka.librdkafka.insert(key.to_string(), toml::Value::String(value.to_string()));
+            config
+                .kafka
+                .librdkafka
+                .insert(key.to_string(), toml::Value::String(value.to_string()));
         }
         let session = config.kafka.session_timeout_ms.to_string();
         let consumer = consumer_config(&config);
@@ -390,9 +432,17 @@ mod tests {
         ] {
             assert_eq!(consumer.get(key), Some(want), "consumer {key} is forced");
         }
-        assert_eq!(consumer.get("fetch.min.bytes"), Some("1024"), "other keys pass through");
+        assert_eq!(
+            consumer.get("fetch.min.bytes"),
+            Some("1024"),
+            "other keys pass through"
+        );
         assert_eq!(consumer.get("client.id"), Some("me"));
-        assert_eq!(consumer.get("fetch.queue.backoff.ms"), Some("10"), "orderly's default");
+        assert_eq!(
+            consumer.get("fetch.queue.backoff.ms"),
+            Some("10"),
+            "orderly's default"
+        );
 
         let producer = producer_config(&config);
         for (key, want) in [
@@ -411,8 +461,16 @@ mod tests {
         config.kafka.group_protocol = GroupProtocol::Consumer;
         let consumer = consumer_config(&config);
         assert_eq!(consumer.get("group.protocol"), Some("consumer"));
-        for key in ["partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms"] {
-            assert_eq!(consumer.get(key), None, "{key} is the broker's under KIP-848 (librdkafka refuses it)");
+        for key in [
+            "partition.assignment.strategy",
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+        ] {
+            assert_eq!(
+                consumer.get(key),
+                None,
+                "{key} is the broker's under KIP-848 (librdkafka refuses it)"
+            );
         }
         assert_eq!(consumer.get("enable.auto.commit"), Some("false"));
         // librdkafka accepts the result: creating the client checks the combination.
@@ -420,13 +478,22 @@ mod tests {
         assert!(created.is_ok(), "{:?}", created.err());
         let classic = consumer_config(&Config::defaults().unwrap());
         assert_eq!(classic.get("group.protocol"), Some("classic"));
-        assert_eq!(classic.get("partition.assignment.strategy"), Some("cooperative-sticky"));
+        assert_eq!(
+            classic.get("partition.assignment.strategy"),
+            Some("cooperative-sticky")
+        );
     }
 
     #[test]
     fn passthrough_can_change_orderly_defaults() {
         let mut config = Config::defaults().unwrap();
-        config.kafka.librdkafka.insert("queued.min.messages".into(), toml::Value::Integer(5000));
-        assert_eq!(consumer_config(&config).get("queued.min.messages"), Some("5000"));
+        config
+            .kafka
+            .librdkafka
+            .insert("queued.min.messages".into(), toml::Value::Integer(5000));
+        assert_eq!(
+            consumer_config(&config).get("queued.min.messages"),
+            Some("5000")
+        );
     }
 }

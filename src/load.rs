@@ -32,7 +32,9 @@ pub async fn produce_planned(
     let mut in_flight: Vec<(usize, DeliveryFuture)> = Vec::with_capacity(10_000);
     for (index, record) in records.iter().enumerate() {
         loop {
-            let future_record = FutureRecord::to(topic).key(record.key.as_str()).payload(record.payload.as_slice());
+            let future_record = FutureRecord::to(topic)
+                .key(record.key.as_str())
+                .payload(record.payload.as_slice());
             match producer.send_result(future_record) {
                 Ok(delivery) => {
                     in_flight.push((index, delivery));
@@ -54,11 +56,18 @@ pub async fn produce_planned(
         }
     }
     settle(&mut in_flight, &mut ends).await?;
-    info!(records = records.len(), elapsed_ms = started.elapsed().as_millis() as u64, "produced");
+    info!(
+        records = records.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "produced"
+    );
     Ok(ends)
 }
 
-async fn settle(in_flight: &mut Vec<(usize, DeliveryFuture)>, ends: &mut BTreeMap<i32, i64>) -> Result<(), LoadError> {
+async fn settle(
+    in_flight: &mut Vec<(usize, DeliveryFuture)>,
+    ends: &mut BTreeMap<i32, i64>,
+) -> Result<(), LoadError> {
     for (index, delivery) in in_flight.drain(..) {
         match delivery.await {
             Ok(Ok(done)) => {

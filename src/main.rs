@@ -310,7 +310,10 @@ impl WorkloadArgs {
             reorder_rate: self.reorder_rate,
             poison_rate: self.poison_rate,
             v1_share: self.v1_share,
-            order_prefix: self.order_prefix.clone().unwrap_or_else(|| format!("order-s{}", self.seed)),
+            order_prefix: self
+                .order_prefix
+                .clone()
+                .unwrap_or_else(|| format!("order-s{}", self.seed)),
             ..Default::default()
         })
     }
@@ -338,15 +341,27 @@ enum StateCommand {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_log_filter(&cli.command)));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(default_log_filter(&cli.command)));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match cli.log_format {
         // Each line carries the current span's fields (a partition task's
         // topic, partition and group) and the spans it is in.
-        LogFormat::Json => logs.json().with_current_span(true).with_span_list(true).init(),
-        LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -366,7 +381,9 @@ fn main() -> std::process::ExitCode {
 
 /// The exit code of a failed command.
 fn exit_for(error: &anyhow::Error) -> Exit {
-    let replay = error.chain().find_map(|cause| cause.downcast_ref::<orderly::replay::ReplayError>());
+    let replay = error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<orderly::replay::ReplayError>());
     if let Some(replay) = replay {
         if matches!(replay, orderly::replay::ReplayError::ActiveMembers { .. }) {
             return Exit::GroupActive;
@@ -406,7 +423,8 @@ fn default_log_filter(command: &Command) -> &'static str {
 async fn refuse_external_resets(config: &Config) -> Result<()> {
     use orderly::replay::ReplayError;
     let config = config.clone();
-    let found = tokio::task::spawn_blocking(move || orderly::replay::check_external_resets(config)).await?;
+    let found =
+        tokio::task::spawn_blocking(move || orderly::replay::check_external_resets(config)).await?;
     match found {
         Ok(()) => Ok(()),
         Err(e @ ReplayError::ExternalReset { .. }) => Err(e.into()),
@@ -459,13 +477,20 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             let store_path = preflight::absolute(&config.store.path);
             tracing::info!(store = %store_path.display(), existing = preflight::store_present(&store_path), "opening the store");
             let store = Store::open(&store_path, config.store.cache_capacity_mb)?;
-            let registry = Registry::http(&config.registry.url, Duration::from_millis(config.registry.timeout_ms))?;
+            let registry = Registry::http(
+                &config.registry.url,
+                Duration::from_millis(config.registry.timeout_ms),
+            )?;
             // Something that answers, but not like a schema registry, is a
             // wrong URL: stop now rather than retry every record. An
             // unreachable registry is waited for record by record.
             match registry.probe().await {
-                Err(e @ orderly::registry::RegistryError::NotARegistry { .. }) => return Err(e.into()),
-                Err(e) => tracing::warn!(error = %e, "schema registry not reachable at start-up; records wait for it"),
+                Err(e @ orderly::registry::RegistryError::NotARegistry { .. }) => {
+                    return Err(e.into())
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "schema registry not reachable at start-up; records wait for it")
+                }
                 Ok(()) => {}
             }
             schema_guard(&config, &registry).await?;
@@ -477,7 +502,10 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             // The endpoint answers from start-up on (/healthz, /readyz say
             // what the processor is doing), and stops once it has.
             let server = match http {
-                Some(address) => Some(orderly::http::serve(orderly::http::bind(address)?, &processor)?),
+                Some(address) => Some(orderly::http::serve(
+                    orderly::http::bind(address)?,
+                    &processor,
+                )?),
                 None => None,
             };
             let result = processor.run(shutdown).await;
@@ -487,8 +515,13 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             let report = result?;
             // This run's decisions, and what the store holds over every run
             // (the durable counters of this instance's checkpoints).
-            let held: orderly::outcomes::Outcomes =
-                kept.checkpoints().unwrap_or_default().into_iter().filter(|(t, _, _)| *t == input_topic).map(|(_, _, c)| c.counts()).sum();
+            let held: orderly::outcomes::Outcomes = kept
+                .checkpoints()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(t, _, _)| *t == input_topic)
+                .map(|(_, _, c)| c.counts())
+                .sum();
             let report = report.outcomes;
             tracing::info!(
                 "exiting: this run decided applied={} duplicates={} stale={} dead_lettered={}; this store holds, over all runs, \
@@ -504,7 +537,17 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             );
             Ok(Exit::Success)
         }
-        Command::Replay { to_earliest, to_latest, to_offset, to_datetime, shift_by, partitions, reset_state, dry_run, json } => {
+        Command::Replay {
+            to_earliest,
+            to_latest,
+            to_offset,
+            to_datetime,
+            shift_by,
+            partitions,
+            reset_state,
+            dry_run,
+            json,
+        } => {
             use orderly::replay::{table, Replay, ReplayOptions, Target};
             let target = match (to_earliest, to_latest, to_offset, to_datetime, shift_by) {
                 (true, ..) => Target::Earliest,
@@ -521,17 +564,28 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
                 _ => return Err(UsageError("choose one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by".into()).into()),
             };
             let config = load_config()?;
-            let options = ReplayOptions { target, partitions, reset_state };
-            let replay = tokio::task::spawn_blocking(move || Replay::new(config, options)).await??;
+            let options = ReplayOptions {
+                target,
+                partitions,
+                reset_state,
+            };
+            let replay =
+                tokio::task::spawn_blocking(move || Replay::new(config, options)).await??;
             let replay = std::sync::Arc::new(replay);
             let planner = replay.clone();
-            let rows = tokio::task::spawn_blocking(move || -> Result<_, orderly::replay::ReplayError> {
-                planner.check_no_members()?;
-                planner.plan()
-            })
-            .await??;
+            let rows =
+                tokio::task::spawn_blocking(move || -> Result<_, orderly::replay::ReplayError> {
+                    planner.check_no_members()?;
+                    planner.plan()
+                })
+                .await??;
             if json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "dry_run": dry_run, "reset_state": reset_state, "partitions": rows }))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "dry_run": dry_run, "reset_state": reset_state, "partitions": rows })
+                    )?
+                );
             } else {
                 print!("{}", table(&rows));
             }
@@ -548,7 +602,12 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             }
             Ok(Exit::Success)
         }
-        Command::Demo { json, store_dir, partitions, workload } => {
+        Command::Demo {
+            json,
+            store_dir,
+            partitions,
+            workload,
+        } => {
             if !(1..=256).contains(&partitions) {
                 bail!("--partitions must be between 1 and 256");
             }
@@ -568,20 +627,40 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             } else {
                 print!("{}", summary.table());
             }
-            Ok(if summary.passed() { Exit::Success } else { Exit::DemoMismatch })
+            Ok(if summary.passed() {
+                Exit::Success
+            } else {
+                Exit::DemoMismatch
+            })
         }
-        Command::Produce { workload, events_per_order, shape, id_format, expect_out } => {
-            let spec = WorkloadSpec { events_per_order, shape, id_format, ..workload.spec()? };
+        Command::Produce {
+            workload,
+            events_per_order,
+            shape,
+            id_format,
+            expect_out,
+        } => {
+            let spec = WorkloadSpec {
+                events_per_order,
+                shape,
+                id_format,
+                ..workload.spec()?
+            };
             let config = load_config()?;
-            let registry = Registry::http(&config.registry.url, Duration::from_millis(config.registry.timeout_ms))?;
+            let registry = Registry::http(
+                &config.registry.url,
+                Duration::from_millis(config.registry.timeout_ms),
+            )?;
             let encoder = Encoder::register(&registry, &config.kafka.input_topic)
                 .await
                 .with_context(|| format!("registering schemas at {}", config.registry.url))?;
             let (records, expected) = plan(&spec, &encoder)?;
             if let Some(path) = &expect_out {
-                std::fs::write(path, serde_json::to_vec(&expected)?).with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(path, serde_json::to_vec(&expected)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
             }
-            let producer: FutureProducer = producer_config(&config).set("linger.ms", "5").create()?;
+            let producer: FutureProducer =
+                producer_config(&config).set("linger.ms", "5").create()?;
             let ends = produce_planned(&producer, &config.kafka.input_topic, &records).await?;
             println!(
                 "{}",
@@ -600,30 +679,51 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             let config = load_config()?;
             dlq_command(config, command).await
         }
-        Command::Config { command: ConfigCommand::Show } => {
+        Command::Config {
+            command: ConfigCommand::Show,
+        } => {
             let config = load_config()?;
             print!("{}", show_config(&config, cli.config.as_deref())?);
             Ok(Exit::Success)
         }
-        Command::Config { command: ConfigCommand::Check { timeout_ms } } => {
+        Command::Config {
+            command: ConfigCommand::Check { timeout_ms },
+        } => {
             let config = match Config::load(cli.config.as_deref()) {
                 Ok(config) => config,
                 Err(e) => {
-                    println!("{}", Check::fail("config", format!("{e}: fix it, then check again")));
+                    println!(
+                        "{}",
+                        Check::fail("config", format!("{e}: fix it, then check again"))
+                    );
                     return Ok(Exit::Config);
                 }
             };
-            println!("{}", Check::ok("config", config_sources(cli.config.as_deref())));
-            let checks = preflight::check_all_reporting(&config, Duration::from_millis(timeout_ms), |check| println!("{check}")).await;
-            Ok(if checks.iter().all(|c| c.ok) { Exit::Success } else { Exit::CheckFailed })
+            println!(
+                "{}",
+                Check::ok("config", config_sources(cli.config.as_deref()))
+            );
+            let checks = preflight::check_all_reporting(
+                &config,
+                Duration::from_millis(timeout_ms),
+                |check| println!("{check}"),
+            )
+            .await;
+            Ok(if checks.iter().all(|c| c.ok) {
+                Exit::Success
+            } else {
+                Exit::CheckFailed
+            })
         }
     }
 }
 
 /// The names (not the values) of the environment variables that set keys.
 fn env_setting_names() -> Vec<String> {
-    let mut names: Vec<String> =
-        std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| k.starts_with(ENV_PREFIX) && k.contains("__")).collect();
+    let mut names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with(ENV_PREFIX) && k.contains("__"))
+        .collect();
     names.sort();
     names
 }
@@ -728,19 +828,47 @@ fn state_command(store: &Store, command: StateCommand) -> Result<Exit> {
             } else {
                 println!(
                     "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7}",
-                    "topic", "partition", "next_offset", "orders", "applied", "dups", "stale", "dead", "replayed", "skipped", "outbox"
+                    "topic",
+                    "partition",
+                    "next_offset",
+                    "orders",
+                    "applied",
+                    "dups",
+                    "stale",
+                    "dead",
+                    "replayed",
+                    "skipped",
+                    "outbox"
                 );
                 for s in &stats {
                     let c = &s.checkpoint;
                     println!(
                         "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7}",
-                        s.topic, s.partition, c.next_offset, s.orders, c.applied, c.duplicates, c.stale, c.dead_lettered, c.replayed, c.skipped,
+                        s.topic,
+                        s.partition,
+                        c.next_offset,
+                        s.orders,
+                        c.applied,
+                        c.duplicates,
+                        c.stale,
+                        c.dead_lettered,
+                        c.replayed,
+                        c.skipped,
                         s.outbox_pending
                     );
                 }
                 println!(
                     "{:<20} {:>9} {:>12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7}",
-                    "total", "", "", orders, total.applied, total.duplicates, total.stale, total.dead_lettered, total.replayed, total.skipped,
+                    "total",
+                    "",
+                    "",
+                    orders,
+                    total.applied,
+                    total.duplicates,
+                    total.stale,
+                    total.dead_lettered,
+                    total.replayed,
+                    total.skipped,
                     outbox_pending
                 );
             }
@@ -754,7 +882,8 @@ fn state_command(store: &Store, command: StateCommand) -> Result<Exit> {
 async fn dlq_command(config: Config, command: DlqCommand) -> Result<Exit> {
     match command {
         DlqCommand::List { limit, json } => {
-            let listing = tokio::task::spawn_blocking(move || redrive::list(&config, limit)).await??;
+            let listing =
+                tokio::task::spawn_blocking(move || redrive::list(&config, limit)).await??;
             if json {
                 println!("{}", serde_json::to_string_pretty(&listing.letters)?);
             } else {
@@ -762,10 +891,25 @@ async fn dlq_command(config: Config, command: DlqCommand) -> Result<Exit> {
             }
             Ok(Exit::Success)
         }
-        DlqCommand::Replay { all, source, dry_run, max_redrives, json } => {
-            let selection = if all { Selection::All } else { Selection::Sources(source) };
-            let request = ReplayRequest { selection, dry_run, max_redrives };
-            let report = tokio::task::spawn_blocking(move || redrive::replay(&config, &request)).await??;
+        DlqCommand::Replay {
+            all,
+            source,
+            dry_run,
+            max_redrives,
+            json,
+        } => {
+            let selection = if all {
+                Selection::All
+            } else {
+                Selection::Sources(source)
+            };
+            let request = ReplayRequest {
+                selection,
+                dry_run,
+                max_redrives,
+            };
+            let report =
+                tokio::task::spawn_blocking(move || redrive::replay(&config, &request)).await??;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -774,7 +918,11 @@ async fn dlq_command(config: Config, command: DlqCommand) -> Result<Exit> {
                 }
                 println!("{}", report.summary());
             }
-            Ok(if report.not_found.is_empty() { Exit::Success } else { Exit::NotFound })
+            Ok(if report.not_found.is_empty() {
+                Exit::Success
+            } else {
+                Exit::NotFound
+            })
         }
     }
 }

@@ -75,7 +75,8 @@ impl AtomicOutcomes {
         self.applied.fetch_add(o.applied, Ordering::Relaxed);
         self.duplicates.fetch_add(o.duplicates, Ordering::Relaxed);
         self.stale.fetch_add(o.stale, Ordering::Relaxed);
-        self.dead_lettered.fetch_add(o.dead_lettered, Ordering::Relaxed);
+        self.dead_lettered
+            .fetch_add(o.dead_lettered, Ordering::Relaxed);
     }
 
     pub fn set(&self, o: &Outcomes) {
@@ -102,11 +103,27 @@ mod tests {
     #[test]
     fn outcomes_add_up() {
         let mut a = Outcomes::default();
-        for d in [Decision::Apply, Decision::Apply, Decision::Duplicate, Decision::Stale] {
+        for d in [
+            Decision::Apply,
+            Decision::Apply,
+            Decision::Duplicate,
+            Decision::Stale,
+        ] {
             a.count(d);
         }
-        let b = Outcomes { dead_lettered: 2, ..Outcomes::default() };
-        assert_eq!(a + b, Outcomes { applied: 2, duplicates: 1, stale: 1, dead_lettered: 2 });
+        let b = Outcomes {
+            dead_lettered: 2,
+            ..Outcomes::default()
+        };
+        assert_eq!(
+            a + b,
+            Outcomes {
+                applied: 2,
+                duplicates: 1,
+                stale: 1,
+                dead_lettered: 2
+            }
+        );
         assert_eq!([a, b].into_iter().sum::<Outcomes>().total(), 6);
         let shared = AtomicOutcomes::default();
         shared.add(&a);

@@ -40,17 +40,40 @@ const REFUSED_FOR_NOW: [RDKafkaErrorCode; 4] = [
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("cannot create a consumer of {topic} partition {partition}: {cause}")]
-    Client { topic: String, partition: i32, cause: KafkaError },
+    Client {
+        topic: String,
+        partition: i32,
+        cause: KafkaError,
+    },
     #[error("cannot read the offsets of {topic} partition {partition}: {cause}")]
-    Watermarks { topic: String, partition: i32, cause: KafkaError },
+    Watermarks {
+        topic: String,
+        partition: i32,
+        cause: KafkaError,
+    },
     #[error("cannot assign {topic} partition {partition} at offset {offset}: {cause}")]
-    Assign { topic: String, partition: i32, offset: i64, cause: KafkaError },
+    Assign {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        cause: KafkaError,
+    },
     #[error("cannot read the consumer's position in {topic} partition {partition}: {cause}")]
-    Position { topic: String, partition: i32, cause: KafkaError },
+    Position {
+        topic: String,
+        partition: i32,
+        cause: KafkaError,
+    },
     #[error("reading {topic} partition {partition} was cancelled")]
     Cancelled { topic: String, partition: i32 },
     #[error("reading {topic} partition {partition} stopped at offset {at}, before its end offset {end}: no record for {waited_s} s")]
-    Stalled { topic: String, partition: i32, at: i64, end: i64, waited_s: u64 },
+    Stalled {
+        topic: String,
+        partition: i32,
+        at: i64,
+        end: i64,
+        waited_s: u64,
+    },
 }
 
 impl ReadError {
@@ -58,7 +81,9 @@ impl ReadError {
     /// ([`REFUSED_FOR_NOW`]), no broker reachable, a request timed out. A
     /// read that failed so can be started again.
     pub(crate) fn is_transient(&self) -> bool {
-        let (ReadError::Watermarks { cause, .. } | ReadError::Assign { cause, .. } | ReadError::Position { cause, .. }) = self
+        let (ReadError::Watermarks { cause, .. }
+        | ReadError::Assign { cause, .. }
+        | ReadError::Position { cause, .. }) = self
         else {
             return false;
         };
@@ -100,16 +125,22 @@ impl std::ops::Deref for Closing {
 
     fn deref(&self) -> &BaseConsumer {
         // Taken only by `drop` below.
-        self.0.as_ref().expect("a reader's consumer is present until the reader is dropped")
+        self.0
+            .as_ref()
+            .expect("a reader's consumer is present until the reader is dropped")
     }
 }
 
 impl Drop for Closing {
     fn drop(&mut self) {
-        let Some(consumer) = self.0.take() else { return };
+        let Some(consumer) = self.0.take() else {
+            return;
+        };
         // When no thread can be started, the consumer closes here, on the
         // caller's thread, as it would have without this.
-        let _ = std::thread::Builder::new().name("reader-close".into()).spawn(move || drop(consumer));
+        let _ = std::thread::Builder::new()
+            .name("reader-close".into())
+            .spawn(move || drop(consumer));
     }
 }
 
@@ -130,16 +161,36 @@ pub(crate) struct PartitionReader<'a> {
 impl PartitionReader<'static> {
     /// A reader of `topic` partition `partition` with `client`'s settings;
     /// it warns every 15 s of a stalled read and is not cancellable.
-    pub(crate) fn new(client: &ClientConfig, topic: &str, partition: i32) -> Result<Self, ReadError> {
-        let consumer = client.create().map_err(|cause| ReadError::Client { topic: topic.into(), partition, cause })?;
-        Ok(PartitionReader { consumer: Closing(Some(consumer)), topic: topic.into(), partition, cancel: None, stall: Stall::Warn(Duration::from_secs(15)) })
+    pub(crate) fn new(
+        client: &ClientConfig,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Self, ReadError> {
+        let consumer = client.create().map_err(|cause| ReadError::Client {
+            topic: topic.into(),
+            partition,
+            cause,
+        })?;
+        Ok(PartitionReader {
+            consumer: Closing(Some(consumer)),
+            topic: topic.into(),
+            partition,
+            cancel: None,
+            stall: Stall::Warn(Duration::from_secs(15)),
+        })
     }
 }
 
 impl<'a> PartitionReader<'a> {
     /// The same reader, stopped with [`ReadError::Cancelled`] once `cancel` is set.
     pub(crate) fn cancelled_by<'b>(self, cancel: &'b AtomicBool) -> PartitionReader<'b> {
-        PartitionReader { consumer: self.consumer, topic: self.topic, partition: self.partition, cancel: Some(cancel), stall: self.stall }
+        PartitionReader {
+            consumer: self.consumer,
+            topic: self.topic,
+            partition: self.partition,
+            cancel: Some(cancel),
+            stall: self.stall,
+        }
     }
 
     /// The same reader with another [`Stall`] policy.
@@ -170,15 +221,24 @@ impl<'a> PartitionReader<'a> {
         let mut wait = FIRST_WATERMARK_WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.consumer.fetch_watermarks(&self.topic, self.partition, wait.min(left)) {
-                Err(KafkaError::MetadataFetch(RDKafkaErrorCode::OperationTimedOut)) if wait < left => wait *= 2,
+            match self
+                .consumer
+                .fetch_watermarks(&self.topic, self.partition, wait.min(left))
+            {
+                Err(KafkaError::MetadataFetch(RDKafkaErrorCode::OperationTimedOut))
+                    if wait < left =>
+                {
+                    wait *= 2
+                }
                 // Refused at once, and soon answered: between the bootstrap
                 // connection's close and the first connection to a broker the
                 // metadata named (all brokers down); and on a topic created
                 // moments ago, before its leaders are known everywhere (seen
                 // on Apache Kafka 4.4 with a changelog topic orderly had just
                 // created: "not leader for partition").
-                Err(KafkaError::MetadataFetch(code)) if REFUSED_FOR_NOW.contains(&code) && wait < left => {
+                Err(KafkaError::MetadataFetch(code))
+                    if REFUSED_FOR_NOW.contains(&code) && wait < left =>
+                {
                     std::thread::sleep(wait);
                     wait *= 2;
                 }
@@ -215,8 +275,15 @@ impl<'a> PartitionReader<'a> {
         // at the next poll that brings none, not once per record.
         let mut read_since_check = false;
         loop {
-            if self.cancel.is_some_and(|cancel| cancel.load(Ordering::Relaxed)) {
-                return Err(ReadError::Cancelled { topic: self.topic.clone(), partition: self.partition }.into());
+            if self
+                .cancel
+                .is_some_and(|cancel| cancel.load(Ordering::Relaxed))
+            {
+                return Err(ReadError::Cancelled {
+                    topic: self.topic.clone(),
+                    partition: self.partition,
+                }
+                .into());
             }
             match self.consumer.poll(POLL) {
                 Some(Ok(message)) if message.partition() == self.partition => {
@@ -238,8 +305,12 @@ impl<'a> PartitionReader<'a> {
                 // own. A read that waits through it says so; one that fails
                 // on a stall reports it then.
                 Some(Err(cause)) => match self.stall {
-                    Stall::Warn(_) => warn!(topic = %self.topic, partition = self.partition, %cause, "consumer error while reading; retrying"),
-                    Stall::Fail(_) => debug!(topic = %self.topic, partition = self.partition, %cause, "consumer error while reading; retrying"),
+                    Stall::Warn(_) => {
+                        warn!(topic = %self.topic, partition = self.partition, %cause, "consumer error while reading; retrying")
+                    }
+                    Stall::Fail(_) => {
+                        debug!(topic = %self.topic, partition = self.partition, %cause, "consumer error while reading; retrying")
+                    }
                 },
                 Some(Ok(_)) => {}
                 None => {
@@ -257,13 +328,23 @@ impl<'a> PartitionReader<'a> {
                     last_record = Instant::now();
                 }
                 Stall::Fail(limit) if last_record.elapsed() >= limit => {
-                    let (topic, partition, waited_s) = (self.topic.clone(), self.partition, limit.as_secs());
-                    return Err(ReadError::Stalled { topic, partition, at: next, end, waited_s }.into());
+                    let (topic, partition, waited_s) =
+                        (self.topic.clone(), self.partition, limit.as_secs());
+                    return Err(ReadError::Stalled {
+                        topic,
+                        partition,
+                        at: next,
+                        end,
+                        waited_s,
+                    }
+                    .into());
                 }
                 _ => {}
             }
         }
-        self.consumer.unassign().map_err(|cause| self.assign_error(start, cause))?;
+        self.consumer
+            .unassign()
+            .map_err(|cause| self.assign_error(start, cause))?;
         Ok(())
     }
 
@@ -278,7 +359,12 @@ impl<'a> PartitionReader<'a> {
     }
 
     fn assign_error(&self, offset: i64, cause: KafkaError) -> ReadError {
-        ReadError::Assign { topic: self.topic.clone(), partition: self.partition, offset, cause }
+        ReadError::Assign {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            offset,
+            cause,
+        }
     }
 
     /// The offset the next record read will have (-1 before the first fetch).
@@ -286,10 +372,20 @@ impl<'a> PartitionReader<'a> {
         let list = self
             .consumer
             .position()
-            .map_err(|cause| ReadError::Position { topic: self.topic.clone(), partition: self.partition, cause })?;
+            .map_err(|cause| ReadError::Position {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                cause,
+            })?;
         let position = list
             .find_partition(&self.topic, self.partition)
-            .and_then(|e| if let Offset::Offset(o) = e.offset() { Some(o) } else { None })
+            .and_then(|e| {
+                if let Offset::Offset(o) = e.offset() {
+                    Some(o)
+                } else {
+                    None
+                }
+            })
             .unwrap_or(-1);
         Ok(position)
     }
@@ -308,15 +404,26 @@ mod tests {
     /// again within the deadline instead of failing the partition's task.
     #[test]
     fn watermarks_are_asked_again_while_a_new_topic_has_no_leader_yet() {
-        let cluster: MockCluster<'static, DefaultProducerContext> = MockCluster::new(1).expect("mock cluster");
+        let cluster: MockCluster<'static, DefaultProducerContext> =
+            MockCluster::new(1).expect("mock cluster");
         cluster.create_topic("fresh", 1, 1).expect("topic");
         let mut client = ClientConfig::new();
-        client.set("bootstrap.servers", cluster.bootstrap_servers()).set("group.id", "watermarks-test");
+        client
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("group.id", "watermarks-test");
         let reader = PartitionReader::new(&client, "fresh", 0).expect("reader");
         cluster.request_errors(
             RDKafkaApiKey::ListOffsets,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE],
+            &[
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+            ],
         );
-        assert_eq!(reader.watermarks().expect("watermarks after the leader is known"), (0, 0));
+        assert_eq!(
+            reader
+                .watermarks()
+                .expect("watermarks after the leader is known"),
+            (0, 0)
+        );
     }
 }

@@ -14,9 +14,11 @@
 
 use std::collections::HashMap;
 
-use crate::decide::{apply, apply_in_place, decide, needs, recent_entry, Decision, InboxSpill, Needs};
-use crate::event::{InboxEntry, OrderEvent, OrderState};
+use crate::decide::{
+    apply, apply_in_place, decide, needs, recent_entry, Decision, InboxSpill, Needs,
+};
 use crate::event::{status_event_id, OutboxRecord};
+use crate::event::{InboxEntry, OrderEvent, OrderState};
 use crate::outcomes::Outcomes;
 use crate::store::{BatchWrite, Checkpoint, PartitionStore, StoreError};
 
@@ -67,7 +69,11 @@ impl Cached {
         ENTRY_OVERHEAD
             + key_len
             + self.state.approx_bytes()
-            + self.new_chunks.iter().map(|c| c.capacity() * std::mem::size_of::<InboxEntry>()).sum::<usize>()
+            + self
+                .new_chunks
+                .iter()
+                .map(|c| c.capacity() * std::mem::size_of::<InboxEntry>())
+                .sum::<usize>()
             + self.expired_chunks.capacity() * 8
     }
 }
@@ -164,7 +170,9 @@ impl PartitionState {
     /// The relay published (and the broker acknowledged) every outbox record
     /// up to `source_offset`: delete them at the next write-out.
     pub(crate) fn outbox_published_through(&mut self, source_offset: i64) {
-        if source_offset > self.outbox_deleted_through && self.outbox_delete_through.is_none_or(|d| d < source_offset) {
+        if source_offset > self.outbox_deleted_through
+            && self.outbox_delete_through.is_none_or(|d| d < source_offset)
+        {
             self.outbox_delete_through = Some(source_offset);
         }
     }
@@ -193,7 +201,8 @@ impl PartitionState {
     /// True when decisions were made, or published outbox records are to
     /// be deleted, since the last write-out.
     pub(crate) fn has_unwritten(&self) -> bool {
-        self.pending != self.written || (self.outbox_delete_through.is_some() && self.pending.is_some())
+        self.pending != self.written
+            || (self.outbox_delete_through.is_some() && self.pending.is_some())
     }
 
     /// Memory held by changed, unwritten orders.
@@ -218,15 +227,34 @@ impl PartitionState {
     /// Decides a decoded batch against the cache and moves the pending
     /// checkpoint to its `next_offset`, counting its dead-lettered records
     /// too. Nothing is written.
-    pub fn apply(&mut self, batch: Decoded, now_ms: i64, retention_ms: i64) -> Result<BatchOutcome, StoreError> {
-        let Decoded { events, dead_lettered, first_offset, next_offset } = batch;
+    pub fn apply(
+        &mut self,
+        batch: Decoded,
+        now_ms: i64,
+        retention_ms: i64,
+    ) -> Result<BatchOutcome, StoreError> {
+        let Decoded {
+            events,
+            dead_lettered,
+            first_offset,
+            next_offset,
+        } = batch;
         let horizon = now_ms.saturating_sub(retention_ms);
         let mut outcome = BatchOutcome::default();
-        for Sourced { offset, value: event } in events {
+        for Sourced {
+            offset,
+            value: event,
+        } in events
+        {
             if !self.cache.contains_key(event.order_id.as_str()) {
                 if let Some(state) = self.store.get(&event.order_id)? {
-                    let mut cached =
-                        Cached { state, dirty: false, new_chunks: Vec::new(), expired_chunks: Vec::new(), bytes: 0 };
+                    let mut cached = Cached {
+                        state,
+                        dirty: false,
+                        new_chunks: Vec::new(),
+                        expired_chunks: Vec::new(),
+                        bytes: 0,
+                    };
                     cached.bytes = cached.measure(event.order_id.len());
                     self.cached_bytes += cached.bytes;
                     self.cache.insert(event.order_id.clone(), cached);
@@ -251,7 +279,10 @@ impl PartitionState {
                         outcome.version_gaps += 1;
                     }
                     let from_status = state.map(|s| s.order.status);
-                    if let Some(partition) = self.outbox.filter(|_| from_status != Some(event.event_type)) {
+                    if let Some(partition) = self
+                        .outbox
+                        .filter(|_| from_status != Some(event.event_type))
+                    {
                         self.new_outbox.push(OutboxRecord {
                             event_id: status_event_id(&event.event_id),
                             order_id: event.order_id.clone(),
@@ -270,7 +301,9 @@ impl PartitionState {
                 }
             }
         }
-        let mut next = self.pending.unwrap_or_else(|| Checkpoint::starting_at(first_offset));
+        let mut next = self
+            .pending
+            .unwrap_or_else(|| Checkpoint::starting_at(first_offset));
         next.next_offset = next_offset;
         next.applied += outcome.outcomes.applied;
         next.duplicates += outcome.outcomes.duplicates;
@@ -289,11 +322,18 @@ impl PartitionState {
         first: i64,
         version: i64,
     ) -> Result<Option<InboxEntry>, StoreError> {
-        let unwritten = cached.and_then(|c| c.new_chunks.iter().find(|chunk| chunk.first().is_some_and(|e| e.version == first)));
+        let unwritten = cached.and_then(|c| {
+            c.new_chunks
+                .iter()
+                .find(|chunk| chunk.first().is_some_and(|e| e.version == first))
+        });
         let find = |chunk: &[InboxEntry]| chunk.iter().find(|e| e.version == version).copied();
         match unwritten {
             Some(chunk) => Ok(find(chunk)),
-            None => Ok(self.store.get_chunk(order_id, first)?.and_then(|chunk| find(&chunk))),
+            None => Ok(self
+                .store
+                .get_chunk(order_id, first)?
+                .and_then(|chunk| find(&chunk))),
         }
     }
 
@@ -316,7 +356,13 @@ impl PartitionState {
             None => {
                 let key = event.order_id.clone();
                 let (state, spill) = apply(None, event, now_ms, retention_ms);
-                let mut cached = Cached { state, dirty: true, new_chunks: Vec::new(), expired_chunks: Vec::new(), bytes: 0 };
+                let mut cached = Cached {
+                    state,
+                    dirty: true,
+                    new_chunks: Vec::new(),
+                    expired_chunks: Vec::new(),
+                    bytes: 0,
+                };
                 record_spill(&mut cached, spill);
                 cached.bytes = cached.measure(key.len());
                 self.cached_bytes += cached.bytes;
@@ -342,9 +388,18 @@ impl PartitionState {
     /// deletions) into one batch, with the changelog records of the same
     /// changes when `changelog`. Nothing is written; the cache must not
     /// change before [`Self::finish_write_out`].
-    pub(crate) fn prepare_write_out(&self, changelog: bool) -> Result<Option<PreparedWrite>, StoreError> {
-        let Some(checkpoint) = self.pending.filter(|_| self.has_unwritten()) else { return Ok(None) };
-        let mut write = if changelog { BatchWrite::with_changelog() } else { BatchWrite::default() };
+    pub(crate) fn prepare_write_out(
+        &self,
+        changelog: bool,
+    ) -> Result<Option<PreparedWrite>, StoreError> {
+        let Some(checkpoint) = self.pending.filter(|_| self.has_unwritten()) else {
+            return Ok(None);
+        };
+        let mut write = if changelog {
+            BatchWrite::with_changelog()
+        } else {
+            BatchWrite::default()
+        };
         let mut orders = 0;
         for (order_id, cached) in self.cache.iter().filter(|(_, c)| c.dirty) {
             orders += 1;
@@ -374,7 +429,14 @@ impl PartitionState {
             None => None,
         };
         let checkpoint_bytes = self.store.encode_checkpoint(&checkpoint)?;
-        Ok(Some(PreparedWrite { write, orders, checkpoint, checkpoint_bytes, outbox_deleted, status }))
+        Ok(Some(PreparedWrite {
+            write,
+            orders,
+            checkpoint,
+            checkpoint_bytes,
+            outbox_deleted,
+            status,
+        }))
     }
 
     /// Writes a prepared write-out with its checkpoint (recording the
@@ -387,7 +449,13 @@ impl PartitionState {
         changelog_next: Option<i64>,
         keep_bytes: usize,
     ) -> Result<WriteOutcome, StoreError> {
-        let PreparedWrite { write, orders, mut checkpoint, outbox_deleted, .. } = prepared;
+        let PreparedWrite {
+            write,
+            orders,
+            mut checkpoint,
+            outbox_deleted,
+            ..
+        } = prepared;
         if changelog_next.is_some() {
             checkpoint.changelog_next = changelog_next;
         }
@@ -417,7 +485,12 @@ impl PartitionState {
             }
         }
         self.dirty_bytes = 0;
-        Ok(WriteOutcome { orders, keys, bytes, checkpoint })
+        Ok(WriteOutcome {
+            orders,
+            keys,
+            bytes,
+            checkpoint,
+        })
     }
 }
 
@@ -443,7 +516,11 @@ fn record_spill(cached: &mut Cached, spill: InboxSpill) {
     }
     for first in spill.expired {
         // A chunk that expires before it was ever written is just dropped.
-        match cached.new_chunks.iter().position(|c| c.first().is_some_and(|e| e.version == first)) {
+        match cached
+            .new_chunks
+            .iter()
+            .position(|c| c.first().is_some_and(|e| e.version == first))
+        {
             Some(i) => {
                 cached.new_chunks.remove(i);
             }
@@ -456,12 +533,34 @@ fn record_spill(cached: &mut Cached, spill: InboxSpill) {
 mod tests {
     use super::*;
 
-
     /// The batch of `events` between `first` and `next`, each sourced at
     /// `first` (these tests do not look at source offsets).
-    fn apply(p: &mut PartitionState, events: Vec<OrderEvent>, dead: u64, first: i64, next: i64, now: i64, retention: i64) -> Result<BatchOutcome, StoreError> {
-        let events = events.into_iter().map(|value| Sourced { offset: first, value }).collect();
-        p.apply(Decoded { events, dead_lettered: dead, first_offset: first, next_offset: next }, now, retention)
+    fn apply(
+        p: &mut PartitionState,
+        events: Vec<OrderEvent>,
+        dead: u64,
+        first: i64,
+        next: i64,
+        now: i64,
+        retention: i64,
+    ) -> Result<BatchOutcome, StoreError> {
+        let events = events
+            .into_iter()
+            .map(|value| Sourced {
+                offset: first,
+                value,
+            })
+            .collect();
+        p.apply(
+            Decoded {
+                events,
+                dead_lettered: dead,
+                first_offset: first,
+                next_offset: next,
+            },
+            now,
+            retention,
+        )
     }
     use crate::event::EventType;
     use crate::store::Store;
@@ -490,12 +589,26 @@ mod tests {
     fn an_order_touched_many_times_is_written_once_per_write_out() {
         let (_dir, store) = open();
         let mut p = PartitionState::new(store.partition("t", 0).unwrap(), None);
-        let events: Vec<OrderEvent> = (1..=50).flat_map(|v| [event("a", v, &format!("a{v}")), event("b", v, &format!("b{v}"))]).collect();
+        let events: Vec<OrderEvent> = (1..=50)
+            .flat_map(|v| {
+                [
+                    event("a", v, &format!("a{v}")),
+                    event("b", v, &format!("b{v}")),
+                ]
+            })
+            .collect();
         let out = apply(&mut p, events, 0, 100, 200, 1000, DAY_MS).unwrap();
         assert_eq!(out.outcomes.applied, 100);
         assert!(p.dirty_bytes() > 0);
-        assert_eq!(store.partition("t", 0).unwrap().checkpoint().unwrap(), None, "nothing written before the write-out");
-        let written = p.write_out(usize::MAX).unwrap().expect("something to write");
+        assert_eq!(
+            store.partition("t", 0).unwrap().checkpoint().unwrap(),
+            None,
+            "nothing written before the write-out"
+        );
+        let written = p
+            .write_out(usize::MAX)
+            .unwrap()
+            .expect("something to write");
         // 2 states + 1 full chunk each + checkpoint.
         assert_eq!(written.orders, 2);
         assert_eq!(written.keys, 2 + 2 + 1);
@@ -513,17 +626,45 @@ mod tests {
         let (_dir, store) = open();
         let tree = store.partition("t", 0).unwrap();
         let mut p = PartitionState::new(tree.clone(), None);
-        let events: Vec<OrderEvent> = (1..=70).map(|v| event("a", v, &format!("id-{v}"))).collect();
+        let events: Vec<OrderEvent> = (1..=70)
+            .map(|v| event("a", v, &format!("id-{v}")))
+            .collect();
         apply(&mut p, events, 0, 0, 70, 1000, DAY_MS).unwrap();
         p.write_out(0).unwrap();
-        assert_eq!(p.cached_orders(), 0, "over budget: forgotten after the write-out");
+        assert_eq!(
+            p.cached_orders(),
+            0,
+            "over budget: forgotten after the write-out"
+        );
         // A fresh state over the same tree, as after a restart.
         let mut p = PartitionState::new(tree.clone(), tree.checkpoint().unwrap());
-        let again: Vec<OrderEvent> = [1, 32, 33, 64, 65, 70].iter().map(|v| event("a", *v, &format!("id-{v}"))).collect();
+        let again: Vec<OrderEvent> = [1, 32, 33, 64, 65, 70]
+            .iter()
+            .map(|v| event("a", *v, &format!("id-{v}")))
+            .collect();
         let out = apply(&mut p, again, 0, 70, 76, 2000, DAY_MS).unwrap();
-        assert_eq!((out.outcomes.duplicates, out.outcomes.stale, out.outcomes.applied), (6, 0, 0));
-        assert_eq!(out.chunk_reads, 4, "versions 1, 32, 33 and 64 are in chunks");
-        let other = apply(&mut p, vec![event("a", 5, "not-id-5")], 0, 76, 77, 2000, DAY_MS).unwrap();
+        assert_eq!(
+            (
+                out.outcomes.duplicates,
+                out.outcomes.stale,
+                out.outcomes.applied
+            ),
+            (6, 0, 0)
+        );
+        assert_eq!(
+            out.chunk_reads, 4,
+            "versions 1, 32, 33 and 64 are in chunks"
+        );
+        let other = apply(
+            &mut p,
+            vec![event("a", 5, "not-id-5")],
+            0,
+            76,
+            77,
+            2000,
+            DAY_MS,
+        )
+        .unwrap();
         assert_eq!(other.outcomes.stale, 1);
         let cp = p.write_out(usize::MAX).unwrap().unwrap().checkpoint;
         assert_eq!(cp.outcomes() as i64, cp.next_offset - cp.start_offset);
@@ -534,7 +675,10 @@ mod tests {
         let (_dir, store) = open();
         let tree = store.partition("t", 0).unwrap();
         let mut p = PartitionState::new(tree.clone(), None);
-        let events: Vec<OrderEvent> = (1..=40).map(|v| event("a", v, &format!("a{v}"))).chain([event("b", 1, "b1")]).collect();
+        let events: Vec<OrderEvent> = (1..=40)
+            .map(|v| event("a", v, &format!("a{v}")))
+            .chain([event("b", 1, "b1")])
+            .collect();
         apply(&mut p, events, 0, 0, 41, 1000, DAY_MS).unwrap();
         let mut prepared = p.prepare_write_out(true).unwrap().expect("changes");
         let changes = prepared.write.changes.take().expect("collected");
@@ -544,9 +688,22 @@ mod tests {
         let mut keys: Vec<&[u8]> = changes.iter().map(|c| c.key.as_slice()).collect();
         keys.sort();
         assert_eq!(&keys[..2], &[b"a".as_slice(), b"b".as_slice()]);
-        assert_eq!(keys[2][0], crate::store::CHANGELOG_RESERVED, "the chunk's key is reserved");
-        assert_eq!(Checkpoint::decode(&prepared.checkpoint_bytes).unwrap().next_offset, 41);
-        assert_eq!(tree.checkpoint().unwrap(), None, "nothing written before finish");
+        assert_eq!(
+            keys[2][0],
+            crate::store::CHANGELOG_RESERVED,
+            "the chunk's key is reserved"
+        );
+        assert_eq!(
+            Checkpoint::decode(&prepared.checkpoint_bytes)
+                .unwrap()
+                .next_offset,
+            41
+        );
+        assert_eq!(
+            tree.checkpoint().unwrap(),
+            None,
+            "nothing written before finish"
+        );
         let written = p.finish_write_out(prepared, Some(7), usize::MAX).unwrap();
         assert_eq!(written.checkpoint.changelog_next, Some(7));
         assert_eq!(tree.checkpoint().unwrap().unwrap().changelog_next, Some(7));
@@ -557,7 +714,16 @@ mod tests {
     fn version_gaps_are_counted() {
         let (_dir, store) = open();
         let mut p = PartitionState::new(store.partition("t", 0).unwrap(), None);
-        let out = apply(&mut p, vec![event("a", 1, "1"), event("a", 3, "3"), event("b", 2, "b2")], 0, 0, 3, 0, DAY_MS).unwrap();
+        let out = apply(
+            &mut p,
+            vec![event("a", 1, "1"), event("a", 3, "3"), event("b", 2, "b2")],
+            0,
+            0,
+            3,
+            0,
+            DAY_MS,
+        )
+        .unwrap();
         assert_eq!(out.version_gaps, 2);
     }
 }

@@ -60,7 +60,11 @@ fn crc32(data: &[u8]) -> u32 {
             let mut c = i as u32;
             let mut k = 0;
             while k < 8 {
-                c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
                 k += 1;
             }
             table[i] = c;
@@ -124,14 +128,23 @@ mod tests {
         assert_eq!(murmur2(b"21") as i32, -973_932_308);
         assert_eq!(murmur2(b"foobar") as i32, -790_332_482);
         assert_eq!(murmur2(b"a-little-bit-long-string") as i32, -985_981_536);
-        assert_eq!(murmur2(b"a-little-bit-longer-string") as i32, -1_486_304_829);
-        assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") as i32, -58_897_971);
+        assert_eq!(
+            murmur2(b"a-little-bit-longer-string") as i32,
+            -1_486_304_829
+        );
+        assert_eq!(
+            murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") as i32,
+            -58_897_971
+        );
     }
 
     #[test]
     fn unknown_names_are_refused() {
         assert!(Partitioner::from_name("fnv1a").is_err());
-        assert_eq!(Partitioner::from_name("murmur2_random"), Ok(Partitioner::Murmur2));
+        assert_eq!(
+            Partitioner::from_name("murmur2_random"),
+            Ok(Partitioner::Murmur2)
+        );
     }
 
     /// librdkafka itself places keys where this module says.
@@ -143,7 +156,10 @@ mod tests {
         };
         let partitions = 7;
         cluster.create_topic("keys", partitions, 1).expect("topic");
-        for (name, ours) in [("consistent_random", Partitioner::Crc32), ("murmur2_random", Partitioner::Murmur2)] {
+        for (name, ours) in [
+            ("consistent_random", Partitioner::Crc32),
+            ("murmur2_random", Partitioner::Murmur2),
+        ] {
             let producer: BaseProducer<PartitionRecorder> = ClientConfig::new()
                 .set("bootstrap.servers", cluster.bootstrap_servers())
                 .set("partitioner", name)
@@ -151,7 +167,12 @@ mod tests {
                 .expect("producer");
             let keys: Vec<String> = (0..200).map(|i| format!("order-{i:08}")).collect();
             for key in &keys {
-                let record = BaseRecord::<str, str, Box<String>>::with_opaque_to("keys", Box::new(key.clone())).key(key.as_str()).payload("x");
+                let record = BaseRecord::<str, str, Box<String>>::with_opaque_to(
+                    "keys",
+                    Box::new(key.clone()),
+                )
+                .key(key.as_str())
+                .payload("x");
                 if let Err((error, _)) = producer.send(record) {
                     panic!("send: {error}");
                 }
@@ -160,7 +181,11 @@ mod tests {
             let placed = producer.context().placed.lock().expect("lock").clone();
             assert_eq!(placed.len(), keys.len());
             for (key, partition) in placed {
-                assert_eq!(ours.partition(key.as_bytes(), partitions as u32), partition, "{name}: key {key}");
+                assert_eq!(
+                    ours.partition(key.as_bytes(), partitions as u32),
+                    partition,
+                    "{name}: key {key}"
+                );
             }
         }
     }
@@ -174,7 +199,11 @@ mod tests {
 
     impl rdkafka::producer::ProducerContext for PartitionRecorder {
         type DeliveryOpaque = Box<String>;
-        fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, key: Self::DeliveryOpaque) {
+        fn delivery(
+            &self,
+            result: &rdkafka::message::DeliveryResult<'_>,
+            key: Self::DeliveryOpaque,
+        ) {
             if let Ok(message) = result {
                 if let Ok(mut placed) = self.placed.lock() {
                     placed.push((*key, rdkafka::Message::partition(message)));

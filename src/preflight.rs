@@ -12,11 +12,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::metadata::Metadata;
 use rdkafka::types::RDKafkaRespErr;
-use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::ClientConfig;
 
 use crate::config::Config;
@@ -34,11 +34,19 @@ pub struct Check {
 
 impl Check {
     pub fn ok(name: &'static str, detail: impl Into<String>) -> Self {
-        Check { name, ok: true, detail: detail.into() }
+        Check {
+            name,
+            ok: true,
+            detail: detail.into(),
+        }
     }
 
     pub fn fail(name: &'static str, detail: impl Into<String>) -> Self {
-        Check { name, ok: false, detail: detail.into() }
+        Check {
+            name,
+            ok: false,
+            detail: detail.into(),
+        }
     }
 }
 
@@ -56,7 +64,11 @@ pub async fn check_all(config: &Config, timeout: Duration) -> Vec<Check> {
 }
 
 /// [`check_all`], handing each check to `report` as soon as it is done.
-pub async fn check_all_reporting(config: &Config, timeout: Duration, mut report: impl FnMut(&Check)) -> Vec<Check> {
+pub async fn check_all_reporting(
+    config: &Config,
+    timeout: Duration,
+    mut report: impl FnMut(&Check),
+) -> Vec<Check> {
     let mut checks = Vec::new();
     let mut push = |check: Check, checks: &mut Vec<Check>| {
         report(&check);
@@ -98,16 +110,26 @@ pub(crate) fn check_store(config: &Config) -> Check {
         return Check::ok("store", format!("existing store at {shown}"));
     }
     if path.is_file() {
-        return Check::fail("store", format!("{shown} is a file: set store.path to a directory"));
+        return Check::fail(
+            "store",
+            format!("{shown} is a file: set store.path to a directory"),
+        );
     }
     match std::fs::read_dir(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Check::ok("store", format!("no store yet at {shown}; `orderly run` creates it"))
-        }
-        Err(e) => Check::fail("store", format!("cannot read {shown}: {e}: fix its permissions or set store.path")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Check::ok(
+            "store",
+            format!("no store yet at {shown}; `orderly run` creates it"),
+        ),
+        Err(e) => Check::fail(
+            "store",
+            format!("cannot read {shown}: {e}: fix its permissions or set store.path"),
+        ),
         Ok(mut entries) => {
             if entries.next().is_none() {
-                Check::ok("store", format!("{shown} is empty; `orderly run` creates the store there"))
+                Check::ok(
+                    "store",
+                    format!("{shown} is empty; `orderly run` creates the store there"),
+                )
             } else {
                 Check::fail(
                     "store",
@@ -136,9 +158,19 @@ pub(crate) fn check_http(config: &Config) -> Check {
 /// The security protocol and SASL mechanism configured are ones this
 /// build's librdkafka has (its `builtin.features`).
 pub(crate) fn check_security(config: &Config) -> Check {
-    let setting = |name: &str| config.librdkafka_passthrough().find(|(key, _)| *key == name).map(|(_, value)| value);
-    let protocol = setting("security.protocol").unwrap_or_else(|| "plaintext".into()).to_ascii_uppercase();
-    let mechanism = setting("sasl.mechanism").or_else(|| setting("sasl.mechanisms")).unwrap_or_else(|| "GSSAPI".into()).to_ascii_uppercase();
+    let setting = |name: &str| {
+        config
+            .librdkafka_passthrough()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value)
+    };
+    let protocol = setting("security.protocol")
+        .unwrap_or_else(|| "plaintext".into())
+        .to_ascii_uppercase();
+    let mechanism = setting("sasl.mechanism")
+        .or_else(|| setting("sasl.mechanisms"))
+        .unwrap_or_else(|| "GSSAPI".into())
+        .to_ascii_uppercase();
     let features = ClientConfig::new()
         .create_native_config()
         .ok()
@@ -158,7 +190,11 @@ pub(crate) fn check_security(config: &Config) -> Check {
         });
     }
     let version = rdkafka::util::get_rdkafka_version().1;
-    let what = if protocol.starts_with("SASL") { format!("{protocol}, {mechanism}") } else { protocol.clone() };
+    let what = if protocol.starts_with("SASL") {
+        format!("{protocol}, {mechanism}")
+    } else {
+        protocol.clone()
+    };
     match needed.iter().find(|f| !has(f)) {
         None => Check::ok("security", format!("{what} (librdkafka {version}, built with {features})")),
         Some(missing) => Check::fail(
@@ -231,7 +267,9 @@ pub(crate) async fn check_group(config: &Config, timeout: Duration) -> Check {
         .set("isolation.level", "read_uncommitted");
     let topic = config.kafka.input_topic.clone();
     let fetched = tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer<ProbeContext> = client.create_with_context(ProbeContext::default()).map_err(|e| error_text(&e))?;
+        let consumer: BaseConsumer<ProbeContext> = client
+            .create_with_context(ProbeContext::default())
+            .map_err(|e| error_text(&e))?;
         let mut tpl = rdkafka::TopicPartitionList::with_capacity(partitions);
         for partition in 0..partitions {
             tpl.add_partition(&topic, partition as i32);
@@ -243,15 +281,26 @@ pub(crate) async fn check_group(config: &Config, timeout: Duration) -> Check {
         loop {
             match consumer.committed_offsets(tpl.clone(), timeout) {
                 Ok(committed) => {
-                    let count = committed.elements().iter().filter(|e| matches!(e.offset(), rdkafka::Offset::Offset(_))).count();
+                    let count = committed
+                        .elements()
+                        .iter()
+                        .filter(|e| matches!(e.offset(), rdkafka::Offset::Offset(_)))
+                        .count();
                     return Ok::<_, String>(count);
                 }
-                Err(e) if coordinator_not_ready(&e) && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+                Err(e) if coordinator_not_ready(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(200))
+                }
                 Err(e) => {
                     // The coordinator lookup's refusal (an ACL) comes as a
                     // client error event, the call itself only times out.
                     let _ = consumer.poll(Duration::from_millis(50));
-                    let last = consumer.context().last_error.lock().ok().and_then(|l| l.clone());
+                    let last = consumer
+                        .context()
+                        .last_error
+                        .lock()
+                        .ok()
+                        .and_then(|l| l.clone());
                     return Err(match last {
                         Some(reason) => format!("{}; last client error: {reason}", error_text(&e)),
                         None => error_text(&e),
@@ -262,10 +311,21 @@ pub(crate) async fn check_group(config: &Config, timeout: Duration) -> Check {
     })
     .await;
     match fetched {
-        Ok(Ok(count)) => Check::ok("group", format!("{group}: committed offsets of {count} of {partitions} partition(s)")),
+        Ok(Ok(count)) => Check::ok(
+            "group",
+            format!("{group}: committed offsets of {count} of {partitions} partition(s)"),
+        ),
         Ok(Err(text)) => {
-            let hint = acl_hint(config, &text, "Read --operation Describe --resource-pattern-type prefixed", &format!("--group {group}"));
-            Check::fail("group", format!("cannot read the committed offsets of group {group}: {text}{hint}"))
+            let hint = acl_hint(
+                config,
+                &text,
+                "Read --operation Describe --resource-pattern-type prefixed",
+                &format!("--group {group}"),
+            );
+            Check::fail(
+                "group",
+                format!("cannot read the committed offsets of group {group}: {text}{hint}"),
+            )
         }
         Err(e) => Check::fail("group", format!("group check task failed: {e}")),
     }
@@ -275,7 +335,11 @@ pub(crate) async fn check_group(config: &Config, timeout: Duration) -> Check {
 pub(crate) fn coordinator_not_ready(error: &KafkaError) -> bool {
     matches!(
         error.rdkafka_error_code(),
-        Some(RDKafkaErrorCode::NotCoordinator | RDKafkaErrorCode::CoordinatorLoadInProgress | RDKafkaErrorCode::CoordinatorNotAvailable)
+        Some(
+            RDKafkaErrorCode::NotCoordinator
+                | RDKafkaErrorCode::CoordinatorLoadInProgress
+                | RDKafkaErrorCode::CoordinatorNotAvailable
+        )
     )
 }
 
@@ -320,7 +384,10 @@ pub(crate) async fn check_dlq_topic(config: &Config, timeout: Duration) -> Check
 /// count, or missing (then `run` creates it).
 pub(crate) async fn check_changelog_topic(config: &Config, timeout: Duration) -> Check {
     let Some(topic) = config.changelog_topic() else {
-        return Check::ok("changelog", "off (kafka.changelog_topic = \"\"): run a single instance only");
+        return Check::ok(
+            "changelog",
+            "off (kafka.changelog_topic = \"\"): run a single instance only",
+        );
     };
     let input = match input_partitions(config, timeout, "changelog").await {
         Ok(n) => n,
@@ -350,11 +417,24 @@ pub(crate) async fn check_changelog_topic(config: &Config, timeout: Duration) ->
 }
 
 /// The input topic's partition count, or the failed check `name` reports.
-async fn input_partitions(config: &Config, timeout: Duration, name: &'static str) -> Result<usize, Check> {
+async fn input_partitions(
+    config: &Config,
+    timeout: Duration,
+    name: &'static str,
+) -> Result<usize, Check> {
     match topic_partitions(config, &config.kafka.input_topic, timeout).await {
         Ok(Some(n)) => Ok(n),
-        Ok(None) => Err(Check::fail(name, format!("the input topic {} does not exist", config.kafka.input_topic))),
-        Err(e) => Err(Check::fail(name, format!("cannot describe {}: {e}", config.kafka.input_topic))),
+        Ok(None) => Err(Check::fail(
+            name,
+            format!(
+                "the input topic {} does not exist",
+                config.kafka.input_topic
+            ),
+        )),
+        Err(e) => Err(Check::fail(
+            name,
+            format!("cannot describe {}: {e}", config.kafka.input_topic),
+        )),
     }
 }
 
@@ -363,7 +443,10 @@ async fn input_partitions(config: &Config, timeout: Duration, name: &'static str
 /// into its own number). orderly never creates it.
 pub(crate) async fn check_output_topic(config: &Config, timeout: Duration) -> Check {
     let Some(topic) = config.output_topic() else {
-        return Check::ok("output topic", "off (kafka.output_topic = \"\"): no status changes are published");
+        return Check::ok(
+            "output topic",
+            "off (kafka.output_topic = \"\"): no status changes are published",
+        );
     };
     let input = match input_partitions(config, timeout, "output topic").await {
         Ok(n) => n,
@@ -403,35 +486,75 @@ pub(crate) async fn check_registry(config: &Config) -> Check {
     let timeout = Duration::from_millis(config.registry.timeout_ms);
     let client = match reqwest::Client::builder().timeout(timeout).build() {
         Ok(client) => client,
-        Err(e) => return Check::fail("registry", format!("cannot set up an HTTP client: {}", error_text(&e))),
+        Err(e) => {
+            return Check::fail(
+                "registry",
+                format!("cannot set up an HTTP client: {}", error_text(&e)),
+            )
+        }
     };
-    let response = match client.get(&url).header("Accept", "application/vnd.schemaregistry.v1+json, application/json").send().await {
+    let response = match client
+        .get(&url)
+        .header(
+            "Accept",
+            "application/vnd.schemaregistry.v1+json, application/json",
+        )
+        .send()
+        .await
+    {
         Ok(response) => response,
         Err(e) => {
             return Check::fail(
                 "registry",
-                format!("GET {shown} failed ({}): check registry.url and that the registry runs", error_text(&e)),
+                format!(
+                    "GET {shown} failed ({}): check registry.url and that the registry runs",
+                    error_text(&e)
+                ),
             )
         }
     };
     let status = response.status();
     let body = match response.bytes().await {
         Ok(body) => body,
-        Err(e) => return Check::fail("registry", format!("GET {shown}: cannot read the answer ({})", error_text(&e))),
+        Err(e) => {
+            return Check::fail(
+                "registry",
+                format!("GET {shown}: cannot read the answer ({})", error_text(&e)),
+            )
+        }
     };
     let not_registry = "this is not a Confluent-compatible schema registry: set registry.url to the registry's base URL";
     if !status.is_success() {
-        return Check::fail("registry", format!("GET {shown} answered {status} {}: {not_registry}", snippet(&body)));
+        return Check::fail(
+            "registry",
+            format!(
+                "GET {shown} answered {status} {}: {not_registry}",
+                snippet(&body)
+            ),
+        );
     }
     match serde_json::from_slice::<Vec<String>>(&body) {
         Ok(subjects) => {
             let subject = format!("{}-value", config.kafka.input_topic);
-            let note = if subjects.contains(&subject) { "registered" } else { "not registered yet (producers register it)" };
-            Check::ok("registry", format!("{shown_url}: {} subject(s); {subject} {note}", subjects.len()))
+            let note = if subjects.contains(&subject) {
+                "registered"
+            } else {
+                "not registered yet (producers register it)"
+            };
+            Check::ok(
+                "registry",
+                format!(
+                    "{shown_url}: {} subject(s); {subject} {note}",
+                    subjects.len()
+                ),
+            )
         }
         Err(_) => Check::fail(
             "registry",
-            format!("GET {shown} answered {status} but not a JSON array of subjects {}: {not_registry}", snippet(&body)),
+            format!(
+                "GET {shown} answered {status} but not a JSON array of subjects {}: {not_registry}",
+                snippet(&body)
+            ),
         ),
     }
 }
@@ -448,9 +571,18 @@ pub(crate) async fn check_schemas(config: &Config) -> Check {
         Ok(report) if report.incompatible.is_empty() => Check::ok("schemas", report.summary()),
         Ok(report) => Check::fail(
             "schemas",
-            format!("{}; `orderly run` refuses to start (registry.schema_guard = \"refuse\")", report.summary()),
+            format!(
+                "{}; `orderly run` refuses to start (registry.schema_guard = \"refuse\")",
+                report.summary()
+            ),
         ),
-        Err(e) => Check::fail("schemas", format!("cannot list the versions of {}-value: {e}", config.kafka.input_topic)),
+        Err(e) => Check::fail(
+            "schemas",
+            format!(
+                "cannot list the versions of {}-value: {e}",
+                config.kafka.input_topic
+            ),
+        ),
     }
 }
 
@@ -472,7 +604,10 @@ pub fn error_text(err: &(dyn Error + 'static)) -> String {
 
 /// The start of an HTTP body, on one line, for an error message.
 fn snippet(body: &[u8]) -> String {
-    let text: String = String::from_utf8_lossy(body).split_whitespace().collect::<Vec<_>>().join(" ");
+    let text: String = String::from_utf8_lossy(body)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     if text.is_empty() {
         return "(empty body)".into();
     }
@@ -519,34 +654,53 @@ fn metadata_client(config: &Config) -> Result<BaseConsumer<ProbeContext>, KafkaE
     for (key, value) in config.librdkafka_passthrough() {
         client.set(key, value);
     }
-    client.set("bootstrap.servers", &config.kafka.bootstrap_servers).set("allow.auto.create.topics", "false");
+    client
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("allow.auto.create.topics", "false");
     client.create_with_context(ProbeContext::default())
 }
 
 /// Cluster metadata (of one topic, or of every topic), off the async workers.
-async fn metadata(config: &Config, topic: Option<&str>, timeout: Duration) -> Result<Metadata, String> {
+async fn metadata(
+    config: &Config,
+    topic: Option<&str>,
+    timeout: Duration,
+) -> Result<Metadata, String> {
     let consumer = metadata_client(config).map_err(|e| error_text(&e))?;
     let topic = topic.map(str::to_string);
     tokio::task::spawn_blocking(move || {
-        consumer.fetch_metadata(topic.as_deref(), timeout).map_err(|e| {
-            // Client errors are delivered as events: serve them (no
-            // subscription, so no records) to learn the last one.
-            let _ = consumer.poll(Duration::from_millis(50));
-            let last = consumer.context().last_error.lock().ok().and_then(|l| l.clone());
-            match last {
-                Some(reason) => format!("{}; last client error: {reason}", error_text(&e)),
-                None => error_text(&e),
-            }
-        })
+        consumer
+            .fetch_metadata(topic.as_deref(), timeout)
+            .map_err(|e| {
+                // Client errors are delivered as events: serve them (no
+                // subscription, so no records) to learn the last one.
+                let _ = consumer.poll(Duration::from_millis(50));
+                let last = consumer
+                    .context()
+                    .last_error
+                    .lock()
+                    .ok()
+                    .and_then(|l| l.clone());
+                match last {
+                    Some(reason) => format!("{}; last client error: {reason}", error_text(&e)),
+                    None => error_text(&e),
+                }
+            })
     })
     .await
     .map_err(|e| format!("metadata request task failed: {e}"))?
 }
 
 /// The partition count of `topic`, or `None` when it does not exist.
-async fn topic_partitions(config: &Config, topic: &str, timeout: Duration) -> Result<Option<usize>, String> {
+async fn topic_partitions(
+    config: &Config,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<usize>, String> {
     let meta = metadata(config, Some(topic), timeout).await?;
-    let Some(found) = meta.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
+    let Some(found) = meta.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(None);
+    };
     match found.error() {
         Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => Ok(None),
         Some(code) => Err(RDKafkaErrorCode::from(code).to_string()),
@@ -570,12 +724,18 @@ mod tests {
         let mut config = Config::defaults().expect("defaults");
         assert!(check_security(&config).ok, "plaintext");
         let set = |config: &mut Config, key: &str, value: &str| {
-            config.kafka.librdkafka.insert(key.into(), toml::Value::String(value.into()));
+            config
+                .kafka
+                .librdkafka
+                .insert(key.into(), toml::Value::String(value.into()));
         };
         set(&mut config, "security.protocol", "SASL_SSL");
         set(&mut config, "sasl.mechanism", "SCRAM-SHA-512");
         let check = check_security(&config);
-        assert!(check.ok && check.detail.contains("ssl") && check.detail.contains("sasl_scram"), "{check}");
+        assert!(
+            check.ok && check.detail.contains("ssl") && check.detail.contains("sasl_scram"),
+            "{check}"
+        );
         set(&mut config, "sasl.mechanism", "GSSAPI");
         let check = check_security(&config);
         assert!(!check.ok && check.detail.contains("sasl_gssapi"), "{check}");
@@ -583,7 +743,9 @@ mod tests {
 
     #[test]
     fn error_text_states_each_cause_once() {
-        let err = Repeats { source: std::io::Error::new(std::io::ErrorKind::NotFound, "gone") };
+        let err = Repeats {
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "gone"),
+        };
         assert_eq!(error_text(&err), "outer: gone");
         let wrapped = anyhow::Error::new(err).context("loading");
         assert_eq!(error_text(wrapped.as_ref()), "loading: outer: gone");
@@ -597,7 +759,11 @@ mod tests {
         {
             let _store = crate::store::Store::open(&path, 8).unwrap();
         }
-        assert!(store_present(&path), "sled wrote conf and db: {:?}", std::fs::read_dir(&path).map(|d| d.count()));
+        assert!(
+            store_present(&path),
+            "sled wrote conf and db: {:?}",
+            std::fs::read_dir(&path).map(|d| d.count())
+        );
         assert!(!store_present(dir.path()));
     }
 

@@ -32,7 +32,11 @@ pub enum RegistryError {
     /// failure). Not the record's fault: the decoder retries it and never
     /// dead-letters it.
     #[error("schema registry at {url} gave an unexpected answer for schema id {id} (check registry.url and access): {message}")]
-    Unexpected { url: String, id: u32, message: String },
+    Unexpected {
+        url: String,
+        id: u32,
+        message: String,
+    },
     /// The start-up probe did not get an answer that a Confluent-compatible
     /// registry gives.
     #[error("{url} does not answer like a Confluent-compatible schema registry (check registry.url): {message}")]
@@ -71,11 +75,17 @@ impl Registry {
             .set_timeout(timeout)
             .build()
             .map_err(|e| RegistryError::Settings(e.to_string()))?;
-        Ok(Registry::Http(Arc::new(HttpRegistry { settings, url: url.to_string() })))
+        Ok(Registry::Http(Arc::new(HttpRegistry {
+            settings,
+            url: url.to_string(),
+        })))
     }
 
     pub fn memory() -> Self {
-        Registry::Memory(Arc::new(Mutex::new(MemoryRegistry { next_id: 1, ..Default::default() })))
+        Registry::Memory(Arc::new(Mutex::new(MemoryRegistry {
+            next_id: 1,
+            ..Default::default()
+        })))
     }
 
     /// The schema text registered under `id`.
@@ -86,12 +96,17 @@ impl Registry {
                 Err(e) => Err(classify_lookup(&http.url, id, &e)),
             },
             Registry::Memory(inner) => {
-                let inner = inner.lock().map_err(|_| RegistryError::Unavailable("registry lock poisoned".into()))?;
+                let inner = inner
+                    .lock()
+                    .map_err(|_| RegistryError::Unavailable("registry lock poisoned".into()))?;
                 inner
                     .by_id
                     .get(&id)
                     .cloned()
-                    .ok_or_else(|| RegistryError::UnknownId { id, message: "not in the in-process registry".into() })
+                    .ok_or_else(|| RegistryError::UnknownId {
+                        id,
+                        message: "not in the in-process registry".into(),
+                    })
             }
         }
     }
@@ -116,28 +131,42 @@ impl Registry {
         match self {
             Registry::Http(http) => {
                 let supplied = SuppliedSchema::new(None, SchemaType::Avro, schema.to_string());
-                post_schema(&http.settings, subject.to_string(), supplied).await.map(|r| r.id).map_err(|e| {
-                    let message = describe(&e);
-                    if e.retriable {
-                        RegistryError::Unavailable(message)
-                    } else {
-                        RegistryError::Rejected { subject: subject.into(), message }
-                    }
-                })
+                post_schema(&http.settings, subject.to_string(), supplied)
+                    .await
+                    .map(|r| r.id)
+                    .map_err(|e| {
+                        let message = describe(&e);
+                        if e.retriable {
+                            RegistryError::Unavailable(message)
+                        } else {
+                            RegistryError::Rejected {
+                                subject: subject.into(),
+                                message,
+                            }
+                        }
+                    })
             }
             Registry::Memory(inner) => {
-                let mut inner = inner.lock().map_err(|_| RegistryError::Unavailable("registry lock poisoned".into()))?;
-                let existing = inner
-                    .by_subject
-                    .get(subject)
-                    .and_then(|versions| versions.iter().find(|(s, _)| s == schema).map(|(_, id)| *id));
+                let mut inner = inner
+                    .lock()
+                    .map_err(|_| RegistryError::Unavailable("registry lock poisoned".into()))?;
+                let existing = inner.by_subject.get(subject).and_then(|versions| {
+                    versions
+                        .iter()
+                        .find(|(s, _)| s == schema)
+                        .map(|(_, id)| *id)
+                });
                 if let Some(id) = existing {
                     return Ok(id);
                 }
                 let id = inner.next_id;
                 inner.next_id += 1;
                 inner.by_id.insert(id, schema.to_string());
-                inner.by_subject.entry(subject.to_string()).or_default().push((schema.to_string(), id));
+                inner
+                    .by_subject
+                    .entry(subject.to_string())
+                    .or_default()
+                    .push((schema.to_string(), id));
                 Ok(id)
             }
         }
@@ -153,24 +182,38 @@ impl Registry {
                     if e.retriable {
                         RegistryError::Unavailable(message)
                     } else {
-                        RegistryError::Unexpected { url: http.url.clone(), id: 0, message }
+                        RegistryError::Unexpected {
+                            url: http.url.clone(),
+                            id: 0,
+                            message,
+                        }
                     }
                 };
                 let numbers = match get_all_versions(&http.settings, subject.to_string()).await {
                     Ok(numbers) => numbers,
-                    Err(e) if registry_error_code(&e) == Some(SUBJECT_NOT_FOUND) => return Ok(Vec::new()),
+                    Err(e) if registry_error_code(&e) == Some(SUBJECT_NOT_FOUND) => {
+                        return Ok(Vec::new())
+                    }
                     Err(e) => return Err(failed(&e)),
                 };
                 let mut versions = Vec::with_capacity(numbers.len());
                 for version in numbers {
                     let registered =
-                        get_schema_by_subject_and_version(&http.settings, subject, Some(version)).await.map_err(|e| failed(&e))?;
-                    versions.push(RegisteredVersion { version, id: registered.id, schema: registered.schema });
+                        get_schema_by_subject_and_version(&http.settings, subject, Some(version))
+                            .await
+                            .map_err(|e| failed(&e))?;
+                    versions.push(RegisteredVersion {
+                        version,
+                        id: registered.id,
+                        schema: registered.schema,
+                    });
                 }
                 Ok(versions)
             }
             Registry::Memory(inner) => {
-                let inner = inner.lock().map_err(|_| RegistryError::Unavailable("registry lock poisoned".into()))?;
+                let inner = inner
+                    .lock()
+                    .map_err(|_| RegistryError::Unavailable("registry lock poisoned".into()))?;
                 Ok(inner
                     .by_subject
                     .get(subject)
@@ -178,7 +221,11 @@ impl Registry {
                         versions
                             .iter()
                             .enumerate()
-                            .map(|(n, (schema, id))| RegisteredVersion { version: n as u32 + 1, id: *id, schema: schema.clone() })
+                            .map(|(n, (schema, id))| RegisteredVersion {
+                                version: n as u32 + 1,
+                                id: *id,
+                                schema: schema.clone(),
+                            })
                             .collect()
                     })
                     .unwrap_or_default())
@@ -210,7 +257,11 @@ fn classify_lookup(url: &str, id: u32, e: &SRCError) -> RegistryError {
     }
     match registry_error_code(e) {
         Some(SCHEMA_NOT_FOUND) => RegistryError::UnknownId { id, message },
-        _ => RegistryError::Unexpected { url: url.to_string(), id, message },
+        _ => RegistryError::Unexpected {
+            url: url.to_string(),
+            id,
+            message,
+        },
     }
 }
 

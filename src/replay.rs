@@ -56,9 +56,18 @@ pub enum ReplayError {
     )]
     ActiveMembers { group: String, members: String },
     #[error("partition {partition} does not exist: {topic} has partitions 0..{count}")]
-    UnknownPartition { topic: String, partition: i32, count: i32 },
+    UnknownPartition {
+        topic: String,
+        partition: i32,
+        count: i32,
+    },
     #[error("offset {offset} is outside partition {partition}'s range {low}..={high}")]
-    OffsetOutOfRange { partition: i32, offset: i64, low: i64, high: i64 },
+    OffsetOutOfRange {
+        partition: i32,
+        offset: i64,
+        low: i64,
+        high: i64,
+    },
     #[error("{0} is in the future")]
     FutureDatetime(String),
     #[error(
@@ -70,9 +79,15 @@ pub enum ReplayError {
     )]
     ExternalReset { topic: String, resets: String },
     #[error("cannot describe group {group}: {cause}")]
-    Describe { group: String, cause: crate::group_members::DescribeError },
+    Describe {
+        group: String,
+        cause: crate::group_members::DescribeError,
+    },
     #[error("{what}: {cause}")]
-    Kafka { what: String, cause: rdkafka::error::KafkaError },
+    Kafka {
+        what: String,
+        cause: rdkafka::error::KafkaError,
+    },
     #[error(transparent)]
     Changelog(#[from] ChangelogError),
     #[error(transparent)]
@@ -82,7 +97,12 @@ pub enum ReplayError {
 impl ReplayError {
     /// True for a mistake in the command's arguments (nothing was changed).
     pub fn is_usage(&self) -> bool {
-        matches!(self, ReplayError::UnknownPartition { .. } | ReplayError::OffsetOutOfRange { .. } | ReplayError::FutureDatetime(_))
+        matches!(
+            self,
+            ReplayError::UnknownPartition { .. }
+                | ReplayError::OffsetOutOfRange { .. }
+                | ReplayError::FutureDatetime(_)
+        )
     }
 }
 
@@ -152,43 +172,90 @@ impl Replay {
 
     /// For `run`'s start-up check.
     fn probe(config: Config) -> Result<Self, ReplayError> {
-        Self::new(config, ReplayOptions { target: Target::ShiftBy(0), partitions: Vec::new(), reset_state: false })
+        Self::new(
+            config,
+            ReplayOptions {
+                target: Target::ShiftBy(0),
+                partitions: Vec::new(),
+                reset_state: false,
+            },
+        )
     }
 
     fn with_consumer(config: Config, options: ReplayOptions, consumer: BaseConsumer) -> Self {
         let changelog = config.changelog_topic();
-        Replay { config, options, consumer, changelog, timeout: Duration::from_secs(10) }
+        Replay {
+            config,
+            options,
+            consumer,
+            changelog,
+            timeout: Duration::from_secs(10),
+        }
     }
 
     /// Refuses while the group has members, under either group protocol
     /// (see [`crate::group_members`]).
     pub fn check_no_members(&self) -> Result<(), ReplayError> {
         let group = &self.config.kafka.group_id;
-        let members = crate::group_members::describe_group(self.consumer.client(), group, self.timeout)
-            .map_err(|cause| ReplayError::Describe { group: group.clone(), cause })?;
+        let members =
+            crate::group_members::describe_group(self.consumer.client(), group, self.timeout)
+                .map_err(|cause| ReplayError::Describe {
+                    group: group.clone(),
+                    cause,
+                })?;
         if members.is_empty() {
             return Ok(());
         }
         let members = members
             .iter()
-            .map(|m| format!("{} (client {}, host {})", m.member_id, m.client_id, m.host.trim_start_matches('/')))
+            .map(|m| {
+                format!(
+                    "{} (client {}, host {})",
+                    m.member_id,
+                    m.client_id,
+                    m.host.trim_start_matches('/')
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ");
-        Err(ReplayError::ActiveMembers { group: group.clone(), members })
+        Err(ReplayError::ActiveMembers {
+            group: group.clone(),
+            members,
+        })
     }
 
     /// Where each chosen partition stands and where it goes. Changes nothing.
     pub fn plan(&self) -> Result<Vec<PlanRow>, ReplayError> {
         let topic = &self.config.kafka.input_topic;
-        let metadata = self.consumer.fetch_metadata(Some(topic), self.timeout).map_err(kafka(format!("cannot describe {topic}")))?;
-        let count = metadata.topics().first().map(|t| t.partitions().len() as i32).unwrap_or(0);
+        let metadata = self
+            .consumer
+            .fetch_metadata(Some(topic), self.timeout)
+            .map_err(kafka(format!("cannot describe {topic}")))?;
+        let count = metadata
+            .topics()
+            .first()
+            .map(|t| t.partitions().len() as i32)
+            .unwrap_or(0);
         if count == 0 {
-            return Err(ReplayError::Kafka { what: format!("topic {topic}"), cause: rdkafka::error::KafkaError::MetadataFetch(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition) });
+            return Err(ReplayError::Kafka {
+                what: format!("topic {topic}"),
+                cause: rdkafka::error::KafkaError::MetadataFetch(
+                    rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition,
+                ),
+            });
         }
-        let chosen: Vec<i32> = if self.options.partitions.is_empty() { (0..count).collect() } else { self.options.partitions.clone() };
+        let chosen: Vec<i32> = if self.options.partitions.is_empty() {
+            (0..count).collect()
+        } else {
+            self.options.partitions.clone()
+        };
         for partition in &chosen {
             if !(0..count).contains(partition) {
-                return Err(ReplayError::UnknownPartition { topic: topic.clone(), partition: *partition, count });
+                return Err(ReplayError::UnknownPartition {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    count,
+                });
             }
         }
         let committed = self.committed(&chosen)?;
@@ -201,36 +268,74 @@ impl Replay {
             Some(name) if self.topic_exists(name)? => Some(name.as_str()),
             _ => None,
         };
-        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
         if let Target::Datetime(ms) = self.options.target {
             if ms > now_ms {
-                return Err(ReplayError::FutureDatetime(humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string()));
+                return Err(ReplayError::FutureDatetime(
+                    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms as u64))
+                        .to_string(),
+                ));
             }
         }
         let mut rows = Vec::new();
         for partition in chosen {
-            let (low, end) = self.consumer.fetch_watermarks(topic, partition, self.timeout).map_err(kafka(format!("watermarks of {topic} {partition}")))?;
+            let (low, end) = self
+                .consumer
+                .fetch_watermarks(topic, partition, self.timeout)
+                .map_err(kafka(format!("watermarks of {topic} {partition}")))?;
             let state = match (&self.changelog, changelog) {
-                (Some(_), Some(name)) => changelog::replay::last_checkpoint(&self.config, name, partition)?.map(|(_, c)| c),
+                (Some(_), Some(name)) => {
+                    changelog::replay::last_checkpoint(&self.config, name, partition)?
+                        .map(|(_, c)| c)
+                }
                 (Some(_), None) => None,
                 (None, _) => local.get(&partition).copied(),
             };
-            let group_offset = committed.get(&partition).copied().flatten().map(|c| c.offset);
-            let fallback = if self.config.kafka.auto_offset_reset == crate::config::OffsetReset::Latest { end } else { low };
-            let current = state.map(|c| c.next_offset).or(group_offset).unwrap_or(fallback);
+            let group_offset = committed
+                .get(&partition)
+                .copied()
+                .flatten()
+                .map(|c| c.offset);
+            let fallback =
+                if self.config.kafka.auto_offset_reset == crate::config::OffsetReset::Latest {
+                    end
+                } else {
+                    low
+                };
+            let current = state
+                .map(|c| c.next_offset)
+                .or(group_offset)
+                .unwrap_or(fallback);
             let new_offset = match self.options.target {
                 Target::Earliest => low,
                 Target::Latest => end,
                 Target::Offset(offset) => {
                     if !(low..=end).contains(&offset) {
-                        return Err(ReplayError::OffsetOutOfRange { partition, offset, low, high: end });
+                        return Err(ReplayError::OffsetOutOfRange {
+                            partition,
+                            offset,
+                            low,
+                            high: end,
+                        });
                     }
                     offset
                 }
                 Target::ShiftBy(n) => current.saturating_add(n).clamp(low, end),
                 Target::Datetime(ms) => self.offset_for_time(partition, ms, low, end)?,
             };
-            rows.push(PlanRow { partition, checkpoint: state.map(|c| c.next_offset), committed: group_offset, current, new_offset, low, end, state });
+            rows.push(PlanRow {
+                partition,
+                checkpoint: state.map(|c| c.next_offset),
+                committed: group_offset,
+                current,
+                new_offset,
+                low,
+                end,
+                state,
+            });
         }
         Ok(rows)
     }
@@ -238,14 +343,30 @@ impl Replay {
     /// The first offset whose timestamp is at or after `ms`. A broker that
     /// answers -1 (none: past the last record on Apache Kafka, before the
     /// first on nisshi) is resolved by the last record's time.
-    fn offset_for_time(&self, partition: i32, ms: i64, low: i64, end: i64) -> Result<i64, ReplayError> {
+    fn offset_for_time(
+        &self,
+        partition: i32,
+        ms: i64,
+        low: i64,
+        end: i64,
+    ) -> Result<i64, ReplayError> {
         let topic = &self.config.kafka.input_topic;
         let mut tpl = TopicPartitionList::with_capacity(1);
-        tpl.add_partition_offset(topic, partition, Offset::Offset(ms)).map_err(kafka("offset list"))?;
-        let found = self.consumer.offsets_for_times(tpl, self.timeout).map_err(kafka(format!("offsets for times of {topic} {partition}")))?;
+        tpl.add_partition_offset(topic, partition, Offset::Offset(ms))
+            .map_err(kafka("offset list"))?;
+        let found = self
+            .consumer
+            .offsets_for_times(tpl, self.timeout)
+            .map_err(kafka(format!("offsets for times of {topic} {partition}")))?;
         let offset = found
             .find_partition(topic, partition)
-            .and_then(|e| if let Offset::Offset(o) = e.offset() { Some(o) } else { None })
+            .and_then(|e| {
+                if let Offset::Offset(o) = e.offset() {
+                    Some(o)
+                } else {
+                    None
+                }
+            })
             .unwrap_or(-1);
         if offset >= 0 {
             return Ok(offset.clamp(low, end));
@@ -255,7 +376,11 @@ impl Replay {
         }
         // -1: is `ms` after the last record, or before the first?
         let last = self.record_time(partition, end - 1)?;
-        Ok(if last.is_some_and(|t| ms > t) { end } else { low })
+        Ok(if last.is_some_and(|t| ms > t) {
+            end
+        } else {
+            low
+        })
     }
 
     /// The timestamp of one record of the input topic.
@@ -263,11 +388,15 @@ impl Replay {
         use rdkafka::Message;
         let topic = &self.config.kafka.input_topic;
         let reader: BaseConsumer = crate::kafka::consumer_config(&self.config)
-            .set("group.id", format!("{}-replay-probe", self.config.kafka.group_id))
+            .set(
+                "group.id",
+                format!("{}-replay-probe", self.config.kafka.group_id),
+            )
             .create()
             .map_err(kafka("cannot create a consumer"))?;
         let mut tpl = TopicPartitionList::with_capacity(1);
-        tpl.add_partition_offset(topic, partition, Offset::Offset(offset)).map_err(kafka("offset list"))?;
+        tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+            .map_err(kafka("offset list"))?;
         reader.assign(&tpl).map_err(kafka("assign"))?;
         let deadline = std::time::Instant::now() + self.timeout;
         while std::time::Instant::now() < deadline {
@@ -280,7 +409,10 @@ impl Replay {
 
     /// The group's committed offsets, each with whether orderly committed it
     /// (its metadata is [`crate::kafka::COMMIT_METADATA`]).
-    fn committed(&self, partitions: &[i32]) -> Result<BTreeMap<i32, Option<Committed>>, ReplayError> {
+    fn committed(
+        &self,
+        partitions: &[i32],
+    ) -> Result<BTreeMap<i32, Option<Committed>>, ReplayError> {
         let topic = &self.config.kafka.input_topic;
         let mut tpl = TopicPartitionList::with_capacity(partitions.len());
         for partition in partitions {
@@ -292,10 +424,15 @@ impl Replay {
         let deadline = std::time::Instant::now() + self.timeout;
         let list = loop {
             match self.consumer.committed_offsets(tpl.clone(), self.timeout) {
-                Err(e) if crate::preflight::coordinator_not_ready(&e) && std::time::Instant::now() < deadline => {
+                Err(e)
+                    if crate::preflight::coordinator_not_ready(&e)
+                        && std::time::Instant::now() < deadline =>
+                {
                     std::thread::sleep(Duration::from_millis(200))
                 }
-                result => break result.map_err(kafka("cannot read the group's committed offsets"))?,
+                result => {
+                    break result.map_err(kafka("cannot read the group's committed offsets"))?
+                }
             }
         };
         let out = list
@@ -303,7 +440,10 @@ impl Replay {
             .iter()
             .map(|e| {
                 let committed = match e.offset() {
-                    Offset::Offset(offset) => Some(Committed { offset, by_orderly: e.metadata() == crate::kafka::COMMIT_METADATA }),
+                    Offset::Offset(offset) => Some(Committed {
+                        offset,
+                        by_orderly: e.metadata() == crate::kafka::COMMIT_METADATA,
+                    }),
                     _ => None,
                 };
                 (e.partition(), committed)
@@ -317,16 +457,25 @@ impl Replay {
     /// orderly resumes from its checkpoint, so such a reset would be ignored.
     pub(crate) fn external_resets(&self) -> Result<Vec<ExternalReset>, ReplayError> {
         let topic = &self.config.kafka.input_topic;
-        let metadata = self.consumer.fetch_metadata(Some(topic), self.timeout).map_err(kafka(format!("cannot describe {topic}")))?;
-        let count = metadata.topics().first().map(|t| t.partitions().len() as i32).unwrap_or(0);
+        let metadata = self
+            .consumer
+            .fetch_metadata(Some(topic), self.timeout)
+            .map_err(kafka(format!("cannot describe {topic}")))?;
+        let count = metadata
+            .topics()
+            .first()
+            .map(|t| t.partitions().len() as i32)
+            .unwrap_or(0);
         if count == 0 {
             // No input topic yet: nothing was committed for it.
             return Ok(Vec::new());
         }
         let partitions: Vec<i32> = (0..count).collect();
         let committed = self.committed(&partitions)?;
-        let foreign: Vec<(i32, i64)> =
-            committed.iter().filter_map(|(p, c)| c.filter(|c| !c.by_orderly).map(|c| (*p, c.offset))).collect();
+        let foreign: Vec<(i32, i64)> = committed
+            .iter()
+            .filter_map(|(p, c)| c.filter(|c| !c.by_orderly).map(|c| (*p, c.offset)))
+            .collect();
         if foreign.is_empty() {
             return Ok(Vec::new());
         }
@@ -335,7 +484,11 @@ impl Replay {
             .into_iter()
             .filter_map(|(partition, committed)| {
                 let checkpoint = checkpoints.get(&partition).copied()?;
-                (checkpoint != committed).then_some(ExternalReset { partition, committed, checkpoint })
+                (checkpoint != committed).then_some(ExternalReset {
+                    partition,
+                    committed,
+                    checkpoint,
+                })
             })
             .collect())
     }
@@ -350,7 +503,9 @@ impl Replay {
                     return Ok(out);
                 }
                 for partition in partitions {
-                    if let Some((_, checkpoint)) = changelog::replay::last_checkpoint(&self.config, name, *partition)? {
+                    if let Some((_, checkpoint)) =
+                        changelog::replay::last_checkpoint(&self.config, name, *partition)?
+                    {
                         out.insert(*partition, checkpoint.next_offset);
                     }
                 }
@@ -367,8 +522,14 @@ impl Replay {
     }
 
     fn topic_exists(&self, topic: &str) -> Result<bool, ReplayError> {
-        let metadata = self.consumer.fetch_metadata(None, self.timeout).map_err(kafka("cannot read cluster metadata"))?;
-        Ok(metadata.topics().iter().any(|t| t.name() == topic && !t.partitions().is_empty()))
+        let metadata = self
+            .consumer
+            .fetch_metadata(None, self.timeout)
+            .map_err(kafka("cannot read cluster metadata"))?;
+        Ok(metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic && !t.partitions().is_empty()))
     }
 
     fn local_checkpoints(&self) -> Result<BTreeMap<i32, Checkpoint>, ReplayError> {
@@ -389,11 +550,20 @@ impl Replay {
 
     /// The checkpoint a row moves its partition to.
     fn moved(&self, row: &PlanRow) -> Checkpoint {
-        let old = row.state.unwrap_or_else(|| Checkpoint::starting_at(row.current));
+        let old = row
+            .state
+            .unwrap_or_else(|| Checkpoint::starting_at(row.current));
         if self.options.reset_state {
-            return Checkpoint { epoch: old.epoch + 1, ..Checkpoint::starting_at(row.new_offset) };
+            return Checkpoint {
+                epoch: old.epoch + 1,
+                ..Checkpoint::starting_at(row.new_offset)
+            };
         }
-        let mut moved = Checkpoint { next_offset: row.new_offset, changelog_next: None, ..old };
+        let mut moved = Checkpoint {
+            next_offset: row.new_offset,
+            changelog_next: None,
+            ..old
+        };
         if row.state.is_none() {
             // No state anywhere: the new offset is simply where it starts.
             moved.start_offset = row.new_offset;
@@ -411,7 +581,9 @@ impl Replay {
         match &self.changelog {
             Some(changelog) => {
                 let producer: FutureProducer =
-                    crate::kafka::changelog_producer_config(&self.config).create().map_err(kafka("cannot create a producer"))?;
+                    crate::kafka::changelog_producer_config(&self.config)
+                        .create()
+                        .map_err(kafka("cannot create a producer"))?;
                 for row in rows {
                     let checkpoint = self.moved(row);
                     let tombstones = if self.options.reset_state {
@@ -419,8 +591,22 @@ impl Replay {
                     } else {
                         Vec::new()
                     };
-                    let at = changelog::replay::write_marker(&producer, changelog, row.partition, &tombstones, &checkpoint).await?;
-                    info!(partition = row.partition, next_offset = checkpoint.next_offset, epoch = checkpoint.epoch, tombstones = tombstones.len(), changelog_end = at, "replay marker written");
+                    let at = changelog::replay::write_marker(
+                        &producer,
+                        changelog,
+                        row.partition,
+                        &tombstones,
+                        &checkpoint,
+                    )
+                    .await?;
+                    info!(
+                        partition = row.partition,
+                        next_offset = checkpoint.next_offset,
+                        epoch = checkpoint.epoch,
+                        tombstones = tombstones.len(),
+                        changelog_end = at,
+                        "replay marker written"
+                    );
                 }
             }
             None => {
@@ -438,8 +624,14 @@ impl Replay {
             }
         }
         let topic = &self.config.kafka.input_topic;
-        let tpl = crate::kafka::commit_list(topic, rows.iter().map(|row| (row.partition, row.new_offset))).map_err(kafka("offset list"))?;
-        self.consumer.commit(&tpl, CommitMode::Sync).map_err(kafka("cannot commit the group's new offsets"))?;
+        let tpl = crate::kafka::commit_list(
+            topic,
+            rows.iter().map(|row| (row.partition, row.new_offset)),
+        )
+        .map_err(kafka("offset list"))?;
+        self.consumer
+            .commit(&tpl, CommitMode::Sync)
+            .map_err(kafka("cannot commit the group's new offsets"))?;
         Ok(())
     }
 }
@@ -455,7 +647,12 @@ pub fn check_external_resets(config: Config) -> Result<(), ReplayError> {
     }
     let resets = resets
         .iter()
-        .map(|r| format!("partition {} committed at {}, checkpoint at {}", r.partition, r.committed, r.checkpoint))
+        .map(|r| {
+            format!(
+                "partition {} committed at {}, checkpoint at {}",
+                r.partition, r.committed, r.checkpoint
+            )
+        })
         .collect::<Vec<_>>()
         .join("; ");
     Err(ReplayError::ExternalReset { topic, resets })
@@ -464,7 +661,10 @@ pub fn check_external_resets(config: Config) -> Result<(), ReplayError> {
 /// The plan as a table.
 pub fn table(rows: &[PlanRow]) -> String {
     let show = |o: Option<i64>| o.map(|o| o.to_string()).unwrap_or_else(|| "-".into());
-    let mut out = format!("{:>9} {:>12} {:>12} {:>12} {:>12}\n", "partition", "checkpoint", "committed", "new offset", "end offset");
+    let mut out = format!(
+        "{:>9} {:>12} {:>12} {:>12} {:>12}\n",
+        "partition", "checkpoint", "committed", "new offset", "end offset"
+    );
     for row in rows {
         out.push_str(&format!(
             "{:>9} {:>12} {:>12} {:>12} {:>12}\n",

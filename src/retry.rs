@@ -16,13 +16,21 @@ pub(crate) struct Backoff {
 
 impl Backoff {
     pub(crate) fn new(initial: Duration, max: Duration) -> Self {
-        Backoff { initial, max, next: initial, jitter: true }
+        Backoff {
+            initial,
+            max,
+            next: initial,
+            jitter: true,
+        }
     }
 
     /// Without jitter: waits exactly `initial`, `2 * initial`, ... (tests).
     #[cfg(test)]
     pub(crate) fn exact(initial: Duration, max: Duration) -> Self {
-        Backoff { jitter: false, ..Self::new(initial, max) }
+        Backoff {
+            jitter: false,
+            ..Self::new(initial, max)
+        }
     }
 
     /// The next wait, and doubles the one after it.

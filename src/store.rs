@@ -29,8 +29,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{InboxEntry, OrderState};
 use crate::event::OutboxRecord;
+use crate::event::{InboxEntry, OrderState};
 
 const CHECKPOINT_KEY: &[u8] = b"\x00checkpoint";
 /// Present while a restore from the changelog is under way: the tree's
@@ -59,7 +59,11 @@ pub enum StoreError {
     #[error("store I/O error at {path}: {cause}")]
     Io { path: PathBuf, cause: sled::Error },
     #[error("corrupt value under key {key:?} in tree {tree}: {message}")]
-    Corrupt { tree: String, key: String, message: String },
+    Corrupt {
+        tree: String,
+        key: String,
+        message: String,
+    },
     #[error(
         "the store at {path} has layout {found}, this orderly reads layout {FORMAT}; \
          move the directory aside and rebuild it (see docs/replay-and-restore.md, \"Rebuilding the store\")"
@@ -69,7 +73,11 @@ pub enum StoreError {
         "the store at {path} was built for {found}, and this configuration is for {wanted}; point store.path at \
          another directory (each group, input topic and changelog topic needs its own store)"
     )]
-    Binding { path: PathBuf, found: String, wanted: String },
+    Binding {
+        path: PathBuf,
+        found: String,
+        wanted: String,
+    },
 }
 
 /// The next offset to read after processing `offset`. The only `+ 1` between
@@ -107,7 +115,11 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     pub fn starting_at(offset: i64) -> Self {
-        Checkpoint { start_offset: offset, next_offset: offset, ..Default::default() }
+        Checkpoint {
+            start_offset: offset,
+            next_offset: offset,
+            ..Default::default()
+        }
     }
 
     /// The records this checkpoint covers, whatever their outcome.
@@ -168,8 +180,14 @@ impl Store {
             .path(path)
             .cache_capacity(cache_capacity_mb.saturating_mul(1024 * 1024))
             .open()
-            .map_err(|cause| StoreError::Open { path: path.to_path_buf(), cause })?;
-        let store = Store { db, path: path.to_path_buf() };
+            .map_err(|cause| StoreError::Open {
+                path: path.to_path_buf(),
+                cause,
+            })?;
+        let store = Store {
+            db,
+            path: path.to_path_buf(),
+        };
         store.check_format()?;
         Ok(store)
     }
@@ -186,10 +204,15 @@ impl Store {
                     .unwrap_or_else(|_| format!("{:?}", bytes.as_ref())),
             }),
             None if self.partitions().is_empty() => {
-                self.db.insert(FORMAT_KEY, &FORMAT.to_be_bytes()).map_err(|e| self.io(e))?;
+                self.db
+                    .insert(FORMAT_KEY, &FORMAT.to_be_bytes())
+                    .map_err(|e| self.io(e))?;
                 Ok(())
             }
-            None => Err(StoreError::Format { path: self.path.clone(), found: "1 (no layout mark)".into() }),
+            None => Err(StoreError::Format {
+                path: self.path.clone(),
+                found: "1 (no layout mark)".into(),
+            }),
         }
     }
 
@@ -209,21 +232,30 @@ impl Store {
                 wanted,
             }),
             None => {
-                self.db.insert(BINDING_KEY, wanted.as_bytes()).map_err(|e| self.io(e))?;
+                self.db
+                    .insert(BINDING_KEY, wanted.as_bytes())
+                    .map_err(|e| self.io(e))?;
                 Ok(())
             }
         }
     }
 
     fn io(&self, cause: sled::Error) -> StoreError {
-        StoreError::Io { path: self.path.clone(), cause }
+        StoreError::Io {
+            path: self.path.clone(),
+            cause,
+        }
     }
 
     /// The tree of one input partition.
     pub fn partition(&self, topic: &str, partition: i32) -> Result<PartitionStore, StoreError> {
         let name = format!("{TREE_PREFIX}{topic}/{partition}");
         let tree = self.db.open_tree(name.as_bytes()).map_err(|e| self.io(e))?;
-        Ok(PartitionStore { tree, name, path: self.path.clone() })
+        Ok(PartitionStore {
+            tree,
+            name,
+            path: self.path.clone(),
+        })
     }
 
     /// Every partition tree in the store, as (topic, partition).
@@ -253,7 +285,10 @@ impl Store {
     pub fn checkpoints(&self) -> Result<Vec<(String, i32, Checkpoint)>, StoreError> {
         let mut out = Vec::new();
         for (topic, partition) in self.partitions() {
-            let checkpoint = self.partition(&topic, partition)?.checkpoint()?.unwrap_or_default();
+            let checkpoint = self
+                .partition(&topic, partition)?
+                .checkpoint()?
+                .unwrap_or_default();
             out.push((topic, partition, checkpoint));
         }
         Ok(out)
@@ -267,7 +302,13 @@ impl Store {
             let checkpoint = tree.checkpoint()?.unwrap_or_default();
             let orders = tree.tree.scan_prefix([ORDER_PREFIX]).count();
             let outbox_pending = tree.tree.scan_prefix([OUTBOX_PREFIX]).count();
-            out.push(PartitionStats { topic, partition, checkpoint, orders, outbox_pending });
+            out.push(PartitionStats {
+                topic,
+                partition,
+                checkpoint,
+                orders,
+                outbox_pending,
+            });
         }
         Ok(out)
     }
@@ -289,7 +330,10 @@ impl Store {
     }
 
     /// Visits every order state in the store with its input partition.
-    pub fn for_each_order_in_partition(&self, mut visit: impl FnMut(i32, OrderState)) -> Result<(), StoreError> {
+    pub fn for_each_order_in_partition(
+        &self,
+        mut visit: impl FnMut(i32, OrderState),
+    ) -> Result<(), StoreError> {
         for (topic, partition) in self.partitions() {
             let tree = self.partition(&topic, partition)?;
             for item in tree.tree.scan_prefix([ORDER_PREFIX]) {
@@ -312,8 +356,16 @@ pub struct Binding {
 
 impl std::fmt::Display for Binding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let changelog = if self.changelog_topic.is_empty() { "no changelog" } else { self.changelog_topic.as_str() };
-        write!(f, "group {}, input topic {}, changelog {}", self.group, self.input_topic, changelog)
+        let changelog = if self.changelog_topic.is_empty() {
+            "no changelog"
+        } else {
+            self.changelog_topic.as_str()
+        };
+        write!(
+            f,
+            "group {}, input topic {}, changelog {}",
+            self.group, self.input_topic, changelog
+        )
     }
 }
 
@@ -390,7 +442,8 @@ impl RestoreWrite {
             }
             None => {
                 self.bytes += changelog_key.len() + added;
-                self.changes.insert(changelog_key.to_vec(), value.map(<[u8]>::to_vec));
+                self.changes
+                    .insert(changelog_key.to_vec(), value.map(<[u8]>::to_vec));
             }
         }
     }
@@ -409,7 +462,11 @@ impl RestoreWrite {
     /// restore writes the same way each time (measured neither faster nor
     /// slower than the hash map's order: docs/performance.md).
     fn into_tree_order(self) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-        let mut changes: Vec<_> = self.changes.into_iter().map(|(key, value)| (from_changelog_key(&key), value)).collect();
+        let mut changes: Vec<_> = self
+            .changes
+            .into_iter()
+            .map(|(key, value)| (from_changelog_key(&key), value))
+            .collect();
         changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         changes
     }
@@ -437,7 +494,10 @@ pub struct BatchWrite {
 impl BatchWrite {
     /// A write whose changes are also collected for the changelog.
     pub(crate) fn with_changelog() -> Self {
-        BatchWrite { changes: Some(Vec::new()), ..Default::default() }
+        BatchWrite {
+            changes: Some(Vec::new()),
+            ..Default::default()
+        }
     }
 
     fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
@@ -445,7 +505,10 @@ impl BatchWrite {
         self.bytes += key.len() + value.len();
         let value = sled::IVec::from(value);
         if let Some(changes) = &mut self.changes {
-            changes.push(ChangeRecord { key: to_changelog_key(&key), value: Some(value.clone()) });
+            changes.push(ChangeRecord {
+                key: to_changelog_key(&key),
+                value: Some(value.clone()),
+            });
         }
         self.batch.insert(key, value);
     }
@@ -453,14 +516,23 @@ impl BatchWrite {
     fn remove(&mut self, key: Vec<u8>) {
         self.keys += 1;
         if let Some(changes) = &mut self.changes {
-            changes.push(ChangeRecord { key: to_changelog_key(&key), value: None });
+            changes.push(ChangeRecord {
+                key: to_changelog_key(&key),
+                value: None,
+            });
         }
         self.batch.remove(key);
     }
 
     /// Stores a full chunk of an order's older inbox entries.
-    pub(crate) fn put_chunk(&mut self, order_id: &str, entries: &[InboxEntry]) -> Result<(), StoreError> {
-        let Some(first) = entries.first() else { return Ok(()) };
+    pub(crate) fn put_chunk(
+        &mut self,
+        order_id: &str,
+        entries: &[InboxEntry],
+    ) -> Result<(), StoreError> {
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
         let value = encode(&entries).map_err(|message| StoreError::Corrupt {
             tree: String::new(),
             key: order_id.to_string(),
@@ -504,7 +576,10 @@ impl BatchWrite {
 
 impl PartitionStore {
     fn io(&self, cause: sled::Error) -> StoreError {
-        StoreError::Io { path: self.path.clone(), cause }
+        StoreError::Io {
+            path: self.path.clone(),
+            cause,
+        }
     }
 
     fn decode_state(&self, key: &[u8], value: &[u8]) -> Result<OrderState, StoreError> {
@@ -518,11 +593,15 @@ impl PartitionStore {
     pub fn checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
         match self.tree.get(CHECKPOINT_KEY).map_err(|e| self.io(e))? {
             None => Ok(None),
-            Some(bytes) => bincode::deserialize(&bytes).map(Some).map_err(|e| StoreError::Corrupt {
-                tree: self.name.clone(),
-                key: "checkpoint".into(),
-                message: e.to_string(),
-            }),
+            Some(bytes) => {
+                bincode::deserialize(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::Corrupt {
+                        tree: self.name.clone(),
+                        key: "checkpoint".into(),
+                        message: e.to_string(),
+                    })
+            }
         }
     }
 
@@ -535,43 +614,68 @@ impl PartitionStore {
     }
 
     /// One chunk of an order's older inbox entries.
-    pub(crate) fn get_chunk(&self, order_id: &str, first_version: i64) -> Result<Option<Vec<InboxEntry>>, StoreError> {
+    pub(crate) fn get_chunk(
+        &self,
+        order_id: &str,
+        first_version: i64,
+    ) -> Result<Option<Vec<InboxEntry>>, StoreError> {
         let key = chunk_key(order_id, first_version);
         match self.tree.get(&key).map_err(|e| self.io(e))? {
             None => Ok(None),
-            Some(bytes) => bincode::deserialize(&bytes).map(Some).map_err(|e| StoreError::Corrupt {
-                tree: self.name.clone(),
-                key: format!("inbox chunk {order_id}@{first_version}"),
-                message: e.to_string(),
-            }),
+            Some(bytes) => {
+                bincode::deserialize(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::Corrupt {
+                        tree: self.name.clone(),
+                        key: format!("inbox chunk {order_id}@{first_version}"),
+                        message: e.to_string(),
+                    })
+            }
         }
     }
 
     /// Writes the batch's states and `checkpoint` in one atomic batch. Not
     /// durable until `Store::flush`.
-    pub fn commit_batch(&self, mut write: BatchWrite, checkpoint: &Checkpoint) -> Result<(), StoreError> {
-        write.batch.insert(CHECKPOINT_KEY, self.encode_checkpoint(checkpoint)?);
+    pub fn commit_batch(
+        &self,
+        mut write: BatchWrite,
+        checkpoint: &Checkpoint,
+    ) -> Result<(), StoreError> {
+        write
+            .batch
+            .insert(CHECKPOINT_KEY, self.encode_checkpoint(checkpoint)?);
         self.tree.apply_batch(write.batch).map_err(|e| self.io(e))
     }
 
     /// The checkpoint's bytes (as stored, and as its changelog record carries them).
     pub(crate) fn encode_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Vec<u8>, StoreError> {
-        checkpoint.encode().map_err(|message| StoreError::Corrupt { tree: self.name.clone(), key: "checkpoint".into(), message })
+        checkpoint.encode().map_err(|message| StoreError::Corrupt {
+            tree: self.name.clone(),
+            key: "checkpoint".into(),
+            message,
+        })
     }
 
     /// Pending outbox records with source offsets in `(after, below)`, in
     /// offset order, at most `limit`.
-    pub(crate) fn outbox_between(&self, after: i64, below: i64, limit: usize) -> Result<Vec<OutboxRecord>, StoreError> {
+    pub(crate) fn outbox_between(
+        &self,
+        after: i64,
+        below: i64,
+        limit: usize,
+    ) -> Result<Vec<OutboxRecord>, StoreError> {
         let start = outbox_key(after.saturating_add(1).max(0));
         let end = outbox_key(below.max(0));
         let mut out = Vec::new();
         for item in self.tree.range(start..end).take(limit) {
             let (key, value) = item.map_err(|e| self.io(e))?;
-            out.push(bincode::deserialize(&value).map_err(|e| StoreError::Corrupt {
-                tree: self.name.clone(),
-                key: String::from_utf8_lossy(&key).into_owned(),
-                message: e.to_string(),
-            })?);
+            out.push(
+                bincode::deserialize(&value).map_err(|e| StoreError::Corrupt {
+                    tree: self.name.clone(),
+                    key: String::from_utf8_lossy(&key).into_owned(),
+                    message: e.to_string(),
+                })?,
+            );
         }
         Ok(out)
     }
@@ -582,7 +686,11 @@ impl PartitionStore {
         let mut out = Vec::new();
         for item in self.tree.range(outbox_key(0)..end) {
             let (key, _) = item.map_err(|e| self.io(e))?;
-            if let Some(offset) = key.get(1..9).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(i64::from_be_bytes) {
+            if let Some(offset) = key
+                .get(1..9)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(i64::from_be_bytes)
+            {
                 out.push(offset);
             }
         }
@@ -596,7 +704,9 @@ impl PartitionStore {
         for item in self.tree.scan_prefix([OUTBOX_PREFIX]) {
             let (_, value) = item.map_err(|e| self.io(e))?;
             if oldest.is_none() {
-                oldest = bincode::deserialize::<OutboxRecord>(&value).ok().map(|r| r.created_ms);
+                oldest = bincode::deserialize::<OutboxRecord>(&value)
+                    .ok()
+                    .map(|r| r.created_ms);
             }
             count += 1;
         }
@@ -606,7 +716,9 @@ impl PartitionStore {
     /// True while a restore into this tree has not finished (its states may
     /// be ahead of its checkpoint).
     pub fn restoring(&self) -> Result<bool, StoreError> {
-        self.tree.contains_key(RESTORING_KEY).map_err(|e| self.io(e))
+        self.tree
+            .contains_key(RESTORING_KEY)
+            .map_err(|e| self.io(e))
     }
 
     /// Removes every key of the tree (a restore of a newer epoch, or a
@@ -617,7 +729,10 @@ impl PartitionStore {
 
     /// Marks the tree as being restored.
     pub(crate) fn begin_restore(&self) -> Result<(), StoreError> {
-        self.tree.insert(RESTORING_KEY, &[]).map(|_| ()).map_err(|e| self.io(e))
+        self.tree
+            .insert(RESTORING_KEY, &[])
+            .map(|_| ())
+            .map_err(|e| self.io(e))
     }
 
     /// Writes restored changes while the tree is marked as
@@ -639,7 +754,11 @@ impl PartitionStore {
 
     /// Writes the last restored changes, then the checkpoint that covers
     /// them and the clearing of the restoring mark in one atomic batch.
-    pub(crate) fn finish_restore(&self, write: RestoreWrite, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+    pub(crate) fn finish_restore(
+        &self,
+        write: RestoreWrite,
+        checkpoint: &Checkpoint,
+    ) -> Result<(), StoreError> {
         self.restore_batch(write)?;
         let mut finish = BatchWrite::default();
         finish.batch.remove(RESTORING_KEY);
@@ -688,11 +807,19 @@ mod tests {
         OrderState {
             order_id: order.into(),
             version,
-            order: Order { status: EventType::Paid, amount: 10, currency: "EUR".into() },
+            order: Order {
+                status: EventType::Paid,
+                amount: 10,
+                currency: "EUR".into(),
+            },
             event_id: format!("{order}-{version}"),
             occurred_at: 1,
             inbox: Inbox {
-                recent: vec![InboxEntry { version, id_hash: event_id_hash(&format!("{order}-{version}")), applied_at_ms: 5 }],
+                recent: vec![InboxEntry {
+                    version,
+                    id_hash: event_id_hash(&format!("{order}-{version}")),
+                    applied_at_ms: 5,
+                }],
                 chunks: Vec::new(),
             },
         }
@@ -707,20 +834,32 @@ mod tests {
             let mut write = BatchWrite::default();
             write.put_state(&state("a", 1)).unwrap();
             write.put_state(&state("b", 2)).unwrap();
-            let chunk: Vec<InboxEntry> =
-                (1..=3).map(|v| InboxEntry { version: v, id_hash: v as u64, applied_at_ms: v }).collect();
+            let chunk: Vec<InboxEntry> = (1..=3)
+                .map(|v| InboxEntry {
+                    version: v,
+                    id_hash: v as u64,
+                    applied_at_ms: v,
+                })
+                .collect();
             write.put_chunk("b", &chunk).unwrap();
-            let cp = Checkpoint { start_offset: 0, next_offset: 2, applied: 2, ..Default::default() };
+            let cp = Checkpoint {
+                start_offset: 0,
+                next_offset: 2,
+                applied: 2,
+                ..Default::default()
+            };
             p.commit_batch(write, &cp).unwrap();
             store.flush().unwrap();
         }
         // sled's background flusher lets go of the directory lock shortly
         // after the last handle drops; within one process, wait for it.
         let store = (0..100)
-            .find_map(|_| Store::open(dir.path(), 8).ok().or_else(|| {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                None
-            }))
+            .find_map(|_| {
+                Store::open(dir.path(), 8).ok().or_else(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    None
+                })
+            })
             .expect("reopen within 5 s");
         assert_eq!(store.partitions(), vec![("orders".to_string(), 3)]);
         let p = store.partition("orders", 3).unwrap();
@@ -753,12 +892,30 @@ mod tests {
         write.restore(&key("b"), None);
         assert_eq!(write.bytes(), one + key("b").len());
         p.begin_restore().unwrap();
-        p.tree.insert(order_key("b"), encode(&state("b", 1)).unwrap()).unwrap();
-        let cp = Checkpoint { start_offset: 0, next_offset: 7, changelog_next: Some(5), ..Default::default() };
+        p.tree
+            .insert(order_key("b"), encode(&state("b", 1)).unwrap())
+            .unwrap();
+        let cp = Checkpoint {
+            start_offset: 0,
+            next_offset: 7,
+            changelog_next: Some(5),
+            ..Default::default()
+        };
         p.finish_restore(write, &cp).unwrap();
-        assert!(!p.restoring().unwrap(), "the mark is cleared with the checkpoint");
-        assert_eq!(p.get("a").unwrap().unwrap().version, 3, "the newest record is written");
-        assert_eq!(p.get("b").unwrap(), None, "a restored deletion removes the key");
+        assert!(
+            !p.restoring().unwrap(),
+            "the mark is cleared with the checkpoint"
+        );
+        assert_eq!(
+            p.get("a").unwrap().unwrap().version,
+            3,
+            "the newest record is written"
+        );
+        assert_eq!(
+            p.get("b").unwrap(),
+            None,
+            "a restored deletion removes the key"
+        );
         assert_eq!(p.checkpoint().unwrap(), Some(cp));
     }
 
@@ -767,13 +924,24 @@ mod tests {
         for order_id in ["a", "order-1", "\u{7f}", "ÿ", "\u{10FFFF}", ""] {
             let key = order_key(order_id);
             let changelog = to_changelog_key(&key);
-            assert_eq!(changelog, order_id.as_bytes(), "an order's changelog key is its id");
+            assert_eq!(
+                changelog,
+                order_id.as_bytes(),
+                "an order's changelog key is its id"
+            );
             assert_eq!(from_changelog_key(&changelog), key);
         }
-        for key in [CHECKPOINT_KEY.to_vec(), chunk_key("o", 33), RESTORING_KEY.to_vec()] {
+        for key in [
+            CHECKPOINT_KEY.to_vec(),
+            chunk_key("o", 33),
+            RESTORING_KEY.to_vec(),
+        ] {
             let changelog = to_changelog_key(&key);
             assert_eq!(changelog[0], CHANGELOG_RESERVED);
-            assert!(std::str::from_utf8(&changelog).is_err(), "no valid order_id equals a reserved key");
+            assert!(
+                std::str::from_utf8(&changelog).is_err(),
+                "no valid order_id equals a reserved key"
+            );
             assert_eq!(from_changelog_key(&changelog), key);
         }
     }
@@ -782,16 +950,33 @@ mod tests {
     fn a_store_is_refused_for_another_group_or_topic() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 8).unwrap();
-        let built = Binding { group: "g".into(), input_topic: "orders".into(), changelog_topic: "g-changelog".into() };
+        let built = Binding {
+            group: "g".into(),
+            input_topic: "orders".into(),
+            changelog_topic: "g-changelog".into(),
+        };
         store.bind(&built).unwrap();
         store.bind(&built).unwrap();
-        let other = Binding { group: "h".into(), ..built.clone() };
+        let other = Binding {
+            group: "h".into(),
+            ..built.clone()
+        };
         let err = store.bind(&other).unwrap_err();
         assert!(matches!(err, StoreError::Binding { .. }));
         let text = err.to_string();
-        assert!(text.contains("group g,") && text.contains("group h,"), "{text}");
-        let off = Binding { changelog_topic: String::new(), ..built };
-        assert!(store.bind(&off).unwrap_err().to_string().contains("no changelog"));
+        assert!(
+            text.contains("group g,") && text.contains("group h,"),
+            "{text}"
+        );
+        let off = Binding {
+            changelog_topic: String::new(),
+            ..built
+        };
+        assert!(store
+            .bind(&off)
+            .unwrap_err()
+            .to_string()
+            .contains("no changelog"));
     }
 
     #[test]
@@ -810,7 +995,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let db = sled::open(dir.path()).unwrap();
-            db.open_tree("partition/orders/0").unwrap().insert("x", "y").unwrap();
+            db.open_tree("partition/orders/0")
+                .unwrap()
+                .insert("x", "y")
+                .unwrap();
             db.flush().unwrap();
         }
         let store = (0..100).find_map(|_| match Store::open(dir.path(), 8) {
@@ -820,7 +1008,10 @@ mod tests {
             }
             other => Some(other),
         });
-        let err = store.expect("lock released").err().expect("old layout refused");
+        let err = store
+            .expect("lock released")
+            .err()
+            .expect("old layout refused");
         assert!(matches!(err, StoreError::Format { .. }), "{err}");
         assert!(err.to_string().contains("rebuild"), "{err}");
     }

@@ -154,7 +154,10 @@ pub struct Expectation {
 /// shapes draw one number per send), so the two shapes have the same
 /// expected counts and final states (poison records may sit next to other
 /// events).
-pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord>, Expectation), EncodeError> {
+pub fn plan(
+    spec: &WorkloadSpec,
+    encoder: &Encoder,
+) -> Result<(Vec<PlannedRecord>, Expectation), EncodeError> {
     let mut rng = StdRng::seed_from_u64(spec.seed);
     // (send time, order index, event, writer version)
     let mut sends: Vec<(f64, usize, OrderEvent, WriterVersion)> = Vec::new();
@@ -173,13 +176,21 @@ pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord
             .iter()
             .enumerate()
             .map(|(i, event_type)| {
-                let writer = if rng.gen_bool(spec.v1_share) { WriterVersion::V1 } else { WriterVersion::V2 };
+                let writer = if rng.gen_bool(spec.v1_share) {
+                    WriterVersion::V1
+                } else {
+                    WriterVersion::V2
+                };
                 let event = OrderEvent {
                     event_id: spec.id_format.format(rng.gen()),
                     order_id: order_id.clone(),
                     version: i as i64 + 1,
                     event_type: *event_type,
-                    amount: if *event_type == EventType::Cancelled { 0 } else { amount },
+                    amount: if *event_type == EventType::Cancelled {
+                        0
+                    } else {
+                        amount
+                    },
                     currency: currency.clone(),
                     occurred_at: base_ms + i as i64 * 60_000,
                 };
@@ -193,7 +204,8 @@ pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord
         }
         // A duplicate (producer retry) lands right after its original or a
         // couple of events later.
-        let mut keyed: Vec<(f64, (OrderEvent, WriterVersion))> = Vec::with_capacity(events.len() + 1);
+        let mut keyed: Vec<(f64, (OrderEvent, WriterVersion))> =
+            Vec::with_capacity(events.len() + 1);
         for (i, sent) in events.into_iter().enumerate() {
             if rng.gen_bool(spec.duplicate_rate) {
                 keyed.push((i as f64 + rng.gen_range(0.1..2.5), sent.clone()));
@@ -213,7 +225,9 @@ pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord
             Shape::Interleaved => {
                 // One draw per send, as above, so both shapes plan the same
                 // sequences and differ only in their interleaving.
-                let mut times: Vec<f64> = (0..sequence.len()).map(|_| rng.gen_range(0.0..horizon)).collect();
+                let mut times: Vec<f64> = (0..sequence.len())
+                    .map(|_| rng.gen_range(0.0..horizon))
+                    .collect();
                 times.sort_by(f64::total_cmp);
                 for (t, (event, writer)) in times.into_iter().zip(sequence) {
                     sends.push((t, index, event, writer));
@@ -227,7 +241,8 @@ pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord
 
     let mut expectation = Expectation::default();
     let mut applied_ids: HashSet<String> = HashSet::new();
-    let mut records = Vec::with_capacity(sends.len() + (sends.len() as f64 * spec.poison_rate) as usize + 1);
+    let mut records =
+        Vec::with_capacity(sends.len() + (sends.len() as f64 * spec.poison_rate) as usize + 1);
     for (_, _, event, writer) in sends {
         if rng.gen_bool(spec.poison_rate.min(1.0)) {
             records.push(poison(&mut rng, encoder, &event)?);
@@ -236,10 +251,17 @@ pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord
         // The expected outcome, by the documented rules: an id applied before
         // is a duplicate; a version not above the newest applied is stale.
         let as_read = match writer {
-            WriterVersion::V1 => OrderEvent { currency: DEFAULT_CURRENCY.to_string(), ..event.clone() },
+            WriterVersion::V1 => OrderEvent {
+                currency: DEFAULT_CURRENCY.to_string(),
+                ..event.clone()
+            },
             WriterVersion::V2 => event.clone(),
         };
-        let newest = expectation.states.get(&event.order_id).map(|s| s.version).unwrap_or(0);
+        let newest = expectation
+            .states
+            .get(&event.order_id)
+            .map(|s| s.version)
+            .unwrap_or(0);
         if applied_ids.contains(&event.event_id) {
             expectation.duplicates += 1;
         } else if event.version <= newest {
@@ -250,9 +272,14 @@ pub fn plan(spec: &WorkloadSpec, encoder: &Encoder) -> Result<(Vec<PlannedRecord
             if expectation.states.get(&event.order_id).map(|s| s.status) != Some(event.event_type) {
                 expectation.status_changes.insert(event.event_id.clone());
             }
-            expectation.states.insert(event.order_id.clone(), StateView::of_event(&as_read));
+            expectation
+                .states
+                .insert(event.order_id.clone(), StateView::of_event(&as_read));
         }
-        records.push(PlannedRecord { key: event.order_id.clone(), payload: encoder.encode(&event, writer)? });
+        records.push(PlannedRecord {
+            key: event.order_id.clone(),
+            payload: encoder.encode(&event, writer)?,
+        });
     }
     expectation.records = records.len() as u64;
     Ok((records, expectation))
@@ -286,7 +313,11 @@ fn long_lifecycle(n: u32) -> Vec<EventType> {
 }
 
 /// A record that must be dead-lettered: each of the poison kinds in turn.
-fn poison(rng: &mut StdRng, encoder: &Encoder, near: &OrderEvent) -> Result<PlannedRecord, EncodeError> {
+fn poison(
+    rng: &mut StdRng,
+    encoder: &Encoder,
+    near: &OrderEvent,
+) -> Result<PlannedRecord, EncodeError> {
     let good = encoder.encode(near, WriterVersion::V2)?;
     let payload = match rng.gen_range(0..4) {
         0 => {
@@ -294,7 +325,7 @@ fn poison(rng: &mut StdRng, encoder: &Encoder, near: &OrderEvent) -> Result<Plan
             bytes[0] = 0x7b; // a JSON `{` where the magic byte goes
             bytes
         }
-        1 => wire(999_999, &good[5..]), // unknown schema id
+        1 => wire(999_999, &good[5..]),       // unknown schema id
         2 => good[..good.len() / 2].to_vec(), // truncated body
         _ => {
             let mut bad = near.clone();
@@ -302,7 +333,10 @@ fn poison(rng: &mut StdRng, encoder: &Encoder, near: &OrderEvent) -> Result<Plan
             encoder.encode(&bad, WriterVersion::V2)?
         }
     };
-    Ok(PlannedRecord { key: near.order_id.clone(), payload })
+    Ok(PlannedRecord {
+        key: near.order_id.clone(),
+        payload,
+    })
 }
 
 #[cfg(test)]
@@ -312,14 +346,23 @@ mod tests {
     #[test]
     fn plan_is_deterministic_and_counts_add_up() {
         let encoder = Encoder::with_ids(1, 2);
-        let spec = WorkloadSpec { orders: 500, ..Default::default() };
+        let spec = WorkloadSpec {
+            orders: 500,
+            ..Default::default()
+        };
         let (records, expected) = plan(&spec, &encoder).unwrap();
         let (again, expected_again) = plan(&spec, &encoder).unwrap();
         assert_eq!(expected, expected_again);
         assert_eq!(records.len(), again.len());
-        assert_eq!(expected.applied + expected.duplicates + expected.stale + expected.dead_lettered, expected.records);
+        assert_eq!(
+            expected.applied + expected.duplicates + expected.stale + expected.dead_lettered,
+            expected.records
+        );
         assert_eq!(expected.states.len(), 500);
-        assert!(expected.duplicates > 0 && expected.stale > 0, "{expected:?}");
+        assert!(
+            expected.duplicates > 0 && expected.stale > 0,
+            "{expected:?}"
+        );
     }
 
     /// Decodes every planned record: (position, event), poison records left out.
@@ -335,7 +378,11 @@ mod tests {
                 out.push((i, event));
             }
         }
-        assert_eq!(out.len() as u64, expected.records - expected.dead_lettered, "every good record decodes, no poison does");
+        assert_eq!(
+            out.len() as u64,
+            expected.records - expected.dead_lettered,
+            "every good record decodes, no poison does"
+        );
         (out, expected)
     }
 
@@ -347,7 +394,9 @@ mod tests {
             e.0 = e.0.min(*i);
             e.1 = e.1.max(*i);
         }
-        span.values().map(|(first, last)| (last - first) as f64 / records as f64).collect()
+        span.values()
+            .map(|(first, last)| (last - first) as f64 / records as f64)
+            .collect()
     }
 
     fn median(mut xs: Vec<f64>) -> f64 {
@@ -369,13 +418,22 @@ mod tests {
     async fn interleaved_orders_span_the_stream_and_counts_add_up() {
         let spec = interleaved(200, 50);
         let (events, expected) = decoded(&spec).await;
-        assert_eq!(expected.applied + expected.duplicates + expected.stale + expected.dead_lettered, expected.records);
+        assert_eq!(
+            expected.applied + expected.duplicates + expected.stale + expected.dead_lettered,
+            expected.records
+        );
         assert_eq!(expected.states.len(), 200);
-        assert!(expected.duplicates > 0 && expected.stale > 0 && expected.dead_lettered > 0, "{expected:?}");
+        assert!(
+            expected.duplicates > 0 && expected.stale > 0 && expected.dead_lettered > 0,
+            "{expected:?}"
+        );
         // Every order ends delivered at version 50, its last event (a
         // reordering of the last two leaves version 50 applied first and 49
         // stale).
-        assert!(expected.states.values().all(|s| s.version == 50 && s.status == EventType::Delivered));
+        assert!(expected
+            .states
+            .values()
+            .all(|s| s.version == 50 && s.status == EventType::Delivered));
         // 50 uniform sends over the stream: first and last are expected ~96%
         // of the stream apart; every order spans most of it.
         let spans = spans(&events, expected.records);
@@ -384,7 +442,9 @@ mod tests {
         assert!(mid > 0.9 && least > 0.6, "median {mid}, least {least}");
         // Ids are 32 lowercase hex characters, no hyphens.
         assert!(events.iter().all(|(_, e)| e.event_id.len() == 32
-            && e.event_id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))));
+            && e.event_id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))));
         let (again, expected_again) = decoded(&spec).await;
         assert_eq!(expected, expected_again);
         assert_eq!(events, again, "the same seed plans the same records");
@@ -394,7 +454,12 @@ mod tests {
     async fn interleaved_keeps_each_orders_own_sequence() {
         // Without duplicates and reorderings every order's versions rise
         // 1, 2, 3, ... in send order, and everything applies.
-        let spec = WorkloadSpec { duplicate_rate: 0.0, reorder_rate: 0.0, poison_rate: 0.0, ..interleaved(100, 30) };
+        let spec = WorkloadSpec {
+            duplicate_rate: 0.0,
+            reorder_rate: 0.0,
+            poison_rate: 0.0,
+            ..interleaved(100, 30)
+        };
         let (events, expected) = decoded(&spec).await;
         let mut next: HashMap<String, i64> = HashMap::new();
         for (_, event) in &events {
@@ -402,41 +467,101 @@ mod tests {
             assert_eq!(event.version, *want, "order {}", event.order_id);
             *want += 1;
         }
-        assert_eq!((expected.applied, expected.duplicates, expected.stale, expected.records), (3_000, 0, 0, 3_000));
+        assert_eq!(
+            (
+                expected.applied,
+                expected.duplicates,
+                expected.stale,
+                expected.records
+            ),
+            (3_000, 0, 0, 3_000)
+        );
     }
 
     #[tokio::test]
     async fn clustered_orders_stay_in_a_short_window() {
         // An order's window is ~10 time units per event over a stream of
         // ~`orders` units: 10 events over 1,000 orders span ~9% of it.
-        let spec = WorkloadSpec { orders: 1_000, events_per_order: Some(10), ..Default::default() };
+        let spec = WorkloadSpec {
+            orders: 1_000,
+            events_per_order: Some(10),
+            ..Default::default()
+        };
         let (events, expected) = decoded(&spec).await;
-        assert_eq!(expected.applied + expected.duplicates + expected.stale + expected.dead_lettered, expected.records);
+        assert_eq!(
+            expected.applied + expected.duplicates + expected.stale + expected.dead_lettered,
+            expected.records
+        );
         let mid = median(spans(&events, expected.records));
         assert!(mid < 0.2, "median span {mid}");
-        assert!(events.iter().all(|(_, e)| e.event_id.len() == 36 && uuid::Uuid::try_parse(&e.event_id).is_ok()));
+        assert!(events
+            .iter()
+            .all(|(_, e)| e.event_id.len() == 36 && uuid::Uuid::try_parse(&e.event_id).is_ok()));
     }
 
     #[test]
     fn the_order_prefix_names_every_order() {
         let encoder = Encoder::with_ids(1, 2);
-        let (_, a) = plan(&WorkloadSpec { orders: 50, order_prefix: "order-s1".into(), ..Default::default() }, &encoder).unwrap();
-        let (_, b) = plan(&WorkloadSpec { orders: 50, order_prefix: "order-s2".into(), ..Default::default() }, &encoder).unwrap();
-        assert!(a.states.keys().all(|k| k.starts_with("order-s1-")), "{:?}", a.states.keys().next());
-        assert!(a.states.keys().all(|k| !b.states.contains_key(k)), "two prefixes share no order");
+        let (_, a) = plan(
+            &WorkloadSpec {
+                orders: 50,
+                order_prefix: "order-s1".into(),
+                ..Default::default()
+            },
+            &encoder,
+        )
+        .unwrap();
+        let (_, b) = plan(
+            &WorkloadSpec {
+                orders: 50,
+                order_prefix: "order-s2".into(),
+                ..Default::default()
+            },
+            &encoder,
+        )
+        .unwrap();
+        assert!(
+            a.states.keys().all(|k| k.starts_with("order-s1-")),
+            "{:?}",
+            a.states.keys().next()
+        );
+        assert!(
+            a.states.keys().all(|k| !b.states.contains_key(k)),
+            "two prefixes share no order"
+        );
     }
 
     #[test]
     fn id_format_changes_only_the_ids() {
         let encoder = Encoder::with_ids(1, 2);
-        let base = WorkloadSpec { orders: 300, events_per_order: Some(20), ..Default::default() };
+        let base = WorkloadSpec {
+            orders: 300,
+            events_per_order: Some(20),
+            ..Default::default()
+        };
         let (_, uuid) = plan(&base, &encoder).unwrap();
-        let (_, hex) = plan(&WorkloadSpec { id_format: IdFormat::Hex32, ..base.clone() }, &encoder).unwrap();
-        assert_eq!((uuid.records, uuid.applied, uuid.duplicates, uuid.stale), (hex.records, hex.applied, hex.duplicates, hex.stale));
+        let (_, hex) = plan(
+            &WorkloadSpec {
+                id_format: IdFormat::Hex32,
+                ..base.clone()
+            },
+            &encoder,
+        )
+        .unwrap();
+        assert_eq!(
+            (uuid.records, uuid.applied, uuid.duplicates, uuid.stale),
+            (hex.records, hex.applied, hex.duplicates, hex.stale)
+        );
         for (order, state) in &uuid.states {
             let other = &hex.states[order];
             assert_eq!(other.event_id, state.event_id.replace('-', ""));
-            assert_eq!(StateView { event_id: state.event_id.clone(), ..other.clone() }, *state);
+            assert_eq!(
+                StateView {
+                    event_id: state.event_id.clone(),
+                    ..other.clone()
+                },
+                *state
+            );
         }
     }
 
@@ -445,8 +570,16 @@ mod tests {
         let encoder = Encoder::with_ids(1, 2);
         // (Poison records go next to whichever event is sent at their draw,
         // so only their count is the same: leave them out here.)
-        let clustered = WorkloadSpec { orders: 300, events_per_order: Some(20), poison_rate: 0.0, ..Default::default() };
-        let interleaved = WorkloadSpec { shape: Shape::Interleaved, ..clustered.clone() };
+        let clustered = WorkloadSpec {
+            orders: 300,
+            events_per_order: Some(20),
+            poison_rate: 0.0,
+            ..Default::default()
+        };
+        let interleaved = WorkloadSpec {
+            shape: Shape::Interleaved,
+            ..clustered.clone()
+        };
         let (a, expected_a) = plan(&clustered, &encoder).unwrap();
         let (b, expected_b) = plan(&interleaved, &encoder).unwrap();
         assert_eq!(expected_a, expected_b);
@@ -459,15 +592,32 @@ mod tests {
             m
         }
         assert_eq!(per_order(&a), per_order(&b));
-        assert!(a.iter().zip(&b).any(|(x, y)| x.key != y.key), "the interleaving differs");
+        assert!(
+            a.iter().zip(&b).any(|(x, y)| x.key != y.key),
+            "the interleaving differs"
+        );
     }
 
     #[test]
     fn old_spec_json_still_parses() {
         let old = r#"{"orders":10,"seed":1,"duplicate_rate":0.05,"reorder_rate":0.02,"poison_rate":0.0,"v1_share":0.3}"#;
         let spec: WorkloadSpec = serde_json::from_str(old).unwrap();
-        assert_eq!((spec.shape, spec.id_format, spec.events_per_order), (Shape::Clustered, IdFormat::Uuid, None));
-        let new: WorkloadSpec = serde_json::from_str(&serde_json::to_string(&WorkloadSpec { shape: Shape::Interleaved, id_format: IdFormat::Hex32, ..spec }).unwrap()).unwrap();
-        assert_eq!((new.shape, new.id_format), (Shape::Interleaved, IdFormat::Hex32));
+        assert_eq!(
+            (spec.shape, spec.id_format, spec.events_per_order),
+            (Shape::Clustered, IdFormat::Uuid, None)
+        );
+        let new: WorkloadSpec = serde_json::from_str(
+            &serde_json::to_string(&WorkloadSpec {
+                shape: Shape::Interleaved,
+                id_format: IdFormat::Hex32,
+                ..spec
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (new.shape, new.id_format),
+            (Shape::Interleaved, IdFormat::Hex32)
+        );
     }
 }

@@ -91,7 +91,10 @@ fn loads_reads_waits_and_screenshots() {
 
     b.goto(&format!("{base}/")).unwrap();
     assert_eq!(b.current_url().unwrap(), format!("{base}/"));
-    assert_eq!(b.eval("return document.title;").unwrap(), "orderly browser smoke");
+    assert_eq!(
+        b.eval("return document.title;").unwrap(),
+        "orderly browser smoke"
+    );
     assert_eq!(b.text("#title").unwrap().as_deref(), Some("Browser smoke"));
     assert_eq!(b.text("#nothing-here").unwrap(), None);
     assert_eq!(b.count(".item").unwrap(), 3);
@@ -101,7 +104,11 @@ fn loads_reads_waits_and_screenshots() {
     assert_eq!(b.attr("#nothing-here", "id").unwrap(), None);
     // innerText is what a person sees: the hidden item is left out.
     assert_eq!(b.text("#items").unwrap().as_deref(), Some("one\ntwo"));
-    assert_eq!(b.eval_with("return arguments[0] + arguments[1];", &[1.into(), 2.into()]).unwrap(), 3);
+    assert_eq!(
+        b.eval_with("return arguments[0] + arguments[1];", &[1.into(), 2.into()])
+            .unwrap(),
+        3
+    );
 
     // Live updates: the counter moves on its own and we see it move (by at
     // least 2 ticks, to 5 or more, however slowly the steps above ran).
@@ -114,7 +121,10 @@ fn loads_reads_waits_and_screenshots() {
         )
         .unwrap();
     let reached = reached.as_u64().unwrap();
-    assert!(reached >= target, "counter went from {first} to {reached}, wanted {target}");
+    assert!(
+        reached >= target,
+        "counter went from {first} to {reached}, wanted {target}"
+    );
 
     // Data the page fetched from the server shows up in the DOM.
     b.wait_for(
@@ -122,23 +132,44 @@ fn loads_reads_waits_and_screenshots() {
         Duration::from_secs(10),
     )
     .unwrap();
-    assert_eq!(b.text("#fetched").unwrap().as_deref(), Some("hello from the server #42"));
+    assert_eq!(
+        b.text("#fetched").unwrap().as_deref(),
+        Some("hello from the server #42")
+    );
 
     // Errors carry context.
-    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(); // bound, then released
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap(); // bound, then released
     let err = b.goto(&format!("http://{closed}/")).unwrap_err();
-    assert!(err.contains("ERR_CONNECTION_REFUSED") && err.contains(&closed.to_string()), "{err}");
+    assert!(
+        err.contains("ERR_CONNECTION_REFUSED") && err.contains(&closed.to_string()),
+        "{err}"
+    );
     eprintln!("goto error: {err}");
     b.goto(&format!("{base}/")).unwrap();
     assert_eq!(b.text("#title").unwrap().as_deref(), Some("Browser smoke"));
     let err = b.eval("throw new Error('boom');").unwrap_err();
-    assert!(err.contains("boom") && err.contains("javascript error") && err.contains("HTTP 500"), "{err}");
+    assert!(
+        err.contains("boom") && err.contains("javascript error") && err.contains("HTTP 500"),
+        "{err}"
+    );
     eprintln!("eval error: {err}");
     let t = Instant::now();
-    let err = b.wait_for("return 0;", Duration::from_millis(350)).unwrap_err();
-    assert!(err.contains("timed out") && err.contains("return 0;"), "{err}");
+    let err = b
+        .wait_for("return 0;", Duration::from_millis(350))
+        .unwrap_err();
+    assert!(
+        err.contains("timed out") && err.contains("return 0;"),
+        "{err}"
+    );
     eprintln!("wait_for error: {err}");
-    assert!(t.elapsed() < Duration::from_secs(2), "wait_for overran: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "wait_for overran: {:?}",
+        t.elapsed()
+    );
 
     // Screenshot: a PNG of the 1280x900-ish viewport.
     let dir = std::env::temp_dir().join(format!("orderly-browser-smoke-{}", std::process::id()));
@@ -147,11 +178,18 @@ fn loads_reads_waits_and_screenshots() {
     b.screenshot_png(&png_path).unwrap();
     let png = std::fs::read(&png_path).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
-    assert!(png.len() > 2_000 && png.len() < 20_000_000, "implausible PNG size {}", png.len());
+    assert!(
+        png.len() > 2_000 && png.len() < 20_000_000,
+        "implausible PNG size {}",
+        png.len()
+    );
     assert_eq!(&png[12..16], b"IHDR");
     let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
     let height = u32::from_be_bytes(png[20..24].try_into().unwrap());
-    assert!((800..=4000).contains(&width) && (500..=4000).contains(&height), "PNG is {width}x{height}");
+    assert!(
+        (800..=4000).contains(&width) && (500..=4000).contains(&height),
+        "PNG is {width}x{height}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 
     // Drop ends chromedriver and Chromium, promptly.
@@ -160,18 +198,31 @@ fn loads_reads_waits_and_screenshots() {
     let t = Instant::now();
     drop(b);
     let dropped_in = t.elapsed();
-    assert!(dropped_in < Duration::from_secs(10), "drop took {dropped_in:?}");
-    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "chromedriver {pid} still running");
+    assert!(
+        dropped_in < Duration::from_secs(10),
+        "drop took {dropped_in:?}"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "chromedriver {pid} still running"
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let left = processes_mentioning(&profile.to_string_lossy());
         if left.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "Chromium processes left behind: {left:?}");
+        assert!(
+            Instant::now() < deadline,
+            "Chromium processes left behind: {left:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(!profile.exists(), "profile dir {} left behind", profile.display());
+    assert!(
+        !profile.exists(),
+        "profile dir {} left behind",
+        profile.display()
+    );
     eprintln!(
         "browser smoke: start {started:?}, drop {dropped_in:?}, total {:?}, screenshot {width}x{height} {} bytes",
         t0.elapsed(),
@@ -183,7 +234,9 @@ fn loads_reads_waits_and_screenshots() {
 fn processes_mentioning(needle: &str) -> Vec<u32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
         if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
             if String::from_utf8_lossy(&cmdline).contains(needle) {
                 pids.push(pid);
@@ -201,7 +254,9 @@ fn missing_chromedriver_is_a_clear_error() {
         Err(e) => e,
     };
     assert!(
-        err.contains("chromedriver") && err.contains("/nonexistent/orderly/chromedriver") && err.contains("ORDERLY_CHROMEDRIVER"),
+        err.contains("chromedriver")
+            && err.contains("/nonexistent/orderly/chromedriver")
+            && err.contains("ORDERLY_CHROMEDRIVER"),
         "unclear error: {err}"
     );
     let err = match Browser::start_with(Path::new("/tmp"), Path::new("/usr/bin/chromium")) {
@@ -219,7 +274,10 @@ fn base64_decoder() {
     assert_eq!(browser::base64_decode("Zm9v").unwrap(), b"foo");
     assert_eq!(browser::base64_decode("Zm9vYg==").unwrap(), b"foob");
     assert_eq!(browser::base64_decode("Zm9v\nYmFy").unwrap(), b"foobar");
-    assert_eq!(browser::base64_decode("iVBORw0KGgo=").unwrap(), b"\x89PNG\r\n\x1a\n");
+    assert_eq!(
+        browser::base64_decode("iVBORw0KGgo=").unwrap(),
+        b"\x89PNG\r\n\x1a\n"
+    );
     assert_eq!(browser::base64_decode("+/8=").unwrap(), [0xfb, 0xff]);
     assert!(browser::base64_decode("Zm9v!").is_err());
     assert!(browser::base64_decode("Zg=a").is_err());

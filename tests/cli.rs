@@ -42,7 +42,9 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn code(out: &Output) -> i32 {
-    out.status.code().unwrap_or_else(|| panic!("killed by a signal: {out:?}"))
+    out.status
+        .code()
+        .unwrap_or_else(|| panic!("killed by a signal: {out:?}"))
 }
 
 /// A loopback port nothing listens on (bound, then released).
@@ -59,33 +61,58 @@ struct Http {
 }
 
 fn http_subjects(status: StatusCode, body: &'static str) -> Http {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
     let app = Router::new().route("/subjects", get(move || async move { (status, body) }));
-    let listener =
-        runtime.block_on(tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))).expect("bind http");
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(SocketAddr::from((
+            [127, 0, 0, 1],
+            0,
+        ))))
+        .expect("bind http");
     let addr = listener.local_addr().expect("addr");
     runtime.spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    Http { url: format!("http://{addr}"), _runtime: runtime }
+    Http {
+        url: format!("http://{addr}"),
+        _runtime: runtime,
+    }
 }
 
 /// Item 1: a numeric value for a string key stays a string.
 #[test]
 fn numeric_group_id_from_the_environment_is_a_string() {
-    let out = orderly(&["config", "show"]).env("ORDERLY_KAFKA__GROUP_ID", "42").output().expect("run");
+    let out = orderly(&["config", "show"])
+        .env("ORDERLY_KAFKA__GROUP_ID", "42")
+        .output()
+        .expect("run");
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     let shown: toml::Table = text(&out.stdout).parse().expect("config show prints TOML");
-    assert_eq!(shown["kafka"]["group_id"].as_str(), Some("42"), "{}", text(&out.stdout));
+    assert_eq!(
+        shown["kafka"]["group_id"].as_str(),
+        Some("42"),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 /// Item 1: an integer key given a non-integer names the key; exit 5.
 #[test]
 fn non_integer_for_an_integer_key_names_the_key() {
-    let out = orderly(&["config", "show"]).env("ORDERLY_PROCESSING__BATCH_MAX_RECORDS", "lots").output().expect("run");
+    let out = orderly(&["config", "show"])
+        .env("ORDERLY_PROCESSING__BATCH_MAX_RECORDS", "lots")
+        .output()
+        .expect("run");
     assert_eq!(code(&out), EXIT_CONFIG, "{out:?}");
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("processing.batch_max_records") && stderr.contains("not an integer"), "{stderr}");
+    assert!(
+        stderr.contains("processing.batch_max_records") && stderr.contains("not an integer"),
+        "{stderr}"
+    );
 }
 
 /// Items 1 and 4: librdkafka settings from the environment; secrets
@@ -100,20 +127,44 @@ fn config_show_redacts_secrets() {
          \"sasl.username\" = \"alice\"\n",
     )
     .expect("write config");
-    let out = orderly(&["config", "show", "--config", file.to_str().expect("utf-8 path")])
-        .env("ORDERLY_KAFKA__LIBRDKAFKA__SASL_PASSWORD", "hunter2")
-        .env("ORDERLY_KAFKA__LIBRDKAFKA__SECURITY_PROTOCOL", "SASL_SSL")
-        .output()
-        .expect("run");
+    let out = orderly(&[
+        "config",
+        "show",
+        "--config",
+        file.to_str().expect("utf-8 path"),
+    ])
+    .env("ORDERLY_KAFKA__LIBRDKAFKA__SASL_PASSWORD", "hunter2")
+    .env("ORDERLY_KAFKA__LIBRDKAFKA__SECURITY_PROTOCOL", "SASL_SSL")
+    .output()
+    .expect("run");
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    assert!(!stdout.contains("hunter2") && !stdout.contains("jaas-pw"), "a secret is shown:\n{stdout}");
+    assert!(
+        !stdout.contains("hunter2") && !stdout.contains("jaas-pw"),
+        "a secret is shown:\n{stdout}"
+    );
     let shown: toml::Table = stdout.parse().expect("TOML");
     let passthrough = &shown["kafka"]["librdkafka"];
-    assert_eq!(passthrough["sasl.password"].as_str(), Some("<redacted>"), "{stdout}");
-    assert_eq!(passthrough["sasl.jaas.config"].as_str(), Some("<redacted>"), "{stdout}");
-    assert_eq!(passthrough["sasl.username"].as_str(), Some("alice"), "{stdout}");
-    assert_eq!(passthrough["security.protocol"].as_str(), Some("SASL_SSL"), "{stdout}");
+    assert_eq!(
+        passthrough["sasl.password"].as_str(),
+        Some("<redacted>"),
+        "{stdout}"
+    );
+    assert_eq!(
+        passthrough["sasl.jaas.config"].as_str(),
+        Some("<redacted>"),
+        "{stdout}"
+    );
+    assert_eq!(
+        passthrough["sasl.username"].as_str(),
+        Some("alice"),
+        "{stdout}"
+    );
+    assert_eq!(
+        passthrough["security.protocol"].as_str(),
+        Some("SASL_SSL"),
+        "{stdout}"
+    );
 }
 
 /// Item 1: the settings the guarantees depend on are refused from the
@@ -125,7 +176,11 @@ fn forced_librdkafka_key_from_the_environment_is_refused() {
         .output()
         .expect("run");
     assert_eq!(code(&out), EXIT_CONFIG, "{out:?}");
-    assert!(text(&out.stderr).contains("enable.auto.commit"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("enable.auto.commit"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// Item 2: every read-only store command refuses a path without a store,
@@ -134,12 +189,28 @@ fn forced_librdkafka_key_from_the_environment_is_refused() {
 fn read_only_commands_on_a_missing_store_say_so_and_create_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let absolute = dir.path().join("nothing-here");
-    for args in [&["state", "get", "o-1"][..], &["state", "dump"], &["state", "stats"], &["state", "stats", "--json"]] {
-        let out = orderly(args).current_dir(dir.path()).env("ORDERLY_STORE__PATH", "nothing-here").output().expect("run");
+    for args in [
+        &["state", "get", "o-1"][..],
+        &["state", "dump"],
+        &["state", "stats"],
+        &["state", "stats", "--json"],
+    ] {
+        let out = orderly(args)
+            .current_dir(dir.path())
+            .env("ORDERLY_STORE__PATH", "nothing-here")
+            .output()
+            .expect("run");
         assert_eq!(code(&out), EXIT_NO_STORE, "{args:?}: {out:?}");
         let stderr = text(&out.stderr);
-        assert!(stderr.contains(&format!("no store at {}", absolute.display())), "{args:?}: {stderr}");
-        assert!(!absolute.exists(), "{args:?} created {}", absolute.display());
+        assert!(
+            stderr.contains(&format!("no store at {}", absolute.display())),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            !absolute.exists(),
+            "{args:?} created {}",
+            absolute.display()
+        );
     }
 }
 
@@ -151,9 +222,18 @@ fn unknown_order_in_an_existing_store_exits_3() {
     let path = dir.path().join("store");
     drop(orderly::store::Store::open(&path, 8).expect("create a store"));
     // sled releases its lock file on drop; a reopen by the child may race it.
-    let out = wait_for_unlocked(|| orderly(&["state", "get", "o-1"]).env("ORDERLY_STORE__PATH", &path).output().expect("run"));
+    let out = wait_for_unlocked(|| {
+        orderly(&["state", "get", "o-1"])
+            .env("ORDERLY_STORE__PATH", &path)
+            .output()
+            .expect("run")
+    });
     assert_eq!(code(&out), EXIT_NOT_FOUND, "{out:?}");
-    assert!(text(&out.stderr).contains("no state for order o-1"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no state for order o-1"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 fn wait_for_unlocked(mut run: impl FnMut() -> Output) -> Output {
@@ -170,11 +250,20 @@ fn wait_for_unlocked(mut run: impl FnMut() -> Output) -> Output {
 /// Item 3: a missing config file states its cause once; exit 5.
 #[test]
 fn missing_config_file_states_its_cause_once() {
-    let out = orderly(&["state", "stats", "--config", "/nonexistent/orderly.toml"]).output().expect("run");
+    let out = orderly(&["state", "stats", "--config", "/nonexistent/orderly.toml"])
+        .output()
+        .expect("run");
     assert_eq!(code(&out), EXIT_CONFIG, "{out:?}");
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("cannot read config file /nonexistent/orderly.toml"), "{stderr}");
-    assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot read config file /nonexistent/orderly.toml"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 /// Item 4: a stopped broker fails the broker line, nothing is probed after
@@ -191,10 +280,21 @@ fn config_check_against_a_stopped_broker_fails_on_the_broker_line() {
     assert_eq!(code(&out), EXIT_CHECK_FAILED, "{out:?}");
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert!(lines.iter().any(|l| l.starts_with("ok") && l.contains("config")), "{stdout}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("ok") && l.contains("config")),
+        "{stdout}"
+    );
     let last = lines.last().copied().unwrap_or_default();
-    assert!(last.starts_with("FAIL") && last.contains("broker") && last.contains(&bootstrap), "{stdout}");
-    assert!(!stdout.contains("registry"), "stops at the first failure: {stdout}");
+    assert!(
+        last.starts_with("FAIL") && last.contains("broker") && last.contains(&bootstrap),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("registry"),
+        "stops at the first failure: {stdout}"
+    );
 }
 
 /// A taken HTTP port fails `config check` on its own line, before the broker.
@@ -211,19 +311,38 @@ fn config_check_fails_on_a_taken_http_port() {
     assert_eq!(code(&out), EXIT_CHECK_FAILED, "{out:?}");
     let stdout = text(&out.stdout);
     let last = stdout.lines().last().unwrap_or_default();
-    assert!(last.starts_with("FAIL") && last.contains("http") && last.contains(&address) && last.contains("http.address"), "{stdout}");
-    let bad = orderly(&["config", "check"]).env("ORDERLY_HTTP__ADDRESS", "localhost").output().expect("run");
-    assert_eq!(code(&bad), 5, "an address that is not IP:port is a configuration error: {bad:?}");
+    assert!(
+        last.starts_with("FAIL")
+            && last.contains("http")
+            && last.contains(&address)
+            && last.contains("http.address"),
+        "{stdout}"
+    );
+    let bad = orderly(&["config", "check"])
+        .env("ORDERLY_HTTP__ADDRESS", "localhost")
+        .output()
+        .expect("run");
+    assert_eq!(
+        code(&bad),
+        5,
+        "an address that is not IP:port is a configuration error: {bad:?}"
+    );
     assert!(text(&bad.stdout).contains("http.address"), "{bad:?}");
 }
 
 /// Item 4: an invalid configuration is the first (failed) line; exit 5.
 #[test]
 fn config_check_reports_an_invalid_configuration_first() {
-    let out = orderly(&["config", "check"]).env("ORDERLY_KAFKA__AUTO_OFFSET_RESET", "middle").output().expect("run");
+    let out = orderly(&["config", "check"])
+        .env("ORDERLY_KAFKA__AUTO_OFFSET_RESET", "middle")
+        .output()
+        .expect("run");
     assert_eq!(code(&out), EXIT_CONFIG, "{out:?}");
     let stdout = text(&out.stdout);
-    assert!(stdout.starts_with("FAIL") && stdout.contains("kafka.auto_offset_reset"), "{stdout}");
+    assert!(
+        stdout.starts_with("FAIL") && stdout.contains("kafka.auto_offset_reset"),
+        "{stdout}"
+    );
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
 }
 
@@ -232,11 +351,14 @@ fn config_check_reports_an_invalid_configuration_first() {
 /// then everything passing.
 #[test]
 fn config_check_probes_topics_and_registry() {
-    let cluster: MockCluster<'static, DefaultProducerContext> = MockCluster::new(1).expect("mock cluster");
+    let cluster: MockCluster<'static, DefaultProducerContext> =
+        MockCluster::new(1).expect("mock cluster");
     let bootstrap = cluster.bootstrap_servers();
     let topic = support::unique("orders");
     let dlq = format!("{topic}.dlq");
-    cluster.create_topic(&topic, 3, 1).expect("create input topic");
+    cluster
+        .create_topic(&topic, 3, 1)
+        .expect("create input topic");
     let registry = http_subjects(StatusCode::OK, r#"["other-value"]"#);
     let dir = tempfile::tempdir().expect("tempdir");
     let check = |registry_url: &str| {
@@ -251,32 +373,62 @@ fn config_check_probes_topics_and_registry() {
             .expect("run")
     };
     let line = |stdout: &str, name: &str| -> String {
-        stdout.lines().find(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" ").starts_with(name)).unwrap_or_default().to_string()
+        stdout
+            .lines()
+            .find(|l| {
+                l.split_whitespace()
+                    .skip(1)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .starts_with(name)
+            })
+            .unwrap_or_default()
+            .to_string()
     };
 
     let out = check(&registry.url);
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), EXIT_CHECK_FAILED, "missing DLQ topic: {stdout}");
-    assert!(line(&stdout, "input topic").starts_with("ok") && line(&stdout, "input topic").contains("3 partition"), "{stdout}");
+    assert!(
+        line(&stdout, "input topic").starts_with("ok")
+            && line(&stdout, "input topic").contains("3 partition"),
+        "{stdout}"
+    );
     let dlq_line = line(&stdout, "dlq topic");
-    assert!(dlq_line.starts_with("FAIL") && dlq_line.contains(&dlq) && dlq_line.contains("create"), "{stdout}");
+    assert!(
+        dlq_line.starts_with("FAIL") && dlq_line.contains(&dlq) && dlq_line.contains("create"),
+        "{stdout}"
+    );
 
     cluster.create_topic(&dlq, 1, 1).expect("create dlq topic");
     // The output topic (default orders.status) is missing: a hidden
     // prerequisite until config check named it.
     let out = check(&registry.url);
     let stdout = text(&out.stdout);
-    assert_eq!(code(&out), EXIT_CHECK_FAILED, "missing output topic: {stdout}");
+    assert_eq!(
+        code(&out),
+        EXIT_CHECK_FAILED,
+        "missing output topic: {stdout}"
+    );
     let output_line = line(&stdout, "output topic");
-    assert!(output_line.starts_with("FAIL") && output_line.contains("orders.status") && output_line.contains("--create"), "{stdout}");
-    cluster.create_topic("orders.status", 3, 1).expect("create output topic");
+    assert!(
+        output_line.starts_with("FAIL")
+            && output_line.contains("orders.status")
+            && output_line.contains("--create"),
+        "{stdout}"
+    );
+    cluster
+        .create_topic("orders.status", 3, 1)
+        .expect("create output topic");
     let not_registry = http_subjects(StatusCode::NOT_FOUND, "<html>no such page</html>");
     let out = check(&not_registry.url);
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), EXIT_CHECK_FAILED, "{stdout}");
     let registry_line = line(&stdout, "registry");
     assert!(
-        registry_line.starts_with("FAIL") && registry_line.contains(&format!("{}/subjects", not_registry.url)) && registry_line.contains("404"),
+        registry_line.starts_with("FAIL")
+            && registry_line.contains(&format!("{}/subjects", not_registry.url))
+            && registry_line.contains("404"),
         "{stdout}"
     );
 
@@ -285,7 +437,10 @@ fn config_check_probes_topics_and_registry() {
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), EXIT_CHECK_FAILED, "{stdout}");
     let registry_line = line(&stdout, "registry");
-    assert!(registry_line.starts_with("FAIL") && registry_line.contains("not a JSON array"), "{stdout}");
+    assert!(
+        registry_line.starts_with("FAIL") && registry_line.contains("not a JSON array"),
+        "{stdout}"
+    );
 
     // A registry that answers /subjects but not the versions of a subject
     // is not one the schema guard can use.
@@ -298,29 +453,54 @@ fn config_check_probes_topics_and_registry() {
     let out = check(&double.url);
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), 0, "all pass: {stdout}\n{}", text(&out.stderr));
-    assert!(line(&stdout, "schemas").contains("no writer schema registered yet"), "{stdout}");
+    assert!(
+        line(&stdout, "schemas").contains("no writer schema registered yet"),
+        "{stdout}"
+    );
     assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 12, "config, store, http, security, broker, input topic, group, dlq topic, changelog, output, registry, schemas: {stdout}");
-    assert!(line(&stdout, "output topic").contains("orders.status: 3 partition(s)"), "{stdout}");
+    assert!(
+        line(&stdout, "output topic").contains("orders.status: 3 partition(s)"),
+        "{stdout}"
+    );
     let changelog_line = line(&stdout, "changelog");
-    assert!(changelog_line.contains("does not exist yet") && changelog_line.contains("3 partitions"), "{stdout}");
+    assert!(
+        changelog_line.contains("does not exist yet") && changelog_line.contains("3 partitions"),
+        "{stdout}"
+    );
 
     // The schema guard (issue 21): a registry holding the input subject's
     // versions, then a breaking one among them.
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let client = orderly::registry::Registry::http(&double.url, std::time::Duration::from_secs(5)).expect("client");
-    runtime.block_on(orderly::codec::Encoder::register(&client, &topic)).expect("register v1 and v2");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = orderly::registry::Registry::http(&double.url, std::time::Duration::from_secs(5))
+        .expect("client");
+    runtime
+        .block_on(orderly::codec::Encoder::register(&client, &topic))
+        .expect("register v1 and v2");
     let out = check(&double.url);
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), 0, "{stdout}\n{}", text(&out.stderr));
-    assert!(line(&stdout, "schemas").contains("all 2 version(s) readable"), "{stdout}");
-    let breaking = orderly::codec::SCHEMA_V2.replace(r#""name": "version", "type": "long""#, r#""name": "version", "type": "string""#);
-    let id = runtime.block_on(client.register(&format!("{topic}-value"), &breaking)).expect("register a breaking version");
+    assert!(
+        line(&stdout, "schemas").contains("all 2 version(s) readable"),
+        "{stdout}"
+    );
+    let breaking = orderly::codec::SCHEMA_V2.replace(
+        r#""name": "version", "type": "long""#,
+        r#""name": "version", "type": "string""#,
+    );
+    let id = runtime
+        .block_on(client.register(&format!("{topic}-value"), &breaking))
+        .expect("register a breaking version");
     let out = check(&double.url);
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), EXIT_CHECK_FAILED, "{stdout}");
     let schemas_line = line(&stdout, "schemas");
     assert!(
-        schemas_line.starts_with("FAIL") && schemas_line.contains(&format!("version 3 (schema id {id})")) && schemas_line.contains("refuses"),
+        schemas_line.starts_with("FAIL")
+            && schemas_line.contains(&format!("version 3 (schema id {id})"))
+            && schemas_line.contains("refuses"),
         "{stdout}"
     );
     // `run` refuses before it consumes anything (and before it needs the broker).
@@ -339,7 +519,10 @@ fn config_check_probes_topics_and_registry() {
     let out = run("refuse");
     let stderr = text(&out.stderr);
     assert_eq!(code(&out), 1, "{stderr}");
-    assert!(stderr.contains(&format!("version 3 (schema id {id})")) && stderr.contains("schema_guard"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("version 3 (schema id {id})")) && stderr.contains("schema_guard"),
+        "{stderr}"
+    );
 }
 
 /// Item 5: the exit codes are listed in `--help`, each once, and a usage
@@ -349,8 +532,16 @@ fn help_lists_distinct_exit_codes() {
     let out = orderly(&["--help"]).output().expect("run");
     assert_eq!(code(&out), 0);
     let help = text(&out.stdout);
-    let table: Vec<&str> = help.lines().skip_while(|l| !l.starts_with("Exit codes")).skip(1).take_while(|l| !l.trim().is_empty()).collect();
-    let codes: Vec<u8> = table.iter().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
+    let table: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Exit codes"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    let codes: Vec<u8> = table
+        .iter()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
     assert_eq!(codes, (0..=9).collect::<Vec<u8>>(), "{help}");
     assert!(table[2].contains("usage"), "{help}");
     let out = orderly(&["no-such-command"]).output().expect("run");
@@ -367,7 +558,10 @@ fn run_logs_the_absolute_store_path() {
         .current_dir(dir.path())
         .env("ORDERLY_STORE__PATH", "rel-store")
         .env("ORDERLY_HTTP__ADDRESS", "127.0.0.1:0")
-        .env("ORDERLY_KAFKA__BOOTSTRAP_SERVERS", format!("127.0.0.1:{}", unused_port()))
+        .env(
+            "ORDERLY_KAFKA__BOOTSTRAP_SERVERS",
+            format!("127.0.0.1:{}", unused_port()),
+        )
         .env("RUST_LOG", "info,librdkafka=off,rdkafka=off")
         .stdout(Stdio::null())
         .stderr(log_file)
@@ -375,12 +569,17 @@ fn run_logs_the_absolute_store_path() {
         .expect("spawn run");
     let want = dir.path().join("rel-store").display().to_string();
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
-    let seen = support::wait_until(Duration::from_secs(15), || read().contains("opening the store"));
+    let seen = support::wait_until(Duration::from_secs(15), || {
+        read().contains("opening the store")
+    });
     support::signal(&child, "TERM");
     let status = support::wait_exit(&mut child, Duration::from_secs(15));
     assert!(seen, "{}", read());
     let logged = read();
-    let line = logged.lines().find(|l| l.contains("opening the store")).unwrap_or_default();
+    let line = logged
+        .lines()
+        .find(|l| l.contains("opening the store"))
+        .unwrap_or_default();
     assert!(line.contains(&want), "logs {want}: {logged}");
     assert!(status.is_some(), "exits on SIGTERM");
 }
@@ -388,18 +587,43 @@ fn run_logs_the_absolute_store_path() {
 /// Item 6: the demo reports the join apart from the processing rate.
 #[test]
 fn demo_reports_the_processing_rate_apart_from_the_join() {
-    let out = orderly(&["demo", "--json", "--orders", "300"]).output().expect("run");
+    let out = orderly(&["demo", "--json", "--orders", "300"])
+        .output()
+        .expect("run");
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-    let f = |k: &str| summary[k].as_f64().unwrap_or_else(|| panic!("{k} in {summary}"));
-    assert!(f("join_seconds") > 0.5, "the mock cluster's join takes seconds: {summary}");
-    assert!(f("processing_seconds") > 0.0 && f("processing_seconds") < f("elapsed_seconds"), "{summary}");
+    let f = |k: &str| {
+        summary[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k} in {summary}"))
+    };
+    assert!(
+        f("join_seconds") > 0.5,
+        "the mock cluster's join takes seconds: {summary}"
+    );
+    assert!(
+        f("processing_seconds") > 0.0 && f("processing_seconds") < f("elapsed_seconds"),
+        "{summary}"
+    );
     let tolerance = 1e-6 * f("elapsed_seconds");
-    assert!((f("join_seconds") + f("processing_seconds") - f("elapsed_seconds")).abs() <= tolerance.max(1e-9), "{summary}");
-    assert!(f("events_per_second") > f("events_per_second_including_join"), "{summary}");
+    assert!(
+        (f("join_seconds") + f("processing_seconds") - f("elapsed_seconds")).abs()
+            <= tolerance.max(1e-9),
+        "{summary}"
+    );
+    assert!(
+        f("events_per_second") > f("events_per_second_including_join"),
+        "{summary}"
+    );
     let consumed = summary["consumed"].as_f64().expect("consumed");
     // The rate is over the time spent deciding, which excludes the wait for
     // the write-out interval that `processing_seconds` includes.
-    assert!(f("decide_seconds") > 0.0 && f("decide_seconds") <= f("processing_seconds"), "{summary}");
-    assert!((f("events_per_second") * f("decide_seconds") - consumed).abs() < 1.0, "{summary}");
+    assert!(
+        f("decide_seconds") > 0.0 && f("decide_seconds") <= f("processing_seconds"),
+        "{summary}"
+    );
+    assert!(
+        (f("events_per_second") * f("decide_seconds") - consumed).abs() < 1.0,
+        "{summary}"
+    );
 }

@@ -46,7 +46,10 @@ fn help(path: &[String]) -> String {
             command.env(keep, value);
         }
     }
-    command.env("COLUMNS", HELP_COLUMNS).env("LINES", "50").env("NO_COLOR", "1");
+    command
+        .env("COLUMNS", HELP_COLUMNS)
+        .env("LINES", "50")
+        .env("NO_COLOR", "1");
     let output = command.output().expect("run the orderly binary");
     let stdout = String::from_utf8(output.stdout).expect("help output is UTF-8");
     assert!(
@@ -56,7 +59,11 @@ fn help(path: &[String]) -> String {
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(!stdout.trim().is_empty(), "`orderly {} --help` printed nothing", path.join(" "));
+    assert!(
+        !stdout.trim().is_empty(),
+        "`orderly {} --help` printed nothing",
+        path.join(" ")
+    );
     stdout
 }
 
@@ -79,7 +86,10 @@ fn subcommands(help: &str) -> Vec<String> {
         if indent > 2 {
             continue;
         }
-        let name = line.split_whitespace().next().expect("a non-blank line has a word");
+        let name = line
+            .split_whitespace()
+            .next()
+            .expect("a non-blank line has a word");
         if name != "help" {
             names.push(name.to_string());
         }
@@ -156,11 +166,15 @@ fn cli_reference(helps: &[(Vec<String>, String)]) -> String {
 }
 
 fn command_name(path: &[String]) -> String {
-    std::iter::once("orderly").chain(path.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
+    std::iter::once("orderly")
+        .chain(path.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn configuration_reference() -> String {
-    let toml = std::fs::read_to_string(root().join("config/default.toml")).expect("read config/default.toml");
+    let toml = std::fs::read_to_string(root().join("config/default.toml"))
+        .expect("read config/default.toml");
     let mut out = String::new();
     out.push_str("# Configuration reference\n\n");
     writeln!(
@@ -187,8 +201,10 @@ fn check_or_bless(relative: &str, expected: &str) -> Option<String> {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         // Written aside, then renamed: the link check may read it meanwhile.
         let aside = path.with_extension("md.blessing");
-        std::fs::write(&aside, expected).unwrap_or_else(|e| panic!("write {}: {e}", aside.display()));
-        std::fs::rename(&aside, &path).unwrap_or_else(|e| panic!("rename to {}: {e}", path.display()));
+        std::fs::write(&aside, expected)
+            .unwrap_or_else(|e| panic!("write {}: {e}", aside.display()));
+        std::fs::rename(&aside, &path)
+            .unwrap_or_else(|e| panic!("rename to {}: {e}", path.display()));
         return None;
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
@@ -210,7 +226,11 @@ fn diff(old: &str, new: &str) -> String {
     let mut lcs = vec![vec![0u32; m + 1]; n + 1];
     for i in (0..n).rev() {
         for j in (0..m).rev() {
-            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
         }
     }
     let mut lines = Vec::new();
@@ -231,7 +251,8 @@ fn diff(old: &str, new: &str) -> String {
         return "(the committed file is missing or empty)".to_string();
     }
     if lines.is_empty() {
-        return "(the lines agree; the difference is in line endings or the final newline)".to_string();
+        return "(the lines agree; the difference is in line endings or the final newline)"
+            .to_string();
     }
     let total = lines.len();
     lines.truncate(80);
@@ -244,7 +265,10 @@ fn diff(old: &str, new: &str) -> String {
 
 /// The generated pages: where each lives, and what it must hold.
 fn reference_pages(helps: &[(Vec<String>, String)]) -> [(&'static str, String); 2] {
-    [("docs/reference/cli.md", cli_reference(helps)), ("docs/reference/configuration.md", configuration_reference())]
+    [
+        ("docs/reference/cli.md", cli_reference(helps)),
+        ("docs/reference/configuration.md", configuration_reference()),
+    ]
 }
 
 #[test]
@@ -253,7 +277,10 @@ fn subcommands_are_read_from_the_commands_section() {
         "Usage: orderly <COMMAND>\n\nCommands:\n  run      Join the group\n  state    Read the store\n           \
                 continued\n  help     Print this message\n\nOptions:\n  --config <FILE>\n";
     assert_eq!(subcommands(help), ["run", "state"]);
-    assert_eq!(subcommands("Usage: orderly run\n\nOptions:\n  -h, --help\n"), Vec::<String>::new());
+    assert_eq!(
+        subcommands("Usage: orderly run\n\nOptions:\n  -h, --help\n"),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -262,11 +289,21 @@ fn reference_pages_are_current() {
     let names: BTreeSet<String> = helps.iter().map(|(path, _)| command_name(path)).collect();
     // A floor, not the list: the list comes from clap. These exist today and
     // guard against the discovery silently finding nothing.
-    for known in ["orderly run", "orderly state get", "orderly dlq replay", "orderly config check"] {
-        assert!(names.contains(known), "`{known}` was not found in the help output; found {names:?}");
+    for known in [
+        "orderly run",
+        "orderly state get",
+        "orderly dlq replay",
+        "orderly config check",
+    ] {
+        assert!(
+            names.contains(known),
+            "`{known}` was not found in the help output; found {names:?}"
+        );
     }
-    let failures: Vec<String> =
-        reference_pages(&helps).iter().filter_map(|(relative, expected)| check_or_bless(relative, expected)).collect();
+    let failures: Vec<String> = reference_pages(&helps)
+        .iter()
+        .filter_map(|(relative, expected)| check_or_bless(relative, expected))
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -295,7 +332,10 @@ fn prose_lines(markdown: &str) -> Vec<(usize, String)> {
     let mut fence: Option<String> = None;
     for (number, line) in markdown.lines().enumerate() {
         let trimmed = line.trim_start();
-        let ticks: String = trimmed.chars().take_while(|&c| c == '`' || c == '~').collect();
+        let ticks: String = trimmed
+            .chars()
+            .take_while(|&c| c == '`' || c == '~')
+            .collect();
         if ticks.len() >= 3 {
             match &fence {
                 None => {
@@ -354,7 +394,11 @@ fn anchors(markdown: &str) -> BTreeSet<String> {
         if (1..=6).contains(&hashes) && trimmed[hashes..].starts_with(' ') {
             let base = slug(&trimmed[hashes..]);
             let count = seen.entry(base.clone()).or_insert(0);
-            let anchor = if *count == 0 { base.clone() } else { format!("{base}-{count}") };
+            let anchor = if *count == 0 {
+                base.clone()
+            } else {
+                format!("{base}-{count}")
+            };
             *count += 1;
             out.insert(anchor);
         }
@@ -370,7 +414,11 @@ fn link_targets(markdown: &str) -> Vec<(usize, String)> {
         while let Some(at) = rest.find("](") {
             let after = &rest[at + 2..];
             let Some(end) = after.find(')') else { break };
-            let target = after[..end].split_whitespace().next().unwrap_or("").trim_matches(['<', '>']);
+            let target = after[..end]
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .trim_matches(['<', '>']);
             out.push((number, target.to_string()));
             rest = &after[end..];
         }
@@ -387,7 +435,10 @@ fn link_targets(markdown: &str) -> Vec<(usize, String)> {
 
 fn markdown_files() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
         entries.sort();
         for path in entries {
             if path.is_dir() {
@@ -433,20 +484,28 @@ fn relative_links_resolve() {
                 file.parent().unwrap().join(path_part)
             };
             if !resolved.exists() {
-                broken.push(format!("{shown}:{line}: `{target}`: no such file {}", resolved.display()));
+                broken.push(format!(
+                    "{shown}:{line}: `{target}`: no such file {}",
+                    resolved.display()
+                ));
                 continue;
             }
             if let Some(fragment) = fragment {
                 if resolved.extension().is_some_and(|e| e == "md") {
                     let target_text = std::fs::read_to_string(&resolved).unwrap();
                     if !anchors(&target_text).contains(fragment) {
-                        broken.push(format!("{shown}:{line}: `{target}`: no heading with anchor #{fragment}"));
+                        broken.push(format!(
+                            "{shown}:{line}: `{target}`: no heading with anchor #{fragment}"
+                        ));
                     }
                 }
             }
         }
     }
-    assert!(checked > 0, "no relative links found: the link scanner is broken");
+    assert!(
+        checked > 0,
+        "no relative links found: the link scanner is broken"
+    );
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
@@ -459,5 +518,8 @@ fn github_slugs() {
     );
     assert_eq!(slug("`orderly state get`"), "orderly-state-get");
     let a = anchors("# A\n## A\n```\n# not a heading\n```\n### B b\n");
-    assert_eq!(a, ["a", "a-1", "b-b"].into_iter().map(String::from).collect());
+    assert_eq!(
+        a,
+        ["a", "a-1", "b-b"].into_iter().map(String::from).collect()
+    );
 }

@@ -153,19 +153,30 @@ struct Writer {
 }
 
 fn writers() -> Vec<Writer> {
-    [("v1", SCHEMA_V1), ("v2", SCHEMA_V2), ("wide", WIDE), ("trailing", TRAILING)]
-        .into_iter()
-        .map(|(name, text)| {
-            let schema: &'static Schema = Box::leak(Box::new(Schema::parse_str(text).expect("writer parses")));
-            Writer {
-                name,
-                schema,
-                plan: Plan::compile(schema).unwrap_or_else(|| panic!("the plan covers writer {name}")),
-                resolving: GenericDatumReader::builder(schema).reader_schema(reader_schema()).build().expect("resolving reader"),
-                unresolved: GenericDatumReader::builder(schema).build().expect("writer reader"),
-            }
-        })
-        .collect()
+    [
+        ("v1", SCHEMA_V1),
+        ("v2", SCHEMA_V2),
+        ("wide", WIDE),
+        ("trailing", TRAILING),
+    ]
+    .into_iter()
+    .map(|(name, text)| {
+        let schema: &'static Schema =
+            Box::leak(Box::new(Schema::parse_str(text).expect("writer parses")));
+        Writer {
+            name,
+            schema,
+            plan: Plan::compile(schema).unwrap_or_else(|| panic!("the plan covers writer {name}")),
+            resolving: GenericDatumReader::builder(schema)
+                .reader_schema(reader_schema())
+                .build()
+                .expect("resolving reader"),
+            unresolved: GenericDatumReader::builder(schema)
+                .build()
+                .expect("writer reader"),
+        }
+    })
+    .collect()
 }
 
 fn fields(schema: &Schema) -> &[apache_avro::schema::RecordField] {
@@ -204,14 +215,20 @@ fn value_of(schema: &Schema) -> BoxedStrategy<Value> {
         Schema::Float => any::<f32>().prop_map(Value::Float).boxed(),
         Schema::Double => any::<f64>().prop_map(Value::Double).boxed(),
         Schema::String => text().prop_map(Value::String).boxed(),
-        Schema::Bytes => proptest::collection::vec(any::<u8>(), 0..16).prop_map(Value::Bytes).boxed(),
+        Schema::Bytes => proptest::collection::vec(any::<u8>(), 0..16)
+            .prop_map(Value::Bytes)
+            .boxed(),
         Schema::Fixed(fixed) => {
             let size = fixed.size;
-            proptest::collection::vec(any::<u8>(), size).prop_map(move |b| Value::Fixed(size, b)).boxed()
+            proptest::collection::vec(any::<u8>(), size)
+                .prop_map(move |b| Value::Fixed(size, b))
+                .boxed()
         }
         Schema::Enum(e) => {
             let symbols = e.symbols.clone();
-            (0..symbols.len()).prop_map(move |i| Value::Enum(i as u32, symbols[i].clone())).boxed()
+            (0..symbols.len())
+                .prop_map(move |i| Value::Enum(i as u32, symbols[i].clone()))
+                .boxed()
         }
         other => panic!("no value strategy for {other:?}"),
     }
@@ -226,7 +243,10 @@ fn encode_field(schema: &Schema, value: Value) -> Vec<u8> {
 
 /// Whether a field's encoding starts with a varint (length, int, long, enum).
 fn starts_with_varint(schema: &Schema) -> bool {
-    !matches!(schema, Schema::Null | Schema::Boolean | Schema::Float | Schema::Double | Schema::Fixed(_))
+    !matches!(
+        schema,
+        Schema::Null | Schema::Boolean | Schema::Float | Schema::Double | Schema::Fixed(_)
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -234,20 +254,45 @@ fn starts_with_varint(schema: &Schema) -> bool {
 
 #[derive(Debug, Clone)]
 enum Mutation {
-    FlipBit { at: Index, bit: u8 },
-    SetByte { at: Index, byte: u8 },
-    Truncate { at: Index },
-    Remove { at: Index, len: usize },
-    Insert { at: Index, bytes: Vec<u8> },
-    Append { bytes: Vec<u8> },
+    FlipBit {
+        at: Index,
+        bit: u8,
+    },
+    SetByte {
+        at: Index,
+        byte: u8,
+    },
+    Truncate {
+        at: Index,
+    },
+    Remove {
+        at: Index,
+        len: usize,
+    },
+    Insert {
+        at: Index,
+        bytes: Vec<u8>,
+    },
+    Append {
+        bytes: Vec<u8>,
+    },
     /// A field's leading varint (length, int, long, enum index) replaced by
     /// the encoding of `value`.
-    Varint { field: Index, value: i64 },
+    Varint {
+        field: Index,
+        value: i64,
+    },
     /// A field's leading varint replaced by a ten-byte (or, with a
     /// continuation bit in `last`, longer) encoding.
-    Overlong { field: Index, value: u64, last: u8 },
+    Overlong {
+        field: Index,
+        value: u64,
+        last: u8,
+    },
     /// The whole body replaced.
-    Random { bytes: Vec<u8> },
+    Random {
+        bytes: Vec<u8>,
+    },
 }
 
 fn corrupt_value() -> BoxedStrategy<i64> {
@@ -297,7 +342,9 @@ fn zigzag_varint(value: i64) -> Vec<u8> {
 /// Nine bytes with continuation bits, then `last` (which may carry bits past
 /// the 64th, or a continuation bit of its own).
 fn overlong_varint(value: u64, last: u8) -> Vec<u8> {
-    let mut out: Vec<u8> = (0..9).map(|i| ((value >> (7 * i)) & 0x7f) as u8 | 0x80).collect();
+    let mut out: Vec<u8> = (0..9)
+        .map(|i| ((value >> (7 * i)) & 0x7f) as u8 | 0x80)
+        .collect();
     out.push(last);
     if last & 0x80 != 0 {
         out.push(0);
@@ -307,13 +354,18 @@ fn overlong_varint(value: u64, last: u8) -> Vec<u8> {
 
 /// The length of the varint at the start of `bytes`.
 fn varint_len(bytes: &[u8]) -> usize {
-    bytes.iter().position(|b| b & 0x80 == 0).map_or(bytes.len(), |i| i + 1)
+    bytes
+        .iter()
+        .position(|b| b & 0x80 == 0)
+        .map_or(bytes.len(), |i| i + 1)
 }
 
 /// The record's bytes after `mutations`. Field-level mutations apply to the
 /// valid layout first, then byte-level ones in order.
 fn mutate(schemas: &[&Schema], mut encoded: Vec<Vec<u8>>, mutations: &[Mutation]) -> Vec<u8> {
-    let varint_fields: Vec<usize> = (0..schemas.len()).filter(|i| starts_with_varint(schemas[*i])).collect();
+    let varint_fields: Vec<usize> = (0..schemas.len())
+        .filter(|i| starts_with_varint(schemas[*i]))
+        .collect();
     for m in mutations {
         let (field, replacement) = match m {
             Mutation::Varint { field, value } => (field, zigzag_varint(*value)),
@@ -370,7 +422,9 @@ fn bump(c: &Cell<u64>) {
 /// writer type is not null.
 fn apache_read_eof_as_null(writer: &Writer, body: &[u8]) -> bool {
     let mut cursor = body;
-    let Ok(Value::Record(values)) = writer.unresolved.read_value(&mut cursor) else { return false };
+    let Ok(Value::Record(values)) = writer.unresolved.read_value(&mut cursor) else {
+        return false;
+    };
     fields(writer.schema)
         .iter()
         .zip(&values)
@@ -408,7 +462,10 @@ fn check(writer: &Writer, body: &[u8], tally: &Tally) -> Result<(), TestCaseErro
 
 fn cases() -> u32 {
     match std::env::var("PROPTEST_CASES") {
-        Ok(text) => text.trim().parse().unwrap_or_else(|_| panic!("PROPTEST_CASES={text} is not a number")),
+        Ok(text) => text
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("PROPTEST_CASES={text} is not a number")),
         Err(_) => DEFAULT_CASES,
     }
 }
@@ -421,18 +478,29 @@ fn plan_matches_apache_avro_on_mutated_records() {
     apache_avro::util::max_allocation_bytes(1 << 20);
     let writers: &'static [Writer] = Box::leak(writers().into_boxed_slice());
     let strategy = (0..writers.len()).prop_flat_map(move |w| {
-        let schemas: Vec<&'static Schema> = fields(writers[w].schema).iter().map(|f| &f.schema).collect();
+        let schemas: Vec<&'static Schema> = fields(writers[w].schema)
+            .iter()
+            .map(|f| &f.schema)
+            .collect();
         let values: Vec<BoxedStrategy<Value>> = schemas.iter().map(|s| value_of(s)).collect();
         (Just(w), values, proptest::collection::vec(mutation(), 0..4))
     });
     let cases = cases();
-    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
     let tally = Tally::default();
     let started = Instant::now();
     let result = runner.run(&strategy, |(w, values, mutations)| {
         let writer = &writers[w];
         let schemas: Vec<&Schema> = fields(writer.schema).iter().map(|f| &f.schema).collect();
-        let encoded: Vec<Vec<u8>> = schemas.iter().zip(values).map(|(s, v)| encode_field(s, v)).collect();
+        let encoded: Vec<Vec<u8>> = schemas
+            .iter()
+            .zip(values)
+            .map(|(s, v)| encode_field(s, v))
+            .collect();
         let body = mutate(&schemas, encoded, &mutations);
         check(writer, &body, &tally)
     });
@@ -450,8 +518,15 @@ fn plan_matches_apache_avro_on_mutated_records() {
     if let Err(e) = result {
         panic!("{e}");
     }
-    assert!(tally.cases.get() >= u64::from(cases), "ran {} of {cases} cases", tally.cases.get());
-    assert!(tally.both_accept.get() > 0 && tally.both_reject.get() > 0, "the mix has valid and broken records");
+    assert!(
+        tally.cases.get() >= u64::from(cases),
+        "ran {} of {cases} cases",
+        tally.cases.get()
+    );
+    assert!(
+        tally.both_accept.get() > 0 && tally.both_reject.get() > 0,
+        "the mix has valid and broken records"
+    );
 }
 
 /// Known inputs of each divergence class found while building this test, so
@@ -465,7 +540,11 @@ fn plan_matches_apache_avro_on_known_edge_cases() {
     let trailing = by_name("trailing");
     let wide = by_name("wide");
     let record = |writer: &Writer, values: Vec<Value>| -> Vec<Vec<u8>> {
-        fields(writer.schema).iter().zip(values).map(|(f, v)| encode_field(&f.schema, v)).collect()
+        fields(writer.schema)
+            .iter()
+            .zip(values)
+            .map(|(f, v)| encode_field(&f.schema, v))
+            .collect()
     };
     let v1_fields = record(
         v1,
@@ -568,6 +647,13 @@ fn plan_matches_apache_avro_on_known_edge_cases() {
             panic!("{e}");
         }
     }
-    assert_eq!(tally.eof_null_excluded.get(), 2, "both end-of-input cases are recognised");
-    assert!(tally.both_accept.get() >= 4, "valid records and dropped varint bits are accepted by both");
+    assert_eq!(
+        tally.eof_null_excluded.get(),
+        2,
+        "both end-of-input cases are recognised"
+    );
+    assert!(
+        tally.both_accept.get() >= 4,
+        "valid records and dropped varint bits are accepted by both"
+    );
 }

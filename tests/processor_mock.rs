@@ -11,14 +11,16 @@ use orderly::codec::{Encoder, WriterVersion};
 use orderly::config::Config;
 use orderly::demo::covers;
 use orderly::event::{EventType, OrderEvent};
+use orderly::headers::{
+    HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
+};
 use orderly::load::produce_planned;
-use orderly::headers::{HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
 use orderly::processor::Processor;
 use orderly::registry::Registry;
 use orderly::store::Store;
 use orderly::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
-use support::registry_double::RegistryDouble;
 use support::mock::{self, config, producer, Cluster};
+use support::registry_double::RegistryDouble;
 use support::{committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
 
 const PARTITIONS: i32 = 4;
@@ -28,13 +30,21 @@ fn cluster() -> Cluster {
 }
 
 /// Runs the processor in-process until the store covers `ends`.
-async fn process_until_caught_up(config: Config, store: Store, registry: Registry, ends: BTreeMap<i32, i64>) {
+async fn process_until_caught_up(
+    config: Config,
+    store: Store,
+    registry: Registry,
+    ends: BTreeMap<i32, i64>,
+) {
     let watcher = store.clone();
     let caught_up = async move {
         let ok = wait_async(Duration::from_secs(120), || covers(&watcher, &ends)).await;
         assert!(ok, "processor did not catch up");
     };
-    Processor::new(config, store, registry).run(caught_up).await.expect("processor run");
+    Processor::new(config, store, registry)
+        .run(caught_up)
+        .await
+        .expect("processor run");
 }
 
 async fn wait_async(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
@@ -50,13 +60,24 @@ async fn wait_async(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
 
 fn assert_store_matches(store: &Store, expected: &Expectation) {
     let stats = store.stats().expect("stats");
-    let total = |f: fn(&orderly::store::Checkpoint) -> u64| stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>();
+    let total = |f: fn(&orderly::store::Checkpoint) -> u64| {
+        stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
+    };
     assert_eq!(total(|c| c.applied), expected.applied, "applied");
     assert_eq!(total(|c| c.duplicates), expected.duplicates, "duplicates");
     assert_eq!(total(|c| c.stale), expected.stale, "stale");
-    assert_eq!(total(|c| c.dead_lettered), expected.dead_lettered, "dead-lettered");
+    assert_eq!(
+        total(|c| c.dead_lettered),
+        expected.dead_lettered,
+        "dead-lettered"
+    );
     for s in &stats {
-        assert_eq!(s.checkpoint.outcomes() as i64, s.checkpoint.consumed(), "partition {}", s.partition);
+        assert_eq!(
+            s.checkpoint.outcomes() as i64,
+            s.checkpoint.consumed(),
+            "partition {}",
+            s.partition
+        );
     }
     let mut mismatches = Vec::new();
     for (order_id, want) in &expected.states {
@@ -65,18 +86,35 @@ fn assert_store_matches(store: &Store, expected: &Expectation) {
             mismatches.push((order_id.clone(), got, want.clone()));
         }
     }
-    assert!(mismatches.is_empty(), "{} mismatched orders, first: {:?}", mismatches.len(), mismatches.first());
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatched orders, first: {:?}",
+        mismatches.len(),
+        mismatches.first()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {
     let c = cluster();
     let registry = Registry::memory();
-    let encoder = Encoder::register(&registry, &c.topic).await.expect("register");
-    let spec = WorkloadSpec { orders: 800, poison_rate: 0.01, seed: 7, ..Default::default() };
+    let encoder = Encoder::register(&registry, &c.topic)
+        .await
+        .expect("register");
+    let spec = WorkloadSpec {
+        orders: 800,
+        poison_rate: 0.01,
+        seed: 7,
+        ..Default::default()
+    };
     let (records, expected) = plan(&spec, &encoder).expect("plan");
-    assert!(expected.duplicates > 0 && expected.stale > 0 && expected.dead_lettered > 0, "{expected:?}");
-    let ends = produce_planned(&producer(&c.bootstrap), &c.topic, &records).await.expect("produce");
+    assert!(
+        expected.duplicates > 0 && expected.stale > 0 && expected.dead_lettered > 0,
+        "{expected:?}"
+    );
+    let ends = produce_planned(&producer(&c.bootstrap), &c.topic, &records)
+        .await
+        .expect("produce");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config(&c, &dir.path().join("store"));
@@ -88,13 +126,18 @@ async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {
     assert_store_matches(&store, &expected);
     // Offsets were committed after the flush, up to the end of each partition.
     let (bootstrap, topic) = (c.bootstrap.clone(), c.topic.clone());
-    let committed = tokio::task::spawn_blocking(move || committed(&bootstrap, &group, &topic, PARTITIONS)).await.unwrap();
+    let committed =
+        tokio::task::spawn_blocking(move || committed(&bootstrap, &group, &topic, PARTITIONS))
+            .await
+            .unwrap();
     assert_eq!(committed, ends, "committed offsets equal end offsets");
 
     // Every poison record is in the dead-letter topic once, with headers that
     // point back at it.
     let (bootstrap, dlq) = (c.bootstrap.clone(), c.dlq.clone());
-    let letters = tokio::task::spawn_blocking(move || read_all(&bootstrap, &dlq)).await.unwrap();
+    let letters = tokio::task::spawn_blocking(move || read_all(&bootstrap, &dlq))
+        .await
+        .unwrap();
     assert_eq!(letters.len() as u64, expected.dead_lettered);
     let decoder = orderly::codec::Decoder::new(registry_for_check);
     let mut poison: Vec<&[u8]> = Vec::new();
@@ -104,16 +147,34 @@ async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {
         }
     }
     assert_eq!(poison.len() as u64, expected.dead_lettered);
-    let kinds = ["empty_payload", "bad_magic_byte", "unknown_schema", "bad_schema", "undecodable", "invalid"];
+    let kinds = [
+        "empty_payload",
+        "bad_magic_byte",
+        "unknown_schema",
+        "bad_schema",
+        "undecodable",
+        "invalid",
+    ];
     for letter in &letters {
         assert_eq!(letter.headers[HEADER_TOPIC], c.topic);
-        let partition: i32 = letter.headers[HEADER_PARTITION].parse().expect("partition header");
-        let offset: i64 = letter.headers[HEADER_OFFSET].parse().expect("offset header");
+        let partition: i32 = letter.headers[HEADER_PARTITION]
+            .parse()
+            .expect("partition header");
+        let offset: i64 = letter.headers[HEADER_OFFSET]
+            .parse()
+            .expect("offset header");
         assert!((0..PARTITIONS).contains(&partition));
         assert!(offset >= 0 && offset < ends[&partition]);
-        assert!(kinds.contains(&letter.headers[HEADER_ERROR_KIND].as_str()), "{:?}", letter.headers);
+        assert!(
+            kinds.contains(&letter.headers[HEADER_ERROR_KIND].as_str()),
+            "{:?}",
+            letter.headers
+        );
         assert!(!letter.headers[HEADER_ERROR_MESSAGE].is_empty());
-        assert!(poison.iter().any(|p| Some(*p) == letter.payload.as_deref()), "letter payload is a produced poison record");
+        assert!(
+            poison.iter().any(|p| Some(*p) == letter.payload.as_deref()),
+            "letter payload is a produced poison record"
+        );
     }
     drop(c.mock);
 }
@@ -129,15 +190,24 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
 
     let c = cluster();
     let registry = Registry::memory();
-    let encoder = Encoder::register(&registry, &c.topic).await.expect("register");
-    let spec = WorkloadSpec { orders: 400, poison_rate: 0.01, seed: 11, ..Default::default() };
+    let encoder = Encoder::register(&registry, &c.topic)
+        .await
+        .expect("register");
+    let spec = WorkloadSpec {
+        orders: 400,
+        poison_rate: 0.01,
+        seed: 11,
+        ..Default::default()
+    };
     let (records, expected) = plan(&spec, &encoder).expect("plan");
     let (first, second) = records.split_at(records.len() / 2);
     let producer = producer(&c.bootstrap);
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config(&c, &dir.path().join("a"));
     let store = Store::open(&config.store.path, 16).expect("store a");
-    let ends = produce_planned(&producer, &c.topic, first).await.expect("produce first half");
+    let ends = produce_planned(&producer, &c.topic, first)
+        .await
+        .expect("produce first half");
     process_until_caught_up(config.clone(), store.clone(), registry.clone(), ends).await;
 
     // A torn write-out on every changelog partition: a forged state for an
@@ -158,19 +228,33 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
         state.order.status = EventType::Cancelled;
         let value = bincode::serialize(&state).expect("encode");
         let covers = (stats.checkpoint.next_offset + 1_000_000).to_string();
-        let headers = OwnedHeaders::new().insert(Header { key: orderly::headers::HEADER_COVERS, value: Some(covers.as_str()) });
+        let headers = OwnedHeaders::new().insert(Header {
+            key: orderly::headers::HEADER_COVERS,
+            value: Some(covers.as_str()),
+        });
         let record = FutureRecord::to(&c.changelog)
             .partition(stats.partition)
             .key(state.order_id.as_str())
             .payload(&value)
             .headers(headers);
-        producer.send(record, Duration::from_secs(10)).await.expect("torn record");
+        producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .expect("torn record");
         forged.push(state.order_id.clone());
     }
     // The same store goes on past the torn tail (nothing to restore: no
     // checkpoint record follows its position), writing later checkpoints.
-    let ends = produce_planned(&producer, &c.topic, second).await.expect("produce second half");
-    process_until_caught_up(config.clone(), store.clone(), registry.clone(), ends.clone()).await;
+    let ends = produce_planned(&producer, &c.topic, second)
+        .await
+        .expect("produce second half");
+    process_until_caught_up(
+        config.clone(),
+        store.clone(),
+        registry.clone(),
+        ends.clone(),
+    )
+    .await;
     assert_store_matches(&store, &expected);
 
     // A fresh store in the same group and changelog: restored, exactly.
@@ -180,11 +264,21 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
     process_until_caught_up(fresh, restored.clone(), registry, ends).await;
     assert_store_matches(&restored, &expected);
     for order_id in &forged {
-        let state = restored.get_order(order_id).expect("get").expect("restored order");
-        assert_ne!(state.version, 999, "the torn record of {order_id} was applied");
+        let state = restored
+            .get_order(order_id)
+            .expect("get")
+            .expect("restored order");
+        assert_ne!(
+            state.version, 999,
+            "the torn record of {order_id} was applied"
+        );
     }
     for stats in restored.stats().expect("stats") {
-        assert!(stats.checkpoint.changelog_next.is_some(), "partition {} records its changelog position", stats.partition);
+        assert!(
+            stats.checkpoint.changelog_next.is_some(),
+            "partition {} records its changelog position",
+            stats.partition
+        );
     }
     drop(c.mock);
 }
@@ -193,7 +287,9 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
 async fn v1_and_v2_records_of_one_order_both_apply() {
     let c = cluster();
     let registry = Registry::memory();
-    let encoder = Encoder::register(&registry, &c.topic).await.expect("register");
+    let encoder = Encoder::register(&registry, &c.topic)
+        .await
+        .expect("register");
     let event = |version: i64, event_type, currency: &str| OrderEvent {
         event_id: format!("evt-{version}"),
         order_id: "order-mixed".into(),
@@ -204,10 +300,22 @@ async fn v1_and_v2_records_of_one_order_both_apply() {
         occurred_at: 1_764_547_200_000 + version,
     };
     let records = vec![
-        PlannedRecord { key: "order-mixed".into(), payload: encoder.encode(&event(1, EventType::Created, "USD"), WriterVersion::V1).unwrap() },
-        PlannedRecord { key: "order-mixed".into(), payload: encoder.encode(&event(2, EventType::Paid, "USD"), WriterVersion::V2).unwrap() },
+        PlannedRecord {
+            key: "order-mixed".into(),
+            payload: encoder
+                .encode(&event(1, EventType::Created, "USD"), WriterVersion::V1)
+                .unwrap(),
+        },
+        PlannedRecord {
+            key: "order-mixed".into(),
+            payload: encoder
+                .encode(&event(2, EventType::Paid, "USD"), WriterVersion::V2)
+                .unwrap(),
+        },
     ];
-    let ends = produce_planned(&producer(&c.bootstrap), &c.topic, &records).await.expect("produce");
+    let ends = produce_planned(&producer(&c.bootstrap), &c.topic, &records)
+        .await
+        .expect("produce");
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config(&c, &dir.path().join("store"));
     let store = Store::open(&config.store.path, 16).expect("store");
@@ -218,8 +326,18 @@ async fn v1_and_v2_records_of_one_order_both_apply() {
     assert_eq!(state.order.status, EventType::Paid);
     assert_eq!(state.order.currency, "USD", "the v2 record's currency");
     let stats = store.stats().unwrap();
-    assert_eq!(stats.iter().map(|s| s.checkpoint.applied).sum::<u64>(), 2, "both records decoded and applied");
-    assert_eq!(stats.iter().map(|s| s.checkpoint.dead_lettered).sum::<u64>(), 0);
+    assert_eq!(
+        stats.iter().map(|s| s.checkpoint.applied).sum::<u64>(),
+        2,
+        "both records decoded and applied"
+    );
+    assert_eq!(
+        stats
+            .iter()
+            .map(|s| s.checkpoint.dead_lettered)
+            .sum::<u64>(),
+        0
+    );
 }
 
 /// A mock cluster whose topic holds a planned workload (schemas registered
@@ -241,9 +359,13 @@ fn loaded(spec: WorkloadSpec, extra: &str) -> Loaded {
     let registry = RegistryDouble::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let http = Registry::http(&registry.url, Duration::from_secs(5)).unwrap();
-    let encoder = runtime.block_on(Encoder::register(&http, &c.topic)).expect("register over HTTP");
+    let encoder = runtime
+        .block_on(Encoder::register(&http, &c.topic))
+        .expect("register over HTTP");
     let (records, expected) = plan(&spec, &encoder).expect("plan");
-    let ends = runtime.block_on(produce_planned(&producer(&c.bootstrap), &c.topic, &records)).expect("produce");
+    let ends = runtime
+        .block_on(produce_planned(&producer(&c.bootstrap), &c.topic, &records))
+        .expect("produce");
     let total: i64 = ends.values().sum();
     let group = unique("group");
     let instance = Instance::new(&Setup {
@@ -256,7 +378,15 @@ fn loaded(spec: WorkloadSpec, extra: &str) -> Loaded {
         session_timeout_ms: 6000,
         extra,
     });
-    Loaded { c, _registry: registry, group, ends, total, expected, instance }
+    Loaded {
+        c,
+        _registry: registry,
+        group,
+        ends,
+        total,
+        expected,
+        instance,
+    }
 }
 
 /// The binary, killed at each chosen crash point (after the dead-letter
@@ -266,49 +396,116 @@ fn loaded(spec: WorkloadSpec, extra: &str) -> Loaded {
 fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
     // Small batches and frequent write-outs, so the crash points land
     // mid-stream.
-    let Loaded { c, _registry, group, ends, total, expected, instance } = loaded(
-        WorkloadSpec { orders: 3_000, poison_rate: 0.01, seed: 11, ..Default::default() },
+    let Loaded {
+        c,
+        _registry,
+        group,
+        ends,
+        total,
+        expected,
+        instance,
+    } = loaded(
+        WorkloadSpec {
+            orders: 3_000,
+            poison_rate: 0.01,
+            seed: 11,
+            ..Default::default()
+        },
         "batch_max_records = 50\nbatch_max_wait_ms = 5\ncommit_interval_ms = 10",
     );
-    for fault in ["after_dlq:1", "after_batch:5", "after_flush:3", "after_batch:30", "after_flush:10"] {
+    for fault in [
+        "after_dlq:1",
+        "after_batch:5",
+        "after_flush:3",
+        "after_batch:30",
+        "after_flush:10",
+    ] {
         let mut child = instance.spawn_run(Some(fault));
-        let status = wait_exit(&mut child, Duration::from_secs(90)).unwrap_or_else(|| panic!("{fault}: never crashed\n{}", instance.log()));
-        assert!(!status.success(), "{fault}: the fault aborts the process\n{}", instance.log());
+        let status = wait_exit(&mut child, Duration::from_secs(90))
+            .unwrap_or_else(|| panic!("{fault}: never crashed\n{}", instance.log()));
+        assert!(
+            !status.success(),
+            "{fault}: the fault aborts the process\n{}",
+            instance.log()
+        );
         let stats = instance.stats();
         let consumed = stats["totals"]["consumed"].as_u64().unwrap();
-        assert!(consumed < total as u64, "{fault}: crashed before the end ({consumed} of {total})");
+        assert!(
+            consumed < total as u64,
+            "{fault}: crashed before the end ({consumed} of {total})"
+        );
     }
     let before = instance.connected_count();
     let mut child = instance.spawn_run(None);
-    assert!(instance.wait_ready(before), "never connected\n{}", instance.log());
-    let caught_up = wait_until(Duration::from_secs(120), || committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends);
+    assert!(
+        instance.wait_ready(before),
+        "never connected\n{}",
+        instance.log()
+    );
+    let caught_up = wait_until(Duration::from_secs(120), || {
+        committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends
+    });
     signal(&child, "TERM");
     let status = wait_exit(&mut child, Duration::from_secs(30));
-    assert!(caught_up, "committed offsets reach the end offsets\n{}", instance.log());
-    assert!(status.is_some_and(|s| s.success()), "SIGTERM exits 0: {status:?}\n{}", instance.log());
-    assert!(instance.log().contains("fault injection: aborting at after_flush"));
+    assert!(
+        caught_up,
+        "committed offsets reach the end offsets\n{}",
+        instance.log()
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "SIGTERM exits 0: {status:?}\n{}",
+        instance.log()
+    );
+    assert!(instance
+        .log()
+        .contains("fault injection: aborting at after_flush"));
 
     let stats = instance.stats();
     let totals = &stats["totals"];
-    assert_eq!(totals["applied"].as_u64(), Some(expected.applied), "{stats}");
-    assert_eq!(totals["duplicates"].as_u64(), Some(expected.duplicates), "{stats}");
+    assert_eq!(
+        totals["applied"].as_u64(),
+        Some(expected.applied),
+        "{stats}"
+    );
+    assert_eq!(
+        totals["duplicates"].as_u64(),
+        Some(expected.duplicates),
+        "{stats}"
+    );
     assert_eq!(totals["stale"].as_u64(), Some(expected.stale), "{stats}");
-    assert_eq!(totals["dead_lettered"].as_u64(), Some(expected.dead_lettered), "{stats}");
+    assert_eq!(
+        totals["dead_lettered"].as_u64(),
+        Some(expected.dead_lettered),
+        "{stats}"
+    );
     assert_eq!(totals["consumed"].as_u64(), Some(total as u64));
     let dump = instance.dump();
     assert_eq!(dump.len(), expected.states.len());
     for (order_id, want) in &expected.states {
-        let got: orderly::event::StateView = serde_json::from_value(dump[order_id].clone()).expect("state JSON");
+        let got: orderly::event::StateView =
+            serde_json::from_value(dump[order_id].clone()).expect("state JSON");
         assert_eq!(&got, want, "order {order_id}");
     }
     // A crash after the dead-letter produce may re-send that letter; nothing
     // else is in the topic.
     let letters = read_all(&c.bootstrap, &c.dlq);
-    let mut sources: Vec<(String, String)> =
-        letters.iter().map(|l| (l.headers[HEADER_PARTITION].clone(), l.headers[HEADER_OFFSET].clone())).collect();
+    let mut sources: Vec<(String, String)> = letters
+        .iter()
+        .map(|l| {
+            (
+                l.headers[HEADER_PARTITION].clone(),
+                l.headers[HEADER_OFFSET].clone(),
+            )
+        })
+        .collect();
     sources.sort();
     sources.dedup();
-    assert_eq!(sources.len() as u64, expected.dead_lettered, "every poison record dead-lettered at least once");
+    assert_eq!(
+        sources.len() as u64,
+        expected.dead_lettered,
+        "every poison record dead-lettered at least once"
+    );
     drop(c.mock);
 }
 
@@ -327,13 +524,32 @@ fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
     // starts a flush, so now and then the first flush covers only some
     // partitions: that set-up is tried again on a fresh topic, up to 8
     // times.
-    let no_changelog = [("ORDERLY_KAFKA__CHANGELOG_TOPIC", ""), ("ORDERLY_KAFKA__OUTPUT_TOPIC", "")];
+    let no_changelog = [
+        ("ORDERLY_KAFKA__CHANGELOG_TOPIC", ""),
+        ("ORDERLY_KAFKA__OUTPUT_TOPIC", ""),
+    ];
     let attempt = || {
-        let loaded = loaded(WorkloadSpec { orders: 500, seed: 8, ..Default::default() }, "commit_interval_ms = 3000\ncaught_up_write_ms = 0");
+        let loaded = loaded(
+            WorkloadSpec {
+                orders: 500,
+                seed: 8,
+                ..Default::default()
+            },
+            "commit_interval_ms = 3000\ncaught_up_write_ms = 0",
+        );
         let instance = &loaded.instance;
-        let mut child = instance.spawn_run_env(Some("after_flush:1"), "info,librdkafka=warn,rdkafka=warn", &no_changelog);
-        let status = wait_exit(&mut child, Duration::from_secs(60)).unwrap_or_else(|| panic!("never crashed\n{}", instance.log()));
-        assert!(!status.success(), "aborted after the flush\n{}", instance.log());
+        let mut child = instance.spawn_run_env(
+            Some("after_flush:1"),
+            "info,librdkafka=warn,rdkafka=warn",
+            &no_changelog,
+        );
+        let status = wait_exit(&mut child, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("never crashed\n{}", instance.log()));
+        assert!(
+            !status.success(),
+            "aborted after the flush\n{}",
+            instance.log()
+        );
         let consumed = instance.stats()["totals"]["consumed"].as_u64().unwrap();
         if consumed == loaded.total as u64 {
             return Some(loaded);
@@ -341,18 +557,37 @@ fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
         eprintln!("the first flush covered {consumed} of {} records (not every partition's write-out); again", loaded.total);
         None
     };
-    let Loaded { c, _registry, group, ends, instance, .. } =
-        (0..8).find_map(|_| attempt()).expect("a crash after the flush covering every record, in 8 attempts");
+    let Loaded {
+        c,
+        _registry,
+        group,
+        ends,
+        instance,
+        ..
+    } = (0..8)
+        .find_map(|_| attempt())
+        .expect("a crash after the flush covering every record, in 8 attempts");
     let behind = committed(&c.bootstrap, &group, &c.topic, PARTITIONS);
     assert_ne!(behind, ends, "the crash came before the commit");
     // No new input from here on.
     let before = instance.connected_count();
-    let mut child = instance.spawn_run_env(None, "info,librdkafka=warn,rdkafka=warn", &no_changelog);
-    assert!(instance.wait_ready(before), "never connected\n{}", instance.log());
-    let caught_up = wait_until(Duration::from_secs(20), || committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends);
+    let mut child =
+        instance.spawn_run_env(None, "info,librdkafka=warn,rdkafka=warn", &no_changelog);
+    assert!(
+        instance.wait_ready(before),
+        "never connected\n{}",
+        instance.log()
+    );
+    let caught_up = wait_until(Duration::from_secs(20), || {
+        committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends
+    });
     signal(&child, "TERM");
     let _ = wait_exit(&mut child, Duration::from_secs(30));
-    assert!(caught_up, "committed offsets reach the checkpoints with no new input\n{}", instance.log());
+    assert!(
+        caught_up,
+        "committed offsets reach the checkpoints with no new input\n{}",
+        instance.log()
+    );
     drop(c.mock);
 }
 
@@ -364,14 +599,39 @@ fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
 /// `caught_up_write_ms = 0` this test fails.)
 #[test]
 fn a_caught_up_partition_commits_without_waiting_for_the_commit_interval() {
-    let loaded = loaded(WorkloadSpec { orders: 300, seed: 12, ..Default::default() }, "commit_interval_ms = 60000");
-    let Loaded { c, _registry, group, ends, total, instance, .. } = loaded;
+    let loaded = loaded(
+        WorkloadSpec {
+            orders: 300,
+            seed: 12,
+            ..Default::default()
+        },
+        "commit_interval_ms = 60000",
+    );
+    let Loaded {
+        c,
+        _registry,
+        group,
+        ends,
+        total,
+        instance,
+        ..
+    } = loaded;
     let mut child = instance.spawn_run_env(None, "info,librdkafka=warn,rdkafka=warn", &[]);
-    let caught_up = wait_until(Duration::from_secs(20), || committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends);
+    let caught_up = wait_until(Duration::from_secs(20), || {
+        committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends
+    });
     signal(&child, "TERM");
     let _ = wait_exit(&mut child, Duration::from_secs(30));
-    assert!(caught_up, "committed offsets reach the ends long before the 60 s commit interval\n{}", instance.log());
-    assert_eq!(instance.stats()["totals"]["consumed"].as_i64(), Some(total), "every record decided and written");
+    assert!(
+        caught_up,
+        "committed offsets reach the ends long before the 60 s commit interval\n{}",
+        instance.log()
+    );
+    assert_eq!(
+        instance.stats()["totals"]["consumed"].as_i64(),
+        Some(total),
+        "every record decided and written"
+    );
     drop(c.mock);
 }
 
@@ -380,26 +640,52 @@ fn a_caught_up_partition_commits_without_waiting_for_the_commit_interval() {
 /// group's committed offsets never pass the store's checkpoints.
 #[test]
 fn a_panicking_partition_task_stops_the_process_naming_the_partition() {
-    let Loaded { c, _registry, group, total, instance, .. } = loaded(
-        WorkloadSpec { orders: 2_000, poison_rate: 0.0, seed: 3, ..Default::default() },
+    let Loaded {
+        c,
+        _registry,
+        group,
+        total,
+        instance,
+        ..
+    } = loaded(
+        WorkloadSpec {
+            orders: 2_000,
+            poison_rate: 0.0,
+            seed: 3,
+            ..Default::default()
+        },
         "batch_max_records = 50\nbatch_max_wait_ms = 5\ncommit_interval_ms = 10",
     );
     let mut child = instance.spawn_run(Some("panic_batch:20"));
-    let status = wait_exit(&mut child, Duration::from_secs(60)).unwrap_or_else(|| panic!("never stopped\n{}", instance.log()));
-    assert!(!status.success(), "a panic is a failure exit: {status:?}\n{}", instance.log());
+    let status = wait_exit(&mut child, Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("never stopped\n{}", instance.log()));
+    assert!(
+        !status.success(),
+        "a panic is a failure exit: {status:?}\n{}",
+        instance.log()
+    );
     let log = instance.log();
-    assert!(log.contains("fault injection: panic at panic_batch"), "{log}");
+    assert!(
+        log.contains("fault injection: panic at panic_batch"),
+        "{log}"
+    );
     let named = regex_lite_partition(&log);
     assert!(named, "the error names the panicking partition\n{log}");
     let stats = instance.stats();
     let consumed = stats["totals"]["consumed"].as_u64().unwrap();
-    assert!(consumed < total as u64, "stopped before the end ({consumed} of {total})");
+    assert!(
+        consumed < total as u64,
+        "stopped before the end ({consumed} of {total})"
+    );
     let committed = committed(&c.bootstrap, &group, &c.topic, PARTITIONS);
     for p in stats["partitions"].as_array().expect("partitions") {
         let partition = p["partition"].as_i64().unwrap() as i32;
         let next = p["next_offset"].as_i64().unwrap();
         let group_offset = committed.get(&partition).copied().unwrap_or(-1);
-        assert!(group_offset <= next, "partition {partition}: committed {group_offset} beyond the durable checkpoint {next}");
+        assert!(
+            group_offset <= next,
+            "partition {partition}: committed {group_offset} beyond the durable checkpoint {next}"
+        );
     }
     drop(c.mock);
 }
@@ -408,7 +694,11 @@ fn a_panicking_partition_task_stops_the_process_naming_the_partition() {
 fn regex_lite_partition(log: &str) -> bool {
     log.match_indices(": task panicked").any(|(at, _)| {
         let before = &log[..at];
-        let digits = before.chars().rev().take_while(|c| c.is_ascii_digit()).count();
+        let digits = before
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
         digits > 0 && before[..before.len() - digits].ends_with("partition ")
     })
 }
@@ -429,20 +719,32 @@ fn broker_down_at_startup_is_retried_with_a_clear_message() {
         extra: "",
     });
     let mut child = instance.spawn_run(None);
-    let retried = wait_until(Duration::from_secs(30), || instance.log().contains("cannot reach kafka; retrying"));
+    let retried = wait_until(Duration::from_secs(30), || {
+        instance.log().contains("cannot reach kafka; retrying")
+    });
     assert!(retried, "logs the outage\n{}", instance.log());
-    assert!(child.try_wait().unwrap().is_none(), "keeps running while the broker is down");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "keeps running while the broker is down"
+    );
 
     // While it runs it holds the store: a second process gets a clear error.
     let out = instance.command(&["state", "stats"]).output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains(&instance.store_path.display().to_string()), "names the store path: {stderr}");
+    assert!(
+        stderr.contains(&instance.store_path.display().to_string()),
+        "names the store path: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
 
     signal(&child, "TERM");
     let status = wait_exit(&mut child, Duration::from_secs(30));
-    assert!(status.is_some_and(|s| s.success()), "SIGTERM exits 0: {status:?}\n{}", instance.log());
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "SIGTERM exits 0: {status:?}\n{}",
+        instance.log()
+    );
 }
 
 #[test]
@@ -454,7 +756,10 @@ fn bad_configuration_stops_start_up_naming_the_key() {
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("batch_size") && stderr.contains("batch_max_records"), "{stderr}");
+    assert!(
+        stderr.contains("batch_size") && stderr.contains("batch_max_records"),
+        "{stderr}"
+    );
 
     let out = std::process::Command::new(support::orderly_bin())
         .args(["state", "stats"])
@@ -471,11 +776,25 @@ fn demo_json_proves_the_guarantees() {
         .args(["demo", "--json", "--orders", "400"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-    let n = |k: &str| summary[k].as_u64().unwrap_or_else(|| panic!("{k} in {summary}"));
-    assert_eq!(n("applied") + n("duplicates") + n("stale") + n("dead_lettered"), n("consumed"));
-    assert_eq!(n("consumed"), summary["expected"]["records"].as_u64().unwrap());
+    let n = |k: &str| {
+        summary[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{k} in {summary}"))
+    };
+    assert_eq!(
+        n("applied") + n("duplicates") + n("stale") + n("dead_lettered"),
+        n("consumed")
+    );
+    assert_eq!(
+        n("consumed"),
+        summary["expected"]["records"].as_u64().unwrap()
+    );
     assert!(n("duplicates") > 0 && n("stale") > 0 && n("dead_lettered") > 0);
     assert_eq!(summary["state_matches_expected"], true);
     assert_eq!(summary["counts_match_expected"], true);

@@ -47,7 +47,13 @@ pub const BURST_EVERY: Duration = Duration::from_secs(2);
 /// phase (after the group join, while records are processed).
 pub const FIRST_BURST_AFTER: Duration = Duration::from_secs(3);
 pub const BURST: usize = 1000;
-pub const BURST_PATHS: [&str; 5] = ["/metrics", "/api/status", "/state/order-00000001", "/healthz", "/"];
+pub const BURST_PATHS: [&str; 5] = [
+    "/metrics",
+    "/api/status",
+    "/state/order-00000001",
+    "/healthz",
+    "/",
+];
 /// A request not answered (to the end of its body) within this is failed.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest answer read (the rest is not waited for).
@@ -148,14 +154,23 @@ impl HttpLoad {
         let (done_tx, done) = tokio::sync::oneshot::channel();
         let thread = {
             let stop = stop.clone();
-            std::thread::Builder::new().name("bench-http-load".into()).spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("the load's runtime");
-                let out = runtime.block_on(drive(address, stop, max_bursts));
-                let _ = done_tx.send(());
-                out
-            })?
+            std::thread::Builder::new()
+                .name("bench-http-load".into())
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("the load's runtime");
+                    let out = runtime.block_on(drive(address, stop, max_bursts));
+                    let _ = done_tx.send(());
+                    out
+                })?
         };
-        Ok(HttpLoad { stop, done: Some(done), thread })
+        Ok(HttpLoad {
+            stop,
+            done: Some(done),
+            thread,
+        })
     }
 
     pub fn stopper(&self) -> Arc<AtomicBool> {
@@ -252,7 +267,13 @@ async fn exchange(address: SocketAddr, request: &[u8]) -> Outcome {
 async fn exchange_inner(address: SocketAddr, request: &[u8]) -> Outcome {
     let mut stream = match TcpStream::connect(address).await {
         Ok(stream) => stream,
-        Err(e) => return Outcome::Failed(if io_kind(&e) == "refused" { "connect refused" } else { "connect failed" }),
+        Err(e) => {
+            return Outcome::Failed(if io_kind(&e) == "refused" {
+                "connect refused"
+            } else {
+                "connect failed"
+            })
+        }
     };
     // A garbage request may be answered (and the connection closed) before
     // all of it is written: read whatever came back all the same.
@@ -342,7 +363,12 @@ async fn drive(address: SocketAddr, stop: Arc<AtomicBool>, max_bursts: usize) ->
     }
     tasks.spawn(garbage_loop(address, stopped.clone(), tally.clone()));
     tasks.spawn(scrape_loop(address, stopped.clone(), tally.clone()));
-    tasks.spawn(burst_loop(address, stopped.clone(), tally.clone(), max_bursts));
+    tasks.spawn(burst_loop(
+        address,
+        stopped.clone(),
+        tally.clone(),
+        max_bursts,
+    ));
     let mut stopped_rx = stopped.clone();
     until_stopped(&mut stopped_rx).await;
     let stopped_at = started.elapsed();
@@ -383,7 +409,12 @@ async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
 
 /// Sends a request head one byte per second; when the server cuts the
 /// connection off, connects again.
-async fn slow_client(address: SocketAddr, index: usize, mut stopped: watch::Receiver<bool>, tally: Shared) {
+async fn slow_client(
+    address: SocketAddr,
+    index: usize,
+    mut stopped: watch::Receiver<bool>,
+    tally: Shared,
+) {
     let head = format!(
         "GET /state/order-{index:08} HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slowloris/{index}\r\nAccept: */*\r\n\r\n"
     )
@@ -465,7 +496,12 @@ async fn garbage_loop(address: SocketAddr, mut stopped: watch::Receiver<bool>, t
             let outcome = exchange(address, &request).await;
             let mut t = tally.lock().unwrap();
             let t = &mut *t;
-            record(&mut t.garbage, &mut t.garbage_latencies, &outcome, start.elapsed().as_secs_f64() * 1e3);
+            record(
+                &mut t.garbage,
+                &mut t.garbage_latencies,
+                &outcome,
+                start.elapsed().as_secs_f64() * 1e3,
+            );
         });
         while in_flight.try_join_next().is_some() {}
     }
@@ -486,7 +522,11 @@ async fn scrape_loop(address: SocketAddr, mut stopped: watch::Receiver<bool>, ta
             let tally = tally.clone();
             in_flight.spawn(async move {
                 let start = Instant::now();
-                let outcome = exchange(address, &get(if metrics { "/metrics" } else { "/api/status" })).await;
+                let outcome = exchange(
+                    address,
+                    &get(if metrics { "/metrics" } else { "/api/status" }),
+                )
+                .await;
                 let ms = start.elapsed().as_secs_f64() * 1e3;
                 let mut t = tally.lock().unwrap();
                 let t = &mut *t;
@@ -504,9 +544,18 @@ async fn scrape_loop(address: SocketAddr, mut stopped: watch::Receiver<bool>, ta
 
 /// Every `BURST_EVERY` (or right after the previous burst if it took
 /// longer) `BURST` concurrent requests, each on its own connection.
-async fn burst_loop(address: SocketAddr, mut stopped: watch::Receiver<bool>, tally: Shared, max_bursts: usize) {
+async fn burst_loop(
+    address: SocketAddr,
+    mut stopped: watch::Receiver<bool>,
+    tally: Shared,
+    max_bursts: usize,
+) {
     let requests: Vec<Arc<Vec<u8>>> = BURST_PATHS.iter().map(|p| Arc::new(get(p))).collect();
-    let first = if max_bursts > 0 { tokio::time::Instant::now() + FIRST_BURST_AFTER } else { tokio::time::Instant::now() };
+    let first = if max_bursts > 0 {
+        tokio::time::Instant::now() + FIRST_BURST_AFTER
+    } else {
+        tokio::time::Instant::now()
+    };
     let mut tick = tokio::time::interval_at(first, BURST_EVERY);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut bursts = 0;
@@ -542,7 +591,9 @@ async fn burst_loop(address: SocketAddr, mut stopped: watch::Receiver<bool>, tal
             record(&mut t.bursts.requests, &mut t.burst_latencies, outcome, *ms);
         }
         t.bursts.count += 1;
-        t.bursts.completion_ms.push((completion * 10.0).round() / 10.0);
+        t.bursts
+            .completion_ms
+            .push((completion * 10.0).round() / 10.0);
     }
 }
 
@@ -553,7 +604,12 @@ pub fn table_lines(key: &str, http: &HttpOut) -> Vec<String> {
         http.mode, http.address, http.server_thread_cpu_seconds, http.load_thread_cpu_seconds
     )];
     let Some(l) = &http.load else { return lines };
-    let map = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ");
+    let map = |m: &BTreeMap<String, u64>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let req = |name: &str, r: &Requests| {
         format!(
             "({key}) http {name}: {} sent, {} answered ({}), {} failed{}; latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",

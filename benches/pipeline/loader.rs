@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use orderly::codec::Encoder;
 use orderly::workload::{plan, WorkloadSpec};
 
-use crate::measure::{kib_to_mib, status_kib};
 use crate::figures::Counts;
+use crate::measure::{kib_to_mib, status_kib};
 use crate::Args;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -71,7 +71,9 @@ pub async fn loader(args: Args) -> anyhow::Result<()> {
     if let Some(path) = &args.expect_file {
         // Every order's final state, for the side-by-side phases to check
         // each contender's store against.
-        let file = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("{}", path.display()))?);
+        let file = std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("{}", path.display()))?,
+        );
         serde_json::to_writer(file, &expected.states)?;
     }
     let expected_counts = Counts {
@@ -87,7 +89,10 @@ pub async fn loader(args: Args) -> anyhow::Result<()> {
     // configurable) and silently deletes the oldest batches beyond that. When
     // the workload does not fit in the requested partitions, use more.
     let requested = args.partitions.unwrap_or(DEFAULT_PARTITIONS);
-    let log_bytes: u64 = records.iter().map(|r| (r.key.len() + r.payload.len() + RECORD_OVERHEAD) as u64).sum();
+    let log_bytes: u64 = records
+        .iter()
+        .map(|r| (r.key.len() + r.payload.len() + RECORD_OVERHEAD) as u64)
+        .sum();
     let fitting = log_bytes.div_ceil(MOCK_PARTITION_BUDGET).max(1) as i32;
     let partitions = match (&args.bootstrap, args.partitions) {
         (None, Some(n)) if n < fitting => bail!(
@@ -134,10 +139,15 @@ pub async fn loader(args: Args) -> anyhow::Result<()> {
     drop(records);
     let mut low_total = 0i64;
     for p in 0..partitions {
-        let (low, high) = producer.client().fetch_watermarks(&topic, p, Duration::from_secs(10))?;
+        let (low, high) = producer
+            .client()
+            .fetch_watermarks(&topic, p, Duration::from_secs(10))?;
         low_total += low;
         if high != ends[&p] {
-            bail!("partition {p}: high watermark {high}, but the producer's last offset says {}", ends[&p]);
+            bail!(
+                "partition {p}: high watermark {high}, but the producer's last offset says {}",
+                ends[&p]
+            );
         }
     }
     if low_total > 0 {
@@ -171,10 +181,17 @@ pub async fn loader(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn create_topics(bootstrap: &str, topic: &str, dlq_topic: &str, partitions: i32) -> anyhow::Result<()> {
+async fn create_topics(
+    bootstrap: &str,
+    topic: &str,
+    dlq_topic: &str,
+    partitions: i32,
+) -> anyhow::Result<()> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
     // (c)'s output topic (the outbox) too; the processor creates the changelog.
     let status = format!("{topic}-status");
     let topics = [
@@ -192,7 +209,11 @@ async fn create_topics(bootstrap: &str, topic: &str, dlq_topic: &str, partitions
 }
 
 /// Starts the loader child and waits for its `LoadInfo`.
-pub fn start_loader(args: &Args, spec: &WorkloadSpec, topic: &str) -> anyhow::Result<(Child, LoadInfo)> {
+pub fn start_loader(
+    args: &Args,
+    spec: &WorkloadSpec,
+    topic: &str,
+) -> anyhow::Result<(Child, LoadInfo)> {
     let exe = std::env::current_exe()?;
     let mut command = Command::new(exe);
     command
@@ -227,4 +248,3 @@ pub fn start_loader(args: &Args, spec: &WorkloadSpec, topic: &str) -> anyhow::Re
     let info: LoadInfo = serde_json::from_str(line.trim()).context("loader output")?;
     Ok((child, info))
 }
-

@@ -106,7 +106,6 @@
 //! `measure.rs` (/proc: RSS, CPU; directory sizes) and `report.rs` (the
 //! results, as JSON or a table).
 
-
 // The same allocator as the `orderly` binary, with the same compiled
 // options, so the phases run in this process ((c), (d), (r), (or)) allocate
 // as `orderly run` does.
@@ -268,7 +267,6 @@ pub struct Args {
     pub bench: bool,
 }
 
-
 impl Args {
     /// `--id-format`, or the one of the shape's workload in the issues.
     pub fn event_id_format(&self) -> IdFormat {
@@ -289,16 +287,27 @@ pub fn registry_of(args: &Args) -> anyhow::Result<Registry> {
 
 fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
-    let side_phases = args
-        .phases
-        .as_deref()
-        .is_some_and(|p| phases::side_by_side::wanted(&p.split(',').map(|s| s.trim().to_string()).collect::<Vec<_>>()));
+    let side_phases = args.phases.as_deref().is_some_and(|p| {
+        phases::side_by_side::wanted(
+            &p.split(',')
+                .map(|s| s.trim().to_string())
+                .collect::<Vec<_>>(),
+        )
+    });
     if (args.side_by_side || side_phases) && args.bootstrap.is_none() && !args.loader {
-        args.bootstrap = std::env::var("ORDERLY_E2E_BOOTSTRAP").ok().filter(|b| !b.is_empty());
+        args.bootstrap = std::env::var("ORDERLY_E2E_BOOTSTRAP")
+            .ok()
+            .filter(|b| !b.is_empty());
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     if args.loader {
         return runtime.block_on(loader::loader(args));
     }
@@ -313,8 +322,19 @@ fn main() -> anyhow::Result<()> {
 
 /// Loads the workload, runs the chosen phases on it and gathers the results.
 fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Results> {
-    let orders = args.orders.unwrap_or(if args.distinct_orders_rss { args.events } else { 10_000 }).max(1);
-    let events_per_order = if args.distinct_orders_rss { 1 } else { args.events.div_ceil(orders).max(1) as u32 };
+    let orders = args
+        .orders
+        .unwrap_or(if args.distinct_orders_rss {
+            args.events
+        } else {
+            10_000
+        })
+        .max(1);
+    let events_per_order = if args.distinct_orders_rss {
+        1
+    } else {
+        args.events.div_ceil(orders).max(1) as u32
+    };
     let phases: Vec<String> = args
         .phases
         .clone()
@@ -342,7 +362,10 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         id_format: args.event_id_format(),
         order_prefix: "order".into(),
     };
-    let topic = format!("orderly-bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let topic = format!(
+        "orderly-bench-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
     eprintln!(
         "pipeline: planning and producing {} orders x {events_per_order} events ({}, {} ids) to {} ...",
         orders,
@@ -351,7 +374,9 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         args.bootstrap.as_deref().unwrap_or("the mock cluster (child process)")
     );
     let side = phases::side_by_side::wanted(&phases);
-    let expect_dir = tempfile::Builder::new().prefix("orderly-bench-expect-").tempdir()?;
+    let expect_dir = tempfile::Builder::new()
+        .prefix("orderly-bench-expect-")
+        .tempdir()?;
     let mut loader_args = args.clone();
     if side {
         if args.bootstrap.is_none() || args.registry.is_none() {
@@ -360,7 +385,11 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         loader_args.expect_file = Some(expect_dir.path().join("states.json"));
     }
     let (mut child, load) = loader::start_loader(&loader_args, &spec, &topic)?;
-    let broker_pid = if args.bootstrap.is_none() { Some(child.id()) } else { args.broker_pid };
+    let broker_pid = if args.bootstrap.is_none() {
+        Some(child.id())
+    } else {
+        args.broker_pid
+    };
     eprintln!(
         "pipeline: {} records loaded (plan {:.1} s, produce {:.1} s); ends {:?}",
         load.records, load.plan_seconds, load.produce_seconds, load.ends
@@ -379,12 +408,16 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
 
     let run = |key: &str| phases.iter().any(|p| p == key);
     if run("a") {
-        out_phases.push(phases::bare::read_discard(args, &load, broker_pid, timeout)?);
+        out_phases.push(phases::bare::read_discard(
+            args, &load, broker_pid, timeout,
+        )?);
     }
     let decoder = Decoder::new(registry.clone());
     phases::warm(runtime, &decoder, &encoder)?;
     if run("b") {
-        out_phases.push(phases::bare::read_decode(args, &load, &decoder, runtime, broker_pid, timeout)?);
+        out_phases.push(phases::bare::read_decode(
+            args, &load, &decoder, runtime, broker_pid, timeout,
+        )?);
     }
     // (c) before (d): (d) holds every decoded event in memory, and an
     // allocator keeps some of what is freed, which would count towards (c)'s
@@ -394,27 +427,65 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     for round in 0..args.rounds.max(1) {
         if run("c") {
             trim_heap();
-            let (phase, f) =
-                runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, true, false, round))?;
+            let (phase, f) = runtime.block_on(phases::full::run(
+                args,
+                &load,
+                registry.clone(),
+                broker_pid,
+                timeout,
+                true,
+                true,
+                false,
+                round,
+            ))?;
             if round > 0 && !f.counters_match_expected {
-                bail!("({}) counters {:?} differ from the expected ones: no rate reported", phase.key, f.counters);
+                bail!(
+                    "({}) counters {:?} differ from the expected ones: no rate reported",
+                    phase.key,
+                    f.counters
+                );
             }
             out_phases.push(phase);
             full.get_or_insert(f);
         }
         if run("x") {
             trim_heap();
-            let (phase, f) =
-                runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, true, true, round))?;
+            let (phase, f) = runtime.block_on(phases::full::run(
+                args,
+                &load,
+                registry.clone(),
+                broker_pid,
+                timeout,
+                true,
+                true,
+                true,
+                round,
+            ))?;
             if !f.counters_match_expected {
-                bail!("({}) counters {:?} differ from the expected ones: no rate reported", phase.key, f.counters);
+                bail!(
+                    "({}) counters {:?} differ from the expected ones: no rate reported",
+                    phase.key,
+                    f.counters
+                );
             }
             out_phases.push(phase);
         }
     }
     let side_by_side = if side {
-        let expected_states = loader_args.expect_file.as_deref().map(phases::side_by_side::read_expected).transpose()?;
-        let out = phases::side_by_side::run(args, &load, &phases, expected_states, broker_pid, runtime, timeout)?;
+        let expected_states = loader_args
+            .expect_file
+            .as_deref()
+            .map(phases::side_by_side::read_expected)
+            .transpose()?;
+        let out = phases::side_by_side::run(
+            args,
+            &load,
+            &phases,
+            expected_states,
+            broker_pid,
+            runtime,
+            timeout,
+        )?;
         out_phases.extend(out.phases());
         Some(out)
     } else {
@@ -423,12 +494,32 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     drop(expect_dir);
     if run("o") {
         trim_heap();
-        let (phase, _) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, true, false, false, 0))?;
+        let (phase, _) = runtime.block_on(phases::full::run(
+            args,
+            &load,
+            registry.clone(),
+            broker_pid,
+            timeout,
+            true,
+            false,
+            false,
+            0,
+        ))?;
         out_phases.push(phase);
     }
     if run("e") {
         trim_heap();
-        let (phase, _) = runtime.block_on(phases::full::run(args, &load, registry.clone(), broker_pid, timeout, false, false, false, 0))?;
+        let (phase, _) = runtime.block_on(phases::full::run(
+            args,
+            &load,
+            registry.clone(),
+            broker_pid,
+            timeout,
+            false,
+            false,
+            false,
+            0,
+        ))?;
         out_phases.push(phase);
     }
     if run("r") {
@@ -440,7 +531,8 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
     }
     if run("d") {
         trim_heap();
-        let (phase, s) = phases::store_alone::run(args, &load, &decoder, runtime, broker_pid, timeout)?;
+        let (phase, s) =
+            phases::store_alone::run(args, &load, &decoder, runtime, broker_pid, timeout)?;
         out_phases.push(phase);
         storage = Some(s);
     }
@@ -455,7 +547,13 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
 
     let ratio = |steady: bool| {
         let eps = |key: &str| {
-            out_phases.iter().find(|p| p.key == key).map(|p| if steady { p.steady_events_per_s } else { p.events_per_s })
+            out_phases.iter().find(|p| p.key == key).map(|p| {
+                if steady {
+                    p.steady_events_per_s
+                } else {
+                    p.events_per_s
+                }
+            })
         };
         match (eps("c"), eps("a"), eps("d")) {
             (Some(c), Some(a), Some(d)) => Some(c / a.min(d)),
@@ -465,12 +563,19 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         }
     };
     let (ratio_total, ratio_steady) = (ratio(false), ratio(true));
-    let rate = |key: &str| out_phases.iter().find(|p| p.key == key).map(|p| p.events_per_s);
+    let rate = |key: &str| {
+        out_phases
+            .iter()
+            .find(|p| p.key == key)
+            .map(|p| p.events_per_s)
+    };
     let ratio_changelog_on_to_off = rate("o").zip(rate("e")).map(|(o, e)| o / e);
     let ratio_outbox_on_to_off = rate("c").zip(rate("o")).map(|(c, o)| c / o);
     Ok(Results {
         machine: Machine {
-            cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            cores: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0),
             broker: match &args.bootstrap {
                 None => "librdkafka mock cluster (1 broker, child process)".into(),
                 Some(b) => b.clone(),
@@ -505,4 +610,3 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         side_by_side,
     })
 }
-

@@ -43,7 +43,10 @@ impl Meter {
             events_per_s: events as f64 / seconds.max(1e-9),
             steady_events_per_s: events as f64 / seconds.max(1e-9),
             cpu_seconds: process_cpu(None).unwrap_or(0.0) - self.cpu,
-            broker_cpu_seconds: match (self.broker_pid.and_then(|pid| process_cpu(Some(pid))), self.broker_cpu) {
+            broker_cpu_seconds: match (
+                self.broker_pid.and_then(|pid| process_cpu(Some(pid))),
+                self.broker_cpu,
+            ) {
                 (Some(end), Some(start)) => Some(end - start),
                 _ => None,
             },
@@ -78,7 +81,9 @@ impl Meter {
 /// not counting socket sends (librdkafka uses sendmsg).
 pub fn written_bytes() -> Option<u64> {
     let io = std::fs::read_to_string("/proc/self/io").ok()?;
-    io.lines().find_map(|l| l.strip_prefix("wchar:")).and_then(|v| v.trim().parse().ok())
+    io.lines()
+        .find_map(|l| l.strip_prefix("wchar:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Resets VmHWM to the current RSS (Linux >= 4.0).
@@ -90,8 +95,15 @@ pub fn reset_peak_rss() {
 
 pub fn status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
-    line[field.len() + 1..].trim().trim_end_matches("kB").trim().parse().ok()
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
+    line[field.len() + 1..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }
 
 pub fn kib_to_mib(kib: u64) -> f64 {
@@ -119,10 +131,21 @@ pub fn process_cpu(pid: Option<u32>) -> Option<f64> {
 /// CPU seconds of every live thread of this process, by thread id.
 pub fn thread_cpu() -> HashMap<u32, (String, f64)> {
     let mut out = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return out };
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
     for entry in dir.flatten() {
-        let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        if let Some(cpu) = std::fs::read_to_string(entry.path().join("stat")).ok().and_then(|s| stat_cpu(&s)) {
+        let Some(tid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(cpu) = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|s| stat_cpu(&s))
+        {
             out.insert(tid, cpu);
         }
     }
@@ -131,11 +154,15 @@ pub fn thread_cpu() -> HashMap<u32, (String, f64)> {
 
 /// `rdk:broker1` and `rdk:broker-1` -> `rdk:broker`; `sled-io-3` -> `sled-io`.
 pub fn thread_group(name: &str) -> String {
-    name.trim_end_matches(|c: char| c.is_ascii_digit()).trim_end_matches(['-', '_', '#']).to_string()
+    name.trim_end_matches(|c: char| c.is_ascii_digit())
+        .trim_end_matches(['-', '_', '#'])
+        .to_string()
 }
 
 pub fn dir_size(path: &Path) -> u64 {
-    let Ok(dir) = std::fs::read_dir(path) else { return 0 };
+    let Ok(dir) = std::fs::read_dir(path) else {
+        return 0;
+    };
     dir.flatten()
         .map(|e| match e.metadata() {
             Ok(m) if m.is_dir() => dir_size(&e.path()),
@@ -160,7 +187,6 @@ pub fn trim_heap() {
     }
 }
 
-
 /// The median and 99th percentile of microsecond samples, in milliseconds.
 pub fn percentiles_ms(samples: &mut [u64]) -> (f64, f64) {
     if samples.is_empty() {
@@ -170,4 +196,3 @@ pub fn percentiles_ms(samples: &mut [u64]) -> (f64, f64) {
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
     (at(0.5), at(0.99))
 }
-

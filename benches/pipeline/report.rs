@@ -75,7 +75,10 @@ impl Results {
             w.poison_rate,
             w.partitions
         ));
-        line(format!("machine: {} cores; broker: {}", self.machine.cores, self.machine.broker));
+        line(format!(
+            "machine: {} cores; broker: {}",
+            self.machine.cores, self.machine.broker
+        ));
         if w.partitions != w.requested_partitions {
             line(format!(
                 "NOTE: {} partitions instead of {}: the mock cluster keeps only 5 MiB per partition and this workload is ~{:.0} MiB",
@@ -87,7 +90,10 @@ impl Results {
             w.plan_seconds, w.produce_seconds, w.produce_events_per_s
         ));
         line(String::new());
-        let per_event = |x: Option<f64>, decimals: usize| x.map(|x| format!("{x:.decimals$}")).unwrap_or_else(|| "-".into());
+        let per_event = |x: Option<f64>, decimals: usize| {
+            x.map(|x| format!("{x:.decimals$}"))
+                .unwrap_or_else(|| "-".into())
+        };
         line(format!(
             "{:<4} {:<34} {:>9} {:>7} {:>9} {:>11} {:>7} {:>9} {:>10} {:>10} {:>7} {:>8} {:>9} {:>10}",
             "", "phase", "events", "secs", "events/s", "steady ev/s", "cpu s", "cpu µs/ev", "broker cpu", "peak RSS", "keys/ev", "bytes/ev", "disk B/ev", "wrote B/ev"
@@ -112,11 +118,18 @@ impl Results {
             ));
         }
         line(String::new());
-        if let (Some(r), Some(steady)) = (self.ratio_c_to_slower_of_a_d, self.ratio_c_to_slower_of_a_d_steady) {
-            line(format!("(c) / slower of (a) and (d): {r:.2} (steady rates: {steady:.2})"));
+        if let (Some(r), Some(steady)) = (
+            self.ratio_c_to_slower_of_a_d,
+            self.ratio_c_to_slower_of_a_d_steady,
+        ) {
+            line(format!(
+                "(c) / slower of (a) and (d): {r:.2} (steady rates: {steady:.2})"
+            ));
         }
         if let Some(r) = self.ratio_changelog_on_to_off {
-            line(format!("changelog cost: (o) changelog on / (e) off: {r:.2}"));
+            line(format!(
+                "changelog cost: (o) changelog on / (e) off: {r:.2}"
+            ));
         }
         if let Some(r) = self.ratio_outbox_on_to_off {
             line(format!("outbox cost: (c) outbox on / (o) off: {r:.2}"));
@@ -155,7 +168,11 @@ impl Results {
                 f.peak_rss_mib,
                 f.rss_target_mib,
                 f.counters,
-                if f.counters_match_expected { "yes" } else { "NO" }
+                if f.counters_match_expected {
+                    "yes"
+                } else {
+                    "NO"
+                }
             ));
             let mut threads: Vec<(&String, &f64)> = f.thread_cpu_seconds.iter().collect();
             threads.sort_by(|a, b| b.1.total_cmp(a.1));
@@ -193,4 +210,3 @@ impl Results {
         s
     }
 }
-

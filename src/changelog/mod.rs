@@ -30,7 +30,6 @@ use rdkafka::error::KafkaError;
 use crate::partition_reader::ReadError;
 use crate::store::StoreError;
 
-
 impl crate::telemetry::errors::Failure for ChangelogError {
     fn stage(&self) -> crate::telemetry::errors::Stage {
         use crate::telemetry::errors::Stage;
@@ -51,7 +50,11 @@ pub enum ChangelogError {
     #[error("changelog topic {topic}: {message}")]
     Topic { topic: String, message: String },
     #[error("changelog {topic} partition {partition}: produce failed: {cause}")]
-    Produce { topic: String, partition: i32, cause: KafkaError },
+    Produce {
+        topic: String,
+        partition: i32,
+        cause: KafkaError,
+    },
     #[error("changelog read failed: {cause}")]
     Read { cause: ReadError },
     #[error(
@@ -59,9 +62,19 @@ pub enum ChangelogError {
          the changelog topic was deleted or recreated. Move the store directory aside and rebuild it from the \
          input topic (see docs/replay-and-restore.md, \"Rebuilding the store\")"
     )]
-    StoreAhead { topic: String, partition: i32, local: i64, end: i64 },
+    StoreAhead {
+        topic: String,
+        partition: i32,
+        local: i64,
+        end: i64,
+    },
     #[error("changelog {topic} partition {partition}: record at offset {offset}: {message}")]
-    Corrupt { topic: String, partition: i32, offset: i64, message: String },
+    Corrupt {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        message: String,
+    },
     #[error(
         "changelog {topic} partition {partition}: a transaction open at offset {stable} did not end in {:.0} s \
          (high watermark {high}), so what was committed after it cannot be read and the partition is not restored. \
@@ -72,7 +85,14 @@ pub enum ChangelogError {
          \"Hanging transactions\", before you do",
         .waited.as_secs_f64()
     )]
-    OpenTransaction { bootstrap: String, topic: String, partition: i32, stable: i64, high: i64, waited: std::time::Duration },
+    OpenTransaction {
+        bootstrap: String,
+        topic: String,
+        partition: i32,
+        stable: i64,
+        high: i64,
+        waited: std::time::Duration,
+    },
     #[error("restore of partition {partition} was cancelled (the partition was revoked)")]
     Cancelled { partition: i32 },
     #[error(transparent)]

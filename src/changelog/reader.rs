@@ -37,14 +37,24 @@ pub(crate) struct ChangelogReader<'a> {
 impl<'a> ChangelogReader<'a> {
     /// A reader that stops with [`ChangelogError::Cancelled`] once `cancel`
     /// is set (the partition was revoked).
-    pub(crate) fn new(config: &Config, topic: &str, partition: i32, cancel: &'a AtomicBool) -> Result<Self, ChangelogError> {
+    pub(crate) fn new(
+        config: &Config,
+        topic: &str,
+        partition: i32,
+        cancel: &'a AtomicBool,
+    ) -> Result<Self, ChangelogError> {
         let committed = crate::kafka::reader_consumer_config(config);
         let reader = PartitionReader::new(&committed, topic, partition)?;
         let mut uncommitted = committed;
         uncommitted.set("isolation.level", "read_uncommitted");
         let uncommitted = PartitionReader::new(&uncommitted, topic, partition)?;
         let bootstrap = config.kafka.bootstrap_servers.clone();
-        Ok(ChangelogReader { reader: reader.cancelled_by(cancel), uncommitted: uncommitted.cancelled_by(cancel), cancel, bootstrap })
+        Ok(ChangelogReader {
+            reader: reader.cancelled_by(cancel),
+            uncommitted: uncommitted.cancelled_by(cancel),
+            cancel,
+            bootstrap,
+        })
     }
 
     /// (low, high) watermarks as a `read_committed` reader sees them: high
@@ -68,7 +78,12 @@ impl<'a> ChangelogReader<'a> {
             let (_, high) = self.uncommitted.watermarks()?;
             if stable >= high {
                 if said {
-                    info!(partition = self.reader.partition(), waited_s = started.elapsed().as_secs_f64(), stable, "the open transaction ended; restoring");
+                    info!(
+                        partition = self.reader.partition(),
+                        waited_s = started.elapsed().as_secs_f64(),
+                        stable,
+                        "the open transaction ended; restoring"
+                    );
                 }
                 return Ok((low, stable));
             }
@@ -90,10 +105,19 @@ impl<'a> ChangelogReader<'a> {
             if started.elapsed() >= OPEN_TRANSACTION_WAIT {
                 let (topic, partition) = (self.reader.topic().to_string(), self.reader.partition());
                 let bootstrap = self.bootstrap.clone();
-                return Err(ChangelogError::OpenTransaction { bootstrap, topic, partition, stable, high, waited: started.elapsed() });
+                return Err(ChangelogError::OpenTransaction {
+                    bootstrap,
+                    topic,
+                    partition,
+                    stable,
+                    high,
+                    waited: started.elapsed(),
+                });
             }
             if self.cancel.load(Ordering::Relaxed) {
-                return Err(ChangelogError::Cancelled { partition: self.reader.partition() });
+                return Err(ChangelogError::Cancelled {
+                    partition: self.reader.partition(),
+                });
             }
             std::thread::sleep(OPEN_TRANSACTION_POLL);
         }
@@ -112,7 +136,11 @@ impl<'a> ChangelogReader<'a> {
     /// The last checkpoint record in `[from, high)`: its offset and value.
     /// Searched backwards in growing windows: a write-out ends with its
     /// checkpoint record, so the last one is near the end.
-    pub(crate) fn last_checkpoint(&self, from: i64, high: i64) -> Result<Option<(i64, Checkpoint)>, ChangelogError> {
+    pub(crate) fn last_checkpoint(
+        &self,
+        from: i64,
+        high: i64,
+    ) -> Result<Option<(i64, Checkpoint)>, ChangelogError> {
         let key = changelog_checkpoint_key();
         let mut window = FIRST_WINDOW;
         let mut end = high;
@@ -122,7 +150,8 @@ impl<'a> ChangelogReader<'a> {
             self.scan(start, end, |message| {
                 if message.key() == Some(key.as_slice()) {
                     let bytes = message.payload().unwrap_or_default();
-                    let checkpoint = Checkpoint::decode(bytes).map_err(|text| self.corrupt(message, text))?;
+                    let checkpoint =
+                        Checkpoint::decode(bytes).map_err(|text| self.corrupt(message, text))?;
                     found = Some((message.offset(), checkpoint));
                 }
                 Ok(())
@@ -137,8 +166,14 @@ impl<'a> ChangelogReader<'a> {
     }
 
     /// A numeric header of a record (`None` when absent).
-    pub(crate) fn header(&self, message: &BorrowedMessage<'_>, name: &str) -> Result<Option<i64>, ChangelogError> {
-        let Some(value) = crate::kafka::header(message, name) else { return Ok(None) };
+    pub(crate) fn header(
+        &self,
+        message: &BorrowedMessage<'_>,
+        name: &str,
+    ) -> Result<Option<i64>, ChangelogError> {
+        let Some(value) = crate::kafka::header(message, name) else {
+            return Ok(None);
+        };
         std::str::from_utf8(value)
             .ok()
             .and_then(|text| text.parse().ok())
@@ -149,6 +184,11 @@ impl<'a> ChangelogReader<'a> {
     /// A changelog record that orderly cannot have written.
     pub(crate) fn corrupt(&self, message: &BorrowedMessage<'_>, text: String) -> ChangelogError {
         let (topic, partition) = (self.reader.topic().to_string(), self.reader.partition());
-        ChangelogError::Corrupt { topic, partition, offset: message.offset(), message: text }
+        ChangelogError::Corrupt {
+            topic,
+            partition,
+            offset: message.offset(),
+            message: text,
+        }
     }
 }

@@ -34,8 +34,8 @@ use tracing::{info, warn};
 
 use super::reader::ChangelogReader;
 use super::ChangelogError;
-use crate::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::config::Config;
+use crate::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::retry::Backoff;
 use crate::store::{changelog_checkpoint_key, Checkpoint, PartitionStore, RestoreWrite};
 
@@ -126,9 +126,15 @@ impl Restore<'_> {
         let until = Instant::now() + wait;
         while Instant::now() < until {
             if self.cancel.load(Ordering::Relaxed) {
-                return Err(ChangelogError::Cancelled { partition: self.partition });
+                return Err(ChangelogError::Cancelled {
+                    partition: self.partition,
+                });
             }
-            std::thread::sleep(until.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
+            std::thread::sleep(
+                until
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(100)),
+            );
         }
         Ok(())
     }
@@ -143,19 +149,36 @@ impl Restore<'_> {
         let recorded = local.and_then(|c| c.changelog_next);
         if let Some(position) = recorded {
             if position > high {
-                return Err(ChangelogError::StoreAhead { topic: self.topic.into(), partition: self.partition, local: position, end: high });
+                return Err(ChangelogError::StoreAhead {
+                    topic: self.topic.into(),
+                    partition: self.partition,
+                    local: position,
+                    end: high,
+                });
             }
         }
         let from = recorded.unwrap_or(low).max(low);
-        let unchanged = Restored { checkpoint: local, elapsed: started.elapsed(), ..Default::default() };
+        let unchanged = Restored {
+            checkpoint: local,
+            elapsed: started.elapsed(),
+            ..Default::default()
+        };
         if from >= high {
             return Ok(unchanged);
         }
         let Some((at, checkpoint)) = reader.last_checkpoint(from, high)? else {
             if marked {
-                warn!(partition = self.partition, "a restore was interrupted and no checkpoint record follows its position");
+                warn!(
+                    partition = self.partition,
+                    "a restore was interrupted and no checkpoint record follows its position"
+                );
             }
-            info!(partition = self.partition, from, end = high, "changelog holds no complete write-out past the store's position");
+            info!(
+                partition = self.partition,
+                from,
+                end = high,
+                "changelog holds no complete write-out past the store's position"
+            );
             return Ok(unchanged);
         };
         // A checkpoint of another epoch (`replay --reset-state` ran since
@@ -195,7 +218,8 @@ impl Restore<'_> {
         let mut store_write_at_log = Duration::ZERO;
         let checkpoint_key = changelog_checkpoint_key();
         reader.scan(from, at + 1, |message| {
-            self.remaining.store(at - message.offset(), Ordering::Relaxed);
+            self.remaining
+                .store(at - message.offset(), Ordering::Relaxed);
             if message.offset() == at {
                 return Ok(());
             }
@@ -205,7 +229,9 @@ impl Restore<'_> {
             }
             // Only records of the checkpoint's epoch, and only those it covers.
             if reader.header(message, HEADER_EPOCH)?.unwrap_or(0) != i64::from(checkpoint.epoch)
-                || reader.header(message, HEADER_COVERS)?.ok_or_else(|| reader.corrupt(message, format!("no {HEADER_COVERS} header")))?
+                || reader
+                    .header(message, HEADER_COVERS)?
+                    .ok_or_else(|| reader.corrupt(message, format!("no {HEADER_COVERS} header")))?
                     > checkpoint.next_offset
             {
                 skipped += 1;
@@ -226,7 +252,8 @@ impl Restore<'_> {
             let interval = last_log.elapsed();
             if interval >= PROGRESS_EVERY {
                 let rate = (applied - last_applied) as f64 / interval.as_secs_f64();
-                let store_share = (store_write - store_write_at_log).as_secs_f64() / interval.as_secs_f64();
+                let store_share =
+                    (store_write - store_write_at_log).as_secs_f64() / interval.as_secs_f64();
                 info!(
                     partition = self.partition,
                     restored = applied,
@@ -234,7 +261,11 @@ impl Restore<'_> {
                     per_second = rate.round() as u64,
                     store_write_share = format!("{:.0}%", store_share * 100.0),
                     "restoring; waiting mostly on {}",
-                    if store_share >= 0.5 { "the store (sled writes)" } else { "the broker (changelog fetches)" }
+                    if store_share >= 0.5 {
+                        "the store (sled writes)"
+                    } else {
+                        "the broker (changelog fetches)"
+                    }
                 );
                 last_log = Instant::now();
                 last_applied = applied;
@@ -242,7 +273,10 @@ impl Restore<'_> {
             }
             Ok(())
         })?;
-        let checkpoint = Checkpoint { changelog_next: Some(at + 1), ..checkpoint };
+        let checkpoint = Checkpoint {
+            changelog_next: Some(at + 1),
+            ..checkpoint
+        };
         let last_batch_keys = write.keys();
         let writing = Instant::now();
         self.tree.finish_restore(write, &checkpoint)?;
@@ -264,9 +298,16 @@ impl Restore<'_> {
             "restore finished (locate_seconds: watermarks and the search for the last checkpoint; store_write_seconds: \
              sled's writes; read_per_second: records read, applied or skipped, after locating)"
         );
-        Ok(Restored { restored: true, checkpoint: Some(checkpoint), applied, skipped, elapsed, located, store_write })
+        Ok(Restored {
+            restored: true,
+            checkpoint: Some(checkpoint),
+            applied,
+            skipped,
+            elapsed,
+            located,
+            store_write,
+        })
     }
-
 }
 
 #[cfg(test)]
@@ -285,13 +326,28 @@ mod tests {
     /// wait instead of failing the partition's task (and the process).
     #[test]
     fn a_restore_that_finds_no_leader_for_longer_than_its_tries_starts_again() {
-        let cluster: MockCluster<'static, DefaultProducerContext> = MockCluster::new(1).expect("mock cluster");
-        cluster.create_topic("state-changelog", 1, 1).expect("topic");
-        let producer: BaseProducer =
-            rdkafka::ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).create().expect("producer");
-        let checkpoint = Checkpoint::starting_at(5).encode().expect("checkpoint encodes");
+        let cluster: MockCluster<'static, DefaultProducerContext> =
+            MockCluster::new(1).expect("mock cluster");
+        cluster
+            .create_topic("state-changelog", 1, 1)
+            .expect("topic");
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .create()
+            .expect("producer");
+        let checkpoint = Checkpoint::starting_at(5)
+            .encode()
+            .expect("checkpoint encodes");
         let key = changelog_checkpoint_key();
-        producer.send(BaseRecord::to("state-changelog").partition(0).key(&key).payload(&checkpoint)).map_err(|(e, _)| e).expect("send");
+        producer
+            .send(
+                BaseRecord::to("state-changelog")
+                    .partition(0)
+                    .key(&key)
+                    .payload(&checkpoint),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
         producer.flush(Duration::from_secs(10)).expect("flush");
 
         let mut config = Config::defaults().expect("config");
@@ -300,22 +356,57 @@ mod tests {
         let store = Store::open(&dir.path().join("store"), 16).expect("store");
         let tree = store.partition("orders", 0).expect("tree");
         let (cancel, remaining) = (AtomicBool::new(false), AtomicI64::new(-1));
-        let restore = Restore { config: &config, topic: "state-changelog", partition: 0, tree: &tree, cancel: &cancel, remaining: &remaining };
+        let restore = Restore {
+            config: &config,
+            topic: "state-changelog",
+            partition: 0,
+            tree: &tree,
+            cancel: &cancel,
+            remaining: &remaining,
+        };
         // More "not leader" answers than one restore's watermark tries take
         // in their 10 s (two offset requests per try, nine tries at most).
-        cluster.request_errors(RDKafkaApiKey::ListOffsets, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; 30]);
-        let restored = restore.run_with_retries().expect("restored once the leader is known");
+        cluster.request_errors(
+            RDKafkaApiKey::ListOffsets,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; 30],
+        );
+        let restored = restore
+            .run_with_retries()
+            .expect("restored once the leader is known");
         assert!(restored.restored);
-        assert_eq!(restored.checkpoint.map(|c| (c.next_offset, c.changelog_next)), Some((5, Some(1))));
-        assert_eq!(tree.checkpoint().expect("checkpoint read").map(|c| c.next_offset), Some(5));
-        assert!(!tree.restoring().expect("mark read"), "the restore finished");
+        assert_eq!(
+            restored
+                .checkpoint
+                .map(|c| (c.next_offset, c.changelog_next)),
+            Some((5, Some(1)))
+        );
+        assert_eq!(
+            tree.checkpoint()
+                .expect("checkpoint read")
+                .map(|c| c.next_offset),
+            Some(5)
+        );
+        assert!(
+            !tree.restoring().expect("mark read"),
+            "the restore finished"
+        );
     }
 
     #[test]
     fn only_the_brokers_passing_failures_are_transient() {
-        let corrupt = ChangelogError::Corrupt { topic: "t".into(), partition: 0, offset: 1, message: "bad".into() };
+        let corrupt = ChangelogError::Corrupt {
+            topic: "t".into(),
+            partition: 0,
+            offset: 1,
+            message: "bad".into(),
+        };
         assert!(!corrupt.is_transient());
-        let ahead = ChangelogError::StoreAhead { topic: "t".into(), partition: 0, local: 5, end: 1 };
+        let ahead = ChangelogError::StoreAhead {
+            topic: "t".into(),
+            partition: 0,
+            local: 5,
+            end: 1,
+        };
         assert!(!ahead.is_transient());
         let watermarks = |code| ChangelogError::Read {
             cause: crate::partition_reader::ReadError::Watermarks {
@@ -326,6 +417,8 @@ mod tests {
         };
         assert!(watermarks(rdkafka::types::RDKafkaErrorCode::LeaderNotAvailable).is_transient());
         assert!(watermarks(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).is_transient());
-        assert!(!watermarks(rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed).is_transient());
+        assert!(
+            !watermarks(rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed).is_transient()
+        );
     }
 }

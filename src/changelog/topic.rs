@@ -21,11 +21,19 @@ pub(crate) enum TopicState {
 
 /// Partitions of `topic` as the cluster's metadata lists them (`None` when
 /// it does not exist). Lists every topic, so no broker auto-creates it.
-fn partitions(admin: &AdminClient<DefaultClientContext>, topic: &str, timeout: Duration) -> Result<Option<usize>, ChangelogError> {
-    let metadata = admin
-        .inner()
-        .fetch_metadata(None, timeout)
-        .map_err(|e| ChangelogError::Topic { topic: topic.into(), message: format!("cannot read cluster metadata: {e}") })?;
+fn partitions(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<usize>, ChangelogError> {
+    let metadata =
+        admin
+            .inner()
+            .fetch_metadata(None, timeout)
+            .map_err(|e| ChangelogError::Topic {
+                topic: topic.into(),
+                message: format!("cannot read cluster metadata: {e}"),
+            })?;
     Ok(metadata
         .topics()
         .iter()
@@ -36,22 +44,39 @@ fn partitions(admin: &AdminClient<DefaultClientContext>, topic: &str, timeout: D
 /// Creates the changelog topic when missing, with `input_partitions`
 /// partitions and `cleanup.policy=compact`; refuses one whose partition
 /// count differs.
-pub(crate) async fn ensure(config: &Config, topic: &str, input_partitions: usize) -> Result<TopicState, ChangelogError> {
+pub(crate) async fn ensure(
+    config: &Config,
+    topic: &str,
+    input_partitions: usize,
+) -> Result<TopicState, ChangelogError> {
     let timeout = Duration::from_secs(10);
     let admin: AdminClient<DefaultClientContext> = crate::kafka::admin_config(config)
         .create()
-        .map_err(|e| ChangelogError::Topic { topic: topic.into(), message: format!("cannot create an admin client: {e}") })?;
+        .map_err(|e| ChangelogError::Topic {
+            topic: topic.into(),
+            message: format!("cannot create an admin client: {e}"),
+        })?;
     if let Some(found) = partitions(&admin, topic, timeout)? {
-        return check_count(topic, found, input_partitions, &config.kafka.input_topic).map(|()| TopicState::Exists);
+        return check_count(topic, found, input_partitions, &config.kafka.input_topic)
+            .map(|()| TopicState::Exists);
     }
     let replication = config.kafka.changelog_replication_factor;
-    let partitions_i32 = i32::try_from(input_partitions)
-        .map_err(|_| ChangelogError::Topic { topic: topic.into(), message: "too many partitions".into() })?;
-    let new = NewTopic::new(topic, partitions_i32, TopicReplication::Fixed(replication)).set("cleanup.policy", "compact");
+    let partitions_i32 = i32::try_from(input_partitions).map_err(|_| ChangelogError::Topic {
+        topic: topic.into(),
+        message: "too many partitions".into(),
+    })?;
+    let new = NewTopic::new(topic, partitions_i32, TopicReplication::Fixed(replication))
+        .set("cleanup.policy", "compact");
     let results = admin
-        .create_topics([&new], &AdminOptions::new().operation_timeout(Some(timeout)))
+        .create_topics(
+            [&new],
+            &AdminOptions::new().operation_timeout(Some(timeout)),
+        )
         .await
-        .map_err(|e| ChangelogError::Topic { topic: topic.into(), message: format!("cannot create it: {e}") })?;
+        .map_err(|e| ChangelogError::Topic {
+            topic: topic.into(),
+            message: format!("cannot create it: {e}"),
+        })?;
     for result in results {
         match result {
             Ok(_) => {}
@@ -74,17 +99,30 @@ pub(crate) async fn ensure(config: &Config, topic: &str, input_partitions: usize
     loop {
         if let Some(found) = partitions(&admin, topic, timeout)? {
             check_count(topic, found, input_partitions, &config.kafka.input_topic)?;
-            info!(topic, partitions = found, replication, "created the changelog topic (cleanup.policy=compact)");
+            info!(
+                topic,
+                partitions = found,
+                replication,
+                "created the changelog topic (cleanup.policy=compact)"
+            );
             return Ok(TopicState::Created);
         }
         if Instant::now() >= deadline {
-            return Err(ChangelogError::Topic { topic: topic.into(), message: "created, but it did not appear in the metadata within 10 s".into() });
+            return Err(ChangelogError::Topic {
+                topic: topic.into(),
+                message: "created, but it did not appear in the metadata within 10 s".into(),
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-fn check_count(topic: &str, found: usize, wanted: usize, input_topic: &str) -> Result<(), ChangelogError> {
+fn check_count(
+    topic: &str,
+    found: usize,
+    wanted: usize,
+    input_topic: &str,
+) -> Result<(), ChangelogError> {
     if found == wanted {
         return Ok(());
     }

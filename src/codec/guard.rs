@@ -42,7 +42,11 @@ pub fn check(versions: &[RegisteredVersion]) -> Vec<Incompatible> {
                     Err(e) => format!("orderly's reader schema cannot read it: {e}"),
                 },
             };
-            Some(Incompatible { version: v.version, id: v.id, problem })
+            Some(Incompatible {
+                version: v.version,
+                id: v.id,
+                problem,
+            })
         })
         .collect()
 }
@@ -63,14 +67,25 @@ impl GuardReport {
     /// One line: how many versions, and each incompatible one.
     pub fn summary(&self) -> String {
         if self.versions == 0 {
-            return format!("{}: no writer schema registered yet (producers register it)", self.subject);
+            return format!(
+                "{}: no writer schema registered yet (producers register it)",
+                self.subject
+            );
         }
         if self.incompatible.is_empty() {
             let ids: Vec<String> = self.ids.iter().map(u32::to_string).collect();
-            return format!("{}: all {} version(s) readable (schema ids {})", self.subject, self.versions, ids.join(", "));
+            return format!(
+                "{}: all {} version(s) readable (schema ids {})",
+                self.subject,
+                self.versions,
+                ids.join(", ")
+            );
         }
-        let named: Vec<String> =
-            self.incompatible.iter().map(|i| format!("version {} (schema id {}): {}", i.version, i.id, i.problem)).collect();
+        let named: Vec<String> = self
+            .incompatible
+            .iter()
+            .map(|i| format!("version {} (schema id {}): {}", i.version, i.id, i.problem))
+            .collect();
         format!(
             "{}: {} of {} version(s) cannot be read, their records would be dead-lettered: {}",
             self.subject,
@@ -87,7 +102,11 @@ mod tests {
     use crate::codec::{SCHEMA_V1, SCHEMA_V2};
 
     fn version(version: u32, schema: &str) -> RegisteredVersion {
-        RegisteredVersion { version, id: version + 10, schema: schema.to_string() }
+        RegisteredVersion {
+            version,
+            id: version + 10,
+            schema: schema.to_string(),
+        }
     }
 
     #[test]
@@ -98,14 +117,32 @@ mod tests {
     #[test]
     fn a_breaking_change_is_named_with_its_version_and_id() {
         // `version` became a string: no promotion reads it as a long.
-        let breaking = SCHEMA_V2.replace(r#"{"name": "version", "type": "long""#, r#"{"name": "version", "type": "string""#);
+        let breaking = SCHEMA_V2.replace(
+            r#"{"name": "version", "type": "long""#,
+            r#"{"name": "version", "type": "string""#,
+        );
         assert_ne!(breaking, SCHEMA_V2, "the test schema changed");
-        let found = check(&[version(1, SCHEMA_V1), version(2, &breaking), version(3, "not json")]);
-        assert_eq!(found.iter().map(|i| (i.version, i.id)).collect::<Vec<_>>(), [(2, 12), (3, 13)]);
+        let found = check(&[
+            version(1, SCHEMA_V1),
+            version(2, &breaking),
+            version(3, "not json"),
+        ]);
+        assert_eq!(
+            found.iter().map(|i| (i.version, i.id)).collect::<Vec<_>>(),
+            [(2, 12), (3, 13)]
+        );
         assert!(found[0].problem.contains("cannot read"), "{found:?}");
         assert!(found[1].problem.contains("does not parse"), "{found:?}");
-        let report = GuardReport { subject: "orders-value".into(), versions: 3, ids: vec![11, 12, 13], incompatible: found };
+        let report = GuardReport {
+            subject: "orders-value".into(),
+            versions: 3,
+            ids: vec![11, 12, 13],
+            incompatible: found,
+        };
         let line = report.summary();
-        assert!(line.contains("2 of 3") && line.contains("version 2 (schema id 12)"), "{line}");
+        assert!(
+            line.contains("2 of 3") && line.contains("version 2 (schema id 12)"),
+            "{line}"
+        );
     }
 }

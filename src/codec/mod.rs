@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use apache_avro::types::Value;
 use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::types::Value;
 use apache_avro::Schema;
 
 use crate::event::{EventType, OrderEvent, DEFAULT_CURRENCY};
@@ -59,7 +59,10 @@ pub enum DecodeError {
 
 impl DecodeError {
     fn poison(kind: PoisonKind, message: impl Into<String>) -> Self {
-        DecodeError::Poison { kind, message: message.into() }
+        DecodeError::Poison {
+            kind,
+            message: message.into(),
+        }
     }
 }
 
@@ -113,7 +116,14 @@ impl SchemaCounts {
 
     /// `(schema id, records)`, by id.
     pub(crate) fn snapshot(&self) -> Vec<(u32, u64)> {
-        self.0.read().map(|m| m.iter().map(|(id, n)| (*id, n.load(Ordering::Relaxed))).collect()).unwrap_or_default()
+        self.0
+            .read()
+            .map(|m| {
+                m.iter()
+                    .map(|(id, n)| (*id, n.load(Ordering::Relaxed)))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -128,7 +138,12 @@ impl Reader {
             .reader_schema(reader_schema())
             .build()
             .map(Reader::Generic)
-            .map_err(|e| DecodeError::poison(PoisonKind::BadSchema, format!("schema id {id} cannot be resolved: {e}")))
+            .map_err(|e| {
+                DecodeError::poison(
+                    PoisonKind::BadSchema,
+                    format!("schema id {id} cannot be resolved: {e}"),
+                )
+            })
     }
 }
 
@@ -151,7 +166,11 @@ impl Decoder {
 
     /// A decoder that counts records per schema id into `counts`.
     pub(crate) fn with_counts(registry: Registry, counts: Arc<SchemaCounts>) -> Self {
-        Decoder { registry, writers: RwLock::new(HashMap::new()), counts }
+        Decoder {
+            registry,
+            writers: RwLock::new(HashMap::new()),
+            counts,
+        }
     }
 
     /// Decodes one record payload into an event, or says why it cannot.
@@ -177,12 +196,21 @@ impl Decoder {
             return Ok(schema);
         }
         let text = self.registry.schema_by_id(id).await.map_err(|e| match e {
-            RegistryError::UnknownId { .. } => DecodeError::poison(PoisonKind::UnknownSchema, e.to_string()),
+            RegistryError::UnknownId { .. } => {
+                DecodeError::poison(PoisonKind::UnknownSchema, e.to_string())
+            }
             other => DecodeError::Transient(other.to_string()),
         })?;
-        let schema = Schema::parse_str(&text)
-            .map_err(|e| DecodeError::poison(PoisonKind::BadSchema, format!("schema id {id} does not parse: {e}")))?;
-        let resolved = Arc::new(Writer { reader: Reader::resolve(id, schema)?, records: self.counts.counter(id) });
+        let schema = Schema::parse_str(&text).map_err(|e| {
+            DecodeError::poison(
+                PoisonKind::BadSchema,
+                format!("schema id {id} does not parse: {e}"),
+            )
+        })?;
+        let resolved = Arc::new(Writer {
+            reader: Reader::resolve(id, schema)?,
+            records: self.counts.counter(id),
+        });
         if let Ok(mut map) = self.writers.write() {
             map.entry(id).or_insert_with(|| resolved.clone());
         }
@@ -193,17 +221,28 @@ impl Decoder {
 /// Splits the Confluent header from the Avro body.
 pub(crate) fn split_wire(payload: Option<&[u8]>) -> Result<(u32, &[u8]), DecodeError> {
     let bytes = match payload {
-        None | Some([]) => return Err(DecodeError::poison(PoisonKind::EmptyPayload, "record has no value")),
+        None | Some([]) => {
+            return Err(DecodeError::poison(
+                PoisonKind::EmptyPayload,
+                "record has no value",
+            ))
+        }
         Some(b) => b,
     };
     if bytes[0] != 0 {
         return Err(DecodeError::poison(
             PoisonKind::BadMagicByte,
-            format!("magic byte is {} (expected 0, the Confluent wire format)", bytes[0]),
+            format!(
+                "magic byte is {} (expected 0, the Confluent wire format)",
+                bytes[0]
+            ),
         ));
     }
     if bytes.len() < 5 {
-        return Err(DecodeError::poison(PoisonKind::Undecodable, format!("{} bytes is shorter than the 5-byte header", bytes.len())));
+        return Err(DecodeError::poison(
+            PoisonKind::Undecodable,
+            format!("{} bytes is shorter than the 5-byte header", bytes.len()),
+        ));
     }
     let id = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
     Ok((id, &bytes[5..]))
@@ -212,7 +251,9 @@ pub(crate) fn split_wire(payload: Option<&[u8]>) -> Result<(u32, &[u8]), DecodeE
 fn decode_body(writer: &Writer, body: &[u8]) -> Result<OrderEvent, DecodeError> {
     writer.records.fetch_add(1, Ordering::Relaxed);
     let event = match &writer.reader {
-        Reader::Plan(plan) => plan.read(body).map_err(|message| DecodeError::poison(PoisonKind::Undecodable, message))?,
+        Reader::Plan(plan) => plan
+            .read(body)
+            .map_err(|message| DecodeError::poison(PoisonKind::Undecodable, message))?,
         Reader::Generic(generic) => decode_generic(generic, body)?,
     };
     validate(event)
@@ -220,20 +261,29 @@ fn decode_body(writer: &Writer, body: &[u8]) -> Result<OrderEvent, DecodeError> 
 
 /// Decodes a body with apache-avro's generic resolution (the path for
 /// writer schemas the plan does not cover, and the fuzz test's reference).
-pub fn decode_generic(reader: &GenericDatumReader<'_>, body: &[u8]) -> Result<OrderEvent, DecodeError> {
+pub fn decode_generic(
+    reader: &GenericDatumReader<'_>,
+    body: &[u8],
+) -> Result<OrderEvent, DecodeError> {
     let mut cursor = body;
     let value = reader
         .read_value(&mut cursor)
         .map_err(|e| DecodeError::poison(PoisonKind::Undecodable, e.to_string()))?;
     if !cursor.is_empty() {
-        return Err(DecodeError::poison(PoisonKind::Undecodable, format!("{} trailing bytes after the record", cursor.len())));
+        return Err(DecodeError::poison(
+            PoisonKind::Undecodable,
+            format!("{} trailing bytes after the record", cursor.len()),
+        ));
     }
     event_from_value(value)
 }
 
 fn event_from_value(value: Value) -> Result<OrderEvent, DecodeError> {
     let Value::Record(fields) = value else {
-        return Err(DecodeError::poison(PoisonKind::Undecodable, "top-level value is not a record"));
+        return Err(DecodeError::poison(
+            PoisonKind::Undecodable,
+            "top-level value is not a record",
+        ));
     };
     let mut event_id = None;
     let mut order_id = None;
@@ -254,7 +304,9 @@ fn event_from_value(value: Value) -> Result<OrderEvent, DecodeError> {
             _ => {}
         }
     }
-    let missing = |field: &str| DecodeError::poison(PoisonKind::Invalid, format!("field `{field}` is missing"));
+    let missing = |field: &str| {
+        DecodeError::poison(PoisonKind::Invalid, format!("field `{field}` is missing"))
+    };
     Ok(OrderEvent {
         event_id: event_id.ok_or_else(|| missing("event_id"))?,
         order_id: order_id.ok_or_else(|| missing("order_id"))?,
@@ -269,13 +321,22 @@ fn event_from_value(value: Value) -> Result<OrderEvent, DecodeError> {
 /// What every decoded event must satisfy, whichever reader decoded it.
 fn validate(event: OrderEvent) -> Result<OrderEvent, DecodeError> {
     if event.order_id.is_empty() {
-        return Err(DecodeError::poison(PoisonKind::Invalid, "order_id is empty"));
+        return Err(DecodeError::poison(
+            PoisonKind::Invalid,
+            "order_id is empty",
+        ));
     }
     if event.event_id.is_empty() {
-        return Err(DecodeError::poison(PoisonKind::Invalid, "event_id is empty"));
+        return Err(DecodeError::poison(
+            PoisonKind::Invalid,
+            "event_id is empty",
+        ));
     }
     if event.version <= 0 {
-        return Err(DecodeError::poison(PoisonKind::Invalid, format!("version {} is not positive", event.version)));
+        return Err(DecodeError::poison(
+            PoisonKind::Invalid,
+            format!("version {} is not positive", event.version),
+        ));
     }
     Ok(event)
 }
@@ -307,32 +368,57 @@ impl Encoder {
     pub(crate) fn with_ids(v1_id: u32, v2_id: u32) -> Self {
         #[allow(clippy::expect_used)]
         let parse = |s: &str| Schema::parse_str(s).expect("compiled-in schema parses");
-        Encoder { v1: parse(SCHEMA_V1), v2: parse(SCHEMA_V2), v1_id, v2_id }
+        Encoder {
+            v1: parse(SCHEMA_V1),
+            v2: parse(SCHEMA_V2),
+            v1_id,
+            v2_id,
+        }
     }
 
     /// The wire-format bytes of `event` written with `version`'s schema (v1
     /// drops `currency`).
-    pub fn encode(&self, event: &OrderEvent, version: WriterVersion) -> Result<Vec<u8>, EncodeError> {
+    pub fn encode(
+        &self,
+        event: &OrderEvent,
+        version: WriterVersion,
+    ) -> Result<Vec<u8>, EncodeError> {
         let mut fields = vec![
-            ("event_id".to_string(), Value::String(event.event_id.clone())),
-            ("order_id".to_string(), Value::String(event.order_id.clone())),
+            (
+                "event_id".to_string(),
+                Value::String(event.event_id.clone()),
+            ),
+            (
+                "order_id".to_string(),
+                Value::String(event.order_id.clone()),
+            ),
             ("version".to_string(), Value::Long(event.version)),
             (
                 "event_type".to_string(),
-                Value::Enum(event.event_type.index() as u32, event.event_type.as_str().to_string()),
+                Value::Enum(
+                    event.event_type.index() as u32,
+                    event.event_type.as_str().to_string(),
+                ),
             ),
             ("amount".to_string(), Value::Long(event.amount)),
-            ("occurred_at".to_string(), Value::TimestampMillis(event.occurred_at)),
+            (
+                "occurred_at".to_string(),
+                Value::TimestampMillis(event.occurred_at),
+            ),
         ];
         let (schema, id) = match version {
             WriterVersion::V1 => (&self.v1, self.v1_id),
             WriterVersion::V2 => {
-                fields.push(("currency".to_string(), Value::String(event.currency.clone())));
+                fields.push((
+                    "currency".to_string(),
+                    Value::String(event.currency.clone()),
+                ));
                 (&self.v2, self.v2_id)
             }
         };
         #[allow(deprecated)] // the datum writer's replacement needs a builder per call
-        let body = apache_avro::to_avro_datum(schema, Value::Record(fields)).map_err(|e| EncodeError::Avro(e.to_string()))?;
+        let body = apache_avro::to_avro_datum(schema, Value::Record(fields))
+            .map_err(|e| EncodeError::Avro(e.to_string()))?;
         Ok(wire(id, &body))
     }
 }
@@ -376,7 +462,11 @@ mod tests {
         let v1 = encoder.encode(&sample("USD"), WriterVersion::V1).unwrap();
         assert_eq!(v1[0], 0);
         assert_ne!(v1[1..5], v2[1..5], "different schema ids");
-        assert_eq!(decoder.decode(Some(&v1)).await.unwrap(), sample(DEFAULT_CURRENCY), "v1 reads the default currency");
+        assert_eq!(
+            decoder.decode(Some(&v1)).await.unwrap(),
+            sample(DEFAULT_CURRENCY),
+            "v1 reads the default currency"
+        );
         assert!(decoder.decode_cached(Some(&v1)).is_some(), "cache is warm");
     }
 
@@ -393,24 +483,58 @@ mod tests {
         let good = encoder.encode(&sample("EUR"), WriterVersion::V2).unwrap();
         let mut bad_magic = good.clone();
         bad_magic[0] = 1;
-        assert_eq!(poison_kind(&decoder, &bad_magic).await, PoisonKind::BadMagicByte);
-        assert_eq!(poison_kind(&decoder, &wire(999, &good[5..])).await, PoisonKind::UnknownSchema);
-        assert_eq!(poison_kind(&decoder, &good[..good.len() - 4]).await, PoisonKind::Undecodable);
-        assert_eq!(poison_kind(&decoder, &good[..3]).await, PoisonKind::Undecodable);
-        assert!(matches!(decoder.decode(None).await, Err(DecodeError::Poison { kind: PoisonKind::EmptyPayload, .. })));
+        assert_eq!(
+            poison_kind(&decoder, &bad_magic).await,
+            PoisonKind::BadMagicByte
+        );
+        assert_eq!(
+            poison_kind(&decoder, &wire(999, &good[5..])).await,
+            PoisonKind::UnknownSchema
+        );
+        assert_eq!(
+            poison_kind(&decoder, &good[..good.len() - 4]).await,
+            PoisonKind::Undecodable
+        );
+        assert_eq!(
+            poison_kind(&decoder, &good[..3]).await,
+            PoisonKind::Undecodable
+        );
+        assert!(matches!(
+            decoder.decode(None).await,
+            Err(DecodeError::Poison {
+                kind: PoisonKind::EmptyPayload,
+                ..
+            })
+        ));
         let mut no_order = sample("EUR");
         no_order.order_id.clear();
-        assert_eq!(poison_kind(&decoder, &encoder.encode(&no_order, WriterVersion::V2).unwrap()).await, PoisonKind::Invalid);
+        assert_eq!(
+            poison_kind(
+                &decoder,
+                &encoder.encode(&no_order, WriterVersion::V2).unwrap()
+            )
+            .await,
+            PoisonKind::Invalid
+        );
         for version in [WriterVersion::V1, WriterVersion::V2] {
             let mut no_id = sample("EUR");
             no_id.event_id.clear();
-            match decoder.decode(Some(&encoder.encode(&no_id, version).unwrap())).await {
-                Err(DecodeError::Poison { kind: PoisonKind::Invalid, message }) => assert!(message.contains("event_id"), "{message}"),
+            match decoder
+                .decode(Some(&encoder.encode(&no_id, version).unwrap()))
+                .await
+            {
+                Err(DecodeError::Poison {
+                    kind: PoisonKind::Invalid,
+                    message,
+                }) => assert!(message.contains("event_id"), "{message}"),
                 other => panic!("an empty event_id is poison ({version:?}), got {other:?}"),
             }
         }
         let mut zero = sample("EUR");
         zero.version = 0;
-        assert_eq!(poison_kind(&decoder, &encoder.encode(&zero, WriterVersion::V1).unwrap()).await, PoisonKind::Invalid);
+        assert_eq!(
+            poison_kind(&decoder, &encoder.encode(&zero, WriterVersion::V1).unwrap()).await,
+            PoisonKind::Invalid
+        );
     }
 }

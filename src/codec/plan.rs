@@ -81,7 +81,9 @@ impl Plan {
     /// Compiles `writer` against the OrderEvent reader, or `None` when the
     /// writer uses anything the plan does not cover.
     pub fn compile(writer: &Schema) -> Option<Plan> {
-        let Schema::Record(record) = writer else { return None };
+        let Schema::Record(record) = writer else {
+            return None;
+        };
         if record.name.fullname(None) != RECORD_NAME {
             return None;
         }
@@ -99,16 +101,26 @@ impl Plan {
                 _ => None,
             };
             let step = match (target, &field.schema) {
-                (Some(t @ (Target::EventId | Target::OrderId | Target::Currency)), Schema::String) => Step::Str(t),
+                (
+                    Some(t @ (Target::EventId | Target::OrderId | Target::Currency)),
+                    Schema::String,
+                ) => Step::Str(t),
                 (Some(t @ (Target::Version | Target::Amount)), Schema::Long) => Step::Long(t),
                 (Some(t @ (Target::Version | Target::Amount)), Schema::Int) => Step::Int(t),
-                (Some(Target::OccurredAt), Schema::Long | Schema::TimestampMillis) => Step::Long(Target::OccurredAt),
+                (Some(Target::OccurredAt), Schema::Long | Schema::TimestampMillis) => {
+                    Step::Long(Target::OccurredAt)
+                }
                 (Some(Target::OccurredAt), Schema::Int) => Step::Int(Target::OccurredAt),
                 (Some(Target::EventType), Schema::Enum(e)) => {
                     if e.name.fullname(None) != "io.orderly.EventType" {
                         return None;
                     }
-                    Step::EventType(e.symbols.iter().map(|s| EventType::from_symbol(s)).collect())
+                    Step::EventType(
+                        e.symbols
+                            .iter()
+                            .map(|s| EventType::from_symbol(s))
+                            .collect(),
+                    )
                 }
                 (Some(_), _) => return None,
                 (None, schema) => Step::Skip(skip_for(schema)?),
@@ -118,7 +130,14 @@ impl Plan {
             }
             steps.push(step);
         }
-        let required = [Target::EventId, Target::OrderId, Target::Version, Target::EventType, Target::Amount, Target::OccurredAt];
+        let required = [
+            Target::EventId,
+            Target::OrderId,
+            Target::Version,
+            Target::EventType,
+            Target::Amount,
+            Target::OccurredAt,
+        ];
         if !required.iter().all(|t| seen.contains(t)) {
             return None;
         }
@@ -156,17 +175,18 @@ impl Plan {
                 Step::Int(target) => set_number(&mut event, *target, i64::from(input.int()?)),
                 Step::EventType(symbols) => {
                     let index = input.enum_index(symbols.len())?;
-                    event.event_type = symbols
-                        .get(index)
-                        .copied()
-                        .flatten()
-                        .ok_or_else(|| format!("enum index {index} has no EventType symbol in the reader schema"))?;
+                    event.event_type = symbols.get(index).copied().flatten().ok_or_else(|| {
+                        format!("enum index {index} has no EventType symbol in the reader schema")
+                    })?;
                 }
                 Step::Skip(skip) => input.skip(*skip)?,
             }
         }
         if input.at != body.len() {
-            return Err(format!("{} trailing bytes after the record", body.len() - input.at));
+            return Err(format!(
+                "{} trailing bytes after the record",
+                body.len() - input.at
+            ));
         }
         if !has_currency {
             event.currency = DEFAULT_CURRENCY.to_string();
@@ -214,9 +234,17 @@ struct Input<'a> {
 
 impl Input<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8], PlanError> {
-        let end = self.at.checked_add(n).filter(|end| *end <= self.bytes.len()).ok_or_else(|| {
-            format!("record is truncated: needs {n} bytes at {}, has {}", self.at, self.bytes.len())
-        })?;
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|end| *end <= self.bytes.len())
+            .ok_or_else(|| {
+                format!(
+                    "record is truncated: needs {n} bytes at {}, has {}",
+                    self.at,
+                    self.bytes.len()
+                )
+            })?;
         let out = &self.bytes[self.at..end];
         self.at = end;
         Ok(out)
@@ -230,7 +258,10 @@ impl Input<'_> {
         let mut value: u64 = 0;
         for shift in (0..64).step_by(7) {
             let Some(&byte) = self.bytes.get(self.at) else {
-                return Err(format!("record is truncated: varint needs a byte at {}", self.at));
+                return Err(format!(
+                    "record is truncated: varint needs a byte at {}",
+                    self.at
+                ));
             };
             self.at += 1;
             value |= u64::from(byte & 0x7f) << shift;
@@ -364,22 +395,42 @@ mod tests {
             proptest::collection::vec(any::<u8>(), 0..20),
             any::<f64>(),
         )
-            .prop_map(|(event_id, order_id, version, symbol, amount, occurred_at, currency, note, blob, score)| Fields {
-                event_id,
-                order_id,
-                version,
-                symbol,
-                amount,
-                occurred_at,
-                currency,
-                note,
-                blob,
-                score,
-            })
+            .prop_map(
+                |(
+                    event_id,
+                    order_id,
+                    version,
+                    symbol,
+                    amount,
+                    occurred_at,
+                    currency,
+                    note,
+                    blob,
+                    score,
+                )| Fields {
+                    event_id,
+                    order_id,
+                    version,
+                    symbol,
+                    amount,
+                    occurred_at,
+                    currency,
+                    note,
+                    blob,
+                    score,
+                },
+            )
     }
 
     fn wide_value(f: &Fields) -> Value {
-        let symbols = ["PAID", "CREATED", "SHIPPED", "DELIVERED", "CANCELLED", "RETURNED"];
+        let symbols = [
+            "PAID",
+            "CREATED",
+            "SHIPPED",
+            "DELIVERED",
+            "CANCELLED",
+            "RETURNED",
+        ];
         Value::Record(vec![
             ("note".into(), Value::String(f.note.clone())),
             ("order_id".into(), Value::String(f.order_id.clone())),
@@ -387,7 +438,10 @@ mod tests {
             ("event_id".into(), Value::String(f.event_id.clone())),
             ("score".into(), Value::Double(f.score)),
             ("version".into(), Value::Int(f.version)),
-            ("event_type".into(), Value::Enum(f.symbol as u32, symbols[f.symbol].into())),
+            (
+                "event_type".into(),
+                Value::Enum(f.symbol as u32, symbols[f.symbol].into()),
+            ),
             ("hash".into(), Value::Fixed(4, vec![1, 2, 3, 4])),
             ("amount".into(), Value::Long(f.amount)),
             ("blob".into(), Value::Bytes(f.blob.clone())),
@@ -404,7 +458,10 @@ mod tests {
             ("event_id".into(), Value::String(f.event_id.clone())),
             ("order_id".into(), Value::String(f.order_id.clone())),
             ("version".into(), Value::Long(f.version as i64)),
-            ("event_type".into(), Value::Enum(symbol as u32, EventType::SYMBOLS[symbol].into())),
+            (
+                "event_type".into(),
+                Value::Enum(symbol as u32, EventType::SYMBOLS[symbol].into()),
+            ),
             ("amount".into(), Value::Long(f.amount)),
             ("occurred_at".into(), Value::TimestampMillis(f.occurred_at)),
         ])
@@ -413,7 +470,10 @@ mod tests {
     /// Both readers on the same bytes: equal events, or both errors.
     fn agree(writer: &Schema, body: &[u8]) -> Result<(), TestCaseError> {
         let plan = Plan::compile(writer).expect("the plan covers this writer");
-        let generic = GenericDatumReader::builder(writer).reader_schema(crate::codec::reader_schema()).build().unwrap();
+        let generic = GenericDatumReader::builder(writer)
+            .reader_schema(crate::codec::reader_schema())
+            .build()
+            .unwrap();
         let fast = plan.read(body);
         let slow = crate::codec::decode_generic(&generic, body);
         match (&fast, &slow) {
@@ -451,7 +511,13 @@ mod tests {
         assert!(Plan::compile(&Schema::parse_str(crate::codec::SCHEMA_V2).unwrap()).is_some());
         let renamed = WIDE_WRITER.replace("\"name\":\"OrderEvent\"", "\"name\":\"Other\"");
         assert!(Plan::compile(&Schema::parse_str(&renamed).unwrap()).is_none());
-        let with_union = crate::codec::SCHEMA_V2.replace(r#""type": "string", "default": "EUR""#, r#""type": ["null", "string"], "default": null"#);
-        assert!(Plan::compile(&Schema::parse_str(&with_union).unwrap()).is_none(), "unions go to the generic reader");
+        let with_union = crate::codec::SCHEMA_V2.replace(
+            r#""type": "string", "default": "EUR""#,
+            r#""type": ["null", "string"], "default": null"#,
+        );
+        assert!(
+            Plan::compile(&Schema::parse_str(&with_union).unwrap()).is_none(),
+            "unions go to the generic reader"
+        );
     }
 }

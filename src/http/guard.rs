@@ -30,7 +30,11 @@ impl Guard {
     pub fn new(token: &str, open_probes: bool, open_metrics: bool) -> Self {
         // Trimmed: a token read from a file or a Secret often ends with a newline.
         let token = Some(token.trim().to_string()).filter(|t| !t.is_empty());
-        Guard { token, open_probes, open_metrics }
+        Guard {
+            token,
+            open_probes,
+            open_metrics,
+        }
     }
 
     /// True when a token is required somewhere.
@@ -52,9 +56,21 @@ impl Guard {
 
     /// Whether the request carries the token.
     fn admits(&self, headers: &HeaderMap) -> bool {
-        let Some(token) = &self.token else { return true };
-        let Some(given) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else { return false };
-        let Some(given) = given.strip_prefix("Bearer ").or_else(|| given.strip_prefix("bearer ")) else { return false };
+        let Some(token) = &self.token else {
+            return true;
+        };
+        let Some(given) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+        else {
+            return false;
+        };
+        let Some(given) = given
+            .strip_prefix("Bearer ")
+            .or_else(|| given.strip_prefix("bearer "))
+        else {
+            return false;
+        };
         constant_time_eq(given.trim().as_bytes(), token.as_bytes())
     }
 }
@@ -78,7 +94,10 @@ pub(crate) async fn check(State(guard): State<Guard>, request: Request, next: Ne
         "this endpoint requires `Authorization: Bearer <token>` (http.bearer_token)\n",
     )
         .into_response();
-    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"orderly\""));
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"orderly\""),
+    );
     response
 }
 
@@ -88,7 +107,10 @@ mod tests {
 
     fn headers(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        headers.insert(header::AUTHORIZATION, HeaderValue::from_str(value).expect("header"));
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(value).expect("header"),
+        );
         headers
     }
 
@@ -104,7 +126,11 @@ mod tests {
         let guard = Guard::new("s3cret-token\n", true, false);
         assert!(guard.is_on());
         assert!(guard.is_open("/") && guard.is_open("/healthz") && guard.is_open("/readyz"));
-        assert!(!guard.is_open("/metrics") && !guard.is_open("/api/status") && !guard.is_open("/state/o-1"));
+        assert!(
+            !guard.is_open("/metrics")
+                && !guard.is_open("/api/status")
+                && !guard.is_open("/state/o-1")
+        );
         assert!(guard.admits(&headers("Bearer s3cret-token")));
         assert!(!guard.admits(&headers("Bearer s3cret-tokem")));
         assert!(!guard.admits(&headers("Bearer s3cret")));

@@ -39,7 +39,10 @@ pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     #[error("cannot listen on {address} (http.address): {source}; choose another address or set it to \"\" to turn the endpoint off")]
-    Bind { address: String, source: std::io::Error },
+    Bind {
+        address: String,
+        source: std::io::Error,
+    },
     #[error("cannot start the http thread: {0}")]
     Thread(std::io::Error),
     #[error("cannot set up the http endpoint: kafka.input_partitioner {0}")]
@@ -61,12 +64,18 @@ pub fn bind(address: SocketAddr) -> Result<std::net::TcpListener, HttpError> {
         socket.listen(LISTEN_BACKLOG)?;
         Ok::<_, std::io::Error>(std::net::TcpListener::from(socket))
     })();
-    bound.map_err(|source| HttpError::Bind { address: address.to_string(), source })
+    bound.map_err(|source| HttpError::Bind {
+        address: address.to_string(),
+        source,
+    })
 }
 
 /// Serves `processor`'s endpoint on `listener`: start it before
 /// [`crate::processor::Processor::run`], stop it after.
-pub fn serve(listener: std::net::TcpListener, processor: &crate::processor::Processor) -> Result<Server, HttpError> {
+pub fn serve(
+    listener: std::net::TcpListener,
+    processor: &crate::processor::Processor,
+) -> Result<Server, HttpError> {
     let context = HttpContext::of(processor)?;
     let bound = listener.local_addr().map_err(HttpError::Thread)?;
     if !bound.ip().is_loopback() && !context.guard.is_on() {
@@ -88,14 +97,20 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn start(listener: std::net::TcpListener, context: HttpContext) -> Result<Server, HttpError> {
+    pub fn start(
+        listener: std::net::TcpListener,
+        context: HttpContext,
+    ) -> Result<Server, HttpError> {
         let address = listener.local_addr().map_err(HttpError::Thread)?;
         listener.set_nonblocking(true).map_err(HttpError::Thread)?;
         let (stop, stopped) = watch::channel(false);
         let thread = std::thread::Builder::new()
             .name("orderly-http".into())
             .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
                     Ok(runtime) => runtime,
                     Err(error) => {
                         warn!(%error, "cannot start the http runtime; the endpoint is off");
@@ -108,7 +123,11 @@ impl Server {
             })
             .map_err(HttpError::Thread)?;
         info!(%address, "http endpoint listening (/metrics, /healthz, /readyz, /state/{{order_id}}, /)");
-        Ok(Server { address, stop, thread })
+        Ok(Server {
+            address,
+            stop,
+            thread,
+        })
     }
 
     pub fn address(&self) -> SocketAddr {
@@ -120,14 +139,22 @@ impl Server {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let thread = self.thread;
-        let joined = tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(move || thread.join())).await;
+        let joined = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::task::spawn_blocking(move || thread.join()),
+        )
+        .await;
         if joined.is_err() {
             warn!("the http thread did not stop in time");
         }
     }
 }
 
-async fn accept_loop(listener: std::net::TcpListener, context: Arc<HttpContext>, mut stopped: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: std::net::TcpListener,
+    context: Arc<HttpContext>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
         Err(error) => {
@@ -162,7 +189,11 @@ async fn accept_loop(listener: std::net::TcpListener, context: Arc<HttpContext>,
         tokio::spawn(async move {
             let _permit = permit;
             let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(MAX_HEAD_BYTES).keep_alive(true);
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(MAX_HEAD_BYTES)
+                .keep_alive(true);
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
             let result = tokio::select! {

@@ -12,7 +12,9 @@ pub(crate) enum BadOrderId {
     TooLong(usize),
     #[error("the order id is not valid UTF-8 after percent-decoding")]
     NotUtf8,
-    #[error("the order id has an invalid percent-escape at byte {0} (use %XX with two hex digits)")]
+    #[error(
+        "the order id has an invalid percent-escape at byte {0} (use %XX with two hex digits)"
+    )]
     BadEscape(usize),
 }
 
@@ -23,7 +25,10 @@ pub(super) fn parse(segment: &str) -> Result<String, BadOrderId> {
     let mut i = 0;
     while i < raw.len() {
         if raw[i] == b'%' {
-            let hex = raw.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+            let hex = raw
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
             bytes.push(hex.ok_or(BadOrderId::BadEscape(i))?);
             i += 3;
         } else {
@@ -58,7 +63,13 @@ mod tests {
         assert_eq!(parse("%FF%FE"), Err(BadOrderId::NotUtf8));
         assert_eq!(parse("ab%2"), Err(BadOrderId::BadEscape(2)));
         assert_eq!(parse("ab%zz"), Err(BadOrderId::BadEscape(2)));
-        assert_eq!(parse(&"x".repeat(MAX_ORDER_ID_BYTES)).map(|s| s.len()), Ok(MAX_ORDER_ID_BYTES));
-        assert_eq!(parse(&"x".repeat(MAX_ORDER_ID_BYTES + 1)), Err(BadOrderId::TooLong(MAX_ORDER_ID_BYTES + 1)));
+        assert_eq!(
+            parse(&"x".repeat(MAX_ORDER_ID_BYTES)).map(|s| s.len()),
+            Ok(MAX_ORDER_ID_BYTES)
+        );
+        assert_eq!(
+            parse(&"x".repeat(MAX_ORDER_ID_BYTES + 1)),
+            Err(BadOrderId::TooLong(MAX_ORDER_ID_BYTES + 1))
+        );
     }
 }

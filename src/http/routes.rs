@@ -42,7 +42,16 @@ impl HttpContext {
         stall_limit: Duration,
     ) -> Self {
         let registry = exposition::registry(telemetry.clone());
-        HttpContext { telemetry, store, identity, partitioner, owners, stall_limit, guard: Guard::default(), registry }
+        HttpContext {
+            telemetry,
+            store,
+            identity,
+            partitioner,
+            owners,
+            stall_limit,
+            guard: Guard::default(),
+            registry,
+        }
     }
 
     /// The same context behind `guard`.
@@ -63,10 +72,22 @@ impl HttpContext {
             outbox_enabled: config.output_topic().is_some(),
         };
         // A revoke blocks the poll loop for up to the shutdown deadline.
-        let stall_limit = Duration::from_millis(config.processing.shutdown_timeout_ms) + Duration::from_secs(10);
-        let guard = Guard::new(&config.http.bearer_token, config.http.open_probes, config.http.open_metrics);
-        Ok(HttpContext::new(processor.telemetry(), processor.store().clone(), identity, partitioner, processor.owners(), stall_limit)
-            .guarded(guard))
+        let stall_limit =
+            Duration::from_millis(config.processing.shutdown_timeout_ms) + Duration::from_secs(10);
+        let guard = Guard::new(
+            &config.http.bearer_token,
+            config.http.open_probes,
+            config.http.open_metrics,
+        );
+        Ok(HttpContext::new(
+            processor.telemetry(),
+            processor.store().clone(),
+            identity,
+            partitioner,
+            processor.owners(),
+            stall_limit,
+        )
+        .guarded(guard))
     }
 }
 
@@ -87,11 +108,19 @@ pub(crate) fn router(context: Arc<HttpContext>) -> Router {
         .route("/state/{*rest}", get(state))
         .fallback(not_found)
         .with_state(context)
-        .layer(axum::middleware::from_fn_with_state(guard, super::guard::check))
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            super::guard::check,
+        ))
 }
 
 fn text(status: StatusCode, body: String) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
 }
 
 fn json_error(status: StatusCode, body: serde_json::Value) -> Response {
@@ -108,21 +137,34 @@ async fn not_found(uri: Uri) -> Response {
 async fn page() -> Response {
     let mut response = (StatusCode::OK, STATUS_PAGE).into_response();
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 
 async fn api_status(State(ctx): Ctx) -> Response {
     let mut response = Json(status::snapshot(&ctx.telemetry, &ctx.identity)).into_response();
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 
 async fn metrics(State(ctx): Ctx) -> Response {
     match exposition::render(&ctx.registry) {
-        Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, exposition::CONTENT_TYPE)], body).into_response(),
-        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the metrics\n".into()),
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, exposition::CONTENT_TYPE)],
+            body,
+        )
+            .into_response(),
+        Err(_) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot encode the metrics\n".into(),
+        ),
     }
 }
 
@@ -131,7 +173,11 @@ async fn healthz(State(ctx): Ctx) -> Response {
     if stalled > ctx.stall_limit {
         return text(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("the poll loop has not turned for {:.1} s (limit {:.1} s)\n", stalled.as_secs_f64(), ctx.stall_limit.as_secs_f64()),
+            format!(
+                "the poll loop has not turned for {:.1} s (limit {:.1} s)\n",
+                stalled.as_secs_f64(),
+                ctx.stall_limit.as_secs_f64()
+            ),
         );
     }
     text(StatusCode::OK, "ok\n".into())
@@ -139,21 +185,42 @@ async fn healthz(State(ctx): Ctx) -> Response {
 
 async fn readyz(State(ctx): Ctx) -> Response {
     match status::not_ready(&ctx.telemetry) {
-        Some(reason) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")),
-        None => text(StatusCode::OK, format!("ready: {} partitions consuming\n", ctx.telemetry.partitions().len())),
+        Some(reason) => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        ),
+        None => text(
+            StatusCode::OK,
+            format!(
+                "ready: {} partitions consuming\n",
+                ctx.telemetry.partitions().len()
+            ),
+        ),
     }
 }
 
 /// `GET /state/{order_id}`: see `config/default.toml`, `[http]`.
 async fn state(State(ctx): Ctx, uri: Uri) -> Response {
-    let segment = uri.path().strip_prefix("/state").unwrap_or_default().trim_start_matches('/');
+    let segment = uri
+        .path()
+        .strip_prefix("/state")
+        .unwrap_or_default()
+        .trim_start_matches('/');
     let order_id = match order_id::parse(segment) {
         Ok(id) => id,
-        Err(error) => return json_error(StatusCode::BAD_REQUEST, json!({ "error": error.to_string() })),
+        Err(error) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                json!({ "error": error.to_string() }),
+            )
+        }
     };
     let partitions = ctx.telemetry.input_partitions();
     if partitions == 0 {
-        return json_error(StatusCode::SERVICE_UNAVAILABLE, json!({ "error": "not connected to the input topic yet" }));
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": "not connected to the input topic yet" }),
+        );
     }
     let partition = ctx.partitioner.partition(order_id.as_bytes(), partitions);
     let Some(owned) = ctx.telemetry.partition(partition) else {
@@ -182,11 +249,18 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
             StatusCode::SERVICE_UNAVAILABLE,
             json!({ "error": "the order's partition is restoring from the changelog; retry shortly", "partition": partition }),
         );
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return response;
     }
-    let (store, topic, id) = (ctx.store.clone(), ctx.identity.topic.clone(), order_id.clone());
-    let found = tokio::task::spawn_blocking(move || store.partition(&topic, partition)?.get(&id)).await;
+    let (store, topic, id) = (
+        ctx.store.clone(),
+        ctx.identity.topic.clone(),
+        order_id.clone(),
+    );
+    let found =
+        tokio::task::spawn_blocking(move || store.partition(&topic, partition)?.get(&id)).await;
     match found {
         Ok(Ok(Some(state))) => {
             let mut body = serde_json::to_value(state.view()).unwrap_or_default();
@@ -200,7 +274,13 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
             StatusCode::NOT_FOUND,
             json!({ "error": "no such order in this instance's store", "order_id": order_id, "partition": partition }),
         ),
-        Ok(Err(error)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": format!("store: {error}") })),
-        Err(_) => json_error(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": "the store lookup failed" })),
+        Ok(Err(error)) => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({ "error": format!("store: {error}") }),
+        ),
+        Err(_) => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({ "error": "the store lookup failed" }),
+        ),
     }
 }

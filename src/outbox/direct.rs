@@ -26,9 +26,17 @@ pub enum PublishError {
     #[error("cannot encode the status change of order {order_id}: {message}")]
     Encode { order_id: String, message: String },
     #[error("cannot publish status changes to {topic} partition {partition}: {cause}")]
-    Produce { topic: String, partition: i32, cause: KafkaError },
+    Produce {
+        topic: String,
+        partition: i32,
+        cause: KafkaError,
+    },
     #[error("cannot read output partition {partition} of {topic} back: {cause}")]
-    ReadBack { topic: String, partition: i32, cause: String },
+    ReadBack {
+        topic: String,
+        partition: i32,
+        cause: String,
+    },
 }
 
 /// The (epoch, source offset) of the last status change an input
@@ -51,10 +59,20 @@ impl StatusOutput<'_> {
     /// Reads the output partition back for the last status change of this
     /// input partition (on a blocking thread).
     pub(crate) async fn published_floor(&self, config: &Config) -> Result<Floor, PublishError> {
-        let (config, topic, source, partition) =
-            (config.clone(), self.topic.to_string(), self.source_topic.to_string(), self.partition);
-        let read = tokio::task::spawn_blocking(move || read_back(&config, &topic, &source, partition, None));
-        let error = |cause: String| PublishError::ReadBack { topic: self.topic.to_string(), partition: self.partition, cause };
+        let (config, topic, source, partition) = (
+            config.clone(),
+            self.topic.to_string(),
+            self.source_topic.to_string(),
+            self.partition,
+        );
+        let read = tokio::task::spawn_blocking(move || {
+            read_back(&config, &topic, &source, partition, None)
+        });
+        let error = |cause: String| PublishError::ReadBack {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+            cause,
+        };
         match read.await {
             Ok(Ok((last, _))) => Ok(last),
             Ok(Err(e)) => Err(error(e.to_string())),
@@ -65,19 +83,33 @@ impl StatusOutput<'_> {
     /// Produces the `records` above `floor`, in order, and returns once the
     /// broker acknowledged every one (librdkafka retries on its own until
     /// its delivery timeout).
-    pub(crate) async fn publish(&self, records: &[OutboxRecord], floor: Floor) -> Result<(), PublishError> {
+    pub(crate) async fn publish(
+        &self,
+        records: &[OutboxRecord],
+        floor: Floor,
+    ) -> Result<(), PublishError> {
         let mut acks = Vec::with_capacity(records.len());
-        for record in records.iter().filter(|r| floor.is_none_or(|f| (r.epoch, r.source_offset) > f)) {
+        for record in records
+            .iter()
+            .filter(|r| floor.is_none_or(|f| (r.epoch, r.source_offset) > f))
+        {
             let payload = self
                 .encoder
                 .encode(record)
-                .map_err(|e| PublishError::Encode { order_id: record.order_id.clone(), message: e.to_string() })?;
+                .map_err(|e| PublishError::Encode {
+                    order_id: record.order_id.clone(),
+                    message: e.to_string(),
+                })?;
             let message = FutureRecord::<str, Vec<u8>>::to(self.topic)
                 .partition(self.partition)
                 .key(record.order_id.as_str())
                 .payload(&payload)
                 .headers(status_headers(self.source_topic, self.partition, record));
-            acks.push(crate::kafka::send_when_queued(self.producer, message).await.map_err(|cause| self.error(cause))?);
+            acks.push(
+                crate::kafka::send_when_queued(self.producer, message)
+                    .await
+                    .map_err(|cause| self.error(cause))?,
+            );
         }
         for ack in acks {
             match ack.await {
@@ -90,6 +122,10 @@ impl StatusOutput<'_> {
     }
 
     fn error(&self, cause: KafkaError) -> PublishError {
-        PublishError::Produce { topic: self.topic.to_string(), partition: self.partition, cause }
+        PublishError::Produce {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+            cause,
+        }
     }
 }

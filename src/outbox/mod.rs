@@ -28,8 +28,8 @@ use apache_avro::types::Value;
 use apache_avro::Schema;
 
 use crate::codec::{wire, EncodeError};
-pub use crate::event::{status_event_id, OutboxRecord};
 use crate::event::EventType;
+pub use crate::event::{status_event_id, OutboxRecord};
 use crate::registry::{Registry, RegistryError};
 
 /// The output schema, registered under `<output_topic>-value`.
@@ -38,14 +38,34 @@ pub const SCHEMA: &str = include_str!("../../schemas/order_status_changed_v1.avs
 /// The headers of a status change on the output topic: its source topic,
 /// input partition, source offset and epoch (`orderly.source.*`,
 /// `orderly.epoch`).
-pub(crate) fn status_headers(source_topic: &str, partition: i32, record: &OutboxRecord) -> rdkafka::message::OwnedHeaders {
+pub(crate) fn status_headers(
+    source_topic: &str,
+    partition: i32,
+    record: &OutboxRecord,
+) -> rdkafka::message::OwnedHeaders {
     use rdkafka::message::{Header, OwnedHeaders};
-    let (partition, offset, epoch) = (partition.to_string(), record.source_offset.to_string(), record.epoch.to_string());
+    let (partition, offset, epoch) = (
+        partition.to_string(),
+        record.source_offset.to_string(),
+        record.epoch.to_string(),
+    );
     OwnedHeaders::new_with_capacity(4)
-        .insert(Header { key: crate::headers::HEADER_TOPIC, value: Some(source_topic) })
-        .insert(Header { key: crate::headers::HEADER_PARTITION, value: Some(partition.as_str()) })
-        .insert(Header { key: crate::headers::HEADER_OFFSET, value: Some(offset.as_str()) })
-        .insert(Header { key: crate::headers::HEADER_EPOCH, value: Some(epoch.as_str()) })
+        .insert(Header {
+            key: crate::headers::HEADER_TOPIC,
+            value: Some(source_topic),
+        })
+        .insert(Header {
+            key: crate::headers::HEADER_PARTITION,
+            value: Some(partition.as_str()),
+        })
+        .insert(Header {
+            key: crate::headers::HEADER_OFFSET,
+            value: Some(offset.as_str()),
+        })
+        .insert(Header {
+            key: crate::headers::HEADER_EPOCH,
+            value: Some(epoch.as_str()),
+        })
 }
 
 /// Encodes outbox records as `OrderStatusChanged` in the wire format.
@@ -57,15 +77,25 @@ pub struct OutboxEncoder {
 
 impl OutboxEncoder {
     /// Registers the schema under `<output_topic>-value`.
-    pub async fn register(registry: &Registry, output_topic: &str, source_topic: &str) -> Result<Self, RegistryError> {
-        let schema_id = registry.register(&format!("{output_topic}-value"), SCHEMA).await?;
+    pub async fn register(
+        registry: &Registry,
+        output_topic: &str,
+        source_topic: &str,
+    ) -> Result<Self, RegistryError> {
+        let schema_id = registry
+            .register(&format!("{output_topic}-value"), SCHEMA)
+            .await?;
         Ok(Self::with_id(schema_id, source_topic))
     }
 
     pub fn with_id(schema_id: u32, source_topic: &str) -> Self {
         #[allow(clippy::expect_used)]
         let schema = Schema::parse_str(SCHEMA).expect("compiled-in schema parses");
-        OutboxEncoder { schema, schema_id, source_topic: source_topic.into() }
+        OutboxEncoder {
+            schema,
+            schema_id,
+            source_topic: source_topic.into(),
+        }
     }
 
     pub fn encode(&self, record: &OutboxRecord) -> Result<Vec<u8>, EncodeError> {
@@ -75,18 +105,37 @@ impl OutboxEncoder {
             Some(s) => Value::Union(1, Box::new(status(s))),
         };
         let fields = vec![
-            ("event_id".to_string(), Value::String(record.event_id.clone())),
-            ("order_id".to_string(), Value::String(record.order_id.clone())),
+            (
+                "event_id".to_string(),
+                Value::String(record.event_id.clone()),
+            ),
+            (
+                "order_id".to_string(),
+                Value::String(record.order_id.clone()),
+            ),
             ("version".to_string(), Value::Long(record.version)),
             ("from_status".to_string(), from),
             ("to_status".to_string(), status(record.to_status)),
-            ("occurred_at".to_string(), Value::TimestampMillis(record.occurred_at)),
-            ("source_topic".to_string(), Value::String(self.source_topic.clone())),
-            ("source_partition".to_string(), Value::Int(record.source_partition)),
-            ("source_offset".to_string(), Value::Long(record.source_offset)),
+            (
+                "occurred_at".to_string(),
+                Value::TimestampMillis(record.occurred_at),
+            ),
+            (
+                "source_topic".to_string(),
+                Value::String(self.source_topic.clone()),
+            ),
+            (
+                "source_partition".to_string(),
+                Value::Int(record.source_partition),
+            ),
+            (
+                "source_offset".to_string(),
+                Value::Long(record.source_offset),
+            ),
         ];
         #[allow(deprecated)] // the datum writer's replacement needs a builder per call
-        let body = apache_avro::to_avro_datum(&self.schema, Value::Record(fields)).map_err(|e| EncodeError::Avro(e.to_string()))?;
+        let body = apache_avro::to_avro_datum(&self.schema, Value::Record(fields))
+            .map_err(|e| EncodeError::Avro(e.to_string()))?;
         Ok(wire(self.schema_id, &body))
     }
 
@@ -126,13 +175,32 @@ mod tests {
         };
         let bytes = encoder.encode(&record).unwrap();
         assert_eq!(&bytes[..5], &[0, 0, 0, 0, 7]);
-        let Value::Record(fields) = encoder.decode(&bytes).unwrap() else { panic!("a record") };
-        let get = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()).unwrap();
+        let Value::Record(fields) = encoder.decode(&bytes).unwrap() else {
+            panic!("a record")
+        };
+        let get = |name: &str| {
+            fields
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
         assert_eq!(get("order_id"), Value::String("o1".into()));
-        assert_eq!(get("from_status"), Value::Union(1, Box::new(Value::Enum(0, "CREATED".into()))));
+        assert_eq!(
+            get("from_status"),
+            Value::Union(1, Box::new(Value::Enum(0, "CREATED".into())))
+        );
         assert_eq!(get("source_offset"), Value::Long(41));
-        let first = OutboxRecord { from_status: None, ..record };
-        let Value::Record(fields) = encoder.decode(&encoder.encode(&first).unwrap()).unwrap() else { panic!() };
-        assert!(fields.iter().any(|(n, v)| n == "from_status" && *v == Value::Union(0, Box::new(Value::Null))));
+        let first = OutboxRecord {
+            from_status: None,
+            ..record
+        };
+        let Value::Record(fields) = encoder.decode(&encoder.encode(&first).unwrap()).unwrap()
+        else {
+            panic!()
+        };
+        assert!(fields
+            .iter()
+            .any(|(n, v)| n == "from_status" && *v == Value::Union(0, Box::new(Value::Null))));
     }
 }

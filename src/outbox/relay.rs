@@ -30,9 +30,9 @@ pub use error::RelayError;
 use super::{OutboxEncoder, OutboxRecord};
 use crate::config::Config;
 use crate::retry::Backoff;
+use crate::store::PartitionStore;
 use crate::telemetry::errors::{Kind, Stage};
 use crate::telemetry::Backlog;
-use crate::store::PartitionStore;
 
 /// Records read from the store and published per round.
 const ROUND: usize = 5_000;
@@ -81,7 +81,8 @@ impl Relay {
             let limit = *self.written.borrow_and_update();
             let after = self.published.load(Ordering::SeqCst);
             let tree = self.tree.clone();
-            let round = tokio::task::spawn_blocking(move || tree.outbox_between(after, limit, ROUND)).await;
+            let round =
+                tokio::task::spawn_blocking(move || tree.outbox_between(after, limit, ROUND)).await;
             let records = match round {
                 Ok(Ok(records)) => records,
                 Ok(Err(error)) => {
@@ -119,7 +120,12 @@ impl Relay {
                 None => match self.last_published().await {
                     Ok(found) => {
                         if let Some((epoch, offset)) = found {
-                            info!(partition = self.partition, epoch, source_offset = offset, "outbox: published before up to here");
+                            info!(
+                                partition = self.partition,
+                                epoch,
+                                source_offset = offset,
+                                "outbox: published before up to here"
+                            );
                         }
                         *floor.insert(found)
                     }
@@ -146,7 +152,10 @@ impl Relay {
                     }
                 },
             };
-            match self.publish(&producer, &records, published_before, &landed_now).await {
+            match self
+                .publish(&producer, &records, published_before, &landed_now)
+                .await
+            {
                 Ok(()) => {
                     backoff.reset();
                     landed = Some(HashSet::new());
@@ -196,15 +205,31 @@ impl Relay {
                 continue;
             }
             let (partition, source_offset) = (self.partition, record.source_offset);
-            let payload = self.encoder.encode(record).map_err(|cause| RelayError::Encode { partition, source_offset, cause })?;
+            let payload = self
+                .encoder
+                .encode(record)
+                .map_err(|cause| RelayError::Encode {
+                    partition,
+                    source_offset,
+                    cause,
+                })?;
             let message = FutureRecord::<str, Vec<u8>>::to(&self.topic)
                 .partition(self.partition)
                 .key(record.order_id.as_str())
                 .payload(&payload)
-                .headers(super::status_headers(&self.source_topic, self.partition, record));
+                .headers(super::status_headers(
+                    &self.source_topic,
+                    self.partition,
+                    record,
+                ));
             let ack = crate::kafka::send_when_queued(producer, message)
                 .await
-                .map_err(|cause| RelayError::Send { topic: self.topic.clone(), partition, source_offset, cause })?;
+                .map_err(|cause| RelayError::Send {
+                    topic: self.topic.clone(),
+                    partition,
+                    source_offset,
+                    cause,
+                })?;
             acks.push((source_offset, ack));
         }
         for (source_offset, ack) in acks {
@@ -214,8 +239,21 @@ impl Relay {
                     self.published.store(source_offset, Ordering::SeqCst);
                     self.backlog.published.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(Err((cause, _))) => return Err(RelayError::Delivery { topic, partition, source_offset, cause }),
-                Err(_) => return Err(RelayError::DeliveryDropped { topic, partition, source_offset }),
+                Ok(Err((cause, _))) => {
+                    return Err(RelayError::Delivery {
+                        topic,
+                        partition,
+                        source_offset,
+                        cause,
+                    })
+                }
+                Err(_) => {
+                    return Err(RelayError::DeliveryDropped {
+                        topic,
+                        partition,
+                        source_offset,
+                    })
+                }
             }
         }
         Ok(())
@@ -231,17 +269,35 @@ impl Relay {
 
     /// [`read_back`] of this relay's output partition, on a blocking thread.
     async fn read_back(&self, down_to: Option<(u32, i64)>) -> Result<ReadBack, RelayError> {
-        let (config, topic, source, partition) = (self.config.clone(), self.topic.clone(), self.source_topic.clone(), self.partition);
-        let task = tokio::task::spawn_blocking(move || read_back(&config, &topic, &source, partition, down_to));
-        let read = task.await.map_err(|cause| RelayError::ReadBackTask { topic: self.topic.clone(), partition, cause })?;
+        let (config, topic, source, partition) = (
+            self.config.clone(),
+            self.topic.clone(),
+            self.source_topic.clone(),
+            self.partition,
+        );
+        let task = tokio::task::spawn_blocking(move || {
+            read_back(&config, &topic, &source, partition, down_to)
+        });
+        let read = task.await.map_err(|cause| RelayError::ReadBackTask {
+            topic: self.topic.clone(),
+            partition,
+            cause,
+        })?;
         Ok(read?)
     }
 
     /// Updates the backlog figures and warns past the thresholds.
     async fn report(&self, last_warn: &mut Option<Instant>) {
         let tree = self.tree.clone();
-        let Ok(Ok((pending, oldest))) = tokio::task::spawn_blocking(move || tree.outbox_backlog()).await else { return };
-        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let Ok(Ok((pending, oldest))) =
+            tokio::task::spawn_blocking(move || tree.outbox_backlog()).await
+        else {
+            return;
+        };
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
         let age_ms = oldest.map(|t| (now_ms - t).max(0) as u64).unwrap_or(0);
         self.backlog.pending.store(pending, Ordering::Relaxed);
         self.backlog.oldest_age_ms.store(age_ms, Ordering::Relaxed);
@@ -254,7 +310,10 @@ impl Relay {
                 "outbox backlog past its warning threshold ([outbox] backlog_warn, backlog_warn_age)"
             );
             *last_warn = Some(Instant::now());
-        } else if pending == 0 && self.backlog.published.load(Ordering::Relaxed) > 0 && last_warn.is_some() {
+        } else if pending == 0
+            && self.backlog.published.load(Ordering::Relaxed) > 0
+            && last_warn.is_some()
+        {
             info!(partition = self.partition, "outbox backlog drained");
             *last_warn = None;
         }

@@ -34,12 +34,24 @@ impl ClientContext for OrderlyContext {
 }
 
 impl ConsumerContext for OrderlyContext {
-    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
-        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 self.owner.on_assign(tpl);
-                let result = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                let result = if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                };
                 if let Err(e) = result {
                     self.owner.fatal(super::ProcessError::Process {
                         stage: crate::telemetry::errors::Stage::Poll,
@@ -52,7 +64,11 @@ impl ConsumerContext for OrderlyContext {
                 let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
                 info!(?partitions, lost, "partitions revoked");
                 self.owner.on_revoke(&partitions, lost);
-                let result = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
+                let result = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
                 if let Err(e) = result {
                     warn!(error = %e, "unassign failed");
                 }

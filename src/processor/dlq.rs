@@ -22,7 +22,10 @@ use tracing::{debug, warn};
 use crate::codec::PoisonKind;
 use crate::retry::Backoff;
 
-use crate::headers::{HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_REDRIVE_COUNT, HEADER_TOPIC};
+use crate::headers::{
+    HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_REDRIVE_COUNT,
+    HEADER_TOPIC,
+};
 
 /// How long librdkafka may queue one dead letter before `send` gives up on
 /// enqueueing it (the retry loop then tries again).
@@ -70,14 +73,17 @@ impl PermanentCause {
     pub fn of(code: RDKafkaErrorCode) -> Option<Self> {
         use RDKafkaErrorCode as C;
         Some(match code {
-            C::UnknownTopic | C::UnknownTopicOrPartition | C::UnknownPartition | C::InvalidTopic => {
-                PermanentCause::MissingTopic
-            }
+            C::UnknownTopic
+            | C::UnknownTopicOrPartition
+            | C::UnknownPartition
+            | C::InvalidTopic => PermanentCause::MissingTopic,
             C::TopicAuthorizationFailed
             | C::ClusterAuthorizationFailed
             | C::SaslAuthenticationFailed
             | C::Authentication => PermanentCause::NotAuthorized,
-            C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge => PermanentCause::TooLarge,
+            C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge => {
+                PermanentCause::TooLarge
+            }
             C::InvalidRecord
             | C::InvalidTimestamp
             | C::PolicyViolation
@@ -150,11 +156,19 @@ pub struct DeadLetters {
 
 impl DeadLetters {
     pub fn new(producer: FutureProducer, dlq_topic: String, source_topic: String) -> Self {
-        DeadLetters { producer, dlq_topic, source_topic, errors: None }
+        DeadLetters {
+            producer,
+            dlq_topic,
+            source_topic,
+            errors: None,
+        }
     }
 
     /// Counts transient failures in `telemetry`.
-    pub(crate) fn counting_into(mut self, telemetry: std::sync::Arc<crate::telemetry::Telemetry>) -> Self {
+    pub(crate) fn counting_into(
+        mut self,
+        telemetry: std::sync::Arc<crate::telemetry::Telemetry>,
+    ) -> Self {
         self.errors = Some(telemetry);
         self
     }
@@ -171,15 +185,19 @@ impl DeadLetters {
             .producer
             .client()
             .fetch_metadata(None, timeout)
-            .map_err(|source| DeadLetterError::Metadata { topic: self.dlq_topic.clone(), source })?;
-        let exists = metadata
-            .topics()
-            .iter()
-            .any(|t| t.name() == self.dlq_topic && t.error().is_none() && !t.partitions().is_empty());
+            .map_err(|source| DeadLetterError::Metadata {
+                topic: self.dlq_topic.clone(),
+                source,
+            })?;
+        let exists = metadata.topics().iter().any(|t| {
+            t.name() == self.dlq_topic && t.error().is_none() && !t.partitions().is_empty()
+        });
         if exists {
             Ok(())
         } else {
-            Err(DeadLetterError::TopicMissing { topic: self.dlq_topic.clone() })
+            Err(DeadLetterError::TopicMissing {
+                topic: self.dlq_topic.clone(),
+            })
         }
     }
 
@@ -195,7 +213,10 @@ impl DeadLetters {
 
     /// Sends `pending` until every letter is acknowledged (removing each as
     /// it is) or one fails permanently.
-    async fn send_pending(&self, pending: &mut Vec<&DeadLetter<'_>>) -> Result<(), DeadLetterError> {
+    async fn send_pending(
+        &self,
+        pending: &mut Vec<&DeadLetter<'_>>,
+    ) -> Result<(), DeadLetterError> {
         let started = Instant::now();
         let mut backoff = Backoff::new(BACKOFF_START, BACKOFF_MAX);
         let mut attempts: u64 = 0;
@@ -221,7 +242,10 @@ impl DeadLetters {
             }
             if let Some(error) = transient {
                 if let Some(t) = &self.errors {
-                    t.errors.record(crate::telemetry::errors::Stage::DeadLetter, crate::telemetry::errors::Kind::Retryable);
+                    t.errors.record(
+                        crate::telemetry::errors::Stage::DeadLetter,
+                        crate::telemetry::errors::Kind::Retryable,
+                    );
                 }
                 if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                     warn!(
@@ -242,7 +266,9 @@ impl DeadLetters {
 
     /// The permanent error for `error`, or `None` when it is transient.
     fn permanent(&self, letter: &DeadLetter<'_>, error: &KafkaError) -> Option<DeadLetterError> {
-        let KafkaError::MessageProduction(code) = *error else { return None };
+        let KafkaError::MessageProduction(code) = *error else {
+            return None;
+        };
         let cause = PermanentCause::of(code)?;
         Some(DeadLetterError::Permanent {
             topic: self.dlq_topic.clone(),
@@ -257,23 +283,49 @@ impl DeadLetters {
 
     async fn send_one(&self, letter: &DeadLetter<'_>) -> Result<(), KafkaError> {
         let record = letter_record(&self.dlq_topic, &self.source_topic, letter);
-        self.producer.send(record, QUEUE_TIMEOUT).await.map(|_| ()).map_err(|(e, _)| e)
+        self.producer
+            .send(record, QUEUE_TIMEOUT)
+            .await
+            .map(|_| ())
+            .map_err(|(e, _)| e)
     }
 }
 
 /// The dead-letter record of `letter` for `dlq_topic`: its key and payload
 /// as they came, headers naming the source and the error.
-pub(crate) fn letter_record<'a>(dlq_topic: &'a str, source_topic: &str, letter: &'a DeadLetter<'_>) -> FutureRecord<'a, [u8], [u8]> {
+pub(crate) fn letter_record<'a>(
+    dlq_topic: &'a str,
+    source_topic: &str,
+    letter: &'a DeadLetter<'_>,
+) -> FutureRecord<'a, [u8], [u8]> {
     let partition = letter.partition.to_string();
     let offset = letter.offset.to_string();
     let mut headers = OwnedHeaders::new_with_capacity(6)
-        .insert(Header { key: HEADER_TOPIC, value: Some(source_topic) })
-        .insert(Header { key: HEADER_PARTITION, value: Some(partition.as_str()) })
-        .insert(Header { key: HEADER_OFFSET, value: Some(offset.as_str()) })
-        .insert(Header { key: HEADER_ERROR_KIND, value: Some(letter.kind.as_str()) })
-        .insert(Header { key: HEADER_ERROR_MESSAGE, value: Some(letter.message.as_str()) });
+        .insert(Header {
+            key: HEADER_TOPIC,
+            value: Some(source_topic),
+        })
+        .insert(Header {
+            key: HEADER_PARTITION,
+            value: Some(partition.as_str()),
+        })
+        .insert(Header {
+            key: HEADER_OFFSET,
+            value: Some(offset.as_str()),
+        })
+        .insert(Header {
+            key: HEADER_ERROR_KIND,
+            value: Some(letter.kind.as_str()),
+        })
+        .insert(Header {
+            key: HEADER_ERROR_MESSAGE,
+            value: Some(letter.message.as_str()),
+        });
     if let Some(count) = letter.redrive_count {
-        headers = headers.insert(Header { key: HEADER_REDRIVE_COUNT, value: Some(count) });
+        headers = headers.insert(Header {
+            key: HEADER_REDRIVE_COUNT,
+            value: Some(count),
+        });
     }
     let mut record: FutureRecord<'a, [u8], [u8]> = FutureRecord::to(dlq_topic).headers(headers);
     if let Some(key) = letter.key {
@@ -332,9 +384,18 @@ mod tests {
         use RDKafkaErrorCode as C;
         for (code, want) in [
             (C::UnknownTopic, Some(PermanentCause::MissingTopic)),
-            (C::UnknownTopicOrPartition, Some(PermanentCause::MissingTopic)),
-            (C::TopicAuthorizationFailed, Some(PermanentCause::NotAuthorized)),
-            (C::ClusterAuthorizationFailed, Some(PermanentCause::NotAuthorized)),
+            (
+                C::UnknownTopicOrPartition,
+                Some(PermanentCause::MissingTopic),
+            ),
+            (
+                C::TopicAuthorizationFailed,
+                Some(PermanentCause::NotAuthorized),
+            ),
+            (
+                C::ClusterAuthorizationFailed,
+                Some(PermanentCause::NotAuthorized),
+            ),
             (C::MessageSizeTooLarge, Some(PermanentCause::TooLarge)),
             (C::InvalidRecord, Some(PermanentCause::Rejected)),
             (C::Fatal, Some(PermanentCause::ProducerFailed)),
@@ -363,7 +424,13 @@ mod tests {
             remedy: PermanentCause::MissingTopic.remedy("orders.dlq"),
         };
         let text = error.to_string();
-        for part in ["orders.dlq", "partition 3 offset 42", "UnknownTopic", "create topic orders.dlq", "kafka.dlq_topic"] {
+        for part in [
+            "orders.dlq",
+            "partition 3 offset 42",
+            "UnknownTopic",
+            "create topic orders.dlq",
+            "kafka.dlq_topic",
+        ] {
             assert!(text.contains(part), "{part} in {text}");
         }
     }

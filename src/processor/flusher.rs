@@ -12,23 +12,31 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::ProcessError;
-use crate::telemetry::errors::{Kind, Stage};
 use super::context::OrderlyContext;
+use super::ProcessError;
 use super::Shared;
 use crate::fault::{self, Point};
+use crate::telemetry::errors::{Kind, Stage};
 
 pub(crate) enum FlushMsg {
     /// A write-out covering everything before `next_offset` was written;
     /// `applied_at`: its applied events' `occurred_at` (completion time).
-    Covered { partition: i32, next_offset: i64, applied_at: Vec<i64> },
+    Covered {
+        partition: i32,
+        next_offset: i64,
+        applied_at: Vec<i64>,
+    },
     /// A partition task started on a durable checkpoint: commit it if the
     /// group's committed offset is behind it (a crash between a flush and
     /// its commit), without waiting for new input.
     Resume { partition: i32, next_offset: i64 },
     /// Flush and commit everything reported so far, then stop committing
     /// `release`d partitions (revoked); commit them first unless `lost`.
-    Barrier { release: Vec<i32>, lost: bool, reply: std::sync::mpsc::SyncSender<()> },
+    Barrier {
+        release: Vec<i32>,
+        lost: bool,
+        reply: std::sync::mpsc::SyncSender<()>,
+    },
     /// Flush and commit what is pending, then stop.
     Stop,
 }
@@ -42,8 +50,17 @@ pub(crate) struct Flusher {
 }
 
 impl Flusher {
-    pub(super) fn new(shared: Arc<Shared>, consumer: Arc<BaseConsumer<OrderlyContext>>, rx: mpsc::Receiver<FlushMsg>) -> Self {
-        Flusher { shared, consumer, rx, uncommitted: BTreeMap::new() }
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        consumer: Arc<BaseConsumer<OrderlyContext>>,
+        rx: mpsc::Receiver<FlushMsg>,
+    ) -> Self {
+        Flusher {
+            shared,
+            consumer,
+            rx,
+            uncommitted: BTreeMap::new(),
+        }
     }
 
     /// Runs until told to stop (or every sender is dropped).
@@ -68,15 +85,26 @@ impl Flusher {
             let mut stop = false;
             let mut take = |msg: FlushMsg| match msg {
                 FlushMsg::Stop => stop = true,
-                FlushMsg::Resume { partition, next_offset } => {
+                FlushMsg::Resume {
+                    partition,
+                    next_offset,
+                } => {
                     resumed.insert(partition, next_offset);
                 }
-                FlushMsg::Covered { partition, next_offset, applied_at: times } => {
+                FlushMsg::Covered {
+                    partition,
+                    next_offset,
+                    applied_at: times,
+                } => {
                     applied_at.push(times);
                     let entry = covered.entry(partition).or_insert(next_offset);
                     *entry = (*entry).max(next_offset);
                 }
-                FlushMsg::Barrier { release, lost, reply } => barriers.push((release, lost, reply)),
+                FlushMsg::Barrier {
+                    release,
+                    lost,
+                    reply,
+                } => barriers.push((release, lost, reply)),
             };
             take(first);
             while let Ok(msg) = self.rx.try_recv() {
@@ -128,8 +156,14 @@ impl Flusher {
         let started = Instant::now();
         let store = self.shared.store.clone();
         let result = tokio::task::spawn_blocking(move || store.flush()).await;
-        self.shared.counters.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.shared.telemetry.flush_duration.observe(started.elapsed().as_secs_f64());
+        self.shared
+            .counters
+            .flushes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared
+            .telemetry
+            .flush_duration
+            .observe(started.elapsed().as_secs_f64());
         match result {
             Ok(Ok(_)) => true,
             Ok(Err(error)) => {
@@ -137,7 +171,10 @@ impl Flusher {
                 false
             }
             Err(join) => {
-                self.shared.fatal(ProcessError::Process { stage: Stage::Flush, message: format!("store flush panicked: {join}") });
+                self.shared.fatal(ProcessError::Process {
+                    stage: Stage::Flush,
+                    message: format!("store flush panicked: {join}"),
+                });
                 false
             }
         }
@@ -158,12 +195,23 @@ impl Flusher {
             for partition in &partitions {
                 tpl.add_partition(&topic, *partition);
             }
-            consumer.committed_offsets(tpl, Duration::from_secs(10)).map(|list| {
-                list.elements()
-                    .iter()
-                    .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { Some(o) } else { None }))
-                    .collect::<Vec<_>>()
-            })
+            consumer
+                .committed_offsets(tpl, Duration::from_secs(10))
+                .map(|list| {
+                    list.elements()
+                        .iter()
+                        .map(|e| {
+                            (
+                                e.partition(),
+                                if let Offset::Offset(o) = e.offset() {
+                                    Some(o)
+                                } else {
+                                    None
+                                },
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
         })
         .await;
         let committed = match committed {
@@ -178,7 +226,9 @@ impl Flusher {
             }
         };
         for (partition, group_offset) in committed {
-            let Some(&next_offset) = resumed.get(&partition) else { continue };
+            let Some(&next_offset) = resumed.get(&partition) else {
+                continue;
+            };
             if group_offset.is_none_or(|o| o < next_offset) {
                 info!(partition, committed = ?group_offset, checkpoint = next_offset, "durable checkpoint ahead of the group's offset; committing it");
                 let entry = self.uncommitted.entry(partition).or_insert(next_offset);
@@ -197,7 +247,10 @@ impl Flusher {
         if self.uncommitted.is_empty() {
             return;
         }
-        let tpl = match crate::kafka::commit_list(&self.shared.topic, self.uncommitted.iter().map(|(p, o)| (*p, *o))) {
+        let tpl = match crate::kafka::commit_list(
+            &self.shared.topic,
+            self.uncommitted.iter().map(|(p, o)| (*p, *o)),
+        ) {
             Ok(tpl) => tpl,
             Err(error) => {
                 warn!(%error, "cannot build the commit list; will retry");
@@ -206,19 +259,33 @@ impl Flusher {
         };
         let consumer = self.consumer.clone();
         let started = Instant::now();
-        let result = tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync)).await;
-        self.shared.telemetry.commit_duration.observe(started.elapsed().as_secs_f64());
+        let result =
+            tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync)).await;
+        self.shared
+            .telemetry
+            .commit_duration
+            .observe(started.elapsed().as_secs_f64());
         match result {
             Ok(Ok(())) => {
-                debug!(partitions = self.uncommitted.len(), elapsed_ms = started.elapsed().as_millis() as u64, "committed");
+                debug!(
+                    partitions = self.uncommitted.len(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "committed"
+                );
                 self.uncommitted.clear();
             }
             Ok(Err(error)) => {
-                self.shared.telemetry.errors.record(Stage::Commit, Kind::Retryable);
+                self.shared
+                    .telemetry
+                    .errors
+                    .record(Stage::Commit, Kind::Retryable);
                 warn!(%error, "offset commit failed; will retry (state and checkpoint are already durable)")
             }
             Err(join) => {
-                self.shared.telemetry.errors.record(Stage::Commit, Kind::Retryable);
+                self.shared
+                    .telemetry
+                    .errors
+                    .record(Stage::Commit, Kind::Retryable);
                 warn!(%join, "offset commit task failed; will retry")
             }
         }

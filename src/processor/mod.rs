@@ -27,21 +27,21 @@ use rdkafka::producer::FutureProducer;
 use tokio::sync::{mpsc, Notify};
 use tracing::{error, info, warn};
 
+pub use crate::kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
 pub use crate::telemetry::Phase;
 pub use dlq::{DeadLetter, DeadLetterError, DeadLetters};
-pub use crate::kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
 
 use crate::codec::Decoder;
 use crate::config::Config;
-use crate::registry::Registry;
-use crate::store::{Binding, Store, StoreError};
 use crate::outcomes::{AtomicOutcomes, Outcomes};
+use crate::registry::Registry;
 use crate::retry::Backoff;
+use crate::store::{Binding, Store, StoreError};
 use crate::telemetry::errors::{Failure, Kind, Stage};
 use crate::telemetry::Telemetry;
 use context::OrderlyContext;
-use supervisor::PartitionSupervisor;
 use flusher::{FlushMsg, Flusher};
+use supervisor::PartitionSupervisor;
 
 /// What stops the processor (or, for [`ProcessError::DeadLetterBreaker`]
 /// and a fenced [`ProcessError::Txn`], one partition). Each says where it
@@ -67,14 +67,25 @@ pub enum ProcessError {
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("partition {partition} stopped at offset {offset} by the dead-letter breaker: {trip}")]
-    DeadLetterBreaker { partition: i32, offset: i64, trip: crate::breaker::Trip },
+    DeadLetterBreaker {
+        partition: i32,
+        offset: i64,
+        trip: crate::breaker::Trip,
+    },
     /// One partition's work failed, with the error that made it fail.
     #[error("partition {partition}: {source}")]
-    InPartition { partition: i32, source: Box<ProcessError> },
+    InPartition {
+        partition: i32,
+        source: Box<ProcessError>,
+    },
     /// One partition's work failed at `stage`, for a reason no typed error
     /// carries (a task that panicked, a thread that failed, a refusal).
     #[error("partition {partition}: {message}")]
-    Partition { partition: i32, stage: Stage, message: String },
+    Partition {
+        partition: i32,
+        stage: Stage,
+        message: String,
+    },
     /// The process failed at `stage` (start-up, the poll thread, ...).
     #[error("{message}")]
     Process { stage: Stage, message: String },
@@ -87,7 +98,10 @@ impl ProcessError {
             named @ (ProcessError::InPartition { .. }
             | ProcessError::Partition { .. }
             | ProcessError::DeadLetterBreaker { .. }) => named,
-            other => ProcessError::InPartition { partition, source: Box::new(other) },
+            other => ProcessError::InPartition {
+                partition,
+                source: Box::new(other),
+            },
         }
     }
 }
@@ -97,7 +111,9 @@ impl Failure for ProcessError {
         match self {
             ProcessError::Store(_) => Stage::WriteOut,
             ProcessError::Flush(_) | ProcessError::FlusherGone => Stage::Flush,
-            ProcessError::DeadLetter(_) | ProcessError::DeadLetterBreaker { .. } => Stage::DeadLetter,
+            ProcessError::DeadLetter(_) | ProcessError::DeadLetterBreaker { .. } => {
+                Stage::DeadLetter
+            }
             ProcessError::Kafka(_) | ProcessError::Config(_) => Stage::Start,
             ProcessError::Changelog(e) => e.stage(),
             ProcessError::Txn(_) => Stage::Transaction,
@@ -145,7 +161,9 @@ impl Counters {
         self.version_gaps.fetch_add(version_gaps, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
-        let _ = self.first_batch_at.set(now.checked_sub(elapsed).unwrap_or(now));
+        let _ = self
+            .first_batch_at
+            .set(now.checked_sub(elapsed).unwrap_or(now));
         if let Ok(mut last) = self.last_batch_at.lock() {
             *last = Some(now);
         }
@@ -164,12 +182,16 @@ impl Counters {
     fn record_write(&self, keys: usize, bytes: usize) {
         self.write_outs.fetch_add(1, Ordering::Relaxed);
         self.keys_written.fetch_add(keys as u64, Ordering::Relaxed);
-        self.bytes_written.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.bytes_written
+            .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     fn record_restore(&self, elapsed: Duration) {
         self.restores.fetch_add(1, Ordering::Relaxed);
-        self.restore_micros.fetch_add(elapsed.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+        self.restore_micros.fetch_add(
+            elapsed.as_micros().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
     }
 
     pub fn total(&self) -> u64 {
@@ -287,7 +309,13 @@ pub struct Processor {
 
 impl Processor {
     pub fn new(config: Config, store: Store, registry: Registry) -> Self {
-        Processor { config, store, registry, telemetry: Arc::new(Telemetry::default()), owners: Arc::default() }
+        Processor {
+            config,
+            store,
+            registry,
+            telemetry: Arc::new(Telemetry::default()),
+            owners: Arc::default(),
+        }
     }
 
     /// Who in the group owns a partition: answers once [`Processor::run`]
@@ -312,7 +340,10 @@ impl Processor {
     /// Joins the group and processes until `shutdown` completes (or a fatal
     /// error), then finishes in-flight batches, flushes, commits and leaves
     /// the group.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<RunReport, ProcessError> {
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<RunReport, ProcessError> {
         let retention = self.config.inbox_retention();
         let producer: FutureProducer = producer_config(&self.config).create()?;
         let topic = self.config.kafka.input_topic.clone();
@@ -345,8 +376,12 @@ impl Processor {
         let changelog = changelog_topic;
         let (flush_tx, flush_rx) = mpsc::channel(1024);
         let shared = Arc::new(Shared {
-            dead_letters: DeadLetters::new(producer, self.config.kafka.dlq_topic.clone(), topic.clone())
-                .counting_into(self.telemetry.clone()),
+            dead_letters: DeadLetters::new(
+                producer,
+                self.config.kafka.dlq_topic.clone(),
+                topic.clone(),
+            )
+            .counting_into(self.telemetry.clone()),
             topic: topic.clone(),
             changelog,
             outbox,
@@ -361,9 +396,14 @@ impl Processor {
             fatal: Mutex::new(None),
             fatal_notify: Notify::new(),
         });
-        let supervisor = Arc::new(PartitionSupervisor::new(shared.clone(), tokio::runtime::Handle::current()));
-        let consumer: BaseConsumer<OrderlyContext> =
-            consumer_config(&shared.config).create_with_context(OrderlyContext { owner: supervisor.clone() })?;
+        let supervisor = Arc::new(PartitionSupervisor::new(
+            shared.clone(),
+            tokio::runtime::Handle::current(),
+        ));
+        let consumer: BaseConsumer<OrderlyContext> = consumer_config(&shared.config)
+            .create_with_context(OrderlyContext {
+                owner: supervisor.clone(),
+            })?;
         let consumer = Arc::new(consumer);
         supervisor.attach(&consumer);
         self.owners.attach(&shared.config, &consumer);
@@ -375,7 +415,10 @@ impl Processor {
             std::thread::Builder::new()
                 .name("orderly-poll".into())
                 .spawn(move || poll_loop(consumer, supervisor, shared, stop, flusher))
-                .map_err(|e| ProcessError::Process { stage: Stage::Start, message: format!("cannot start the poll thread: {e}") })?
+                .map_err(|e| ProcessError::Process {
+                    stage: Stage::Start,
+                    message: format!("cannot start the poll thread: {e}"),
+                })?
         };
 
         tokio::select! {
@@ -386,7 +429,10 @@ impl Processor {
         stop.store(true, Ordering::SeqCst);
         let joined = tokio::task::spawn_blocking(move || poll.join()).await;
         if !matches!(joined, Ok(Ok(()))) {
-            return Err(ProcessError::Process { stage: Stage::Poll, message: "the poll thread panicked".into() });
+            return Err(ProcessError::Process {
+                stage: Stage::Poll,
+                message: "the poll thread panicked".into(),
+            });
         }
         if let Some(error) = shared.take_fatal() {
             return Err(error);
@@ -449,7 +495,10 @@ fn poll_loop(
     while !stop.load(Ordering::SeqCst) {
         match consumer.fetch_metadata(Some(&topic), Duration::from_secs(5)) {
             Ok(metadata) => {
-                let partitions = metadata.topics().first().map(|t| (t.partitions().len(), t.error()));
+                let partitions = metadata
+                    .topics()
+                    .first()
+                    .map(|t| (t.partitions().len(), t.error()));
                 match partitions {
                     Some((n, None)) if n > 0 => {
                         info!(topic = %topic, partitions = n, bootstrap = %bootstrap, "connected to kafka");
@@ -457,7 +506,9 @@ fn poll_loop(
                         shared.telemetry.set_input_partitions(n as u32);
                         break;
                     }
-                    _ => warn!(topic = %topic, bootstrap = %bootstrap, "input topic does not exist (yet); create it, retrying"),
+                    _ => {
+                        warn!(topic = %topic, bootstrap = %bootstrap, "input topic does not exist (yet); create it, retrying")
+                    }
                 }
             }
             Err(error) => warn!(%error, bootstrap = %bootstrap, "cannot reach kafka; retrying"),
@@ -469,8 +520,12 @@ fn poll_loop(
         // anyway; say so before joining the group.
         let changelog = match &shared.changelog {
             Some(writer) => {
-                let ensure = crate::changelog::topic::ensure(&shared.config, writer, input_partitions);
-                supervisor.runtime().block_on(ensure).map(|state| info!(changelog = %writer, ?state, "changelog topic ready"))
+                let ensure =
+                    crate::changelog::topic::ensure(&shared.config, writer, input_partitions);
+                supervisor
+                    .runtime()
+                    .block_on(ensure)
+                    .map(|state| info!(changelog = %writer, ?state, "changelog topic ready"))
             }
             None => {
                 warn!("the changelog is off (kafka.changelog_topic = \"\"): run a single instance only");
@@ -485,10 +540,16 @@ fn poll_loop(
             .and(changelog.map_err(|e| e.to_string()))
             .and(output)
         {
-            Err(message) => shared.fatal(ProcessError::Process { stage: Stage::Start, message }),
+            Err(message) => shared.fatal(ProcessError::Process {
+                stage: Stage::Start,
+                message,
+            }),
             Ok(()) => {
                 if let Err(e) = consumer.subscribe(&[&topic]) {
-                    shared.fatal(ProcessError::Process { stage: Stage::Start, message: format!("cannot subscribe to {topic}: {e}") });
+                    shared.fatal(ProcessError::Process {
+                        stage: Stage::Start,
+                        message: format!("cannot subscribe to {topic}: {e}"),
+                    });
                 }
             }
         }
@@ -498,7 +559,8 @@ fn poll_loop(
     let mut last_refresh = Instant::now();
     // Topic names have no NUL byte (the broker refuses them).
     let topic_cstr = std::ffi::CString::new(shared.topic.as_str()).ok();
-    let mut rate_window: std::collections::VecDeque<(Instant, u64)> = std::collections::VecDeque::new();
+    let mut rate_window: std::collections::VecDeque<(Instant, u64)> =
+        std::collections::VecDeque::new();
     while !stop.load(Ordering::SeqCst) {
         shared.telemetry.poll_turned();
         match consumer.poll(Duration::from_millis(100)) {
@@ -544,7 +606,12 @@ fn poll_loop(
     // comes back within the session timeout to the same partitions with no
     // rebalance. librdkafka sends no LeaveGroup for one only when the
     // consumer is closed, not on unsubscribe (KIP-345).
-    if !shared.config.kafka.librdkafka.contains_key("group.instance.id") {
+    if !shared
+        .config
+        .kafka
+        .librdkafka
+        .contains_key("group.instance.id")
+    {
         consumer.unsubscribe();
     }
     // Dropping the last handle closes the consumer: librdkafka revokes what
@@ -555,10 +622,17 @@ fn poll_loop(
 /// Each assigned partition's end offset, from the consumer's fetch state (no
 /// request). The processed position is a lower bound of the true end: a
 /// fetch state older than the last batch does not show an end behind it.
-fn refresh_end_offsets(consumer: &BaseConsumer<OrderlyContext>, shared: &Shared, topic: &std::ffi::CStr) {
+fn refresh_end_offsets(
+    consumer: &BaseConsumer<OrderlyContext>,
+    shared: &Shared,
+    topic: &std::ffi::CStr,
+) {
     for status in shared.telemetry.partitions() {
         if let Some(high) = crate::kafka::cached_high_watermark(consumer, topic, status.partition) {
-            status.end_offset.store(high.max(status.position.load(Ordering::Relaxed)), Ordering::Relaxed);
+            status.end_offset.store(
+                high.max(status.position.load(Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
         }
     }
 }
@@ -573,7 +647,11 @@ fn refresh_rate(shared: &Shared, window: &mut std::collections::VecDeque<(Instan
     }
     if let (Some(first), Some(last)) = (window.front(), window.back()) {
         let seconds = last.0.saturating_duration_since(first.0).as_secs_f64();
-        telemetry.set_rate(if seconds > 0.0 { (last.1 - first.1) as f64 / seconds } else { 0.0 });
+        telemetry.set_rate(if seconds > 0.0 {
+            (last.1 - first.1) as f64 / seconds
+        } else {
+            0.0
+        });
     }
 }
 
@@ -581,12 +659,20 @@ fn refresh_rate(shared: &Shared, window: &mut std::collections::VecDeque<(Instan
 /// exactly_once (every transaction would fail), a warning naming the fix in
 /// at_least_once (status changes wait in the outbox until it exists; the
 /// input goes on).
-fn check_output_topic(shared: &Shared, consumer: &BaseConsumer<OrderlyContext>) -> Result<(), String> {
-    let Some(setup) = &shared.outbox else { return Ok(()) };
+fn check_output_topic(
+    shared: &Shared,
+    consumer: &BaseConsumer<OrderlyContext>,
+) -> Result<(), String> {
+    let Some(setup) = &shared.outbox else {
+        return Ok(());
+    };
     let topic = &setup.topic;
     // All topics: a metadata request naming a missing topic may create it.
     let exists = match consumer.fetch_metadata(None, Duration::from_secs(10)) {
-        Ok(metadata) => metadata.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()),
+        Ok(metadata) => metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()),
         Err(error) => {
             warn!(%error, topic = %topic, "cannot read cluster metadata to check the output topic");
             return Ok(());
@@ -637,7 +723,12 @@ fn log_progress(shared: &Shared, last_total: u64, elapsed: Duration) {
             oldest_ms = oldest_ms.max(backlog.oldest_age_ms.load(Ordering::Relaxed));
             published += backlog.published.load(Ordering::Relaxed);
         }
-        info!(pending, oldest_age_s = oldest_ms as f64 / 1000.0, published, "outbox");
+        info!(
+            pending,
+            oldest_age_s = oldest_ms as f64 / 1000.0,
+            published,
+            "outbox"
+        );
     }
     let total = shared.counters.total();
     let rate = (total - last_total) as f64 / elapsed.as_secs_f64().max(1e-3);

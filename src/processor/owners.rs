@@ -48,19 +48,38 @@ impl ConsumerOwners {
     fn assignments(&self) -> Result<Arc<Assignments>, OwnersError> {
         // A panic while the lock was held leaves at worst a stale reading,
         // which expires like any other.
-        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut cache = self
+            .cache
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some((at, cached)) = cache.as_ref() {
             if at.elapsed() < CACHE_FOR {
                 return Ok(cached.clone());
             }
         }
         let consumer = self.consumer.upgrade().ok_or(OwnersError::Closed)?;
-        let members = crate::group_members::describe_group(consumer.client(), &self.group, Duration::from_secs(2))?;
+        let members = crate::group_members::describe_group(
+            consumer.client(),
+            &self.group,
+            Duration::from_secs(2),
+        )?;
         let out: Assignments = members
             .into_iter()
             .map(|m| {
-                let partitions = m.assignment.iter().filter(|(t, _)| *t == self.topic).map(|(_, p)| *p).collect();
-                (Member { member_id: m.member_id, client_id: m.client_id, host: m.host }, partitions)
+                let partitions = m
+                    .assignment
+                    .iter()
+                    .filter(|(t, _)| *t == self.topic)
+                    .map(|(_, p)| *p)
+                    .collect();
+                (
+                    Member {
+                        member_id: m.member_id,
+                        client_id: m.client_id,
+                        host: m.host,
+                    },
+                    partitions,
+                )
             })
             .collect();
         let out = Arc::new(out);
@@ -71,6 +90,10 @@ impl ConsumerOwners {
 
 impl GroupOwners for ConsumerOwners {
     fn owner(&self, partition: i32) -> Result<Option<Member>, OwnersError> {
-        Ok(self.assignments()?.iter().find(|(_, partitions)| partitions.contains(&partition)).map(|(m, _)| m.clone()))
+        Ok(self
+            .assignments()?
+            .iter()
+            .find(|(_, partitions)| partitions.contains(&partition))
+            .map(|(m, _)| m.clone()))
     }
 }

@@ -27,10 +27,10 @@ use tracing::{error, info, info_span, warn, Instrument};
 use super::context::{OrderlyContext, Rebalance};
 use super::flusher::FlushMsg;
 use super::partition::{Command, PartitionInput, PartitionTask};
-use crate::telemetry::errors::Stage;
 use super::transaction::TxnError;
 use super::{ProcessError, Shared};
 use crate::partition_state::PartitionState;
+use crate::telemetry::errors::Stage;
 use crate::telemetry::PartitionStatus;
 
 struct PartitionHandle {
@@ -51,13 +51,20 @@ pub(crate) struct PartitionSupervisor {
 
 impl PartitionSupervisor {
     pub(super) fn new(shared: Arc<Shared>, runtime: Handle) -> Self {
-        PartitionSupervisor { shared, runtime, tasks: Mutex::new(HashMap::new()), consumer: OnceLock::new() }
+        PartitionSupervisor {
+            shared,
+            runtime,
+            tasks: Mutex::new(HashMap::new()),
+            consumer: OnceLock::new(),
+        }
     }
 
     fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<i32, PartitionHandle>> {
         // Only the poll thread touches the map; a poisoned lock means it
         // panicked earlier, and the map itself is still consistent.
-        self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.tasks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(super) fn runtime(&self) -> &Handle {
@@ -76,14 +83,20 @@ impl PartitionSupervisor {
     fn assign(&self, tpl: &mut TopicPartitionList) {
         let shared = &self.shared;
         let Some(weak) = self.consumer.get() else {
-            shared.fatal(ProcessError::Process { stage: Stage::Assign, message: "assignment before the consumer was attached".into() });
+            shared.fatal(ProcessError::Process {
+                stage: Stage::Assign,
+                message: "assignment before the consumer was attached".into(),
+            });
             return;
         };
         let Some(consumer) = weak.upgrade() else {
             // The consumer is closing (shutdown): an assignment that arrives
             // now (a rebalance still in flight) is not processed here; the
             // group gives it to another member once this one has left.
-            info!(partitions = tpl.count(), "assignment while closing the consumer; not starting its partitions");
+            info!(
+                partitions = tpl.count(),
+                "assignment while closing the consumer; not starting its partitions"
+            );
             return;
         };
         shared.telemetry.joined.store(true, Ordering::Relaxed);
@@ -96,7 +109,10 @@ impl PartitionSupervisor {
                 // Assigned again without a revoke in between (the assignment
                 // was lost): stop the old task first so one task at a time
                 // writes the partition's tree.
-                warn!(partition, "partition assigned while its task still runs; draining the old task");
+                warn!(
+                    partition,
+                    "partition assigned while its task still runs; draining the old task"
+                );
                 self.drain(Some(&[partition]), true);
             }
             let store = match shared.store.partition(&topic, partition) {
@@ -114,12 +130,22 @@ impl PartitionSupervisor {
                 }
             };
             if let Some(cp) = checkpoint {
-                if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(cp.next_offset)) {
-                    shared.fatal(ProcessError::Partition { partition, stage: Stage::Assign, message: format!("cannot seek: {e}") });
+                if let Err(e) =
+                    tpl.set_partition_offset(&topic, partition, Offset::Offset(cp.next_offset))
+                {
+                    shared.fatal(ProcessError::Partition {
+                        partition,
+                        stage: Stage::Assign,
+                        message: format!("cannot seek: {e}"),
+                    });
                 }
             }
             let Some(mut queue) = consumer.split_partition_queue(&topic, partition) else {
-                shared.fatal(ProcessError::Partition { partition, stage: Stage::Assign, message: "cannot split its queue".into() });
+                shared.fatal(ProcessError::Partition {
+                    partition,
+                    stage: Stage::Assign,
+                    message: "cannot split its queue".into(),
+                });
                 continue;
             };
             let ready = Arc::new(Notify::new());
@@ -186,16 +212,26 @@ impl PartitionSupervisor {
         let handles: Vec<(i32, PartitionHandle)> = {
             let mut tasks = self.tasks();
             let chosen: Vec<i32> = match partitions {
-                Some(list) => list.iter().copied().filter(|p| tasks.contains_key(p)).collect(),
+                Some(list) => list
+                    .iter()
+                    .copied()
+                    .filter(|p| tasks.contains_key(p))
+                    .collect(),
                 None => tasks.keys().copied().collect(),
             };
-            chosen.into_iter().filter_map(|p| tasks.remove(&p).map(|h| (p, h))).collect()
+            chosen
+                .into_iter()
+                .filter_map(|p| tasks.remove(&p).map(|h| (p, h)))
+                .collect()
         };
         if handles.is_empty() {
             return;
         }
-        self.shared.assigned.fetch_sub(handles.len(), Ordering::Relaxed);
-        let deadline = Instant::now() + Duration::from_millis(self.shared.config.processing.shutdown_timeout_ms);
+        self.shared
+            .assigned
+            .fetch_sub(handles.len(), Ordering::Relaxed);
+        let deadline = Instant::now()
+            + Duration::from_millis(self.shared.config.processing.shutdown_timeout_ms);
         let release: Vec<i32> = handles.iter().map(|(p, _)| *p).collect();
         let runtime = self.runtime.clone();
         let finished = runtime.block_on(async {
@@ -235,14 +271,26 @@ impl PartitionSupervisor {
             }
         });
         let (reply, rx) = std::sync::mpsc::sync_channel(1);
-        let barrier = FlushMsg::Barrier { release: release.clone(), lost, reply };
+        let barrier = FlushMsg::Barrier {
+            release: release.clone(),
+            lost,
+            reply,
+        };
         if self.shared.flush_tx.blocking_send(barrier).is_err() {
             warn!("flusher is gone; revoked partitions are not committed");
             return;
         }
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100))) {
-            Ok(()) => info!(partitions = ?release, finished, lost, "partitions released after flush and commit"),
-            Err(_) => warn!(partitions = ?release, "flush and commit did not finish before the deadline"),
+        match rx.recv_timeout(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(100)),
+        ) {
+            Ok(()) => {
+                info!(partitions = ?release, finished, lost, "partitions released after flush and commit")
+            }
+            Err(_) => {
+                warn!(partitions = ?release, "flush and commit did not finish before the deadline")
+            }
         }
     }
 }
@@ -271,4 +319,3 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         "non-text panic payload".into()
     }
 }
-

@@ -48,9 +48,9 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tracing::{info, warn};
 
 use super::dlq::{letter_record, HeldLetter};
-use crate::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
 use crate::config::Config;
 use crate::fault::{self, Point};
+use crate::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
 use crate::outbox::{OutboxEncoder, OutboxRecord};
 use crate::store::{changelog_checkpoint_key, ChangeRecord};
 
@@ -64,7 +64,11 @@ pub enum TxnError {
     /// (the partition has a new owner), or the producer failed for good:
     /// nothing more may be written for the partition from here.
     #[error("partition {partition}: the transactional producer {transactional_id} was fenced or failed: {cause}")]
-    Fenced { partition: i32, transactional_id: String, cause: KafkaError },
+    Fenced {
+        partition: i32,
+        transactional_id: String,
+        cause: KafkaError,
+    },
     /// The producer could not be created or its transactions initialised
     /// for another reason than a newer owner (no ACL on the transactional
     /// id, a broker without transactions, a timeout): the partition cannot
@@ -73,7 +77,11 @@ pub enum TxnError {
         "partition {partition}: cannot start the transactional producer {transactional_id}: {cause} (with ACLs the \
          principal needs Write and Describe on this transactional id: docs/operating.md, \"A secured cluster\")"
     )]
-    Open { partition: i32, transactional_id: String, cause: KafkaError },
+    Open {
+        partition: i32,
+        transactional_id: String,
+        cause: KafkaError,
+    },
     /// The round was aborted (nothing of it is visible); it can be retried.
     #[error("partition {partition}: transaction aborted: {cause}")]
     Aborted { partition: i32, cause: KafkaError },
@@ -87,7 +95,9 @@ impl crate::telemetry::errors::Failure for TxnError {
     fn kind(&self) -> crate::telemetry::errors::Kind {
         match self {
             TxnError::Aborted { .. } => crate::telemetry::errors::Kind::Retryable,
-            TxnError::Fenced { .. } | TxnError::Open { .. } => crate::telemetry::errors::Kind::Permanent,
+            TxnError::Fenced { .. } | TxnError::Open { .. } => {
+                crate::telemetry::errors::Kind::Permanent
+            }
         }
     }
 }
@@ -132,7 +142,10 @@ pub(crate) struct TxnWriter {
 
 /// The transactional id of an input partition's producer.
 pub(crate) fn transactional_id(config: &Config, partition: i32) -> String {
-    format!("{}-{}-{}", config.kafka.group_id, config.kafka.input_topic, partition)
+    format!(
+        "{}-{}-{}",
+        config.kafka.group_id, config.kafka.input_topic, partition
+    )
 }
 
 impl TxnWriter {
@@ -148,9 +161,14 @@ impl TxnWriter {
         output: Option<(String, Arc<OutboxEncoder>)>,
     ) -> Result<Self, TxnError> {
         let transactional_id = transactional_id(config, partition);
-        let producer: FutureProducer = crate::kafka::transactional_producer_config(config, &transactional_id)
-            .create()
-            .map_err(|cause| TxnError::Open { partition, transactional_id: transactional_id.clone(), cause })?;
+        let producer: FutureProducer =
+            crate::kafka::transactional_producer_config(config, &transactional_id)
+                .create()
+                .map_err(|cause| TxnError::Open {
+                    partition,
+                    transactional_id: transactional_id.clone(),
+                    cause,
+                })?;
         let init = producer.clone();
         let result = tokio::task::spawn_blocking(move || init.init_transactions(CALL_TIMEOUT))
             .await
@@ -161,12 +179,24 @@ impl TxnWriter {
             // partition unprocessed with no rebalance to move it: fatal.
             let fenced = matches!(
                 cause.rdkafka_error_code(),
-                Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced)
+                Some(
+                    RDKafkaErrorCode::ProducerFenced
+                        | RDKafkaErrorCode::InvalidProducerEpoch
+                        | RDKafkaErrorCode::Fenced
+                )
             );
             return Err(if fenced {
-                TxnError::Fenced { partition, transactional_id, cause }
+                TxnError::Fenced {
+                    partition,
+                    transactional_id,
+                    cause,
+                }
             } else {
-                TxnError::Open { partition, transactional_id, cause }
+                TxnError::Open {
+                    partition,
+                    transactional_id,
+                    cause,
+                }
             });
         }
         info!(partition, transactional_id = %transactional_id, "transactional producer ready (earlier producers of the partition fenced)");
@@ -200,7 +230,10 @@ impl TxnWriter {
         };
         fault::hit(Point::StopQueued);
         let offsets = match round.group {
-            Some(group) => match crate::kafka::commit_list(&self.source_topic, [(self.partition, round.covers)]) {
+            Some(group) => match crate::kafka::commit_list(
+                &self.source_topic,
+                [(self.partition, round.covers)],
+            ) {
                 Ok(tpl) => Some((tpl, group)),
                 Err(cause) => return Err(self.fail(cause).await),
             },
@@ -222,7 +255,11 @@ impl TxnWriter {
         drop(acks);
         match checkpoint_ack.await {
             Ok(Ok(delivery)) => Ok(delivery.offset + 1),
-            Ok(Err((cause, _))) => Err(TxnError::Fenced { partition: self.partition, transactional_id: self.transactional_id.clone(), cause }),
+            Ok(Err((cause, _))) => Err(TxnError::Fenced {
+                partition: self.partition,
+                transactional_id: self.transactional_id.clone(),
+                cause,
+            }),
             Err(_) => Err(TxnError::Fenced {
                 partition: self.partition,
                 transactional_id: self.transactional_id.clone(),
@@ -234,17 +271,33 @@ impl TxnWriter {
     /// Hands every record of the round to librdkafka (the commit waits for
     /// their delivery). Returns the acknowledgements, the checkpoint
     /// record's apart.
-    async fn enqueue(&self, round: &Round<'_>) -> Result<(Vec<DeliveryFuture>, DeliveryFuture), KafkaError> {
-        let mut acks = Vec::with_capacity(round.letters.len() + round.changes.len() + round.status.len());
+    async fn enqueue(
+        &self,
+        round: &Round<'_>,
+    ) -> Result<(Vec<DeliveryFuture>, DeliveryFuture), KafkaError> {
+        let mut acks =
+            Vec::with_capacity(round.letters.len() + round.changes.len() + round.status.len());
         for held in round.letters {
             let letter = held.letter();
-            acks.push(self.send(letter_record(&self.dlq_topic, &self.source_topic, &letter)).await?);
+            acks.push(
+                self.send(letter_record(&self.dlq_topic, &self.source_topic, &letter))
+                    .await?,
+            );
         }
         let (covers, epoch) = (round.covers.to_string(), round.epoch.to_string());
         let headers = OwnedHeaders::new_with_capacity(3)
-            .insert(Header { key: HEADER_COVERS, value: Some(covers.as_str()) })
-            .insert(Header { key: HEADER_EPOCH, value: Some(epoch.as_str()) })
-            .insert(Header { key: HEADER_WRITER, value: Some(crate::kafka::client_id()) });
+            .insert(Header {
+                key: HEADER_COVERS,
+                value: Some(covers.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_EPOCH,
+                value: Some(epoch.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_WRITER,
+                value: Some(crate::kafka::client_id()),
+            });
         let torn_at = fault::due(Point::TornChangelog).then_some(round.changes.len() / 2);
         for (i, change) in round.changes.iter().enumerate() {
             if torn_at == Some(i) {
@@ -280,7 +333,11 @@ impl TxnWriter {
                     .partition(self.partition)
                     .key(status.order_id.as_str())
                     .payload(&payload)
-                    .headers(crate::outbox::status_headers(&self.source_topic, self.partition, status));
+                    .headers(crate::outbox::status_headers(
+                        &self.source_topic,
+                        self.partition,
+                        status,
+                    ));
                 acks.push(self.send(record).await?);
             }
         }
@@ -306,7 +363,10 @@ impl TxnWriter {
             .await
             .unwrap_or(Err(KafkaError::Canceled));
         match aborted {
-            Ok(()) => TxnError::Aborted { partition: self.partition, cause },
+            Ok(()) => TxnError::Aborted {
+                partition: self.partition,
+                cause,
+            },
             Err(abort) => {
                 warn!(partition = self.partition, error = %abort, "cannot abort the transaction");
                 self.fenced(cause)
@@ -318,7 +378,10 @@ impl TxnWriter {
         if self.is_fatal(&cause) {
             self.fenced(cause)
         } else {
-            TxnError::Aborted { partition: self.partition, cause }
+            TxnError::Aborted {
+                partition: self.partition,
+                cause,
+            }
         }
     }
 
@@ -327,13 +390,22 @@ impl TxnWriter {
             KafkaError::Transaction(error) => error.is_fatal(),
             other => matches!(
                 other.rdkafka_error_code(),
-                Some(RDKafkaErrorCode::Fatal | RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced)
+                Some(
+                    RDKafkaErrorCode::Fatal
+                        | RDKafkaErrorCode::ProducerFenced
+                        | RDKafkaErrorCode::InvalidProducerEpoch
+                        | RDKafkaErrorCode::Fenced
+                )
             ),
         }
     }
 
     fn fenced(&self, cause: KafkaError) -> TxnError {
-        TxnError::Fenced { partition: self.partition, transactional_id: self.transactional_id.clone(), cause }
+        TxnError::Fenced {
+            partition: self.partition,
+            transactional_id: self.transactional_id.clone(),
+            cause,
+        }
     }
 }
 

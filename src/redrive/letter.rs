@@ -12,7 +12,8 @@ use tracing::warn;
 
 use super::time::rfc3339_millis;
 use crate::headers::{
-    HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_REDRIVE_COUNT, HEADER_REDRIVE_DONE, HEADER_TOPIC,
+    HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_REDRIVE_COUNT,
+    HEADER_REDRIVE_DONE, HEADER_TOPIC,
 };
 
 /// Where a dead-lettered record was in its source topic: what `--source
@@ -33,7 +34,8 @@ impl FromStr for SourcePos {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("`{text}` is not PARTITION:OFFSET (two non-negative numbers, e.g. 0:1234)");
+        let bad =
+            || format!("`{text}` is not PARTITION:OFFSET (two non-negative numbers, e.g. 0:1234)");
         let (partition, offset) = text.trim().split_once(':').ok_or_else(bad)?;
         let partition: i32 = partition.parse().map_err(|_| bad())?;
         let offset: i64 = offset.parse().map_err(|_| bad())?;
@@ -70,7 +72,10 @@ pub struct Letter {
 impl Letter {
     /// The source position, when both headers are there and parse.
     pub fn source(&self) -> Option<SourcePos> {
-        Some(SourcePos { partition: self.source_partition?, offset: self.source_offset? })
+        Some(SourcePos {
+            partition: self.source_partition?,
+            offset: self.source_offset?,
+        })
     }
 }
 
@@ -87,7 +92,10 @@ pub enum DlqRecord {
     Letter(Letter),
     /// A re-drive record: these source positions of this input topic were
     /// re-published.
-    Redriven { input_topic: String, sources: Vec<SourcePos> },
+    Redriven {
+        input_topic: String,
+        sources: Vec<SourcePos>,
+    },
 }
 
 /// Parses one record of the dead-letter topic.
@@ -139,18 +147,35 @@ pub fn parse(message: &BorrowedMessage<'_>) -> DlqRecord {
         timestamp_ms,
         redrive_count,
         redriven: false,
-        defect: (!defects.is_empty()).then(|| format!("not an orderly dead letter: {}", defects.join(", "))),
+        defect: (!defects.is_empty())
+            .then(|| format!("not an orderly dead letter: {}", defects.join(", "))),
     })
 }
 
 fn parse_redrive_record(message: &BorrowedMessage<'_>) -> DlqRecord {
-    let parsed = message.payload().and_then(|p| serde_json::from_slice::<RedriveRecord>(p).ok());
+    let parsed = message
+        .payload()
+        .and_then(|p| serde_json::from_slice::<RedriveRecord>(p).ok());
     let Some(record) = parsed else {
-        warn!(partition = message.partition(), offset = message.offset(), "unreadable re-drive record ignored");
-        return DlqRecord::Redriven { input_topic: String::new(), sources: Vec::new() };
+        warn!(
+            partition = message.partition(),
+            offset = message.offset(),
+            "unreadable re-drive record ignored"
+        );
+        return DlqRecord::Redriven {
+            input_topic: String::new(),
+            sources: Vec::new(),
+        };
     };
-    let sources = record.sources.iter().filter_map(|s| s.parse().ok()).collect();
-    DlqRecord::Redriven { input_topic: record.input_topic, sources }
+    let sources = record
+        .sources
+        .iter()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    DlqRecord::Redriven {
+        input_topic: record.input_topic,
+        sources,
+    }
 }
 
 /// The source positions of one input topic that re-drive records name.
@@ -181,9 +206,29 @@ mod tests {
 
     #[test]
     fn source_positions_parse_strictly() {
-        assert_eq!("3:42".parse::<SourcePos>(), Ok(SourcePos { partition: 3, offset: 42 }));
-        assert_eq!(" 0:0 ".parse::<SourcePos>().map(|s| s.to_string()), Ok("0:0".to_string()));
-        for bad in ["", "3", "3:", ":4", "a:1", "1:b", "-1:4", "1:-4", "1:2:3", "99999999999:1"] {
+        assert_eq!(
+            "3:42".parse::<SourcePos>(),
+            Ok(SourcePos {
+                partition: 3,
+                offset: 42
+            })
+        );
+        assert_eq!(
+            " 0:0 ".parse::<SourcePos>().map(|s| s.to_string()),
+            Ok("0:0".to_string())
+        );
+        for bad in [
+            "",
+            "3",
+            "3:",
+            ":4",
+            "a:1",
+            "1:b",
+            "-1:4",
+            "1:-4",
+            "1:2:3",
+            "99999999999:1",
+        ] {
             let error = bad.parse::<SourcePos>().expect_err(bad);
             assert!(error.contains("PARTITION:OFFSET"), "{bad}: {error}");
         }

@@ -36,13 +36,19 @@ pub fn list(config: &Config, limit: Option<usize>) -> Result<Listing, RedriveErr
     for partition in 0..partitions {
         bounds.push((partition, dlq.watermarks(partition)?));
     }
-    let total: i64 = bounds.iter().map(|(_, (low, end))| (end - low).max(0)).sum();
+    let total: i64 = bounds
+        .iter()
+        .map(|(_, (low, end))| (end - low).max(0))
+        .sum();
     let mut progress = Progress::new("dlq list", total as u64);
     for (partition, (low, end)) in bounds {
         dlq.scan(partition, low, end, |message| {
             match letter::parse(message) {
                 DlqRecord::Letter(letter) => letters.push(letter),
-                DlqRecord::Redriven { input_topic: topic, sources } => redriven.add(input_topic, &topic, sources),
+                DlqRecord::Redriven {
+                    input_topic: topic,
+                    sources,
+                } => redriven.add(input_topic, &topic, sources),
             }
             progress.read_one();
             Ok(())
@@ -52,13 +58,25 @@ pub fn list(config: &Config, limit: Option<usize>) -> Result<Listing, RedriveErr
         let same_topic = letter.source_topic.as_deref() == Some(input_topic.as_str());
         letter.redriven = same_topic && letter.source().is_some_and(|s| redriven.contains(&s));
     }
-    letters.sort_by_key(|l| (l.timestamp_ms.unwrap_or(i64::MIN), l.dlq_partition, l.dlq_offset));
+    letters.sort_by_key(|l| {
+        (
+            l.timestamp_ms.unwrap_or(i64::MIN),
+            l.dlq_partition,
+            l.dlq_offset,
+        )
+    });
     let total = letters.len();
     let redriven = letters.iter().filter(|l| l.redriven).count();
     if let Some(limit) = limit {
         letters.drain(..total.saturating_sub(limit));
     }
-    Ok(Listing { topic: dlq.topic.clone(), partitions, total, redriven, letters })
+    Ok(Listing {
+        topic: dlq.topic.clone(),
+        partitions,
+        total,
+        redriven,
+        letters,
+    })
 }
 
 impl Listing {
@@ -68,15 +86,34 @@ impl Listing {
         use std::fmt::Write;
         let mut out = String::new();
         if self.total == 0 {
-            let _ = writeln!(out, "no dead letters in {} ({} partition{})", self.topic, self.partitions, if self.partitions == 1 { "" } else { "s" });
+            let _ = writeln!(
+                out,
+                "no dead letters in {} ({} partition{})",
+                self.topic,
+                self.partitions,
+                if self.partitions == 1 { "" } else { "s" }
+            );
             return out;
         }
         let dash = || "-".to_string();
-        let topic_width = self.letters.iter().filter_map(|l| l.source_topic.as_ref()).map(|t| t.chars().count()).max().unwrap_or(0).max(12);
+        let topic_width = self
+            .letters
+            .iter()
+            .filter_map(|l| l.source_topic.as_ref())
+            .map(|t| t.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(12);
         let _ = writeln!(
             out,
             "{:<24}  {:<topic_width$}  {:>9}  {:>10}  {:<14}  {:>8}  {:<8}  message",
-            "dead-lettered at", "source topic", "partition", "offset", "kind", "redrives", "redriven"
+            "dead-lettered at",
+            "source topic",
+            "partition",
+            "offset",
+            "kind",
+            "redrives",
+            "redriven"
         );
         for l in &self.letters {
             let _ = writeln!(
@@ -84,15 +121,27 @@ impl Listing {
                 "{:<24}  {:<topic_width$}  {:>9}  {:>10}  {:<14}  {:>8}  {:<8}  {}",
                 l.dead_lettered_at.clone().unwrap_or_else(dash),
                 l.source_topic.clone().unwrap_or_else(dash),
-                l.source_partition.map(|p| p.to_string()).unwrap_or_else(dash),
+                l.source_partition
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(dash),
                 l.source_offset.map(|o| o.to_string()).unwrap_or_else(dash),
                 l.error_kind.clone().unwrap_or_else(dash),
                 l.redrive_count,
                 if l.redriven { "yes" } else { "no" },
-                shorten(l.error_message.as_deref().or(l.defect.as_deref()).unwrap_or("-"), MESSAGE_WIDTH),
+                shorten(
+                    l.error_message
+                        .as_deref()
+                        .or(l.defect.as_deref())
+                        .unwrap_or("-"),
+                    MESSAGE_WIDTH
+                ),
             );
         }
-        let shown = if self.letters.len() < self.total { format!("; the newest {} shown", self.letters.len()) } else { String::new() };
+        let shown = if self.letters.len() < self.total {
+            format!("; the newest {} shown", self.letters.len())
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
             "{} dead letter{} in {} ({} partition{}), {} re-driven{shown}",

@@ -28,7 +28,7 @@ use tracing::{info, warn};
 
 use super::letter::{RedrivenSet, SourcePos};
 use super::scan::Dlq;
-use super::{Redriven, RedriveError};
+use super::{RedriveError, Redriven};
 use crate::config::Config;
 
 /// How long creating the log topic, and seeing it in the metadata, may take.
@@ -58,7 +58,9 @@ pub(crate) struct RedriveLog {
 
 impl RedriveLog {
     pub(crate) fn of(config: &Config) -> Self {
-        RedriveLog { topic: config.redrive_topic() }
+        RedriveLog {
+            topic: config.redrive_topic(),
+        }
     }
 
     /// Whether the topic exists.
@@ -69,9 +71,16 @@ impl RedriveLog {
 
     /// Adds every source position of `input_topic` the log names to `done`.
     /// A missing log names none.
-    pub(crate) fn read_into(&self, dlq: &Dlq, input_topic: &str, done: &mut RedrivenSet) -> Result<usize, RedriveError> {
+    pub(crate) fn read_into(
+        &self,
+        dlq: &Dlq,
+        input_topic: &str,
+        done: &mut RedrivenSet,
+    ) -> Result<usize, RedriveError> {
         let [partitions] = dlq.partitions_of([self.topic.as_str()])?;
-        let Some(partitions) = partitions else { return Ok(0) };
+        let Some(partitions) = partitions else {
+            return Ok(0);
+        };
         let mut read = 0;
         for partition in 0..partitions {
             let (low, end) = dlq.watermarks_in(&self.topic, partition)?;
@@ -96,11 +105,18 @@ impl RedriveLog {
         if self.exists(dlq)? {
             return Ok(());
         }
-        let failed = |message: String| RedriveError::RedriveLog { topic: self.topic.clone(), message };
-        let admin: AdminClient<DefaultClientContext> =
-            crate::kafka::admin_config(config).create().map_err(|e| failed(format!("cannot create an admin client: {e}")))?;
-        let new = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
-        let options = AdminOptions::new().operation_timeout(Some(CREATE_TIMEOUT)).request_timeout(Some(CREATE_TIMEOUT));
+        let failed = |message: String| RedriveError::RedriveLog {
+            topic: self.topic.clone(),
+            message,
+        };
+        let admin: AdminClient<DefaultClientContext> = crate::kafka::admin_config(config)
+            .create()
+            .map_err(|e| failed(format!("cannot create an admin client: {e}")))?;
+        let new = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1))
+            .set("cleanup.policy", "compact");
+        let options = AdminOptions::new()
+            .operation_timeout(Some(CREATE_TIMEOUT))
+            .request_timeout(Some(CREATE_TIMEOUT));
         let results = futures::executor::block_on(admin.create_topics([&new], &options))
             .map_err(|e| failed(format!("cannot create it: {e}")))?;
         for result in results {
@@ -118,7 +134,9 @@ impl RedriveLog {
         let deadline = Instant::now() + CREATE_TIMEOUT;
         while !self.exists(dlq)? {
             if Instant::now() >= deadline {
-                return Err(failed("created, but it did not appear in the metadata within 10 s".into()));
+                return Err(failed(
+                    "created, but it did not appear in the metadata within 10 s".into(),
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -128,11 +146,23 @@ impl RedriveLog {
 
     /// Appends one record per re-driven letter and waits for every
     /// acknowledgement.
-    pub(crate) fn record(&self, producer: &FutureProducer, input_topic: &str, redriven: &[Redriven]) -> Result<(), RedriveError> {
-        let record_error = |cause| RedriveError::RedriveRecord { topic: self.topic.clone(), partition: 0, cause };
+    pub(crate) fn record(
+        &self,
+        producer: &FutureProducer,
+        input_topic: &str,
+        redriven: &[Redriven],
+    ) -> Result<(), RedriveError> {
+        let record_error = |cause| RedriveError::RedriveRecord {
+            topic: self.topic.clone(),
+            partition: 0,
+            cause,
+        };
         let mut deliveries: Vec<DeliveryFuture> = Vec::with_capacity(redriven.len());
         for r in redriven {
-            let source = SourcePos { partition: r.source_partition, offset: r.source_offset };
+            let source = SourcePos {
+                partition: r.source_partition,
+                offset: r.source_offset,
+            };
             let value = LogRecord {
                 input_topic: input_topic.to_string(),
                 source: source.to_string(),
@@ -143,7 +173,10 @@ impl RedriveLog {
             // Strings and integers only: serializing cannot fail.
             let payload = serde_json::to_vec(&value).unwrap_or_default();
             let key = key(input_topic, source);
-            let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&self.topic).partition(0).key(key.as_str()).payload(payload.as_slice());
+            let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&self.topic)
+                .partition(0)
+                .key(key.as_str())
+                .payload(payload.as_slice());
             let delivery = crate::kafka::send_blocking(producer, record).map_err(record_error)?;
             deliveries.push(delivery);
         }

@@ -86,9 +86,16 @@ pub enum RedriveError {
     #[error("kafka client setup failed: {cause}")]
     Client { cause: KafkaError },
     #[error("cannot read cluster metadata from {bootstrap}: {cause}")]
-    Metadata { bootstrap: String, cause: KafkaError },
+    Metadata {
+        bootstrap: String,
+        cause: KafkaError,
+    },
     #[error("cannot read the offsets of {topic} partition {partition}: {cause}")]
-    Watermarks { topic: String, partition: i32, cause: KafkaError },
+    Watermarks {
+        topic: String,
+        partition: i32,
+        cause: KafkaError,
+    },
     #[error("cannot read the committed re-drive progress of group {group}: {cause}")]
     Committed { group: String, cause: KafkaError },
     /// A range of the dead-letter topic or the re-drive log could not be
@@ -100,13 +107,27 @@ pub enum RedriveError {
         "re-publishing the letter of {input_topic} partition {partition} offset {offset} failed: {cause}; the letters \
          acknowledged before it are recorded, run the replay again"
     )]
-    Produce { input_topic: String, partition: i32, offset: i64, cause: KafkaError },
+    Produce {
+        input_topic: String,
+        partition: i32,
+        offset: i64,
+        cause: KafkaError,
+    },
     #[error("re-drive log topic {topic} (kafka.redrive_topic): {message}")]
     RedriveLog { topic: String, message: String },
     #[error("writing the re-drive record to {topic} partition {partition} failed: {cause}; run the replay again")]
-    RedriveRecord { topic: String, partition: i32, cause: KafkaError },
+    RedriveRecord {
+        topic: String,
+        partition: i32,
+        cause: KafkaError,
+    },
     #[error("committing re-drive progress of group {group} (dead-letter partition {partition} at {offset}) failed: {cause}")]
-    Commit { group: String, partition: i32, offset: i64, cause: KafkaError },
+    Commit {
+        group: String,
+        partition: i32,
+        offset: i64,
+        cause: KafkaError,
+    },
 }
 
 impl From<crate::partition_reader::ReadError> for RedriveError {
@@ -131,7 +152,14 @@ impl Progress {
     const EVERY: Duration = Duration::from_secs(5);
 
     pub(crate) fn new(what: &'static str, total: u64) -> Self {
-        Progress { what, started: Instant::now(), next: Self::FIRST, total, read: 0, redriven: 0 }
+        Progress {
+            what,
+            started: Instant::now(),
+            next: Self::FIRST,
+            total,
+            read: 0,
+            redriven: 0,
+        }
     }
 
     /// One more record read.

@@ -21,13 +21,12 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use serde::Serialize;
 
 use super::letter::{self, DlqRecord, Letter, RedrivenSet, SourcePos};
-use super::scan::Dlq;
 use super::log::RedriveLog;
+use super::scan::Dlq;
 use super::{Progress, RedriveError, CHUNK};
 use crate::config::Config;
-use crate::kafka::producer_config;
 use crate::headers::{HEADER_REDRIVE_COUNT, HEADER_REDRIVE_SOURCE};
-
+use crate::kafka::producer_config;
 
 /// Which letters to re-drive.
 #[derive(Debug, Clone)]
@@ -65,9 +64,18 @@ pub enum SkipReason {
     /// A re-drive record names its source position (or an earlier letter
     /// of this run had the same one).
     AlreadyRedriven,
-    LimitReached { count: u32, max: u32 },
-    ForeignTopic { topic: String, input_topic: String },
-    NoSuchPartition { partition: i32, partitions: i32 },
+    LimitReached {
+        count: u32,
+        max: u32,
+    },
+    ForeignTopic {
+        topic: String,
+        input_topic: String,
+    },
+    NoSuchPartition {
+        partition: i32,
+        partitions: i32,
+    },
     Defective(String),
 }
 
@@ -89,13 +97,25 @@ impl fmt::Display for SkipReason {
         match self {
             SkipReason::AlreadyRedriven => write!(f, "already re-driven"),
             SkipReason::LimitReached { count, max } => {
-                write!(f, "re-drive limit reached: re-driven {count} times, --max-redrives is {max}")
+                write!(
+                    f,
+                    "re-drive limit reached: re-driven {count} times, --max-redrives is {max}"
+                )
             }
             SkipReason::ForeignTopic { topic, input_topic } => {
-                write!(f, "its source topic {topic} is not kafka.input_topic ({input_topic}); refused")
+                write!(
+                    f,
+                    "its source topic {topic} is not kafka.input_topic ({input_topic}); refused"
+                )
             }
-            SkipReason::NoSuchPartition { partition, partitions } => {
-                write!(f, "the input topic has no partition {partition} (it has {partitions})")
+            SkipReason::NoSuchPartition {
+                partition,
+                partitions,
+            } => {
+                write!(
+                    f,
+                    "the input topic has no partition {partition} (it has {partitions})"
+                )
             }
             SkipReason::Defective(defect) => write!(f, "{defect}"),
         }
@@ -165,11 +185,19 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
         Selection::All => BTreeSet::new(),
         Selection::Sources(sources) => sources.iter().copied().collect(),
     };
-    let committed = if all { dlq.committed(partitions)? } else { BTreeMap::new() };
+    let committed = if all {
+        dlq.committed(partitions)?
+    } else {
+        BTreeMap::new()
+    };
     let mut ranges = Vec::with_capacity(partitions as usize);
     for partition in 0..partitions {
         let (low, end) = dlq.watermarks(partition)?;
-        let from = committed.get(&partition).copied().flatten().map_or(low, |c| c.max(low));
+        let from = committed
+            .get(&partition)
+            .copied()
+            .flatten()
+            .map_or(low, |c| c.max(low));
         ranges.push((partition, from, end));
     }
     let log = RedriveLog::of(config);
@@ -193,7 +221,10 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
         committed: BTreeMap::new(),
         elapsed_ms: 0,
     };
-    let total: i64 = ranges.iter().map(|(_, from, end)| (end - from).max(0)).sum();
+    let total: i64 = ranges
+        .iter()
+        .map(|(_, from, end)| (end - from).max(0))
+        .sum();
     let mut progress = Progress::new("dlq replay", total as u64);
     let mut found = BTreeSet::new();
     // One set for the run: duplicate letters of a record normally share a
@@ -209,7 +240,10 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
         dlq.scan(partition, from, end, |message| {
             match letter::parse(message) {
                 DlqRecord::Letter(letter) => letters.push(letter),
-                DlqRecord::Redriven { input_topic: topic, sources } => done.add(&input_topic, &topic, sources),
+                DlqRecord::Redriven {
+                    input_topic: topic,
+                    sources,
+                } => done.add(&input_topic, &topic, sources),
             }
             progress.read_one();
             Ok(())
@@ -224,7 +258,13 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
                 };
             }
             report.chosen += 1;
-            match decide(&letter, &input_topic, input_partitions, request.max_redrives, &mut done) {
+            match decide(
+                &letter,
+                &input_topic,
+                input_partitions,
+                request.max_redrives,
+                &mut done,
+            ) {
                 Ok(redriven) => {
                     plan.insert(letter.dlq_offset, redriven);
                 }
@@ -233,7 +273,9 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
         }
         match &sender {
             None => report.redriven.extend(plan.into_values()),
-            Some(sender) => sender.send_planned(partition, &plan, end, &mut report, &mut progress)?,
+            Some(sender) => {
+                sender.send_planned(partition, &plan, end, &mut report, &mut progress)?
+            }
         }
     }
     report.not_found = wanted.difference(&found).copied().collect();
@@ -255,19 +297,30 @@ fn decide(
         return Err(SkipReason::Defective(defect.clone()));
     }
     let (Some(topic), Some(source)) = (&letter.source_topic, letter.source()) else {
-        return Err(SkipReason::Defective("not an orderly dead letter: no source headers".into()));
+        return Err(SkipReason::Defective(
+            "not an orderly dead letter: no source headers".into(),
+        ));
     };
     if topic != input_topic {
-        return Err(SkipReason::ForeignTopic { topic: topic.clone(), input_topic: input_topic.to_string() });
+        return Err(SkipReason::ForeignTopic {
+            topic: topic.clone(),
+            input_topic: input_topic.to_string(),
+        });
     }
     if done.contains(&source) {
         return Err(SkipReason::AlreadyRedriven);
     }
     if letter.redrive_count >= max_redrives {
-        return Err(SkipReason::LimitReached { count: letter.redrive_count, max: max_redrives });
+        return Err(SkipReason::LimitReached {
+            count: letter.redrive_count,
+            max: max_redrives,
+        });
     }
     if source.partition >= input_partitions {
-        return Err(SkipReason::NoSuchPartition { partition: source.partition, partitions: input_partitions });
+        return Err(SkipReason::NoSuchPartition {
+            partition: source.partition,
+            partitions: input_partitions,
+        });
     }
     done.insert(source);
     Ok(Redriven {
@@ -292,9 +345,23 @@ struct Sender<'a> {
 }
 
 impl<'a> Sender<'a> {
-    fn new(config: &Config, dlq: &'a Dlq, log: &'a RedriveLog, commit: bool) -> Result<Self, RedriveError> {
-        let producer = producer_config(config).set("linger.ms", "5").create().map_err(|cause| RedriveError::Client { cause })?;
-        Ok(Sender { producer, dlq, log, input_topic: config.kafka.input_topic.clone(), commit })
+    fn new(
+        config: &Config,
+        dlq: &'a Dlq,
+        log: &'a RedriveLog,
+        commit: bool,
+    ) -> Result<Self, RedriveError> {
+        let producer = producer_config(config)
+            .set("linger.ms", "5")
+            .create()
+            .map_err(|cause| RedriveError::Client { cause })?;
+        Ok(Sender {
+            producer,
+            dlq,
+            log,
+            input_topic: config.kafka.input_topic.clone(),
+            commit,
+        })
     }
 
     /// Reads the partition again from the first planned letter to the last
@@ -311,30 +378,53 @@ impl<'a> Sender<'a> {
     ) -> Result<(), RedriveError> {
         let mut pending: Vec<(Redriven, DeliveryFuture)> = Vec::new();
         if let (Some(&first), Some(&last)) = (plan.keys().next(), plan.keys().next_back()) {
-            self.dlq.scan(partition, first, crate::store::next_offset_after(last), |message| {
-                let Some(planned) = plan.get(&message.offset()) else { return Ok(()) };
-                if pending.len() >= CHUNK {
-                    // Every record before this one is handled.
-                    let sent = self.settle(partition, &mut pending, message.offset(), report)?;
-                    progress.redriven(sent);
-                }
-                pending.push((planned.clone(), self.send(message, planned)?));
-                Ok(())
-            })?;
+            self.dlq.scan(
+                partition,
+                first,
+                crate::store::next_offset_after(last),
+                |message| {
+                    let Some(planned) = plan.get(&message.offset()) else {
+                        return Ok(());
+                    };
+                    if pending.len() >= CHUNK {
+                        // Every record before this one is handled.
+                        let sent =
+                            self.settle(partition, &mut pending, message.offset(), report)?;
+                        progress.redriven(sent);
+                    }
+                    pending.push((planned.clone(), self.send(message, planned)?));
+                    Ok(())
+                },
+            )?;
         }
         let sent = self.settle(partition, &mut pending, end, report)?;
         progress.redriven(sent);
         Ok(())
     }
 
-    fn send(&self, message: &BorrowedMessage<'_>, planned: &Redriven) -> Result<DeliveryFuture, RedriveError> {
+    fn send(
+        &self,
+        message: &BorrowedMessage<'_>,
+        planned: &Redriven,
+    ) -> Result<DeliveryFuture, RedriveError> {
         let count = planned.redrive_count.to_string();
-        let source = SourcePos { partition: planned.source_partition, offset: planned.source_offset }.to_string();
+        let source = SourcePos {
+            partition: planned.source_partition,
+            offset: planned.source_offset,
+        }
+        .to_string();
         let headers = OwnedHeaders::new_with_capacity(2)
-            .insert(Header { key: HEADER_REDRIVE_COUNT, value: Some(count.as_str()) })
-            .insert(Header { key: HEADER_REDRIVE_SOURCE, value: Some(source.as_str()) });
-        let mut record: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(&self.input_topic).partition(planned.source_partition).headers(headers);
+            .insert(Header {
+                key: HEADER_REDRIVE_COUNT,
+                value: Some(count.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_REDRIVE_SOURCE,
+                value: Some(source.as_str()),
+            });
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.input_topic)
+            .partition(planned.source_partition)
+            .headers(headers);
         if let Some(key) = message.key() {
             record = record.key(key);
         }
@@ -404,8 +494,13 @@ impl ReplayReport {
     /// One line per letter handled: re-driven (or, in a dry run, to be),
     /// skipped with the reason, or a `--source` not found.
     pub fn lines(&self) -> Vec<String> {
-        let verb = if self.dry_run { "would re-drive" } else { "re-drove" };
-        let mut lines = Vec::with_capacity(self.redriven.len() + self.skipped.len() + self.not_found.len());
+        let verb = if self.dry_run {
+            "would re-drive"
+        } else {
+            "re-drove"
+        };
+        let mut lines =
+            Vec::with_capacity(self.redriven.len() + self.skipped.len() + self.not_found.len());
         for r in &self.redriven {
             lines.push(format!(
                 "{verb} {} {}:{} (dlq partition {} offset {}, {}) with re-drive count {}",
@@ -432,7 +527,10 @@ impl ReplayReport {
             ));
         }
         for source in &self.not_found {
-            lines.push(format!("not found: no dead letter in {} has source {} {source}", self.dlq_topic, self.input_topic));
+            lines.push(format!(
+                "not found: no dead letter in {} has source {} {source}",
+                self.dlq_topic, self.input_topic
+            ));
         }
         lines
     }
@@ -446,12 +544,30 @@ impl ReplayReport {
         let why = if reasons.is_empty() {
             String::new()
         } else {
-            let parts: Vec<String> = reasons.iter().map(|(kind, n)| format!("{n} {}", kind.replace('_', " "))).collect();
+            let parts: Vec<String> = reasons
+                .iter()
+                .map(|(kind, n)| format!("{n} {}", kind.replace('_', " ")))
+                .collect();
             format!(" ({})", parts.join(", "))
         };
-        let chosen = if self.chosen == self.letters_read { String::new() } else { format!(", {} chosen by --source", self.chosen) };
-        let not_found = if self.not_found.is_empty() { String::new() } else { format!("; {} --source not found", self.not_found.len()) };
-        let (verb, tail) = if self.dry_run { ("would re-drive", "; dry run: nothing sent, nothing committed") } else { ("re-drove", "") };
+        let chosen = if self.chosen == self.letters_read {
+            String::new()
+        } else {
+            format!(", {} chosen by --source", self.chosen)
+        };
+        let not_found = if self.not_found.is_empty() {
+            String::new()
+        } else {
+            format!("; {} --source not found", self.not_found.len())
+        };
+        let (verb, tail) = if self.dry_run {
+            (
+                "would re-drive",
+                "; dry run: nothing sent, nothing committed",
+            )
+        } else {
+            ("re-drove", "")
+        };
         format!(
             "dlq replay: read {} letters from {}{chosen}; {verb} {} to {}; skipped {}{why}{not_found}; {:.1} s{tail}",
             self.letters_read,
@@ -488,33 +604,80 @@ mod tests {
     #[test]
     fn letters_are_decided_in_order_of_the_reasons() {
         let mut done = RedrivenSet::default();
-        done.add("orders", "orders", vec![SourcePos { partition: 0, offset: 1 }]);
+        done.add(
+            "orders",
+            "orders",
+            vec![SourcePos {
+                partition: 0,
+                offset: 1,
+            }],
+        );
         let decide = |l: &Letter, done: &mut RedrivenSet| decide(l, "orders", 2, 3, done);
 
         let fresh = decide(&letter(0, 0, 0), &mut done).expect("re-driven");
-        assert_eq!((fresh.source_partition, fresh.source_offset, fresh.redrive_count), (0, 0, 1));
-        assert_eq!(decide(&letter(0, 0, 0), &mut done).unwrap_err(), SkipReason::AlreadyRedriven, "a duplicate letter");
-        assert_eq!(decide(&letter(0, 1, 0), &mut done).unwrap_err(), SkipReason::AlreadyRedriven, "named by a re-drive record");
-        assert_eq!(decide(&letter(1, 5, 2), &mut done).expect("under the limit").redrive_count, 3);
-        assert_eq!(decide(&letter(1, 6, 3), &mut done).unwrap_err(), SkipReason::LimitReached { count: 3, max: 3 });
+        assert_eq!(
+            (
+                fresh.source_partition,
+                fresh.source_offset,
+                fresh.redrive_count
+            ),
+            (0, 0, 1)
+        );
+        assert_eq!(
+            decide(&letter(0, 0, 0), &mut done).unwrap_err(),
+            SkipReason::AlreadyRedriven,
+            "a duplicate letter"
+        );
+        assert_eq!(
+            decide(&letter(0, 1, 0), &mut done).unwrap_err(),
+            SkipReason::AlreadyRedriven,
+            "named by a re-drive record"
+        );
+        assert_eq!(
+            decide(&letter(1, 5, 2), &mut done)
+                .expect("under the limit")
+                .redrive_count,
+            3
+        );
+        assert_eq!(
+            decide(&letter(1, 6, 3), &mut done).unwrap_err(),
+            SkipReason::LimitReached { count: 3, max: 3 }
+        );
         assert_eq!(
             decide(&letter(2, 7, 0), &mut done).unwrap_err(),
-            SkipReason::NoSuchPartition { partition: 2, partitions: 2 }
+            SkipReason::NoSuchPartition {
+                partition: 2,
+                partitions: 2
+            }
         );
         let mut foreign = letter(0, 8, 0);
         foreign.source_topic = Some("payments".into());
         let reason = decide(&foreign, &mut done).unwrap_err();
         assert_eq!(reason.kind(), "foreign_topic");
-        assert!(reason.to_string().contains("payments") && reason.to_string().contains("refused"), "{reason}");
+        assert!(
+            reason.to_string().contains("payments") && reason.to_string().contains("refused"),
+            "{reason}"
+        );
         let mut defective = letter(0, 9, 0);
-        defective.defect = Some("not an orderly dead letter: no orderly.source.offset header".into());
-        assert_eq!(decide(&defective, &mut done).unwrap_err().kind(), "defective");
+        defective.defect =
+            Some("not an orderly dead letter: no orderly.source.offset header".into());
+        assert_eq!(
+            decide(&defective, &mut done).unwrap_err().kind(),
+            "defective"
+        );
     }
 
     #[test]
     fn re_drive_records_of_another_input_topic_do_not_count() {
         let mut done = RedrivenSet::default();
-        done.add("orders", "old-orders", vec![SourcePos { partition: 0, offset: 0 }]);
+        done.add(
+            "orders",
+            "old-orders",
+            vec![SourcePos {
+                partition: 0,
+                offset: 0,
+            }],
+        );
         assert!(decide(&letter(0, 0, 0), "orders", 1, 3, &mut done).is_ok());
     }
 }

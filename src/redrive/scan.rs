@@ -38,7 +38,9 @@ impl Dlq {
     pub(crate) fn open(config: &Config) -> Result<Self, RedriveError> {
         let group = redrive_group(config);
         let client = redrive_consumer_config(config, &group);
-        let consumer = client.create().map_err(|cause| RedriveError::Client { cause })?;
+        let consumer = client
+            .create()
+            .map_err(|cause| RedriveError::Client { cause })?;
         Ok(Dlq {
             client,
             consumer,
@@ -51,19 +53,31 @@ impl Dlq {
     /// The partition count of the dead-letter topic and of `input_topic`
     /// (`None` when it does not exist). A metadata request for every topic
     /// never asks the broker to create one.
-    pub(crate) fn partition_counts(&self, input_topic: &str) -> Result<(i32, Option<i32>), RedriveError> {
+    pub(crate) fn partition_counts(
+        &self,
+        input_topic: &str,
+    ) -> Result<(i32, Option<i32>), RedriveError> {
         let [dlq, input] = self.partitions_of([self.topic.as_str(), input_topic])?;
-        let dlq = dlq.ok_or_else(|| RedriveError::DlqTopicMissing { topic: self.topic.clone(), bootstrap: self.bootstrap.clone() })?;
+        let dlq = dlq.ok_or_else(|| RedriveError::DlqTopicMissing {
+            topic: self.topic.clone(),
+            bootstrap: self.bootstrap.clone(),
+        })?;
         Ok((dlq, input))
     }
 
     /// The partition count of each of `topics` (`None`: it does not exist),
     /// from one metadata request for every topic.
-    pub(crate) fn partitions_of<const N: usize>(&self, topics: [&str; N]) -> Result<[Option<i32>; N], RedriveError> {
+    pub(crate) fn partitions_of<const N: usize>(
+        &self,
+        topics: [&str; N],
+    ) -> Result<[Option<i32>; N], RedriveError> {
         let metadata = self
             .consumer
             .fetch_metadata(None, REQUEST_TIMEOUT)
-            .map_err(|cause| RedriveError::Metadata { bootstrap: self.bootstrap.clone(), cause })?;
+            .map_err(|cause| RedriveError::Metadata {
+                bootstrap: self.bootstrap.clone(),
+                cause,
+            })?;
         Ok(topics.map(|name| {
             metadata
                 .topics()
@@ -79,14 +93,25 @@ impl Dlq {
     }
 
     /// [`Dlq::watermarks`] of a partition of another topic.
-    pub(crate) fn watermarks_in(&self, topic: &str, partition: i32) -> Result<(i64, i64), RedriveError> {
+    pub(crate) fn watermarks_in(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(i64, i64), RedriveError> {
         self.consumer
             .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
-            .map_err(|cause| RedriveError::Watermarks { topic: topic.to_string(), partition, cause })
+            .map_err(|cause| RedriveError::Watermarks {
+                topic: topic.to_string(),
+                partition,
+                cause,
+            })
     }
 
     /// The re-drive group's committed offset per partition (`None`: none).
-    pub(crate) fn committed(&self, partitions: i32) -> Result<BTreeMap<i32, Option<i64>>, RedriveError> {
+    pub(crate) fn committed(
+        &self,
+        partitions: i32,
+    ) -> Result<BTreeMap<i32, Option<i64>>, RedriveError> {
         let mut wanted = TopicPartitionList::with_capacity(partitions as usize);
         for partition in 0..partitions {
             wanted.add_partition(&self.topic, partition);
@@ -96,20 +121,40 @@ impl Dlq {
         let list = self
             .consumer
             .committed_offsets(wanted, REQUEST_TIMEOUT)
-            .map_err(|cause| RedriveError::Committed { group: self.group.clone(), cause })?;
+            .map_err(|cause| RedriveError::Committed {
+                group: self.group.clone(),
+                cause,
+            })?;
         Ok(list
             .elements()
             .iter()
-            .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { Some(o) } else { None }))
+            .map(|e| {
+                (
+                    e.partition(),
+                    if let Offset::Offset(o) = e.offset() {
+                        Some(o)
+                    } else {
+                        None
+                    },
+                )
+            })
             .collect())
     }
 
     /// Stores `next_offset` as the group's progress on `partition`.
     pub(crate) fn commit(&self, partition: i32, next_offset: i64) -> Result<(), RedriveError> {
-        let commit_error = |cause| RedriveError::Commit { group: self.group.clone(), partition, offset: next_offset, cause };
+        let commit_error = |cause| RedriveError::Commit {
+            group: self.group.clone(),
+            partition,
+            offset: next_offset,
+            cause,
+        };
         let mut list = TopicPartitionList::with_capacity(1);
-        list.add_partition_offset(&self.topic, partition, Offset::Offset(next_offset)).map_err(commit_error)?;
-        self.consumer.commit(&list, CommitMode::Sync).map_err(commit_error)?;
+        list.add_partition_offset(&self.topic, partition, Offset::Offset(next_offset))
+            .map_err(commit_error)?;
+        self.consumer
+            .commit(&list, CommitMode::Sync)
+            .map_err(commit_error)?;
         debug!(group = %self.group, partition, next_offset, "re-drive progress committed");
         Ok(())
     }
@@ -143,7 +188,8 @@ impl Dlq {
         // A reader of its own for each range (the settings report the end
         // of a partition), failing rather than waiting forever on a broker
         // that sends nothing.
-        let reader = PartitionReader::new(&self.client, topic, partition)?.on_stall(Stall::Fail(STALL_LIMIT));
+        let reader = PartitionReader::new(&self.client, topic, partition)?
+            .on_stall(Stall::Fail(STALL_LIMIT));
         reader.scan(from, end, each)
     }
 }

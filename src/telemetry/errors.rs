@@ -120,7 +120,11 @@ impl ErrorCounts {
         let mut out = Vec::with_capacity(Stage::ALL.len() * 2);
         for (i, stage) in Stage::ALL.iter().enumerate() {
             for kind in [Kind::Retryable, Kind::Permanent] {
-                out.push((*stage, kind, self.0[i][kind as usize].load(Ordering::Relaxed)));
+                out.push((
+                    *stage,
+                    kind,
+                    self.0[i][kind as usize].load(Ordering::Relaxed),
+                ));
             }
         }
         out
@@ -139,7 +143,12 @@ mod tests {
         counts.record(Stage::Flush, Kind::Permanent);
         let snapshot = counts.snapshot();
         assert_eq!(snapshot.len(), 24);
-        let get = |s, k| snapshot.iter().find(|(a, b, _)| *a == s && *b == k).map(|(_, _, n)| *n);
+        let get = |s, k| {
+            snapshot
+                .iter()
+                .find(|(a, b, _)| *a == s && *b == k)
+                .map(|(_, _, n)| *n)
+        };
         assert_eq!(get(Stage::Commit, Kind::Retryable), Some(2));
         assert_eq!(get(Stage::Flush, Kind::Permanent), Some(1));
         assert_eq!(get(Stage::Relay, Kind::Retryable), Some(0));

@@ -106,8 +106,12 @@ impl Collector for TelemetryCollector {
             )?;
             for p in &partitions {
                 for (outcome, counter) in OUTCOMES {
-                    let labels = [("partition", p.partition.to_string()), ("outcome", outcome.to_string())];
-                    ConstCounter::new(counter(p).load(Ordering::Relaxed)).encode(family.encode_family(&labels)?)?;
+                    let labels = [
+                        ("partition", p.partition.to_string()),
+                        ("outcome", outcome.to_string()),
+                    ];
+                    ConstCounter::new(counter(p).load(Ordering::Relaxed))
+                        .encode(family.encode_family(&labels)?)?;
                 }
             }
         }
@@ -119,12 +123,17 @@ impl Collector for TelemetryCollector {
                 MetricType::Counter,
             )?;
             for p in &partitions {
-                ConstCounter::new(p.version_gaps.load(Ordering::Relaxed)).encode(family.encode_family(&partition_label(p))?)?;
+                ConstCounter::new(p.version_gaps.load(Ordering::Relaxed))
+                    .encode(family.encode_family(&partition_label(p))?)?;
             }
         }
-        partition_gauge(&mut encoder, "orderly_consumer_lag", "Records between the partition's end offset and the processed position", &partitions, |p| {
-            p.lag()
-        })?;
+        partition_gauge(
+            &mut encoder,
+            "orderly_consumer_lag",
+            "Records between the partition's end offset and the processed position",
+            &partitions,
+            |p| p.lag(),
+        )?;
         partition_gauge(
             &mut encoder,
             "orderly_restore_remaining_records",
@@ -135,15 +144,27 @@ impl Collector for TelemetryCollector {
                 (left >= 0).then_some(left)
             },
         )?;
-        partition_gauge(&mut encoder, "orderly_outbox_pending", "Outbox records written and not yet acknowledged by the broker", &partitions, |p| {
-            p.outbox.get().map(|b| b.pending.load(Ordering::Relaxed) as i64)
-        })?;
+        partition_gauge(
+            &mut encoder,
+            "orderly_outbox_pending",
+            "Outbox records written and not yet acknowledged by the broker",
+            &partitions,
+            |p| {
+                p.outbox
+                    .get()
+                    .map(|b| b.pending.load(Ordering::Relaxed) as i64)
+            },
+        )?;
         partition_gauge(
             &mut encoder,
             "orderly_outbox_oldest_age_seconds",
             "Age of the oldest pending outbox record (0 when none)",
             &partitions,
-            |p| p.outbox.get().map(|b| b.oldest_age_ms.load(Ordering::Relaxed) as f64 / 1000.0),
+            |p| {
+                p.outbox
+                    .get()
+                    .map(|b| b.oldest_age_ms.load(Ordering::Relaxed) as f64 / 1000.0)
+            },
         )?;
         {
             let mut family = encoder.encode_descriptor(
@@ -154,7 +175,8 @@ impl Collector for TelemetryCollector {
             )?;
             for p in &partitions {
                 if let Some(backlog) = p.outbox.get() {
-                    ConstCounter::new(backlog.published.load(Ordering::Relaxed)).encode(family.encode_family(&partition_label(p))?)?;
+                    ConstCounter::new(backlog.published.load(Ordering::Relaxed))
+                        .encode(family.encode_family(&partition_label(p))?)?;
                 }
             }
         }
@@ -164,12 +186,14 @@ impl Collector for TelemetryCollector {
             None,
             MetricType::Gauge,
         )?)?;
-        ConstCounter::new(t.restored_records.load(Ordering::Relaxed)).encode(encoder.encode_descriptor(
-            "orderly_restored_records",
-            "Changelog records applied by restores",
-            None,
-            MetricType::Counter,
-        )?)?;
+        ConstCounter::new(t.restored_records.load(Ordering::Relaxed)).encode(
+            encoder.encode_descriptor(
+                "orderly_restored_records",
+                "Changelog records applied by restores",
+                None,
+                MetricType::Counter,
+            )?,
+        )?;
         {
             let mut family = encoder.encode_descriptor(
                 "orderly_records_by_schema",
@@ -178,7 +202,8 @@ impl Collector for TelemetryCollector {
                 MetricType::Counter,
             )?;
             for (id, records) in t.schema_records.snapshot() {
-                ConstCounter::new(records).encode(family.encode_family(&[("schema_id", id.to_string())])?)?;
+                ConstCounter::new(records)
+                    .encode(family.encode_family(&[("schema_id", id.to_string())])?)?;
             }
         }
         {
@@ -189,8 +214,10 @@ impl Collector for TelemetryCollector {
                 MetricType::Counter,
             )?;
             for (stage, kind, count) in t.errors.snapshot() {
-                ConstCounter::new(count)
-                    .encode(family.encode_family(&[("stage", stage.as_str().to_string()), ("kind", kind.as_str().to_string())])?)?;
+                ConstCounter::new(count).encode(family.encode_family(&[
+                    ("stage", stage.as_str().to_string()),
+                    ("kind", kind.as_str().to_string()),
+                ])?)?;
             }
         }
         ConstCounter::new(t.breaker_trips.load(Ordering::Relaxed)).encode(encoder.encode_descriptor(
@@ -208,8 +235,20 @@ impl Collector for TelemetryCollector {
             )?,
         )?;
         let seconds = Some(&Unit::Seconds);
-        histogram(&mut encoder, "orderly_batch_duration", "Time to decide one batch (decode, dead letters, decide)", seconds, &t.batch_duration)?;
-        histogram(&mut encoder, "orderly_batch_records", "Records per decided batch", None, &t.batch_records)?;
+        histogram(
+            &mut encoder,
+            "orderly_batch_duration",
+            "Time to decide one batch (decode, dead letters, decide)",
+            seconds,
+            &t.batch_duration,
+        )?;
+        histogram(
+            &mut encoder,
+            "orderly_batch_records",
+            "Records per decided batch",
+            None,
+            &t.batch_records,
+        )?;
         histogram(
             &mut encoder,
             "orderly_write_out_duration",
@@ -217,8 +256,20 @@ impl Collector for TelemetryCollector {
             seconds,
             &t.write_out_duration,
         )?;
-        histogram(&mut encoder, "orderly_flush_duration", "One store flush (fsync) covering many write-outs", seconds, &t.flush_duration)?;
-        histogram(&mut encoder, "orderly_commit_duration", "One offset commit to the group", seconds, &t.commit_duration)?;
+        histogram(
+            &mut encoder,
+            "orderly_flush_duration",
+            "One store flush (fsync) covering many write-outs",
+            seconds,
+            &t.flush_duration,
+        )?;
+        histogram(
+            &mut encoder,
+            "orderly_commit_duration",
+            "One offset commit to the group",
+            seconds,
+            &t.commit_duration,
+        )?;
         histogram(
             &mut encoder,
             "orderly_completion",
@@ -226,7 +277,13 @@ impl Collector for TelemetryCollector {
             seconds,
             &t.completion,
         )?;
-        histogram(&mut encoder, "orderly_timer_lateness", "How late partition tasks' timers fired", seconds, &t.timer_lateness)?;
+        histogram(
+            &mut encoder,
+            "orderly_timer_lateness",
+            "How late partition tasks' timers fired",
+            seconds,
+            &t.timer_lateness,
+        )?;
         Ok(())
     }
 }
@@ -239,10 +296,24 @@ mod tests {
     #[test]
     fn exposes_seeded_counters_and_histograms() {
         let telemetry = Arc::new(Telemetry::default());
-        let checkpoint = Checkpoint { applied: 7, duplicates: 2, stale: 1, dead_lettered: 3, next_offset: 13, ..Default::default() };
+        let checkpoint = Checkpoint {
+            applied: 7,
+            duplicates: 2,
+            stale: 1,
+            dead_lettered: 3,
+            next_offset: 13,
+            ..Default::default()
+        };
         let status = Arc::new(PartitionStatus::new(3, Some(&checkpoint)));
         status.enter(crate::telemetry::Phase::Processing);
-        status.record(&crate::outcomes::Outcomes { applied: 1, ..Default::default() }, 1, 14);
+        status.record(
+            &crate::outcomes::Outcomes {
+                applied: 1,
+                ..Default::default()
+            },
+            1,
+            14,
+        );
         status.end_offset.store(20, Ordering::Relaxed);
         telemetry.insert(status);
         telemetry.batch_duration.observe(0.002);
@@ -260,9 +331,15 @@ mod tests {
             "orderly_completion_seconds_sum 3.0",
             "# TYPE orderly_batch_duration_seconds histogram",
         ] {
-            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
         }
-        assert!(!text.contains("orderly_restore_remaining_records{"), "no restore series while not restoring");
+        assert!(
+            !text.contains("orderly_restore_remaining_records{"),
+            "no restore series while not restoring"
+        );
         assert!(text.ends_with("# EOF\n"));
     }
 
@@ -281,21 +358,43 @@ mod tests {
         // Series names, and histogram family names (as prose may cite them).
         let exposed: std::collections::BTreeSet<String> = text
             .lines()
-            .filter_map(|l| if let Some(family) = l.strip_prefix("# TYPE ") { family.split(' ').next() } else if l.starts_with('#') { None } else { l.split(['{', ' ']).next() })
+            .filter_map(|l| {
+                if let Some(family) = l.strip_prefix("# TYPE ") {
+                    family.split(' ').next()
+                } else if l.starts_with('#') {
+                    None
+                } else {
+                    l.split(['{', ' ']).next()
+                }
+            })
             .map(str::to_string)
             .collect();
         let root = env!("CARGO_MANIFEST_DIR");
-        for file in ["config/prometheus/orderly-rules.yml", "config/prometheus/orderly-rules.test.yml", "config/grafana/orderly-dashboard.json"] {
+        for file in [
+            "config/prometheus/orderly-rules.yml",
+            "config/prometheus/orderly-rules.test.yml",
+            "config/grafana/orderly-dashboard.json",
+        ] {
             let body = std::fs::read_to_string(format!("{root}/{file}")).expect("config file");
             let mut names = 0;
             for (at, _) in body.match_indices("orderly_") {
                 // A metric name starts at a word boundary (not `job="orderly_x"` inside another name).
-                if body[..at].chars().last().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                if body[..at]
+                    .chars()
+                    .last()
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+                {
                     continue;
                 }
-                let name: String = body[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                let name: String = body[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
                 names += 1;
-                assert!(exposed.contains(&name), "{file} names {name}, which /metrics does not have; it has {exposed:?}");
+                assert!(
+                    exposed.contains(&name),
+                    "{file} names {name}, which /metrics does not have; it has {exposed:?}"
+                );
             }
             assert!(names > 5, "{file} names metrics");
         }

@@ -43,9 +43,16 @@ pub struct Snapshot {
 
 impl Histogram {
     pub fn new(bounds: Vec<f64>) -> Self {
-        debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]), "bucket bounds must increase");
+        debug_assert!(
+            bounds.windows(2).all(|w| w[0] < w[1]),
+            "bucket bounds must increase"
+        );
         let counts = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
-        Histogram { bounds, counts, sum_micros: AtomicU64::new(0) }
+        Histogram {
+            bounds,
+            counts,
+            sum_micros: AtomicU64::new(0),
+        }
     }
 
     pub fn observe(&self, value: f64) {
@@ -54,10 +61,15 @@ impl Histogram {
 
     /// Observes `value` `n` times.
     pub(crate) fn observe_n(&self, value: f64, n: u64) {
-        let value = if value.is_finite() { value.max(0.0) } else { 0.0 };
+        let value = if value.is_finite() {
+            value.max(0.0)
+        } else {
+            0.0
+        };
         let bucket = self.bounds.partition_point(|bound| *bound < value);
         self.counts[bucket].fetch_add(n, Ordering::Relaxed);
-        self.sum_micros.fetch_add((value * 1e6).round() as u64 * n, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add((value * 1e6).round() as u64 * n, Ordering::Relaxed);
     }
 
     /// Observes many values with one atomic add per bucket they fall in.
@@ -65,7 +77,11 @@ impl Histogram {
         let mut local = vec![0u64; self.counts.len()];
         let mut sum = 0u64;
         for value in values {
-            let value = if value.is_finite() { value.max(0.0) } else { 0.0 };
+            let value = if value.is_finite() {
+                value.max(0.0)
+            } else {
+                0.0
+            };
             local[self.bounds.partition_point(|bound| *bound < value)] += 1;
             sum += (value * 1e6).round() as u64;
         }
@@ -86,9 +102,16 @@ impl Histogram {
         let mut buckets = Vec::with_capacity(self.counts.len());
         for (i, count) in self.counts.iter().enumerate() {
             running += count.load(Ordering::Relaxed);
-            buckets.push((self.bounds.get(i).copied().unwrap_or(f64::INFINITY), running));
+            buckets.push((
+                self.bounds.get(i).copied().unwrap_or(f64::INFINITY),
+                running,
+            ));
         }
-        Snapshot { count: running, sum: self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6, buckets }
+        Snapshot {
+            count: running,
+            sum: self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            buckets,
+        }
     }
 }
 
@@ -129,7 +152,10 @@ mod tests {
         let s = h.snapshot();
         assert_eq!(s.count, 7);
         // NaN and negatives count as 0; a value equal to a bound is in it.
-        assert_eq!(s.buckets, vec![(1.0, 4), (2.0, 5), (4.0, 6), (f64::INFINITY, 7)]);
+        assert_eq!(
+            s.buckets,
+            vec![(1.0, 4), (2.0, 5), (4.0, 6), (f64::INFINITY, 7)]
+        );
         assert!((s.sum - 106.0).abs() < 1e-9);
     }
 
@@ -142,7 +168,11 @@ mod tests {
         assert_eq!(s.quantile(1.0), Some(2.0));
         assert_eq!(Histogram::new(vec![1.0]).snapshot().quantile(0.5), None);
         h.observe_n(10.0, 1000);
-        assert_eq!(h.snapshot().quantile(0.99), Some(2.0), "the +Inf bucket reads as the highest bound");
+        assert_eq!(
+            h.snapshot().quantile(0.99),
+            Some(2.0),
+            "the +Inf bucket reads as the highest bound"
+        );
     }
 
     #[test]

@@ -105,7 +105,10 @@ impl PartitionStatus {
 
     /// Records between the end of the partition and the processed position.
     pub fn lag(&self) -> Option<i64> {
-        let (end, position) = (self.end_offset.load(Ordering::Relaxed), self.position.load(Ordering::Relaxed));
+        let (end, position) = (
+            self.end_offset.load(Ordering::Relaxed),
+            self.position.load(Ordering::Relaxed),
+        );
         (end >= 0 && position >= 0).then(|| (end - position).max(0))
     }
 
@@ -178,11 +181,17 @@ impl Default for Telemetry {
 impl Telemetry {
     /// The assigned partitions, in order.
     pub fn partitions(&self) -> Vec<Arc<PartitionStatus>> {
-        self.partitions.read().map(|p| p.values().cloned().collect()).unwrap_or_default()
+        self.partitions
+            .read()
+            .map(|p| p.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn partition(&self, partition: i32) -> Option<Arc<PartitionStatus>> {
-        self.partitions.read().ok().and_then(|p| p.get(&partition).cloned())
+        self.partitions
+            .read()
+            .ok()
+            .and_then(|p| p.get(&partition).cloned())
     }
 
     pub fn insert(&self, status: Arc<PartitionStatus>) {
@@ -212,16 +221,20 @@ impl Telemetry {
 
     /// Called by the poll loop on every turn.
     pub(crate) fn poll_turned(&self) {
-        self.poll_turned_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.poll_turned_ms
+            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     /// How long ago the poll loop last turned.
     pub(crate) fn since_poll(&self) -> Duration {
-        self.started.elapsed().saturating_sub(Duration::from_millis(self.poll_turned_ms.load(Ordering::Relaxed)))
+        self.started.elapsed().saturating_sub(Duration::from_millis(
+            self.poll_turned_ms.load(Ordering::Relaxed),
+        ))
     }
 
     pub(crate) fn set_rate(&self, per_second: f64) {
-        self.rate_bits.store(per_second.to_bits(), Ordering::Relaxed);
+        self.rate_bits
+            .store(per_second.to_bits(), Ordering::Relaxed);
     }
 
     pub fn rate(&self) -> f64 {
@@ -231,6 +244,10 @@ impl Telemetry {
     /// Observes the completion time of applied events whose write-out was
     /// just made durable, `now_ms` being the flush's end.
     pub(crate) fn complete(&self, occurred_at_ms: &[i64], now_ms: i64) {
-        self.completion.observe_all(occurred_at_ms.iter().map(|at| (now_ms - at).max(0) as f64 / 1000.0));
+        self.completion.observe_all(
+            occurred_at_ms
+                .iter()
+                .map(|at| (now_ms - at).max(0) as f64 / 1000.0),
+        );
     }
 }

@@ -4,8 +4,8 @@ use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
-use super::{PartitionStatus, Telemetry};
 use super::Phase;
+use super::{PartitionStatus, Telemetry};
 
 /// Who this process is, for the status page's header.
 #[derive(Debug, Clone, Serialize)]
@@ -104,8 +104,12 @@ fn row(p: &PartitionStatus) -> PartitionRow {
         stale: p.outcomes.stale.load(Ordering::Relaxed),
         dead_lettered: p.outcomes.dead_lettered.load(Ordering::Relaxed),
         restore_remaining: known(p.restore_remaining.load(Ordering::Relaxed)),
-        outbox_pending: backlog.map(|b| b.pending.load(Ordering::Relaxed)).unwrap_or(0),
-        outbox_oldest_age_seconds: backlog.map(|b| b.oldest_age_ms.load(Ordering::Relaxed) as f64 / 1000.0).unwrap_or(0.0),
+        outbox_pending: backlog
+            .map(|b| b.pending.load(Ordering::Relaxed))
+            .unwrap_or(0),
+        outbox_oldest_age_seconds: backlog
+            .map(|b| b.oldest_age_ms.load(Ordering::Relaxed) as f64 / 1000.0)
+            .unwrap_or(0.0),
     }
 }
 
@@ -124,18 +128,33 @@ pub fn not_ready(t: &Telemetry) -> Option<String> {
             Phase::Restoring => {
                 let left = p.restore_remaining.load(Ordering::Relaxed);
                 return Some(if left >= 0 {
-                    format!("partition {} is restoring from the changelog ({left} records to go)", p.partition)
+                    format!(
+                        "partition {} is restoring from the changelog ({left} records to go)",
+                        p.partition
+                    )
                 } else {
                     format!("partition {} is restoring from the changelog", p.partition)
                 });
             }
-            Phase::Draining => return Some(format!("partition {} is draining (being released)", p.partition)),
+            Phase::Draining => {
+                return Some(format!(
+                    "partition {} is draining (being released)",
+                    p.partition
+                ))
+            }
             Phase::Stopped => {
-                let why = p.stopped.get().map(String::as_str).unwrap_or("the dead-letter breaker tripped");
+                let why = p
+                    .stopped
+                    .get()
+                    .map(String::as_str)
+                    .unwrap_or("the dead-letter breaker tripped");
                 return Some(format!("{why}; fix the cause, then restart this instance"));
             }
         }
-        if p.outbox.get().is_some_and(|b| b.failing.load(Ordering::Relaxed)) {
+        if p.outbox
+            .get()
+            .is_some_and(|b| b.failing.load(Ordering::Relaxed))
+        {
             return Some(format!(
                 "partition {}'s outbox relay cannot publish to the output topic (missing or refusing; see the log); \
                  status changes wait in the outbox",
@@ -151,7 +170,10 @@ pub fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
     let partitions: Vec<PartitionRow> = statuses.iter().map(|p| row(p)).collect();
     let mut totals = Totals::default();
     let mut version_gaps = 0;
-    let mut outbox = Outbox { enabled: identity.outbox_enabled, ..Default::default() };
+    let mut outbox = Outbox {
+        enabled: identity.outbox_enabled,
+        ..Default::default()
+    };
     for (row, p) in partitions.iter().zip(&statuses) {
         version_gaps += p.version_gaps.load(Ordering::Relaxed);
         totals.applied += row.applied;
@@ -161,7 +183,9 @@ pub fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
         if let Some(backlog) = p.outbox.get() {
             outbox.pending += backlog.pending.load(Ordering::Relaxed);
             outbox.published += backlog.published.load(Ordering::Relaxed);
-            outbox.oldest_age_seconds = outbox.oldest_age_seconds.max(backlog.oldest_age_ms.load(Ordering::Relaxed) as f64 / 1000.0);
+            outbox.oldest_age_seconds = outbox
+                .oldest_age_seconds
+                .max(backlog.oldest_age_ms.load(Ordering::Relaxed) as f64 / 1000.0);
         }
     }
     totals.consumed = totals.applied + totals.duplicate + totals.stale + totals.dead_lettered;
@@ -174,13 +198,23 @@ pub fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
         uptime_seconds: t.uptime().as_secs_f64(),
         ready: reason.is_none(),
         ready_reason: reason,
-        idempotency_hit_rate: if totals.consumed == 0 { 0.0 } else { totals.duplicate as f64 / totals.consumed as f64 },
+        idempotency_hit_rate: if totals.consumed == 0 {
+            0.0
+        } else {
+            totals.duplicate as f64 / totals.consumed as f64
+        },
         totals,
         rate_per_second: t.rate(),
         version_gaps,
         completion_seconds: (completion.count > 0).then(|| Completion {
             count: completion.count,
-            above_range_seconds: completion.buckets.iter().rev().map(|(bound, _)| *bound).find(|b| b.is_finite()).unwrap_or(0.0),
+            above_range_seconds: completion
+                .buckets
+                .iter()
+                .rev()
+                .map(|(bound, _)| *bound)
+                .find(|b| b.is_finite())
+                .unwrap_or(0.0),
             p50: completion.quantile(0.5).unwrap_or_default(),
             p90: completion.quantile(0.9).unwrap_or_default(),
             p99: completion.quantile(0.99).unwrap_or_default(),

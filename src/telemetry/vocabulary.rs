@@ -73,4 +73,3 @@ pub enum OwnersError {
     #[error(transparent)]
     Describe(#[from] crate::group_members::DescribeError),
 }
-

@@ -17,8 +17,19 @@ use crate::{required_env, PARTITIONS, SESSION_TIMEOUT_MS};
 #[test]
 fn crash_drill() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
-    let spec = WorkloadSpec { orders: 33_000, poison_rate: 0.002, seed: 2026, ..Default::default() };
-    let faults = ["after_dlq:1", "after_batch:2", "after_flush:2", "after_batch:5", "after_flush:4"];
+    let spec = WorkloadSpec {
+        orders: 33_000,
+        poison_rate: 0.002,
+        seed: 2026,
+        ..Default::default()
+    };
+    let faults = [
+        "after_dlq:1",
+        "after_batch:2",
+        "after_flush:2",
+        "after_batch:5",
+        "after_flush:4",
+    ];
     let (_instance, expected) = drill(&world, &spec, "", &faults, 22, 100_000);
     world.verify_outbox(&expected, true);
 }
@@ -31,11 +42,29 @@ fn crash_drill() {
 #[test]
 fn crash_drill_exactly_once() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
-    let spec = WorkloadSpec { orders: 20_000, poison_rate: 0.002, seed: 2027, ..Default::default() };
+    let spec = WorkloadSpec {
+        orders: 20_000,
+        poison_rate: 0.002,
+        seed: 2027,
+        ..Default::default()
+    };
     // Counts a chunk reaches in every cycle (a transaction per write-out
     // makes write-outs fewer and larger than at_least_once's).
-    let faults = ["torn_changelog:1", "after_batch:2", "after_flush:2", "torn_changelog:3", "after_batch:3"];
-    let (_instance, expected) = drill(&world, &spec, "guarantee = \"exactly_once\"\n", &faults, 15, 60_000);
+    let faults = [
+        "torn_changelog:1",
+        "after_batch:2",
+        "after_flush:2",
+        "torn_changelog:3",
+        "after_batch:3",
+    ];
+    let (_instance, expected) = drill(
+        &world,
+        &spec,
+        "guarantee = \"exactly_once\"\n",
+        &faults,
+        15,
+        60_000,
+    );
     world.verify_exactly_once(&expected);
 }
 
@@ -55,7 +84,9 @@ fn drill(
     assert!(records.len() >= min_records, "{} records", records.len());
     // Frequent write-outs, so the crash points and kills land between many
     // of them.
-    let instance = world.instance(&format!("{settings}batch_max_records = 500\ncommit_interval_ms = 20"));
+    let instance = world.instance(&format!(
+        "{settings}batch_max_records = 500\ncommit_interval_ms = 20"
+    ));
     let drill_started = Instant::now();
 
     // Chosen crash points first, then random SIGKILLs; records are produced
@@ -74,19 +105,32 @@ fn drill(
         // A SIGKILL cycle gets half its chunk before the kill is armed and
         // half just before it, so the kill lands while records are in flight.
         let part = chunks.next().unwrap_or(&[]);
-        let (now, later) = if fault.is_some() { (part, &part[..0]) } else { part.split_at(part.len() / 2) };
+        let (now, later) = if fault.is_some() {
+            (part, &part[..0])
+        } else {
+            part.split_at(part.len() / 2)
+        };
         world.produce(now);
         produced += now.len() as i64;
         match fault {
             Some(fault) => {
                 let status = wait_exit(&mut child, Duration::from_secs(120));
-                assert!(status.is_some_and(|s| !s.success()), "{fault}: aborted\n{}", tail(&instance.log()));
+                assert!(
+                    status.is_some_and(|s| !s.success()),
+                    "{fault}: aborted\n{}",
+                    tail(&instance.log())
+                );
                 aborts += 1;
             }
             None => {
                 // Kill once it is demonstrably working, at a random moment.
-                let progressed = wait_until(Duration::from_secs(60), || world.committed_total() > before);
-                assert!(progressed, "cycle {cycle}: no progress\n{}", tail(&instance.log()));
+                let progressed =
+                    wait_until(Duration::from_secs(60), || world.committed_total() > before);
+                assert!(
+                    progressed,
+                    "cycle {cycle}: no progress\n{}",
+                    tail(&instance.log())
+                );
                 // The rest of the chunk streams in small pieces; the kill
                 // lands at a random moment while it is still arriving, so it
                 // interrupts a processor with work in flight.
@@ -99,7 +143,8 @@ fn drill(
                         }
                     });
                     std::thread::sleep(delay);
-                    let in_flight = !feeding.is_finished() || world.committed_total() < produced + later.len() as i64;
+                    let in_flight = !feeding.is_finished()
+                        || world.committed_total() < produced + later.len() as i64;
                     signal(&child, "KILL");
                     feeding.join().expect("feeding thread");
                     in_flight
@@ -113,7 +158,12 @@ fn drill(
                 }
             }
         }
-        eprintln!("cycle {cycle}: {} at {:.1} s, committed {}", fault.unwrap_or("SIGKILL"), drill_started.elapsed().as_secs_f64(), world.committed_total());
+        eprintln!(
+            "cycle {cycle}: {} at {:.1} s, committed {}",
+            fault.unwrap_or("SIGKILL"),
+            drill_started.elapsed().as_secs_f64(),
+            world.committed_total()
+        );
     }
     for part in chunks {
         world.produce(part);
@@ -121,7 +171,10 @@ fn drill(
     let finish = world.finish(&instance);
     restarts += 1;
     let mismatches = world.verify_state(&instance, &expected);
-    let aborted_points = instance.log().matches("fault injection: aborting at").count();
+    let aborted_points = instance
+        .log()
+        .matches("fault injection: aborting at")
+        .count();
     eprintln!(
         "crash drill: {} events ({} applied, {} duplicates, {} stale, {} dead-lettered), {sigkills} SIGKILLs ({mid_work_kills} with work left), \
          {aborts} aborts at chosen points ({aborted_points} logged), {restarts} starts, {mismatches} mismatches, \
@@ -134,7 +187,10 @@ fn drill(
         finish.as_secs_f64(),
         drill_started.elapsed().as_secs_f64()
     );
-    assert!(mid_work_kills >= kills.saturating_sub(2), "only {mid_work_kills} of {sigkills} SIGKILLs landed while records were left to process");
+    assert!(
+        mid_work_kills >= kills.saturating_sub(2),
+        "only {mid_work_kills} of {sigkills} SIGKILLs landed while records were left to process"
+    );
     assert_eq!(aborted_points, faults.len());
     (instance, expected)
 }
@@ -145,7 +201,11 @@ fn drill(
 #[test]
 fn sigterm_during_load_drains_flushes_and_commits() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
-    let (records, _) = world.plan(&WorkloadSpec { orders: 30_000, seed: 5, ..Default::default() });
+    let (records, _) = world.plan(&WorkloadSpec {
+        orders: 30_000,
+        seed: 5,
+        ..Default::default()
+    });
     let instance = world.instance("batch_max_records = 200");
     let mut child = instance.spawn_run(None);
     // The load arrives over several seconds while the processor runs, so the
@@ -166,9 +226,16 @@ fn sigterm_during_load_drains_flushes_and_commits() {
         producing.join().expect("producer thread");
         (took, status)
     });
-    assert!(status.is_some_and(|s| s.success()), "exit 0: {status:?}\n{}", tail(&instance.log()));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit 0: {status:?}\n{}",
+        tail(&instance.log())
+    );
     let deadline = Duration::from_millis(SESSION_TIMEOUT_MS / 2);
-    assert!(took < deadline + Duration::from_secs(2), "stopped in {took:?}, deadline {deadline:?}");
+    assert!(
+        took < deadline + Duration::from_secs(2),
+        "stopped in {took:?}, deadline {deadline:?}"
+    );
     let stats = instance.stats();
     let committed = world.committed();
     let mut processed = 0;
@@ -176,12 +243,25 @@ fn sigterm_during_load_drains_flushes_and_commits() {
         let partition = p["partition"].as_i64().unwrap() as i32;
         let next = p["next_offset"].as_i64().unwrap();
         // A partition that processed nothing yet has no committed offset.
-        let committed = committed.get(&partition).copied().filter(|o| *o >= 0).unwrap_or(0);
-        assert_eq!(committed, next, "partition {partition}: committed equals the durable checkpoint");
+        let committed = committed
+            .get(&partition)
+            .copied()
+            .filter(|o| *o >= 0)
+            .unwrap_or(0);
+        assert_eq!(
+            committed, next,
+            "partition {partition}: committed equals the durable checkpoint"
+        );
         processed += next;
     }
-    eprintln!("sigterm: stopped in {took:?} after processing {processed} of {} records", records.len());
-    assert!((processed as usize) < records.len(), "the signal landed during the load");
+    eprintln!(
+        "sigterm: stopped in {took:?} after processing {processed} of {} records",
+        records.len()
+    );
+    assert!(
+        (processed as usize) < records.len(),
+        "the signal landed during the load"
+    );
 }
 
 /// A broker (sqlite storage) stopped for several seconds mid-load and
@@ -192,7 +272,12 @@ fn broker_restart_mid_load() {
     let data = tempfile::tempdir().expect("tempdir");
     let mut broker = Broker::start(data.path().join("kafka"));
     let world = World::new(broker.bootstrap.clone());
-    let (records, expected) = world.plan(&WorkloadSpec { orders: 12_000, poison_rate: 0.002, seed: 99, ..Default::default() });
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 12_000,
+        poison_rate: 0.002,
+        seed: 99,
+        ..Default::default()
+    });
     let half = records.len() / 2;
     world.produce(&records[..half]);
     let instance = world.instance("batch_max_records = 200");
@@ -202,7 +287,11 @@ fn broker_restart_mid_load() {
 
     broker.stop();
     std::thread::sleep(Duration::from_secs(6));
-    assert!(child.try_wait().expect("try_wait").is_none(), "processor survives the outage\n{}", tail(&instance.log()));
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "processor survives the outage\n{}",
+        tail(&instance.log())
+    );
     broker.restart();
     world.produce(&records[half..]);
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
@@ -211,12 +300,17 @@ fn broker_restart_mid_load() {
     let status = wait_exit(&mut child, Duration::from_secs(30));
     let log = instance.log();
     assert!(caught_up, "caught up after the restart\n{}", tail(&log));
-    assert!(status.is_some_and(|s| s.success()), "exit 0: {status:?}\n{}", tail(&log));
     assert!(
-        log.contains("kafka client error") || log.contains("consumer error") || log.contains("offset commit failed"),
+        status.is_some_and(|s| s.success()),
+        "exit 0: {status:?}\n{}",
+        tail(&log)
+    );
+    assert!(
+        log.contains("kafka client error")
+            || log.contains("consumer error")
+            || log.contains("offset commit failed"),
         "the outage is logged\n{}",
         tail(&log)
     );
     world.verify(&instance, &expected);
 }
-

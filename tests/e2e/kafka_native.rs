@@ -24,7 +24,13 @@ fn text(bytes: &[u8]) -> String {
 
 /// `kafka/broker tool NAME ARGS...` (Kafka's own command-line tools).
 pub(crate) fn kafka_tool(name: &str, args: &[&str]) -> Output {
-    Command::new(broker_script()).arg("tool").arg(name).args(args).stdin(Stdio::null()).output().expect("run kafka/broker tool")
+    Command::new(broker_script())
+        .arg("tool")
+        .arg(name)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kafka/broker tool")
 }
 
 /// The rows of a `kafka-consumer-groups` table, as maps from its header's
@@ -59,16 +65,32 @@ fn committed_with_metadata(world: &World) -> BTreeMap<i32, (i64, String)> {
     for p in 0..PARTITIONS {
         tpl.add_partition(&world.topic, p);
     }
-    let list = consumer.committed_offsets(tpl, Duration::from_secs(10)).expect("committed offsets");
+    let list = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
     list.elements()
         .iter()
-        .map(|e| (e.partition(), (if let Offset::Offset(o) = e.offset() { o } else { -1 }, e.metadata().to_string())))
+        .map(|e| {
+            (
+                e.partition(),
+                (
+                    if let Offset::Offset(o) = e.offset() {
+                        o
+                    } else {
+                        -1
+                    },
+                    e.metadata().to_string(),
+                ),
+            )
+        })
         .collect()
 }
 
 fn wait_ready_http(instance: &Instance, before: usize) -> String {
     let address = instance.wait_http(before);
-    let ready = wait_until(Duration::from_secs(90), || http_get(&address, "/readyz").is_ok_and(|(s, _)| s == 200));
+    let ready = wait_until(Duration::from_secs(90), || {
+        http_get(&address, "/readyz").is_ok_and(|(s, _)| s == 200)
+    });
     assert!(ready, "ready\n{}", tail(&instance.log()));
     address
 }
@@ -84,42 +106,97 @@ fn wait_ready_http(instance: &Instance, before: usize) -> String {
 #[test]
 fn kafka_tools_describe_the_group_and_an_outside_offset_reset_is_refused() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
-    let (records, expected) = world.plan(&WorkloadSpec { orders: 3_000, poison_rate: 0.003, seed: 171, ..Default::default() });
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 3_000,
+        poison_rate: 0.003,
+        seed: 171,
+        ..Default::default()
+    });
     world.produce(&records);
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let (a, b) = (world.instance("commit_interval_ms = 200"), world.instance("commit_interval_ms = 200"));
+    let (a, b) = (
+        world.instance("commit_interval_ms = 200"),
+        world.instance("commit_interval_ms = 200"),
+    );
     let reaper = Reaper::default();
     let mut run_a = reaper.watch(a.spawn_run(None));
     let mut run_b = reaper.watch(b.spawn_run(None));
     let client_ids = [client_id_of(&run_a), client_id_of(&run_b)];
     let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);
-    assert!(caught_up, "caught up\n{}\n---\n{}", tail(&a.log()), tail(&b.log()));
+    assert!(
+        caught_up,
+        "caught up\n{}\n---\n{}",
+        tail(&a.log()),
+        tail(&b.log())
+    );
 
     // --describe: both members own partitions once the group has settled.
     let bootstrap = world.bootstrap.as_str();
     let mut rows = Vec::new();
     let settled = wait_until(Duration::from_secs(60), || {
-        let out = kafka_tool("consumer-groups", &["--bootstrap-server", bootstrap, "--describe", "--group", &world.group]);
+        let out = kafka_tool(
+            "consumer-groups",
+            &[
+                "--bootstrap-server",
+                bootstrap,
+                "--describe",
+                "--group",
+                &world.group,
+            ],
+        );
         rows = table_rows(&text(&out.stdout));
-        let owners: std::collections::BTreeSet<&str> = rows.iter().filter_map(|r| r.get("CLIENT-ID").map(String::as_str)).collect();
+        let owners: std::collections::BTreeSet<&str> = rows
+            .iter()
+            .filter_map(|r| r.get("CLIENT-ID").map(String::as_str))
+            .collect();
         rows.len() == PARTITIONS as usize && owners.len() == 2
     });
     assert!(settled, "kafka-consumer-groups --describe: {rows:?}");
     for row in &rows {
         let partition: i32 = row["PARTITION"].parse().expect("partition");
         assert_eq!(row["TOPIC"], world.topic);
-        assert_eq!(row["CURRENT-OFFSET"], ends[&partition].to_string(), "{row:?}");
-        assert_eq!(row["LOG-END-OFFSET"], ends[&partition].to_string(), "{row:?}");
+        assert_eq!(
+            row["CURRENT-OFFSET"],
+            ends[&partition].to_string(),
+            "{row:?}"
+        );
+        assert_eq!(
+            row["LOG-END-OFFSET"],
+            ends[&partition].to_string(),
+            "{row:?}"
+        );
         assert_eq!(row["LAG"], "0", "{row:?}");
-        assert_ne!(row["CONSUMER-ID"], "-", "partition {partition} has an owner: {row:?}");
-        assert!(client_ids.contains(&row["CLIENT-ID"]), "owned by an orderly process: {row:?} (ids {client_ids:?})");
+        assert_ne!(
+            row["CONSUMER-ID"], "-",
+            "partition {partition} has an owner: {row:?}"
+        );
+        assert!(
+            client_ids.contains(&row["CLIENT-ID"]),
+            "owned by an orderly process: {row:?} (ids {client_ids:?})"
+        );
     }
-    let out = kafka_tool("consumer-groups", &["--bootstrap-server", bootstrap, "--describe", "--group", &world.group, "--members"]);
+    let out = kafka_tool(
+        "consumer-groups",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--group",
+            &world.group,
+            "--members",
+        ],
+    );
     let members = table_rows(&text(&out.stdout));
     assert_eq!(members.len(), 2, "two members: {}", text(&out.stdout));
-    let owned: usize = members.iter().map(|m| m["#PARTITIONS"].parse::<usize>().expect("#PARTITIONS")).sum();
+    let owned: usize = members
+        .iter()
+        .map(|m| m["#PARTITIONS"].parse::<usize>().expect("#PARTITIONS"))
+        .sum();
     assert_eq!(owned, PARTITIONS as usize, "{members:?}");
-    eprintln!("kafka-consumer-groups --describe --members:\n{}", text(&out.stdout));
+    eprintln!(
+        "kafka-consumer-groups --describe --members:\n{}",
+        text(&out.stdout)
+    );
     stop(&mut run_a, &a);
     stop(&mut run_b, &b);
 
@@ -127,7 +204,11 @@ fn kafka_tools_describe_the_group_and_an_outside_offset_reset_is_refused() {
     let committed = committed_with_metadata(&world);
     for (partition, (offset, metadata)) in &committed {
         assert_eq!(*offset, ends[partition]);
-        assert_eq!(metadata, orderly::kafka::COMMIT_METADATA, "partition {partition}");
+        assert_eq!(
+            metadata,
+            orderly::kafka::COMMIT_METADATA,
+            "partition {partition}"
+        );
     }
 
     // An operator resets the stopped group to the earliest offsets with
@@ -135,11 +216,29 @@ fn kafka_tools_describe_the_group_and_an_outside_offset_reset_is_refused() {
     // it, so it refuses to start and says what to do.
     let out = kafka_tool(
         "consumer-groups",
-        &["--bootstrap-server", bootstrap, "--group", &world.group, "--topic", &world.topic, "--reset-offsets", "--to-earliest", "--execute"],
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--group",
+            &world.group,
+            "--topic",
+            &world.topic,
+            "--reset-offsets",
+            "--to-earliest",
+            "--execute",
+        ],
     );
-    assert!(out.status.success(), "reset-offsets: {}\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "reset-offsets: {}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     let reset = committed_with_metadata(&world);
-    assert!(reset.values().all(|(o, m)| *o == 0 && m.is_empty()), "the tool committed 0 without metadata: {reset:?}");
+    assert!(
+        reset.values().all(|(o, m)| *o == 0 && m.is_empty()),
+        "the tool committed 0 without metadata: {reset:?}"
+    );
     let refused_log = a.dir.path().join("refused.log");
     let log_file = std::fs::File::create(&refused_log).expect("log file");
     let mut refused = a
@@ -152,24 +251,54 @@ fn kafka_tools_describe_the_group_and_an_outside_offset_reset_is_refused() {
         .expect("orderly run");
     let status = wait_exit(&mut refused, Duration::from_secs(60));
     let stderr = std::fs::read_to_string(&refused_log).unwrap_or_default();
-    assert_eq!(status.and_then(|s| s.code()), Some(9), "refused with exit 9 (not left running)\n{stderr}");
-    assert!(stderr.contains("kafka-consumer-groups") && stderr.contains("orderly replay"), "says what to do: {stderr}");
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(9),
+        "refused with exit 9 (not left running)\n{stderr}"
+    );
+    assert!(
+        stderr.contains("kafka-consumer-groups") && stderr.contains("orderly replay"),
+        "says what to do: {stderr}"
+    );
     for partition in 0..PARTITIONS {
-        assert!(stderr.contains(&format!("partition {partition} committed at 0, checkpoint at {}", ends[&partition])), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "partition {partition} committed at 0, checkpoint at {}",
+                ends[&partition]
+            )),
+            "{stderr}"
+        );
     }
 
     // Keep the checkpoints: the group offsets go back to them, tagged.
-    let out = a.command(&["replay", "--shift-by", "0"]).output().expect("orderly replay");
-    assert!(out.status.success(), "replay --shift-by 0: {}\n{}", text(&out.stdout), text(&out.stderr));
+    let out = a
+        .command(&["replay", "--shift-by", "0"])
+        .output()
+        .expect("orderly replay");
+    assert!(
+        out.status.success(),
+        "replay --shift-by 0: {}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     let restored = committed_with_metadata(&world);
     for (partition, (offset, metadata)) in &restored {
-        assert_eq!((*offset, metadata.as_str()), (ends[partition], orderly::kafka::COMMIT_METADATA), "partition {partition}");
+        assert_eq!(
+            (*offset, metadata.as_str()),
+            (ends[partition], orderly::kafka::COMMIT_METADATA),
+            "partition {partition}"
+        );
     }
     let before = a.http_starts();
     let mut run_a = reaper.watch(a.spawn_run(None));
     wait_ready_http(&a, before);
     stop(&mut run_a, &a);
-    assert!(!a.log().contains("cannot check the group's committed offsets"), "the check ran\n{}", tail(&a.log()));
+    assert!(
+        !a.log()
+            .contains("cannot check the group's committed offsets"),
+        "the check ran\n{}",
+        tail(&a.log())
+    );
     world.verify_state(&a, &expected);
 }
 
@@ -179,7 +308,12 @@ fn kafka_tools_describe_the_group_and_an_outside_offset_reset_is_refused() {
 #[test]
 fn replay_to_a_datetime_inside_the_topic_moves_each_partition_to_the_right_offset() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
-    let (records, _) = world.plan(&WorkloadSpec { orders: 2_000, poison_rate: 0.0, seed: 172, ..Default::default() });
+    let (records, _) = world.plan(&WorkloadSpec {
+        orders: 2_000,
+        poison_rate: 0.0,
+        seed: 172,
+        ..Default::default()
+    });
     let (first, second) = records.split_at(records.len() / 2);
     world.produce(first);
     let middle = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
@@ -188,38 +322,84 @@ fn replay_to_a_datetime_inside_the_topic_moves_each_partition_to_the_right_offse
     std::thread::sleep(Duration::from_millis(1_200));
     world.produce(second);
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    assert!(middle.iter().all(|(p, m)| *m > 0 && *m < ends[p]), "both halves in every partition: {middle:?} {ends:?}");
+    assert!(
+        middle.iter().all(|(p, m)| *m > 0 && *m < ends[p]),
+        "both halves in every partition: {middle:?} {ends:?}"
+    );
     let instance = world.instance("commit_interval_ms = 200");
     world.finish(&instance);
 
     let stamp = humantime::format_rfc3339_millis(at).to_string();
-    let out = instance.command(&["replay", "--to-datetime", &stamp, "--dry-run", "--json"]).output().expect("replay");
-    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let out = instance
+        .command(&["replay", "--to-datetime", &stamp, "--dry-run", "--json"])
+        .output()
+        .expect("replay");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
     let planned: BTreeMap<i32, i64> = plan["partitions"]
         .as_array()
         .expect("rows")
         .iter()
-        .map(|r| (r["partition"].as_i64().expect("partition") as i32, r["new_offset"].as_i64().expect("new offset")))
+        .map(|r| {
+            (
+                r["partition"].as_i64().expect("partition") as i32,
+                r["new_offset"].as_i64().expect("new offset"),
+            )
+        })
         .collect();
-    assert_eq!(planned, middle, "--to-datetime {stamp}: each partition's first record at or after it");
+    assert_eq!(
+        planned, middle,
+        "--to-datetime {stamp}: each partition's first record at or after it"
+    );
     // A time before the first record is the earliest offset; after the
     // last, the end.
-    let early = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_secs(1_000_000_000)).to_string();
-    let out = instance.command(&["replay", "--to-datetime", &early, "--dry-run", "--json"]).output().expect("replay");
+    let early = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+        .to_string();
+    let out = instance
+        .command(&["replay", "--to-datetime", &early, "--dry-run", "--json"])
+        .output()
+        .expect("replay");
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
-    assert!(plan["partitions"].as_array().expect("rows").iter().all(|r| r["new_offset"] == 0), "{plan}");
+    assert!(
+        plan["partitions"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .all(|r| r["new_offset"] == 0),
+        "{plan}"
+    );
 
-    let out = instance.command(&["replay", "--to-datetime", &stamp]).output().expect("replay");
-    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
-    assert_eq!(world.committed(), middle, "the group's offsets moved to the second half");
+    let out = instance
+        .command(&["replay", "--to-datetime", &stamp])
+        .output()
+        .expect("replay");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(
+        world.committed(),
+        middle,
+        "the group's offsets moved to the second half"
+    );
     // The checkpoints moved too: the second half is read again, and counted
     // as replayed.
     world.finish(&instance);
     let resumed = instance.stats();
     for p in resumed["partitions"].as_array().expect("partitions") {
         let partition = p["partition"].as_i64().expect("partition") as i32;
-        assert_eq!(p["replayed"].as_i64(), Some(ends[&partition] - middle[&partition]), "{p}");
+        assert_eq!(
+            p["replayed"].as_i64(),
+            Some(ends[&partition] - middle[&partition]),
+            "{p}"
+        );
     }
 }
 
@@ -233,7 +413,12 @@ fn a_changelog_the_broker_compacted_restores_every_order_exactly() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
     let changelog = format!("{}-changelog", world.topic);
     create_compacting_topic(&world.bootstrap, &changelog);
-    let (records, expected) = world.plan(&WorkloadSpec { orders: 1_500, poison_rate: 0.003, seed: 173, ..Default::default() });
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 1_500,
+        poison_rate: 0.003,
+        seed: 173,
+        ..Default::default()
+    });
     // Small batches and a short commit interval write each order many times
     // over many segments; the waves give the segments time to roll.
     let a = world.instance("commit_interval_ms = 20\nbatch_max_records = 50");
@@ -254,20 +439,42 @@ fn a_changelog_the_broker_compacted_restores_every_order_exactly() {
         counts = compaction_removed(&world.bootstrap, &changelog);
         counts.0 > counts.1 / 10
     });
-    assert!(compacted, "the broker compacted the changelog: {} records removed over {} offsets", counts.0, counts.1);
-    eprintln!("compaction: {} records removed over {} offsets after {:?}", counts.0, counts.1, started.elapsed());
+    assert!(
+        compacted,
+        "the broker compacted the changelog: {} records removed over {} offsets",
+        counts.0, counts.1
+    );
+    eprintln!(
+        "compaction: {} records removed over {} offsets after {:?}",
+        counts.0,
+        counts.1,
+        started.elapsed()
+    );
 
     // A member with an empty store restores from the compacted changelog.
     let b = world.instance("commit_interval_ms = 200");
     let mut run_b = reaper.watch(b.spawn_run(None));
     wait_ready_http(&b, 0);
     stop(&mut run_b, &b);
-    assert_eq!(b.log().matches("restore finished").count(), PARTITIONS as usize, "{}", tail(&b.log()));
+    assert_eq!(
+        b.log().matches("restore finished").count(),
+        PARTITIONS as usize,
+        "{}",
+        tail(&b.log())
+    );
     world.verify_state(&b, &expected);
 
     // And a reset replay over it starts every partition over, exactly.
-    let out = b.command(&["replay", "--to-earliest", "--reset-state"]).output().expect("replay");
-    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let out = b
+        .command(&["replay", "--to-earliest", "--reset-state"])
+        .output()
+        .expect("replay");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     world.finish(&b);
     world.verify_state(&b, &expected);
 }
@@ -284,10 +491,21 @@ const COMPACTING: [(&str, &str); 5] = [
 pub(crate) fn create_compacting_topic(bootstrap: &str, name: &str) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin");
-    let topic = COMPACTING.iter().fold(NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1)), |topic, (k, v)| topic.set(k, v));
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let results = runtime.block_on(admin.create_topics(&[topic], &AdminOptions::new())).expect("create topic");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin");
+    let topic = COMPACTING.iter().fold(
+        NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1)),
+        |topic, (k, v)| topic.set(k, v),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let results = runtime
+        .block_on(admin.create_topics(&[topic], &AdminOptions::new()))
+        .expect("create topic");
     for result in results {
         result.expect("changelog topic created");
     }
@@ -298,10 +516,21 @@ pub(crate) fn create_compacting_topic(bootstrap: &str, name: &str) {
 pub(crate) fn make_compacting(bootstrap: &str, name: &str) {
     use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
     use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin");
-    let config = COMPACTING.iter().fold(AlterConfig::new(ResourceSpecifier::Topic(name)), |config, (k, v)| config.set(k, v));
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let results = runtime.block_on(admin.alter_configs(&[config], &AdminOptions::new())).expect("alter configs");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin");
+    let config = COMPACTING.iter().fold(
+        AlterConfig::new(ResourceSpecifier::Topic(name)),
+        |config, (k, v)| config.set(k, v),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let results = runtime
+        .block_on(admin.alter_configs(&[config], &AdminOptions::new()))
+        .expect("alter configs");
     for result in results {
         result.expect("changelog topic altered");
     }
@@ -324,10 +553,13 @@ pub(crate) fn compaction_removed(bootstrap: &str, topic: &str) -> (i64, i64) {
             .set("enable.auto.commit", "false")
             .create()
             .expect("consumer");
-        let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10)).expect("watermarks");
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, Duration::from_secs(10))
+            .expect("watermarks");
         spanned += high - low;
         let mut tpl = rdkafka::TopicPartitionList::new();
-        tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(low)).expect("tpl");
+        tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(low))
+            .expect("tpl");
         consumer.assign(&tpl).expect("assign");
         let mut previous = low - 1;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -338,7 +570,10 @@ pub(crate) fn compaction_removed(bootstrap: &str, topic: &str) -> (i64, i64) {
                     previous = m.offset();
                 }
                 _ => {
-                    let at = consumer.position().ok().and_then(|l| l.find_partition(topic, partition).map(|e| e.offset()));
+                    let at = consumer
+                        .position()
+                        .ok()
+                        .and_then(|l| l.find_partition(topic, partition).map(|e| e.offset()));
                     if matches!(at, Some(rdkafka::Offset::Offset(o)) if o >= high) {
                         break;
                     }
@@ -354,19 +589,40 @@ pub(crate) fn compaction_removed(bootstrap: &str, topic: &str) -> (i64, i64) {
 /// records framed with its ids, decoded through it; exact results.
 #[test]
 fn a_real_schema_registry_serves_the_run() {
-    let world = World::with_real_registry(required_env("ORDERLY_E2E_BOOTSTRAP"), required_env("ORDERLY_E2E_REGISTRY"));
-    let (records, expected) = world.plan(&WorkloadSpec { orders: 2_000, poison_rate: 0.003, seed: 174, ..Default::default() });
+    let world = World::with_real_registry(
+        required_env("ORDERLY_E2E_BOOTSTRAP"),
+        required_env("ORDERLY_E2E_REGISTRY"),
+    );
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 2_000,
+        poison_rate: 0.003,
+        seed: 174,
+        ..Default::default()
+    });
     world.produce(&records);
     let instance = world.instance("commit_interval_ms = 200");
-    let check = instance.command(&["config", "check"]).output().expect("config check");
-    assert!(check.status.success(), "config check against the real registry\n{}", text(&check.stdout));
+    let check = instance
+        .command(&["config", "check"])
+        .output()
+        .expect("config check");
+    assert!(
+        check.status.success(),
+        "config check against the real registry\n{}",
+        text(&check.stdout)
+    );
     world.finish(&instance);
     world.verify(&instance, &expected);
     // The subjects are really there.
     let url = format!("{}/subjects", world.registry.url);
-    let out = Command::new("curl").args(["-sf", &url]).output().expect("curl");
+    let out = Command::new("curl")
+        .args(["-sf", &url])
+        .output()
+        .expect("curl");
     let subjects = text(&out.stdout);
-    assert!(subjects.contains(&format!("{}-value", world.topic)), "{subjects}");
+    assert!(
+        subjects.contains(&format!("{}-value", world.topic)),
+        "{subjects}"
+    );
 }
 
 /// Under KIP-848's consumer protocol the classic DescribeGroups call lists
@@ -376,10 +632,18 @@ fn a_real_schema_registry_serves_the_run() {
 #[test]
 fn under_the_consumer_protocol_replay_and_state_see_the_running_members() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP")).with_consumer_protocol();
-    let (records, expected) = world.plan(&WorkloadSpec { orders: 1_000, poison_rate: 0.0, seed: 175, ..Default::default() });
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 1_000,
+        poison_rate: 0.0,
+        seed: 175,
+        ..Default::default()
+    });
     world.produce(&records);
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let (a, b) = (world.instance("commit_interval_ms = 200"), world.instance("commit_interval_ms = 200"));
+    let (a, b) = (
+        world.instance("commit_interval_ms = 200"),
+        world.instance("commit_interval_ms = 200"),
+    );
     let reaper = Reaper::default();
     let mut run_a = reaper.watch(a.spawn_run(None));
     let address_a = wait_ready_http(&a, 0);
@@ -390,17 +654,37 @@ fn under_the_consumer_protocol_replay_and_state_see_the_running_members() {
         let owned = |address: &str| {
             http_get(address, "/metrics")
                 .ok()
-                .and_then(|(_, body)| body.lines().find(|l| l.starts_with("orderly_assigned_partitions ")).map(str::to_string))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+                .and_then(|(_, body)| {
+                    body.lines()
+                        .find(|l| l.starts_with("orderly_assigned_partitions "))
+                        .map(str::to_string)
+                })
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse::<f64>().ok())
+                })
                 .unwrap_or(0.0)
         };
         owned(&address_a) > 0.0 && owned(&address_b) > 0.0 && world.committed() == ends
     });
-    assert!(split, "both members own partitions and caught up\n{}\n---\n{}", tail(&a.log()), tail(&b.log()));
+    assert!(
+        split,
+        "both members own partitions and caught up\n{}\n---\n{}",
+        tail(&a.log()),
+        tail(&b.log())
+    );
 
-    let out = a.command(&["replay", "--to-earliest", "--dry-run"]).output().expect("replay");
+    let out = a
+        .command(&["replay", "--to-earliest", "--dry-run"])
+        .output()
+        .expect("replay");
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(8), "refused while members run: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(8),
+        "refused while members run: {stderr}"
+    );
     assert!(stderr.contains(&b_client_id), "names the members: {stderr}");
 
     let mut misdirected = 0;
@@ -409,7 +693,11 @@ fn under_the_consumer_protocol_replay_and_state_see_the_running_members() {
         if status == 421 {
             misdirected += 1;
             let answer: serde_json::Value = serde_json::from_str(&body).expect("421 JSON");
-            assert_eq!(answer["owner"]["client_id"].as_str(), Some(b_client_id.as_str()), "{answer}");
+            assert_eq!(
+                answer["owner"]["client_id"].as_str(),
+                Some(b_client_id.as_str()),
+                "{answer}"
+            );
         }
     }
     assert!(misdirected > 0, "some orders live on b");

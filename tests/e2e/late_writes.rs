@@ -72,7 +72,12 @@ fn three_members_through_repeated_pauses_end_exact_under_exactly_once() {
 fn scenario(guarantee: &str, seed: u64) {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
     let changelog = format!("{}-changelog", world.topic);
-    let (records, expected) = world.plan(&WorkloadSpec { orders: 3_000, poison_rate: 0.003, seed, ..Default::default() });
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 3_000,
+        poison_rate: 0.003,
+        seed,
+        ..Default::default()
+    });
     let mut waves = records.chunks(records.len() / 12 + 1);
     let mut next_wave = || {
         if let Some(wave) = waves.next() {
@@ -80,12 +85,21 @@ fn scenario(guarantee: &str, seed: u64) {
         }
     };
     let reaper = Reaper::default();
-    let settings = format!("{guarantee}commit_interval_ms = 100\nbatch_max_records = 100\nbatch_max_wait_ms = 5");
+    let settings = format!(
+        "{guarantee}commit_interval_ms = 100\nbatch_max_records = 100\nbatch_max_wait_ms = 5"
+    );
     let members: Vec<Instance> = (0..3).map(|_| world.instance(&settings)).collect();
     next_wave();
-    let mut runs: Vec<std::process::Child> = members.iter().map(|m| reaper.watch(m.spawn_run(None))).collect();
+    let mut runs: Vec<std::process::Child> = members
+        .iter()
+        .map(|m| reaper.watch(m.spawn_run(None)))
+        .collect();
     let progressed = wait_until(Duration::from_secs(90), || world.committed_total() > 0);
-    assert!(progressed, "the group makes progress\n{}", tail(&members[0].log()));
+    assert!(
+        progressed,
+        "the group makes progress\n{}",
+        tail(&members[0].log())
+    );
     let pause = |run: &std::process::Child, next_wave: &mut dyn FnMut()| {
         next_wave();
         signal(run, "STOP");
@@ -108,25 +122,55 @@ fn scenario(guarantee: &str, seed: u64) {
     }
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
     let settled = wait_until(Duration::from_secs(240), || world.committed() == ends);
-    assert!(settled, "the group caught up\n{}", members.iter().map(|m| tail(&m.log())).collect::<Vec<_>>().join("\n---\n"));
+    assert!(
+        settled,
+        "the group caught up\n{}",
+        members
+            .iter()
+            .map(|m| tail(&m.log()))
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    );
     std::thread::sleep(Duration::from_secs(1));
     for (run, member) in runs.iter_mut().zip(&members) {
         stop(run, member);
     }
-    let fenced: usize = members.iter().map(|m| m.log().matches("partition fenced").count()).sum();
-    let lost: usize = members.iter().map(|m| m.log().matches("partition lost").count()).sum();
+    let fenced: usize = members
+        .iter()
+        .map(|m| m.log().matches("partition fenced").count())
+        .sum();
+    let lost: usize = members
+        .iter()
+        .map(|m| m.log().matches("partition lost").count())
+        .sum();
     eprintln!("scenario: {fenced} fenced partitions, {lost} lost revokes across the members");
     if show_output_regressions(&world) {
         for member in &members {
             let log = member.log();
             let lines: Vec<&str> = log
                 .lines()
-                .filter(|l| ["transaction", "fenced", "restor", "revoked", "assigned", "lost", "abort", "WARN", "ERROR"].iter().any(|w| l.contains(w)))
+                .filter(|l| {
+                    [
+                        "transaction",
+                        "fenced",
+                        "restor",
+                        "revoked",
+                        "assigned",
+                        "lost",
+                        "abort",
+                        "WARN",
+                        "ERROR",
+                    ]
+                    .iter()
+                    .any(|w| l.contains(w))
+                })
                 .collect::<Vec<_>>();
             eprintln!("--- member log (selected lines)\n{}", lines.join("\n"));
         }
     }
-    restore_fresh_and_verify(&world, &changelog, &settings, guarantee, &expected, "scenario");
+    restore_fresh_and_verify(
+        &world, &changelog, &settings, guarantee, &expected, "scenario",
+    );
 }
 
 /// See the module doc. `point` is the fault point the first member stops
@@ -135,11 +179,18 @@ fn late_write(guarantee: &str, point: &str, seed: u64) {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
     let changelog = format!("{}-changelog", world.topic);
     create_compacting_topic(&world.bootstrap, &changelog);
-    let (records, expected) = world.plan(&WorkloadSpec { orders: 3_000, poison_rate: 0.003, seed, ..Default::default() });
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 3_000,
+        poison_rate: 0.003,
+        seed,
+        ..Default::default()
+    });
     let (first, rest) = records.split_at(records.len() / 3);
     let (second, third) = rest.split_at(rest.len() / 2);
     let reaper = Reaper::default();
-    let settings = format!("{guarantee}commit_interval_ms = 100\nbatch_max_records = 100\nbatch_max_wait_ms = 5");
+    let settings = format!(
+        "{guarantee}commit_interval_ms = 100\nbatch_max_records = 100\nbatch_max_wait_ms = 5"
+    );
 
     // a stops itself inside its third write-out. It is ready (every
     // partition's transactional producer initialised and restored) before
@@ -150,10 +201,14 @@ fn late_write(guarantee: &str, point: &str, seed: u64) {
     let a = world.instance(&settings);
     let mut run_a = reaper.watch(a.spawn_run(Some(&format!("{point}:3"))));
     let address_a = a.wait_http(0);
-    let ready = wait_until(Duration::from_secs(90), || http_get(&address_a, "/readyz").is_ok_and(|(s, _)| s == 200));
+    let ready = wait_until(Duration::from_secs(90), || {
+        http_get(&address_a, "/readyz").is_ok_and(|(s, _)| s == 200)
+    });
     assert!(ready, "a ready\n{}", tail(&a.log()));
     world.produce(first);
-    let stopped = wait_until(Duration::from_secs(90), || a.log().contains(&format!("stopping at {point}")));
+    let stopped = wait_until(Duration::from_secs(90), || {
+        a.log().contains(&format!("stopping at {point}"))
+    });
     assert!(stopped, "a stopped itself at {point}\n{}", tail(&a.log()));
 
     // b takes every partition once a's session times out, restores what
@@ -163,18 +218,29 @@ fn late_write(guarantee: &str, point: &str, seed: u64) {
     world.produce(second);
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
     let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);
-    assert!(caught_up, "b caught up while a was stopped\n{}", tail(&b.log()));
+    assert!(
+        caught_up,
+        "b caught up while a was stopped\n{}",
+        tail(&b.log())
+    );
 
     // a resumes: what librdkafka held for it is sent now, after b's
     // write-outs. Then the last third, processed by the group.
     signal(&run_a, "CONT");
-    let resumed = wait_until(Duration::from_secs(30), || a.log().contains(&format!("resumed at {point}")));
+    let resumed = wait_until(Duration::from_secs(30), || {
+        a.log().contains(&format!("resumed at {point}"))
+    });
     assert!(resumed, "a resumed\n{}", tail(&a.log()));
     std::thread::sleep(Duration::from_secs(3));
     world.produce(third);
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
     let settled = wait_until(Duration::from_secs(120), || world.committed() == ends);
-    assert!(settled, "the group caught up after a resumed\n{}\n---\n{}", tail(&a.log()), tail(&b.log()));
+    assert!(
+        settled,
+        "the group caught up after a resumed\n{}\n---\n{}",
+        tail(&a.log()),
+        tail(&b.log())
+    );
     std::thread::sleep(Duration::from_secs(1));
     stop(&mut run_a, &a);
     stop(&mut run_b, &b);
@@ -203,8 +269,15 @@ fn restore_fresh_and_verify(
         counts = compaction_removed(&world.bootstrap, changelog);
         counts.0 > 0
     });
-    assert!(compacted, "the broker compacted the changelog: {} records removed over {} offsets", counts.0, counts.1);
-    eprintln!("late write ({point}): compaction removed {} records over {} offsets", counts.0, counts.1);
+    assert!(
+        compacted,
+        "the broker compacted the changelog: {} records removed over {} offsets",
+        counts.0, counts.1
+    );
+    eprintln!(
+        "late write ({point}): compaction removed {} records over {} offsets",
+        counts.0, counts.1
+    );
 
     // c, with an empty store, restores every partition from the changelog.
     let reaper = Reaper::default();
@@ -215,7 +288,11 @@ fn restore_fresh_and_verify(
         scrape(&address).get("orderly_assigned_partitions").copied() == Some(PARTITIONS as f64)
             && http_get(&address, "/readyz").is_ok_and(|(s, _)| s == 200)
     });
-    assert!(owns_all, "c restored and owns every partition\n{}", tail(&c.log()));
+    assert!(
+        owns_all,
+        "c restored and owns every partition\n{}",
+        tail(&c.log())
+    );
     stop(&mut run_c, &c);
     world.verify_state(&c, expected);
     if guarantee == EXACTLY_ONCE {
@@ -258,17 +335,33 @@ fn show_output_regressions(world: &World) -> bool {
     let topic = format!("{}-status", world.topic);
     let ends = end_offsets(&world.bootstrap, &topic, PARTITIONS);
     for partition in 0..PARTITIONS {
-        let records = crate::support::read_range(&world.bootstrap, &topic, partition, 0, ends[&partition]);
+        let records =
+            crate::support::read_range(&world.bootstrap, &topic, partition, 0, ends[&partition]);
         let mut by_order: HashMap<Vec<u8>, Vec<&crate::support::Letter>> = HashMap::new();
         for record in &records {
-            by_order.entry(record.key.clone().unwrap_or_default()).or_default().push(record);
+            by_order
+                .entry(record.key.clone().unwrap_or_default())
+                .or_default()
+                .push(record);
         }
         for (order, list) in by_order {
-            let source = |l: &crate::support::Letter| l.headers.get("orderly.source.offset").and_then(|v| v.parse::<i64>().ok()).unwrap_or(-1);
+            let source = |l: &crate::support::Letter| {
+                l.headers
+                    .get("orderly.source.offset")
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .unwrap_or(-1)
+            };
             if list.windows(2).any(|w| source(w[1]) < source(w[0])) {
                 found = true;
-                let shown: Vec<String> = list.iter().map(|l| format!("@{} source {} headers {:?}", l.offset, source(l), l.headers)).collect();
-                eprintln!("output partition {partition}: order {} goes back:\n  {}", String::from_utf8_lossy(&order), shown.join("\n  "));
+                let shown: Vec<String> = list
+                    .iter()
+                    .map(|l| format!("@{} source {} headers {:?}", l.offset, source(l), l.headers))
+                    .collect();
+                eprintln!(
+                    "output partition {partition}: order {} goes back:\n  {}",
+                    String::from_utf8_lossy(&order),
+                    shown.join("\n  ")
+                );
             }
         }
     }

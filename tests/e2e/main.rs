@@ -28,22 +28,22 @@
 //!   abuse; [`status_page`]: the status page in headless Chromium.
 #![cfg(feature = "e2e")]
 
-#[path = "../support/mod.rs"]
-mod support;
 #[path = "../support/browser.rs"]
 mod browser;
 mod drills;
 mod exactly_once;
 mod group;
 mod kafka_native;
-mod secured;
 mod late_writes;
 mod observe;
 mod outbox;
 mod pauses;
-mod replay;
 mod redrive;
+mod replay;
+mod secured;
 mod status_page;
+#[path = "../support/mod.rs"]
+mod support;
 mod world;
 
 pub const PARTITIONS: i32 = 4;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use orderly::event::StateView;
 use orderly::workload::WorkloadSpec;
 
-use crate::required_env;
 use crate::browser::http_exchange;
+use crate::required_env;
 use crate::support::{end_offsets, signal, wait_exit, wait_until, Reaper};
 use crate::world::{tail, World};
 use crate::PARTITIONS;
@@ -25,19 +25,28 @@ pub(crate) fn http_request(address: &str, request: &[u8]) -> Result<(u16, String
 
 /// `GET path` on `address`: (status, body).
 pub fn http_get(address: &str, path: &str) -> Result<(u16, String), String> {
-    http_request(address, format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes())
+    http_request(
+        address,
+        format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
 }
 
 /// One scrape, as `name{labels}` -> value (comments and `# EOF` dropped).
 pub fn scrape(address: &str) -> BTreeMap<String, f64> {
     let (status, body) = http_get(address, "/metrics").expect("GET /metrics");
     assert_eq!(status, 200, "{body}");
-    assert!(body.ends_with("# EOF\n"), "OpenMetrics text ends with # EOF");
+    assert!(
+        body.ends_with("# EOF\n"),
+        "OpenMetrics text ends with # EOF"
+    );
     body.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| {
             let (series, value) = l.rsplit_once(' ').expect("series value");
-            (series.to_string(), value.parse::<f64>().expect("numeric value"))
+            (
+                series.to_string(),
+                value.parse::<f64>().expect("numeric value"),
+            )
         })
         .collect()
 }
@@ -46,20 +55,33 @@ pub fn scrape(address: &str) -> BTreeMap<String, f64> {
 pub fn total(metrics: &BTreeMap<String, f64>, name: &str, matching: &str) -> f64 {
     metrics
         .iter()
-        .filter(|(series, _)| (series.as_str() == name || series.starts_with(&format!("{name}{{"))) && series.contains(matching))
+        .filter(|(series, _)| {
+            (series.as_str() == name || series.starts_with(&format!("{name}{{")))
+                && series.contains(matching)
+        })
         .map(|(_, v)| v)
         .sum()
 }
 
 fn outcome_totals(metrics: &BTreeMap<String, f64>) -> [u64; 4] {
-    ["applied", "duplicate", "stale", "dead_lettered"]
-        .map(|outcome| total(metrics, "orderly_records_total", &format!("outcome=\"{outcome}\"")) as u64)
+    ["applied", "duplicate", "stale", "dead_lettered"].map(|outcome| {
+        total(
+            metrics,
+            "orderly_records_total",
+            &format!("outcome=\"{outcome}\""),
+        ) as u64
+    })
 }
 
 #[test]
 fn metrics_state_queries_and_health_match_the_run() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
-    let spec = WorkloadSpec { orders: 2_000, poison_rate: 0.004, seed: 31, ..Default::default() };
+    let spec = WorkloadSpec {
+        orders: 2_000,
+        poison_rate: 0.004,
+        seed: 31,
+        ..Default::default()
+    };
     let (records, expected) = world.plan(&spec);
     world.produce(&records);
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
@@ -71,29 +93,66 @@ fn metrics_state_queries_and_health_match_the_run() {
     let address = a.wait_http(0);
     let (status, body) = http_get(&address, "/healthz").expect("healthz");
     assert_eq!(status, 200, "healthz: {body}");
-    assert!(wait_until(Duration::from_secs(60), || http_get(&address, "/readyz").is_ok_and(|(s, _)| s == 200)), "never ready\n{}", tail(&a.log()));
-    assert!(wait_until(Duration::from_secs(120), || world.committed() == ends), "never caught up\n{}", tail(&a.log()));
+    assert!(
+        wait_until(Duration::from_secs(60), || http_get(&address, "/readyz")
+            .is_ok_and(|(s, _)| s == 200)),
+        "never ready\n{}",
+        tail(&a.log())
+    );
+    assert!(
+        wait_until(Duration::from_secs(120), || world.committed() == ends),
+        "never caught up\n{}",
+        tail(&a.log())
+    );
     // The end offsets reach the metrics at the poll loop's next turns.
     assert!(
         wait_until(Duration::from_secs(10), || {
             let m = scrape(&address);
-            (0..PARTITIONS).all(|p| m.get(&format!("orderly_consumer_lag{{partition=\"{p}\"}}")) == Some(&0.0))
+            (0..PARTITIONS)
+                .all(|p| m.get(&format!("orderly_consumer_lag{{partition=\"{p}\"}}")) == Some(&0.0))
         }),
         "lag reaches 0 on every partition: {:?}",
         scrape(&address)
     );
     let m = scrape(&address);
-    let want = [expected.applied, expected.duplicates, expected.stale, expected.dead_lettered];
-    assert_eq!(outcome_totals(&m), want, "per-outcome counters equal the expected counts");
+    let want = [
+        expected.applied,
+        expected.duplicates,
+        expected.stale,
+        expected.dead_lettered,
+    ];
+    assert_eq!(
+        outcome_totals(&m),
+        want,
+        "per-outcome counters equal the expected counts"
+    );
     assert_eq!(m["orderly_assigned_partitions"], PARTITIONS as f64);
-    assert_eq!(m["orderly_completion_seconds_count"] as u64, expected.applied, "one completion per applied event");
-    assert_eq!(m["orderly_batch_records_sum"] as i64, consumed, "batch sizes add up to the records consumed");
-    assert_eq!(m["orderly_batch_records_count"], m["orderly_batch_duration_seconds_count"], "one size and one duration per batch");
-    assert_eq!(m["orderly_batch_records_count"], m["orderly_batch_records_bucket{le=\"+Inf\"}"]);
+    assert_eq!(
+        m["orderly_completion_seconds_count"] as u64, expected.applied,
+        "one completion per applied event"
+    );
+    assert_eq!(
+        m["orderly_batch_records_sum"] as i64, consumed,
+        "batch sizes add up to the records consumed"
+    );
+    assert_eq!(
+        m["orderly_batch_records_count"], m["orderly_batch_duration_seconds_count"],
+        "one size and one duration per batch"
+    );
+    assert_eq!(
+        m["orderly_batch_records_count"],
+        m["orderly_batch_records_bucket{le=\"+Inf\"}"]
+    );
     assert!(m["orderly_write_out_duration_seconds_count"] >= PARTITIONS as f64);
-    assert!(m["orderly_flush_duration_seconds_count"] >= 1.0 && m["orderly_commit_duration_seconds_count"] >= 1.0);
+    assert!(
+        m["orderly_flush_duration_seconds_count"] >= 1.0
+            && m["orderly_commit_duration_seconds_count"] >= 1.0
+    );
     let gaps = total(&m, "orderly_version_gaps_total", "");
-    assert!(gaps > 0.0, "the reordered workload applies events that skip versions");
+    assert!(
+        gaps > 0.0,
+        "the reordered workload applies events that skip versions"
+    );
 
     // State queries: a sample of orders, an unknown one, bad ids.
     let sample: Vec<(&String, &StateView)> = expected.states.iter().step_by(97).collect();
@@ -128,7 +187,12 @@ fn metrics_state_queries_and_health_match_the_run() {
             && mb["orderly_assigned_partitions"] > 0.0
             && http_get(&address_b, "/readyz").is_ok_and(|(s, _)| s == 200)
     });
-    assert!(split, "the group splits the partitions\n{}\n{}", tail(&a.log()), tail(&b.log()));
+    assert!(
+        split,
+        "the group splits the partitions\n{}\n{}",
+        tail(&a.log()),
+        tail(&b.log())
+    );
     let mut misdirected = 0;
     for (order_id, want) in &sample {
         let (status, body) = http_get(&address, &format!("/state/{order_id}")).expect("state");
@@ -140,46 +204,96 @@ fn metrics_state_queries_and_health_match_the_run() {
             // (DescribeGroups member assignments): b's client id, which
             // carries its host and pid.
             let owner = &answer["owner"];
-            assert_eq!(owner["client_id"].as_str(), Some(b_client_id.as_str()), "{order_id}: the owner is b: {answer}");
-            assert!(owner["member_id"].as_str().is_some_and(|m| !m.is_empty()), "{order_id}: a member id: {answer}");
+            assert_eq!(
+                owner["client_id"].as_str(),
+                Some(b_client_id.as_str()),
+                "{order_id}: the owner is b: {answer}"
+            );
+            assert!(
+                owner["member_id"].as_str().is_some_and(|m| !m.is_empty()),
+                "{order_id}: a member id: {answer}"
+            );
             // The other member answers for it.
-            let (status_b, body_b) = http_get(&address_b, &format!("/state/{order_id}")).expect("state on b");
-            assert_eq!(status_b, 200, "{order_id} (partition {partition}) is on the other member: {body_b}");
-            assert_eq!(&serde_json::from_str::<StateView>(&body_b).expect("JSON"), *want);
+            let (status_b, body_b) =
+                http_get(&address_b, &format!("/state/{order_id}")).expect("state on b");
+            assert_eq!(
+                status_b, 200,
+                "{order_id} (partition {partition}) is on the other member: {body_b}"
+            );
+            assert_eq!(
+                &serde_json::from_str::<StateView>(&body_b).expect("JSON"),
+                *want
+            );
             eprintln!("421 for {order_id}: {answer}");
         } else {
             assert_eq!(status, 200, "{order_id}: {body}");
         }
     }
-    assert!(misdirected > 0, "some sampled orders live on the other member's partitions");
+    assert!(
+        misdirected > 0,
+        "some sampled orders live on the other member's partitions"
+    );
     signal(&run_b, "TERM");
-    assert!(wait_exit(&mut run_b, Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", tail(&b.log()));
+    assert!(
+        wait_exit(&mut run_b, Duration::from_secs(30)).is_some_and(|s| s.success()),
+        "{}",
+        tail(&b.log())
+    );
     signal(&run, "TERM");
-    assert!(wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", tail(&a.log()));
+    assert!(
+        wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()),
+        "{}",
+        tail(&a.log())
+    );
 
     // A restart with nothing new to do: the counters come back from the
     // checkpoints (b's partitions through the changelog), still exact.
     let before = a.http_starts();
     let mut run = reaper.watch(a.spawn_run(None));
     let address = a.wait_http(before);
-    assert!(wait_until(Duration::from_secs(60), || http_get(&address, "/readyz").is_ok_and(|(s, _)| s == 200)), "{}", tail(&a.log()));
+    assert!(
+        wait_until(Duration::from_secs(60), || http_get(&address, "/readyz")
+            .is_ok_and(|(s, _)| s == 200)),
+        "{}",
+        tail(&a.log())
+    );
     let m = scrape(&address);
-    assert_eq!(outcome_totals(&m), want, "counters seeded from the durable checkpoints");
-    assert_eq!(m["orderly_completion_seconds_count"], 0.0, "nothing was completed by this run");
+    assert_eq!(
+        outcome_totals(&m),
+        want,
+        "counters seeded from the durable checkpoints"
+    );
+    assert_eq!(
+        m["orderly_completion_seconds_count"], 0.0,
+        "nothing was completed by this run"
+    );
     signal(&run, "TERM");
-    assert!(wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", tail(&a.log()));
+    assert!(
+        wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()),
+        "{}",
+        tail(&a.log())
+    );
     assert_eq!(world.verify(&a, &expected), 0);
 }
 
 #[test]
 fn the_endpoint_survives_slow_clients_floods_and_garbage() {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
-    let spec = WorkloadSpec { orders: 4_000, poison_rate: 0.002, seed: 32, ..Default::default() };
+    let spec = WorkloadSpec {
+        orders: 4_000,
+        poison_rate: 0.002,
+        seed: 32,
+        ..Default::default()
+    };
     let (records, expected) = world.plan(&spec);
     let instance = world.instance("commit_interval_ms = 200");
     let reaper = Reaper::default();
     // This run logs JSON (for log shippers): checked at the end.
-    let mut run = reaper.watch(instance.spawn_run_env(None, "info,librdkafka=warn,rdkafka=warn", &[("ORDERLY_LOG_FORMAT", "json")]));
+    let mut run = reaper.watch(instance.spawn_run_env(
+        None,
+        "info,librdkafka=warn,rdkafka=warn",
+        &[("ORDERLY_LOG_FORMAT", "json")],
+    ));
     let address = instance.wait_http(0);
 
     // Slow clients: each sends a request head one byte a second; the server
@@ -189,7 +303,9 @@ fn the_endpoint_survives_slow_clients_floods_and_garbage() {
             let address = address.clone();
             std::thread::spawn(move || {
                 use std::io::Write;
-                let Ok(mut stream) = std::net::TcpStream::connect(&address) else { return false };
+                let Ok(mut stream) = std::net::TcpStream::connect(&address) else {
+                    return false;
+                };
                 for byte in b"GET /metrics HTTP/1.1\r\nHost: x\r\n" {
                     if stream.write_all(&[*byte]).is_err() {
                         return true; // closed by the server
@@ -207,7 +323,9 @@ fn the_endpoint_survives_slow_clients_floods_and_garbage() {
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Runtime::new().expect("runtime");
             for chunk in world_records.chunks(2_000) {
-                runtime.block_on(orderly::load::produce_planned(&producer, &topic, chunk)).expect("produce");
+                runtime
+                    .block_on(orderly::load::produce_planned(&producer, &topic, chunk))
+                    .expect("produce");
                 std::thread::sleep(Duration::from_millis(100));
             }
             drop(bootstrap);
@@ -215,11 +333,22 @@ fn the_endpoint_survives_slow_clients_floods_and_garbage() {
     };
 
     // Garbage: not HTTP, a huge head, a bad method, a truncated request.
-    let huge = format!("GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(64 * 1024));
-    for request in [&b"\x00\x01\x02 not http at all\r\n\r\n"[..], huge.as_bytes(), b"BREW /pot HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /metr"] {
+    let huge = format!(
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(64 * 1024)
+    );
+    for request in [
+        &b"\x00\x01\x02 not http at all\r\n\r\n"[..],
+        huge.as_bytes(),
+        b"BREW /pot HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /metr",
+    ] {
         let answer = http_request(&address, request);
         let status = answer.map(|(s, _)| s).unwrap_or(0);
-        assert!(matches!(status, 0 | 400 | 405 | 431 | 404), "garbage answered {status}");
+        assert!(
+            matches!(status, 0 | 400 | 405 | 431 | 404),
+            "garbage answered {status}"
+        );
     }
 
     // A flood: 1,000 requests at once over the endpoints.
@@ -228,26 +357,65 @@ fn the_endpoint_survives_slow_clients_floods_and_garbage() {
         .map(|i| {
             let address = address.clone();
             std::thread::spawn(move || {
-                let path = ["/metrics", "/api/status", "/state/order-00000001", "/healthz", "/"][i % 5];
+                let path = [
+                    "/metrics",
+                    "/api/status",
+                    "/state/order-00000001",
+                    "/healthz",
+                    "/",
+                ][i % 5];
                 http_get(&address, path).map(|(s, _)| s).unwrap_or(0)
             })
         })
         .collect();
     let statuses: Vec<u16> = flood.into_iter().map(|h| h.join().unwrap_or(0)).collect();
-    let answered = statuses.iter().filter(|s| matches!(**s, 200 | 404 | 421)).count();
-    eprintln!("flood: {answered} of 1000 answered in {:.2} s", started.elapsed().as_secs_f64());
-    assert_eq!(answered, 1_000, "every flooded request is answered: {:?}", statuses.iter().filter(|s| !matches!(**s, 200 | 404 | 421)).collect::<Vec<_>>());
+    let answered = statuses
+        .iter()
+        .filter(|s| matches!(**s, 200 | 404 | 421))
+        .count();
+    eprintln!(
+        "flood: {answered} of 1000 answered in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        answered,
+        1_000,
+        "every flooded request is answered: {:?}",
+        statuses
+            .iter()
+            .filter(|s| !matches!(**s, 200 | 404 | 421))
+            .collect::<Vec<_>>()
+    );
 
-    let dropped = slow.into_iter().map(|h| h.join().unwrap_or(false)).filter(|d| *d).count();
-    assert_eq!(dropped, 20, "every slow client was cut off by the header timeout");
+    let dropped = slow
+        .into_iter()
+        .map(|h| h.join().unwrap_or(false))
+        .filter(|d| *d)
+        .count();
+    assert_eq!(
+        dropped, 20,
+        "every slow client was cut off by the header timeout"
+    );
     let (status, _) = http_get(&address, "/healthz").expect("healthz");
     assert_eq!(status, 200);
     producer.join().expect("producer thread");
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    assert!(wait_until(Duration::from_secs(120), || world.committed() == ends), "{}", tail(&instance.log()));
+    assert!(
+        wait_until(Duration::from_secs(120), || world.committed() == ends),
+        "{}",
+        tail(&instance.log())
+    );
     signal(&run, "TERM");
-    assert!(wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", tail(&instance.log()));
-    assert_eq!(world.verify(&instance, &expected), 0, "the pipeline under the flood is exact");
+    assert!(
+        wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()),
+        "{}",
+        tail(&instance.log())
+    );
+    assert_eq!(
+        world.verify(&instance, &expected),
+        0,
+        "the pipeline under the flood is exact"
+    );
     check_json_logs(&instance.log(), &world);
 }
 
@@ -257,19 +425,53 @@ fn check_json_logs(log: &str, world: &World) {
     let lines: Vec<serde_json::Value> = log
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {l}")))
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {l}"))
+        })
         .collect();
-    let message = |v: &serde_json::Value| v["fields"]["message"].as_str().unwrap_or_default().to_string();
-    let first_batches = lines.iter().filter(|v| message(v).starts_with("first batch on this partition")).count();
-    assert_eq!(first_batches, PARTITIONS as usize, "one first-batch line per partition");
-    let in_span: Vec<&serde_json::Value> = lines.iter().filter(|v| v["span"]["name"] == "partition").collect();
-    for line in lines.iter().filter(|v| message(v).starts_with("first batch") || message(v).starts_with("seeked")) {
-        assert_eq!(line["span"]["name"], "partition", "record-path lines are in the partition span: {line}");
+    let message = |v: &serde_json::Value| {
+        v["fields"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let first_batches = lines
+        .iter()
+        .filter(|v| message(v).starts_with("first batch on this partition"))
+        .count();
+    assert_eq!(
+        first_batches, PARTITIONS as usize,
+        "one first-batch line per partition"
+    );
+    let in_span: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|v| v["span"]["name"] == "partition")
+        .collect();
+    for line in lines
+        .iter()
+        .filter(|v| message(v).starts_with("first batch") || message(v).starts_with("seeked"))
+    {
+        assert_eq!(
+            line["span"]["name"], "partition",
+            "record-path lines are in the partition span: {line}"
+        );
     }
     for line in &in_span {
-        assert_eq!(line["span"]["topic"].as_str(), Some(world.topic.as_str()), "{line}");
-        assert_eq!(line["span"]["group"].as_str(), Some(world.group.as_str()), "{line}");
+        assert_eq!(
+            line["span"]["topic"].as_str(),
+            Some(world.topic.as_str()),
+            "{line}"
+        );
+        assert_eq!(
+            line["span"]["group"].as_str(),
+            Some(world.group.as_str()),
+            "{line}"
+        );
         assert!(line["span"]["partition"].is_number(), "{line}");
     }
-    eprintln!("json logs: {} lines, {} in a partition span", lines.len(), in_span.len());
+    eprintln!(
+        "json logs: {} lines, {} in a partition span",
+        lines.len(),
+        in_span.len()
+    );
 }

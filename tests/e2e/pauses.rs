@@ -17,7 +17,11 @@ fn seconds(stamp: &str) -> Option<f64> {
     let mut d = date.split('-').map(|p| p.parse::<i64>());
     let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
     let mut t = time.split(':');
-    let (h, min, s) = (t.next()?.parse::<f64>().ok()?, t.next()?.parse::<f64>().ok()?, t.next()?.parse::<f64>().ok()?);
+    let (h, min, s) = (
+        t.next()?.parse::<f64>().ok()?,
+        t.next()?.parse::<f64>().ok()?,
+        t.next()?.parse::<f64>().ok()?,
+    );
     // Days from the civil date (Howard Hinnant's algorithm).
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -33,12 +37,13 @@ pub fn batches(logs: &[String]) -> BTreeMap<i32, Vec<(f64, usize)>> {
     let mut out: BTreeMap<i32, Vec<(f64, usize)>> = BTreeMap::new();
     for (instance, log) in logs.iter().enumerate() {
         for line in log.lines().filter(|l| l.contains("batch decided")) {
-            let Some(at) = line.split_whitespace().next().and_then(seconds) else { continue };
-            let Some(partition) = line
-                .split_whitespace()
-                .rev()
-                .find_map(|w| w.strip_prefix("partition=").and_then(|p| p.parse::<i32>().ok()))
-            else {
+            let Some(at) = line.split_whitespace().next().and_then(seconds) else {
+                continue;
+            };
+            let Some(partition) = line.split_whitespace().rev().find_map(|w| {
+                w.strip_prefix("partition=")
+                    .and_then(|p| p.parse::<i32>().ok())
+            }) else {
                 continue;
             };
             out.entry(partition).or_default().push((at, instance));

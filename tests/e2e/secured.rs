@@ -28,11 +28,56 @@ fn grant(broker: &Broker, world: &World, changelog: &str) {
     let group = world.group.as_str();
     let txn_prefix = format!("{}-{}-", world.group, world.topic);
     let grants: Vec<Vec<&str>> = vec![
-        vec!["--operation", "Read", "--operation", "Describe", "--topic", &world.topic],
-        vec!["--operation", "Read", "--operation", "Describe", "--resource-pattern-type", "prefixed", "--group", group],
-        vec!["--operation", "Read", "--operation", "Write", "--operation", "Describe", "--topic", &world.dlq, "--topic", &output, "--topic", changelog],
-        vec!["--operation", "Create", "--operation", "DescribeConfigs", "--topic", changelog],
-        vec!["--operation", "Write", "--operation", "Describe", "--resource-pattern-type", "prefixed", "--transactional-id", &txn_prefix],
+        vec![
+            "--operation",
+            "Read",
+            "--operation",
+            "Describe",
+            "--topic",
+            &world.topic,
+        ],
+        vec![
+            "--operation",
+            "Read",
+            "--operation",
+            "Describe",
+            "--resource-pattern-type",
+            "prefixed",
+            "--group",
+            group,
+        ],
+        vec![
+            "--operation",
+            "Read",
+            "--operation",
+            "Write",
+            "--operation",
+            "Describe",
+            "--topic",
+            &world.dlq,
+            "--topic",
+            &output,
+            "--topic",
+            changelog,
+        ],
+        vec![
+            "--operation",
+            "Create",
+            "--operation",
+            "DescribeConfigs",
+            "--topic",
+            changelog,
+        ],
+        vec![
+            "--operation",
+            "Write",
+            "--operation",
+            "Describe",
+            "--resource-pattern-type",
+            "prefixed",
+            "--transactional-id",
+            &txn_prefix,
+        ],
     ];
     for grant in grants {
         acls(broker, "--add", &grant);
@@ -41,12 +86,23 @@ fn grant(broker: &Broker, world: &World, changelog: &str) {
 
 fn acls(broker: &Broker, action: &str, args: &[&str]) {
     let out = std::process::Command::new(broker_script())
-        .args(["tool", "acls", "--bootstrap-server", &broker.bootstrap, "--command-config", &broker.printed["KAFKA_ADMIN_CONFIG"]])
+        .args([
+            "tool",
+            "acls",
+            "--bootstrap-server",
+            &broker.bootstrap,
+            "--command-config",
+            &broker.printed["KAFKA_ADMIN_CONFIG"],
+        ])
         .args([action, "--force", "--allow-principal", "User:orderly"])
         .args(args)
         .output()
         .expect("kafka/broker tool acls");
-    assert!(out.status.success(), "kafka-acls {action} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kafka-acls {action} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -59,30 +115,59 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
     let broker = Broker::start_secure(data.path().join("kafka"));
     let mut world = World::new(broker.bootstrap.clone());
     let settings = broker.client_settings("KAFKA_USER", "KAFKA_PASSWORD");
-    assert!(settings.iter().any(|(_, v)| v == PASSWORD_OF_ORDERLY), "the script's user is the one this test greps for");
-    world.kafka_extra =
-        format!("[kafka.librdkafka]\n{}", settings.iter().map(|(k, v)| format!("\"{k}\" = \"{v}\"\n")).collect::<String>());
+    assert!(
+        settings.iter().any(|(_, v)| v == PASSWORD_OF_ORDERLY),
+        "the script's user is the one this test greps for"
+    );
+    world.kafka_extra = format!(
+        "[kafka.librdkafka]\n{}",
+        settings
+            .iter()
+            .map(|(k, v)| format!("\"{k}\" = \"{v}\"\n"))
+            .collect::<String>()
+    );
     let changelog = format!("{}-changelog", world.topic);
     grant(&broker, &world, &changelog);
     let reaper = Reaper::default();
-    let (records, expected) = world.plan(&WorkloadSpec { orders: 1_500, poison_rate: 0.004, seed: 281, ..Default::default() });
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 1_500,
+        poison_rate: 0.004,
+        seed: 281,
+        ..Default::default()
+    });
     world.produce(&records);
 
     // config check: every line ok, the password nowhere.
     let a = world.instance("commit_interval_ms = 200");
-    let check = a.command(&["config", "check"]).output().expect("config check");
+    let check = a
+        .command(&["config", "check"])
+        .output()
+        .expect("config check");
     let check_text = format!("{}{}", text(&check.stdout), text(&check.stderr));
-    assert!(check.status.success(), "config check on the secured cluster\n{check_text}");
-    let shown = a.command(&["config", "show"]).output().expect("config show");
+    assert!(
+        check.status.success(),
+        "config check on the secured cluster\n{check_text}"
+    );
+    let shown = a
+        .command(&["config", "show"])
+        .output()
+        .expect("config show");
     let shown_text = format!("{}{}", text(&shown.stdout), text(&shown.stderr));
-    assert!(shown.status.success() && shown_text.contains("<redacted>"), "{shown_text}");
+    assert!(
+        shown.status.success() && shown_text.contains("<redacted>"),
+        "{shown_text}"
+    );
 
     // run: the whole job, exact; metrics and the status page while it runs.
     let mut run_a = reaper.watch(a.spawn_run(None));
     let address = a.wait_http(0);
     let ends = crate::support::end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
     let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);
-    assert!(caught_up, "caught up on the secured cluster\n{}", tail(&a.log()));
+    assert!(
+        caught_up,
+        "caught up on the secured cluster\n{}",
+        tail(&a.log())
+    );
     let metrics = http_get(&address, "/metrics").expect("metrics").1;
     let status = http_get(&address, "/api/status").expect("status").1;
     assert!(scrape(&address).contains_key("orderly_assigned_partitions"));
@@ -90,19 +175,39 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
     world.verify(&a, &expected);
 
     // replay (group stopped) and dlq list, as the same user.
-    let replay = a.command(&["replay", "--shift-by", "0"]).output().expect("replay");
-    assert!(replay.status.success(), "replay on the secured cluster\n{}{}", text(&replay.stdout), text(&replay.stderr));
+    let replay = a
+        .command(&["replay", "--shift-by", "0"])
+        .output()
+        .expect("replay");
+    assert!(
+        replay.status.success(),
+        "replay on the secured cluster\n{}{}",
+        text(&replay.stdout),
+        text(&replay.stderr)
+    );
     let letters = a.command(&["dlq", "list"]).output().expect("dlq list");
-    assert!(letters.status.success(), "dlq list on the secured cluster\n{}{}", text(&letters.stdout), text(&letters.stderr));
+    assert!(
+        letters.status.success(),
+        "dlq list on the secured cluster\n{}{}",
+        text(&letters.stdout),
+        text(&letters.stderr)
+    );
 
     // A second member with an empty store restores every partition.
     let b = world.instance("commit_interval_ms = 200");
     let mut run_b = reaper.watch(b.spawn_run(None));
     let address_b = b.wait_http(0);
-    let ready = wait_until(Duration::from_secs(90), || http_get(&address_b, "/readyz").is_ok_and(|(s, _)| s == 200));
+    let ready = wait_until(Duration::from_secs(90), || {
+        http_get(&address_b, "/readyz").is_ok_and(|(s, _)| s == 200)
+    });
     assert!(ready, "b restored and is ready\n{}", tail(&b.log()));
     stop(&mut run_b, &b);
-    assert_eq!(b.log().matches("restore finished").count(), PARTITIONS as usize, "{}", tail(&b.log()));
+    assert_eq!(
+        b.log().matches("restore finished").count(),
+        PARTITIONS as usize,
+        "{}",
+        tail(&b.log())
+    );
     world.verify_state(&b, &expected);
 
     // No secret anywhere a user or an operator looks.
@@ -114,16 +219,44 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
         ("a's log", a.log().as_str()),
         ("b's log", b.log().as_str()),
     ] {
-        assert!(!content.contains(PASSWORD_OF_ORDERLY), "{what} shows the password");
-        assert!(!content.contains("PRIVATE KEY"), "{what} shows a private key");
+        assert!(
+            !content.contains(PASSWORD_OF_ORDERLY),
+            "{what} shows the password"
+        );
+        assert!(
+            !content.contains("PRIVATE KEY"),
+            "{what} shows a private key"
+        );
     }
 
     // Without the group's ACL: config check and run fail naming it.
-    acls(&broker, "--remove", &["--operation", "Read", "--operation", "Describe", "--resource-pattern-type", "prefixed", "--group", &world.group]);
-    let check = b.command(&["config", "check"]).output().expect("config check");
+    acls(
+        &broker,
+        "--remove",
+        &[
+            "--operation",
+            "Read",
+            "--operation",
+            "Describe",
+            "--resource-pattern-type",
+            "prefixed",
+            "--group",
+            &world.group,
+        ],
+    );
+    let check = b
+        .command(&["config", "check"])
+        .output()
+        .expect("config check");
     let check_text = format!("{}{}", text(&check.stdout), text(&check.stderr));
-    assert!(!check.status.success(), "config check fails without the group's ACL\n{check_text}");
-    assert!(check_text.contains(&world.group) && check_text.contains("Read"), "names the group and the operation\n{check_text}");
+    assert!(
+        !check.status.success(),
+        "config check fails without the group's ACL\n{check_text}"
+    );
+    assert!(
+        check_text.contains(&world.group) && check_text.contains("Read"),
+        "names the group and the operation\n{check_text}"
+    );
 }
 
 /// `http.bearer_token`: the status API and state queries answer 401
@@ -136,15 +269,26 @@ fn the_endpoint_asks_for_its_token_where_configured() {
     let world = World::new(crate::required_env("ORDERLY_E2E_BOOTSTRAP"));
     let reaper = Reaper::default();
     let token = "tok-7f3a9c51d2e8";
-    let env = [("ORDERLY_HTTP__BEARER_TOKEN", token), ("ORDERLY_HTTP__OPEN_METRICS", "false"), ("ORDERLY_HTTP__ADDRESS", "0.0.0.0:0")];
+    let env = [
+        ("ORDERLY_HTTP__BEARER_TOKEN", token),
+        ("ORDERLY_HTTP__OPEN_METRICS", "false"),
+        ("ORDERLY_HTTP__ADDRESS", "0.0.0.0:0"),
+    ];
     let guarded = world.instance("");
-    let mut run = reaper.watch(guarded.spawn_run_env(None, "info,librdkafka=warn,rdkafka=warn", &env));
+    let mut run =
+        reaper.watch(guarded.spawn_run_env(None, "info,librdkafka=warn,rdkafka=warn", &env));
     let address = guarded.wait_http(0).replace("0.0.0.0", "127.0.0.1");
     let get = |path: &str, auth: Option<&str>| {
-        let header = auth.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-        crate::observe::http_request(&address, format!("GET {path} HTTP/1.1\r\nHost: x\r\n{header}Connection: close\r\n\r\n").as_bytes())
-            .expect("request")
-            .0
+        let header = auth
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        crate::observe::http_request(
+            &address,
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\n{header}Connection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .expect("request")
+        .0
     };
     assert_eq!(get("/healthz", None), 200, "probes stay open");
     assert_ne!(get("/readyz", None), 401, "probes stay open");
@@ -157,16 +301,31 @@ fn the_endpoint_asks_for_its_token_where_configured() {
     assert_ne!(get("/state/order-1", Some(token)), 401);
     assert_eq!(get("/metrics", Some(token)), 200);
     stop(&mut run, &guarded);
-    assert!(!guarded.log().contains("without http.bearer_token"), "no warning with a token\n{}", tail(&guarded.log()));
+    assert!(
+        !guarded.log().contains("without http.bearer_token"),
+        "no warning with a token\n{}",
+        tail(&guarded.log())
+    );
     let mut show = guarded.command(&["config", "show"]);
     show.env("ORDERLY_HTTP__BEARER_TOKEN", token);
     let shown = show.output().expect("config show");
     let shown = text(&shown.stdout);
-    assert!(!shown.contains(token) && shown.contains("bearer_token = \"<redacted>\""), "{shown}");
+    assert!(
+        !shown.contains(token) && shown.contains("bearer_token = \"<redacted>\""),
+        "{shown}"
+    );
 
     let open = world.instance("");
-    let mut run = reaper.watch(open.spawn_run_env(None, "info,librdkafka=warn,rdkafka=warn", &[("ORDERLY_HTTP__ADDRESS", "0.0.0.0:0")]));
+    let mut run = reaper.watch(open.spawn_run_env(
+        None,
+        "info,librdkafka=warn,rdkafka=warn",
+        &[("ORDERLY_HTTP__ADDRESS", "0.0.0.0:0")],
+    ));
     open.wait_http(0);
     stop(&mut run, &open);
-    assert!(open.log().contains("without http.bearer_token"), "an open endpoint beyond loopback warns\n{}", tail(&open.log()));
+    assert!(
+        open.log().contains("without http.bearer_token"),
+        "an open endpoint beyond loopback warns\n{}",
+        tail(&open.log())
+    );
 }

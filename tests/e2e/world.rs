@@ -11,13 +11,16 @@ use rdkafka::producer::FutureProducer;
 
 use orderly::codec::Encoder;
 use orderly::event::StateView;
-use orderly::load::produce_planned;
 use orderly::headers::{HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use orderly::load::produce_planned;
 use orderly::registry::Registry;
 use orderly::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
 
 use crate::support::registry_double::RegistryDouble;
-use crate::support::{committed, create_topics, end_offsets, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
+use crate::support::{
+    committed, create_topics, end_offsets, read_all, signal, unique, wait_exit, wait_until,
+    Instance, Setup,
+};
 use crate::{PARTITIONS, SESSION_TIMEOUT_MS};
 
 /// The schema registry of a world: the in-process double, or a real one
@@ -30,7 +33,10 @@ pub struct TestRegistry {
 impl TestRegistry {
     fn double() -> Self {
         let double = RegistryDouble::start();
-        TestRegistry { url: double.url.clone(), _double: Some(double) }
+        TestRegistry {
+            url: double.url.clone(),
+            _double: Some(double),
+        }
     }
 }
 
@@ -101,12 +107,19 @@ impl World {
     }
 
     pub fn create_output_topic(&self) {
-        create_topics(&self.bootstrap, &[(&format!("{}-status", self.topic), PARTITIONS)]);
+        create_topics(
+            &self.bootstrap,
+            &[(&format!("{}-status", self.topic), PARTITIONS)],
+        );
     }
 
     pub fn plan(&self, spec: &WorkloadSpec) -> (Vec<PlannedRecord>, Expectation) {
-        let registry = Registry::http(&self.registry.url, Duration::from_secs(5)).expect("registry client");
-        let encoder = self.runtime.block_on(Encoder::register(&registry, &self.topic)).expect("register schemas");
+        let registry =
+            Registry::http(&self.registry.url, Duration::from_secs(5)).expect("registry client");
+        let encoder = self
+            .runtime
+            .block_on(Encoder::register(&registry, &self.topic))
+            .expect("register schemas");
         plan(spec, &encoder).expect("plan")
     }
 
@@ -119,11 +132,15 @@ impl World {
     }
 
     pub fn produce_with(&self, producer: &FutureProducer, records: &[PlannedRecord]) {
-        self.runtime.block_on(produce_planned(producer, &self.topic, records)).expect("produce");
+        self.runtime
+            .block_on(produce_planned(producer, &self.topic, records))
+            .expect("produce");
     }
 
     pub fn produce(&self, records: &[PlannedRecord]) {
-        self.runtime.block_on(produce_planned(&self.producer(), &self.topic, records)).expect("produce");
+        self.runtime
+            .block_on(produce_planned(&self.producer(), &self.topic, records))
+            .expect("produce");
     }
 
     pub fn committed(&self) -> BTreeMap<i32, i64> {
@@ -141,13 +158,26 @@ impl World {
         let before = instance.connected_count();
         let mut child = instance.spawn_run(None);
         let started = Instant::now();
-        assert!(instance.wait_ready(before), "never connected\n{}", tail(&instance.log()));
+        assert!(
+            instance.wait_ready(before),
+            "never connected\n{}",
+            tail(&instance.log())
+        );
         let caught_up = wait_until(Duration::from_secs(300), || self.committed() == ends);
         let took = started.elapsed();
         signal(&child, "TERM");
         let status = wait_exit(&mut child, Duration::from_secs(30));
-        assert!(caught_up, "committed {:?} never reached end offsets {ends:?}\n{}", self.committed(), tail(&instance.log()));
-        assert!(status.is_some_and(|s| s.success()), "SIGTERM exits 0: {status:?}\n{}", tail(&instance.log()));
+        assert!(
+            caught_up,
+            "committed {:?} never reached end offsets {ends:?}\n{}",
+            self.committed(),
+            tail(&instance.log())
+        );
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "SIGTERM exits 0: {status:?}\n{}",
+            tail(&instance.log())
+        );
         took
     }
 
@@ -174,9 +204,12 @@ impl World {
             .expect("consumer");
         let mut out = BTreeMap::new();
         for partition in 0..PARTITIONS {
-            let (low, high) = consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10)).expect("watermarks");
+            let (low, high) = consumer
+                .fetch_watermarks(&topic, partition, Duration::from_secs(10))
+                .expect("watermarks");
             let mut tpl = rdkafka::TopicPartitionList::new();
-            tpl.add_partition_offset(&topic, partition, rdkafka::Offset::Offset(low)).expect("tpl");
+            tpl.add_partition_offset(&topic, partition, rdkafka::Offset::Offset(low))
+                .expect("tpl");
             consumer.assign(&tpl).expect("assign");
             let mut records = Vec::new();
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -185,25 +218,44 @@ impl World {
                 let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) else {
                     // Transaction markers hold offsets without records: the
                     // position says when the partition is read.
-                    let at = consumer.position().ok().and_then(|l| l.find_partition(&topic, partition).map(|e| e.offset()));
+                    let at = consumer
+                        .position()
+                        .ok()
+                        .and_then(|l| l.find_partition(&topic, partition).map(|e| e.offset()));
                     if let Some(rdkafka::Offset::Offset(at)) = at {
                         next = next.max(at);
                     }
                     continue;
                 };
                 next = m.offset() + 1;
-                let Ok(apache_avro::types::Value::Record(fields)) = decoder.decode(m.payload().unwrap_or_default()) else {
-                    panic!("output record at {partition}/{} does not decode", m.offset())
+                let Ok(apache_avro::types::Value::Record(fields)) =
+                    decoder.decode(m.payload().unwrap_or_default())
+                else {
+                    panic!(
+                        "output record at {partition}/{} does not decode",
+                        m.offset()
+                    )
                 };
-                let get = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
-                let (Some(apache_avro::types::Value::String(order)), Some(apache_avro::types::Value::Long(version)), Some(apache_avro::types::Value::String(id))) =
-                    (get("order_id"), get("version"), get("event_id"))
+                let get = |name: &str| {
+                    fields
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, v)| v.clone())
+                };
+                let (
+                    Some(apache_avro::types::Value::String(order)),
+                    Some(apache_avro::types::Value::Long(version)),
+                    Some(apache_avro::types::Value::String(id)),
+                ) = (get("order_id"), get("version"), get("event_id"))
                 else {
                     panic!("output record without order_id, version or event_id")
                 };
                 records.push((order, version, id));
             }
-            assert!(next >= high, "read the output partition {partition} to its end");
+            assert!(
+                next >= high,
+                "read the output partition {partition} to its end"
+            );
             out.insert(partition, records);
         }
         out
@@ -215,16 +267,24 @@ impl World {
     /// never go backwards in offset order.
     pub fn verify_outbox(&self, expected: &Expectation, monotonic: bool) {
         let records = self.outbox_records();
-        let wanted: std::collections::HashSet<String> =
-            expected.status_changes.iter().map(|id| orderly::outbox::status_event_id(id)).collect();
-        let got: std::collections::HashSet<String> = records.values().flatten().map(|(_, _, id)| id.clone()).collect();
+        let wanted: std::collections::HashSet<String> = expected
+            .status_changes
+            .iter()
+            .map(|id| orderly::outbox::status_event_id(id))
+            .collect();
+        let got: std::collections::HashSet<String> = records
+            .values()
+            .flatten()
+            .map(|(_, _, id)| id.clone())
+            .collect();
         let total: usize = records.values().map(Vec::len).sum();
         let missing = wanted.difference(&got).count();
         let extra = got.difference(&wanted).count();
         assert_eq!((missing, extra), (0, 0), "outbox: {missing} expected status changes missing, {extra} unexpected ({total} records)");
         if monotonic {
             for (partition, list) in &records {
-                let mut newest: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+                let mut newest: std::collections::HashMap<&str, i64> =
+                    std::collections::HashMap::new();
                 for (order, version, _) in list {
                     let last = newest.entry(order.as_str()).or_insert(*version);
                     assert!(*version >= *last, "partition {partition}: order {order} went back from version {last} to {version}");
@@ -232,7 +292,11 @@ impl World {
                 }
             }
         }
-        eprintln!("outbox: {} distinct status changes, {total} records ({} re-sent)", got.len(), total - got.len());
+        eprintln!(
+            "outbox: {} distinct status changes, {total} records ({} re-sent)",
+            got.len(),
+            total - got.len()
+        );
     }
 
     /// exactly_once's promise on the output topic, read `read_committed`:
@@ -243,27 +307,57 @@ impl World {
         let records = self.outbox_records();
         let total: usize = records.values().map(Vec::len).sum();
         self.verify_outbox(expected, true);
-        assert_eq!(total, expected.status_changes.len(), "each status change exactly once on the output topic");
+        assert_eq!(
+            total,
+            expected.status_changes.len(),
+            "each status change exactly once on the output topic"
+        );
         let letters = read_all(&self.bootstrap, &self.dlq);
-        assert_eq!(letters.len() as u64, expected.dead_lettered, "exactly one dead letter per poison record");
+        assert_eq!(
+            letters.len() as u64,
+            expected.dead_lettered,
+            "exactly one dead letter per poison record"
+        );
     }
 
     /// The final state checks without the outbox's.
     pub fn verify_state(&self, instance: &Instance, expected: &Expectation) -> usize {
         let ends = end_offsets(&self.bootstrap, &self.topic, PARTITIONS);
-        assert_eq!(self.committed(), ends, "committed offsets equal end offsets");
+        assert_eq!(
+            self.committed(),
+            ends,
+            "committed offsets equal end offsets"
+        );
         let stats = instance.stats();
         let totals = &stats["totals"];
         let consumed: i64 = ends.values().sum();
-        assert_eq!(totals["consumed"].as_u64(), Some(consumed as u64), "{stats}");
-        assert_eq!(totals["applied"].as_u64(), Some(expected.applied), "{stats}");
-        assert_eq!(totals["duplicates"].as_u64(), Some(expected.duplicates), "{stats}");
+        assert_eq!(
+            totals["consumed"].as_u64(),
+            Some(consumed as u64),
+            "{stats}"
+        );
+        assert_eq!(
+            totals["applied"].as_u64(),
+            Some(expected.applied),
+            "{stats}"
+        );
+        assert_eq!(
+            totals["duplicates"].as_u64(),
+            Some(expected.duplicates),
+            "{stats}"
+        );
         assert_eq!(totals["stale"].as_u64(), Some(expected.stale), "{stats}");
-        assert_eq!(totals["dead_lettered"].as_u64(), Some(expected.dead_lettered), "{stats}");
+        assert_eq!(
+            totals["dead_lettered"].as_u64(),
+            Some(expected.dead_lettered),
+            "{stats}"
+        );
         let dump = instance.dump();
         let mut mismatches = 0usize;
         for (order_id, want) in &expected.states {
-            let got: Option<StateView> = dump.get(order_id).map(|v| serde_json::from_value(v.clone()).expect("state JSON"));
+            let got: Option<StateView> = dump
+                .get(order_id)
+                .map(|v| serde_json::from_value(v.clone()).expect("state JSON"));
             if got.as_ref() != Some(want) {
                 mismatches += 1;
                 if mismatches < 5 {
@@ -276,12 +370,22 @@ impl World {
         let letters = read_all(&self.bootstrap, &self.dlq);
         let mut sources: Vec<(String, String, String)> = letters
             .iter()
-            .map(|l| (l.headers[HEADER_TOPIC].clone(), l.headers[HEADER_PARTITION].clone(), l.headers[HEADER_OFFSET].clone()))
+            .map(|l| {
+                (
+                    l.headers[HEADER_TOPIC].clone(),
+                    l.headers[HEADER_PARTITION].clone(),
+                    l.headers[HEADER_OFFSET].clone(),
+                )
+            })
             .collect();
         assert!(sources.iter().all(|(topic, _, _)| *topic == self.topic));
         sources.sort();
         sources.dedup();
-        assert_eq!(sources.len() as u64, expected.dead_lettered, "each poison record dead-lettered at least once, nothing else");
+        assert_eq!(
+            sources.len() as u64,
+            expected.dead_lettered,
+            "each poison record dead-lettered at least once, nothing else"
+        );
         mismatches
     }
 }
@@ -290,14 +394,17 @@ impl World {
 pub fn stop(child: &mut std::process::Child, instance: &Instance) {
     signal(child, "TERM");
     let status = wait_exit(child, Duration::from_secs(30));
-    assert!(status.is_some_and(|s| s.success()), "SIGTERM exits 0: {status:?}\n{}", tail(&instance.log()));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "SIGTERM exits 0: {status:?}\n{}",
+        tail(&instance.log())
+    );
 }
 
 pub fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(60)..].join("\n")
 }
-
 
 /// An Apache Kafka broker this test owns (`kafka/broker start --dir`), so
 /// it can be stopped and started again with its data intact, on the same
@@ -312,12 +419,19 @@ pub struct Broker {
 }
 
 pub fn broker_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kafka").join("broker")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("kafka")
+        .join("broker")
 }
 
 impl Broker {
     pub fn start(dir: PathBuf) -> Self {
-        let mut broker = Broker { dir, bootstrap: String::new(), running: false, printed: BTreeMap::new() };
+        let mut broker = Broker {
+            dir,
+            bootstrap: String::new(),
+            running: false,
+            printed: BTreeMap::new(),
+        };
         broker.restart();
         broker
     }
@@ -325,9 +439,17 @@ impl Broker {
     /// A broker in secured mode (`kafka/broker start --secure`): SASL_SSL,
     /// SCRAM-SHA-512, ACLs; this test's own clients connect as its admin.
     pub fn start_secure(dir: PathBuf) -> Self {
-        let mut broker = Broker { dir, bootstrap: String::new(), running: false, printed: BTreeMap::new() };
+        let mut broker = Broker {
+            dir,
+            bootstrap: String::new(),
+            running: false,
+            printed: BTreeMap::new(),
+        };
         broker.start_with(&["--secure"]);
-        crate::support::secure_clients_of(&broker.bootstrap, broker.client_settings("KAFKA_ADMIN_USER", "KAFKA_ADMIN_PASSWORD"));
+        crate::support::secure_clients_of(
+            &broker.bootstrap,
+            broker.client_settings("KAFKA_ADMIN_USER", "KAFKA_ADMIN_PASSWORD"),
+        );
         broker
     }
 
@@ -359,22 +481,37 @@ impl Broker {
             .stdin(Stdio::null())
             .output()
             .expect("run kafka/broker start");
-        assert!(out.status.success(), "kafka/broker start failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "kafka/broker start failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         let bootstrap = stdout
             .lines()
             .find_map(|line| line.strip_prefix("KAFKA_BOOTSTRAP="))
             .expect("kafka/broker start prints KAFKA_BOOTSTRAP=")
             .to_string();
-        assert!(self.bootstrap.is_empty() || self.bootstrap == bootstrap, "the broker keeps its port");
+        assert!(
+            self.bootstrap.is_empty() || self.bootstrap == bootstrap,
+            "the broker keeps its port"
+        );
         self.bootstrap = bootstrap;
-        self.printed = stdout.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.printed = stdout
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         self.running = true;
     }
 
     pub fn stop(&mut self) {
         if self.running {
-            let status = Command::new(broker_script()).arg("stop").arg(&self.dir).status().expect("kafka/broker stop");
+            let status = Command::new(broker_script())
+                .arg("stop")
+                .arg(&self.dir)
+                .status()
+                .expect("kafka/broker stop");
             assert!(status.success(), "kafka/broker stop");
             self.running = false;
         }
@@ -384,7 +521,11 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         if self.running {
-            let _ = Command::new(broker_script()).arg("stop").arg(&self.dir).arg("--kill").status();
+            let _ = Command::new(broker_script())
+                .arg("stop")
+                .arg(&self.dir)
+                .arg("--kill")
+                .status();
         }
     }
 }

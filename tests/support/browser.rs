@@ -93,7 +93,10 @@ impl Browser {
         let profile_dir = work_dir.join("profile");
         if let Err(e) = fs::create_dir(&profile_dir) {
             let _ = fs::remove_dir_all(&work_dir);
-            return Err(format!("browser: creating profile dir {}: {e}", profile_dir.display()));
+            return Err(format!(
+                "browser: creating profile dir {}: {e}",
+                profile_dir.display()
+            ));
         }
 
         // A port picked here can be taken by someone else before chromedriver
@@ -157,8 +160,19 @@ impl Browser {
             }
         });
         let value = self
-            .command("new session", "POST", "/session", Some(&caps), NEW_SESSION_TIMEOUT)
-            .map_err(|e| format!("{e}\n--- chromedriver log (tail) ---\n{}", self.log_tail(30)))?;
+            .command(
+                "new session",
+                "POST",
+                "/session",
+                Some(&caps),
+                NEW_SESSION_TIMEOUT,
+            )
+            .map_err(|e| {
+                format!(
+                    "{e}\n--- chromedriver log (tail) ---\n{}",
+                    self.log_tail(30)
+                )
+            })?;
         value
             .get("sessionId")
             .and_then(Value::as_str)
@@ -171,14 +185,26 @@ impl Browser {
     /// refused connection, which WebDriver itself reports as a success) is
     /// an `Err` with Chromium's error text.
     pub fn goto(&self, url: &str) -> Result<(), String> {
-        self.session_command(&format!("goto {url}"), "POST", "url", Some(&json!({ "url": url })))?;
+        self.session_command(
+            &format!("goto {url}"),
+            "POST",
+            "url",
+            Some(&json!({ "url": url })),
+        )?;
         let shown = self.eval(
             "return location.href.startsWith('chrome-error://') ? (document.body ? document.body.innerText : '') : null;",
         )?;
         match shown.as_str() {
             Some(text) => {
-                let text: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-                Err(format!("browser: goto {url}: Chromium shows its error page: {}", shorten(&text.join(" / "), 500)))
+                let text: Vec<&str> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect();
+                Err(format!(
+                    "browser: goto {url}: Chromium shows its error page: {}",
+                    shorten(&text.join(" / "), 500)
+                ))
             }
             None => Ok(()),
         }
@@ -187,7 +213,9 @@ impl Browser {
     /// The current page's URL.
     pub fn current_url(&self) -> Result<String, String> {
         let v = self.session_command("current url", "GET", "url", None)?;
-        v.as_str().map(str::to_owned).ok_or_else(|| format!("browser: current url: not a string: {v}"))
+        v.as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("browser: current url: not a string: {v}"))
     }
 
     /// Runs `js_body` as the body of a function (so it should `return`
@@ -200,7 +228,12 @@ impl Browser {
     /// `eval` with `arguments[0..]` bound to `args`.
     pub fn eval_with(&self, js_body: &str, args: &[Value]) -> Result<Value, String> {
         let body = json!({ "script": js_body, "args": args });
-        self.session_command(&format!("eval `{}`", shorten(js_body, 120)), "POST", "execute/sync", Some(&body))
+        self.session_command(
+            &format!("eval `{}`", shorten(js_body, 120)),
+            "POST",
+            "execute/sync",
+            Some(&body),
+        )
     }
 
     /// `innerText` of the first element matching `css` (what a person sees,
@@ -225,7 +258,10 @@ impl Browser {
 
     /// How many elements match `css`.
     pub fn count(&self, css: &str) -> Result<usize, String> {
-        let v = self.eval_with("return document.querySelectorAll(arguments[0]).length;", &[json!(css)])?;
+        let v = self.eval_with(
+            "return document.querySelectorAll(arguments[0]).length;",
+            &[json!(css)],
+        )?;
         v.as_u64()
             .map(|n| n as usize)
             .ok_or_else(|| format!("browser: count `{css}`: not a number: {v}"))
@@ -266,14 +302,20 @@ impl Browser {
     /// Returns a PNG of the viewport.
     pub fn screenshot(&self) -> Result<Vec<u8>, String> {
         let v = self.session_command("screenshot", "GET", "screenshot", None)?;
-        let b64 = v.as_str().ok_or_else(|| format!("browser: screenshot: not a string: {}", shorten(&v.to_string(), 200)))?;
+        let b64 = v.as_str().ok_or_else(|| {
+            format!(
+                "browser: screenshot: not a string: {}",
+                shorten(&v.to_string(), 200)
+            )
+        })?;
         base64_decode(b64).map_err(|e| format!("browser: screenshot: {e}"))
     }
 
     /// Writes a PNG of the viewport to `path`.
     pub fn screenshot_png(&self, path: &Path) -> Result<(), String> {
         let png = self.screenshot()?;
-        fs::write(path, &png).map_err(|e| format!("browser: screenshot: writing {}: {e}", path.display()))
+        fs::write(path, &png)
+            .map_err(|e| format!("browser: screenshot: writing {}: {e}", path.display()))
     }
 
     /// The last `lines` lines of chromedriver's output.
@@ -296,14 +338,27 @@ impl Browser {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn session_command(&self, what: &str, method: &str, suffix: &str, body: Option<&Value>) -> Result<Value, String> {
+    fn session_command(
+        &self,
+        what: &str,
+        method: &str,
+        suffix: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, String> {
         let path = format!("/session/{}/{suffix}", self.session);
         self.command(what, method, &path, body, COMMAND_TIMEOUT)
     }
 
     /// One WebDriver command: its `value` on success, or an error naming
     /// the command, the HTTP status and WebDriver's error and message.
-    fn command(&self, what: &str, method: &str, path: &str, body: Option<&Value>, timeout: Duration) -> Result<Value, String> {
+    fn command(
+        &self,
+        what: &str,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<Value, String> {
         let (status, bytes) = http_request(self.port, method, path, body, timeout)
             .map_err(|e| format!("browser: {what}: {method} {path}: {e}"))?;
         let parsed: Value = serde_json::from_slice(&bytes).map_err(|e| {
@@ -319,12 +374,21 @@ impl Browser {
         if status == 200 {
             return Ok(value);
         }
-        let error = value.get("error").and_then(Value::as_str).unwrap_or("unknown error");
+        let error = value
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown error");
         let message = value.get("message").and_then(Value::as_str).unwrap_or("");
         // chromedriver's messages often repeat the error code first.
-        let message = message.strip_prefix(error).map(|m| m.trim_start_matches(':').trim_start()).unwrap_or(message);
+        let message = message
+            .strip_prefix(error)
+            .map(|m| m.trim_start_matches(':').trim_start())
+            .unwrap_or(message);
         let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
-        Err(format!("browser: {what}: HTTP {status}: {error}: {}", shorten(&message, 600)))
+        Err(format!(
+            "browser: {what}: HTTP {status}: {error}: {}",
+            shorten(&message, 600)
+        ))
     }
 }
 
@@ -346,11 +410,18 @@ impl Drop for Browser {
 /// early, likely because the port was taken meanwhile).
 fn spawn_ready_driver(driver: &Path, log_path: &Path) -> Result<(Child, u16), (bool, String)> {
     let port = free_port().map_err(|e| (false, e))?;
-    let log = fs::File::create(log_path)
-        .map_err(|e| (false, format!("browser: creating {}: {e}", log_path.display())))?;
-    let log2 = log
-        .try_clone()
-        .map_err(|e| (false, format!("browser: cloning {}: {e}", log_path.display())))?;
+    let log = fs::File::create(log_path).map_err(|e| {
+        (
+            false,
+            format!("browser: creating {}: {e}", log_path.display()),
+        )
+    })?;
+    let log2 = log.try_clone().map_err(|e| {
+        (
+            false,
+            format!("browser: cloning {}: {e}", log_path.display()),
+        )
+    })?;
     let mut child = Command::new(driver)
         .arg(format!("--port={port}"))
         .stdin(Stdio::null())
@@ -359,7 +430,12 @@ fn spawn_ready_driver(driver: &Path, log_path: &Path) -> Result<(Child, u16), (b
         // Its own process group, so drop can kill Chromium with it.
         .process_group(0)
         .spawn()
-        .map_err(|e| (false, format!("browser: spawning chromedriver {}: {e}", driver.display())))?;
+        .map_err(|e| {
+            (
+                false,
+                format!("browser: spawning chromedriver {}: {e}", driver.display()),
+            )
+        })?;
 
     let start = Instant::now();
     let mut last: String;
@@ -385,10 +461,21 @@ fn spawn_ready_driver(driver: &Path, log_path: &Path) -> Result<(Child, u16), (b
                 if ready && ours {
                     return Ok((child, port));
                 }
-                last = format!("status {}{}", shorten(&v.to_string(), 200), if ours { "" } else { " (no start line in log yet)" });
+                last = format!(
+                    "status {}{}",
+                    shorten(&v.to_string(), 200),
+                    if ours {
+                        ""
+                    } else {
+                        " (no start line in log yet)"
+                    }
+                );
             }
             Ok((status, body)) => {
-                last = format!("HTTP {status}: {}", shorten(&String::from_utf8_lossy(&body), 200));
+                last = format!(
+                    "HTTP {status}: {}",
+                    shorten(&String::from_utf8_lossy(&body), 200)
+                );
             }
             Err(e) => last = e,
         }
@@ -443,14 +530,17 @@ fn remove_dir_patiently(dir: &Path) {
     // Chromium's processes may take a moment to die and stop writing.
     for _ in 0..10 {
         match fs::remove_dir_all(dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
             _ => return,
         }
     }
 }
 
 fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("browser: finding a free port: {e}"))?;
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| format!("browser: finding a free port: {e}"))?;
     l.local_addr()
         .map(|a| a.port())
         .map_err(|e| format!("browser: finding a free port: {e}"))
@@ -458,10 +548,16 @@ fn free_port() -> Result<u16, String> {
 
 fn fresh_temp_dir() -> Result<PathBuf, String> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     for _ in 0..100 {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("orderly-browser-{}-{nanos}-{n}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "orderly-browser-{}-{nanos}-{n}",
+            std::process::id()
+        ));
         match fs::create_dir(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -492,8 +588,14 @@ fn check_executable(what: &str, path: &Path, env: &str) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     match fs::metadata(path) {
         Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
-        Ok(_) => Err(format!("browser: {what} at {} is not an executable file (set {env})", path.display())),
-        Err(e) => Err(format!("browser: {what} not found at {}: {e} (set {env})", path.display())),
+        Ok(_) => Err(format!(
+            "browser: {what} at {} is not an executable file (set {env})",
+            path.display()
+        )),
+        Err(e) => Err(format!(
+            "browser: {what} not found at {}: {e} (set {env})",
+            path.display()
+        )),
     }
 }
 
@@ -533,7 +635,13 @@ pub fn truthy(v: &Value) -> bool {
 /// A minimal HTTP/1.1 exchange with 127.0.0.1:`port` (JSON body if any):
 /// returns the status and body, honouring `Content-Length`, chunked
 /// transfer encoding, or EOF. `timeout` bounds each read and write.
-pub fn http_request(port: u16, method: &str, path: &str, body: Option<&Value>, timeout: Duration) -> Result<(u16, Vec<u8>), String> {
+pub fn http_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    timeout: Duration,
+) -> Result<(u16, Vec<u8>), String> {
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\nConnection: close\r\n");
     if body.is_some() || method == "POST" {
@@ -542,16 +650,28 @@ pub fn http_request(port: u16, method: &str, path: &str, body: Option<&Value>, t
     }
     request.push_str("\r\n");
     request.push_str(&payload);
-    http_exchange(SocketAddr::from((Ipv4Addr::LOCALHOST, port)), request.as_bytes(), timeout)
+    http_exchange(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        request.as_bytes(),
+        timeout,
+    )
 }
 
 /// Sends the raw `request` bytes to `addr` on a fresh connection and reads
 /// the response: status and body, as [`http_request`] does.
-pub fn http_exchange(addr: SocketAddr, request: &[u8], timeout: Duration) -> Result<(u16, Vec<u8>), String> {
+pub fn http_exchange(
+    addr: SocketAddr,
+    request: &[u8],
+    timeout: Duration,
+) -> Result<(u16, Vec<u8>), String> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2).min(timeout))
         .map_err(|e| format!("connecting to {addr}: {e}"))?;
-    stream.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    stream.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    stream
+        .set_write_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
     stream
         .write_all(request)
@@ -560,7 +680,10 @@ pub fn http_exchange(addr: SocketAddr, request: &[u8], timeout: Duration) -> Res
 
     let mut reader = BufReader::new(stream);
     let io = |e: std::io::Error| {
-        if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
             format!("no response within {timeout:?}")
         } else {
             format!("reading response: {e}")
@@ -584,8 +707,14 @@ pub fn http_exchange(addr: SocketAddr, request: &[u8], timeout: Duration) -> Res
         if let Some((name, value)) = line.split_once(':') {
             let (name, value) = (name.trim(), value.trim());
             if name.eq_ignore_ascii_case("content-length") {
-                content_length = Some(value.parse().map_err(|_| format!("bad Content-Length {value:?}"))?);
-            } else if name.eq_ignore_ascii_case("transfer-encoding") && value.to_ascii_lowercase().contains("chunked") {
+                content_length = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("bad Content-Length {value:?}"))?,
+                );
+            } else if name.eq_ignore_ascii_case("transfer-encoding")
+                && value.to_ascii_lowercase().contains("chunked")
+            {
                 chunked = true;
             }
         }
@@ -596,7 +725,8 @@ pub fn http_exchange(addr: SocketAddr, request: &[u8], timeout: Duration) -> Res
         loop {
             let size_line = read_line(&mut reader).map_err(io)?;
             let size_hex = size_line.split(';').next().unwrap_or("").trim();
-            let size = usize::from_str_radix(size_hex, 16).map_err(|_| format!("bad chunk size {size_line:?}"))?;
+            let size = usize::from_str_radix(size_hex, 16)
+                .map_err(|_| format!("bad chunk size {size_line:?}"))?;
             if size == 0 {
                 // Trailers, up to the empty line.
                 while !read_line(&mut reader).map_err(io)?.is_empty() {}
@@ -622,7 +752,10 @@ fn read_line(reader: &mut impl BufRead) -> std::io::Result<String> {
     let mut buf = Vec::new();
     let n = reader.read_until(b'\n', &mut buf)?;
     if n == 0 {
-        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "connection closed",
+        ));
     }
     while matches!(buf.last(), Some(b'\n' | b'\r')) {
         buf.pop();

@@ -53,7 +53,9 @@ pub fn event(order_id: &str, version: i64, event_type: EventType) -> OrderEvent 
 pub fn records(encoder: &Encoder, late_id: u32, fixable: usize, good: usize) -> Vec<PlannedRecord> {
     let v2 = |order: &str, version, event_type| PlannedRecord {
         key: order.to_string(),
-        payload: encoder.encode(&event(order, version, event_type), WriterVersion::V2).expect("encode"),
+        payload: encoder
+            .encode(&event(order, version, event_type), WriterVersion::V2)
+            .expect("encode"),
     };
     let mut records = Vec::new();
     for i in 0..fixable {
@@ -66,9 +68,17 @@ pub fn records(encoder: &Encoder, late_id: u32, fixable: usize, good: usize) -> 
     }
     for i in 0..fixable {
         let order = format!("order-fix-{i}");
-        records.push(PlannedRecord { key: order.clone(), payload: encode_v3(encoder, &event(&order, 2, EventType::Paid), late_id) });
+        records.push(PlannedRecord {
+            key: order.clone(),
+            payload: encode_v3(encoder, &event(&order, 2, EventType::Paid), late_id),
+        });
     }
-    let stubborn = encoder.encode(&event(STUBBORN, 1, EventType::Created), WriterVersion::V2).expect("encode");
-    records.push(PlannedRecord { key: STUBBORN.into(), payload: wire(NEVER, &stubborn[5..]) });
+    let stubborn = encoder
+        .encode(&event(STUBBORN, 1, EventType::Created), WriterVersion::V2)
+        .expect("encode");
+    records.push(PlannedRecord {
+        key: STUBBORN.into(),
+        payload: wire(NEVER, &stubborn[5..]),
+    });
     records
 }

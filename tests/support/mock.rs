@@ -32,10 +32,18 @@ pub fn cluster(partitions: i32, with_dlq: bool) -> Cluster {
         mock.create_topic(&dlq, 1, 1).expect("dlq topic");
     }
     let changelog = format!("{topic}-changelog");
-    mock.create_topic(&changelog, partitions, 1).expect("changelog topic");
-    mock.create_topic(&format!("{topic}-status"), partitions, 1).expect("output topic");
+    mock.create_topic(&changelog, partitions, 1)
+        .expect("changelog topic");
+    mock.create_topic(&format!("{topic}-status"), partitions, 1)
+        .expect("output topic");
     let bootstrap = mock.bootstrap_servers();
-    Cluster { mock, bootstrap, topic, dlq, changelog }
+    Cluster {
+        mock,
+        bootstrap,
+        topic,
+        dlq,
+        changelog,
+    }
 }
 
 pub fn producer(bootstrap: &str) -> FutureProducer {

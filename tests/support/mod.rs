@@ -17,9 +17,13 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+/// A secured broker's bootstrap address and the librdkafka settings the
+/// tests' own clients add for it.
+type SecuredBroker = (String, Vec<(String, String)>);
+
 /// librdkafka settings the tests' own clients (admin, producers, readers)
 /// add for a broker a test secured, by bootstrap address.
-static SECURED: std::sync::Mutex<Vec<(String, Vec<(String, String)>)>> = std::sync::Mutex::new(Vec::new());
+static SECURED: std::sync::Mutex<Vec<SecuredBroker>> = std::sync::Mutex::new(Vec::new());
 
 /// Makes [`client`] add `settings` for `bootstrap` (a secured broker: the
 /// test's own clients connect as its admin user).
@@ -106,13 +110,20 @@ impl Instance {
             setup.extra,
         );
         std::fs::write(&config_path, text).expect("write config");
-        Instance { dir, config_path, store_path }
+        Instance {
+            dir,
+            config_path,
+            store_path,
+        }
     }
 
     /// `orderly <args> --config <file>`, stdout and stderr appended to `log`.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(orderly_bin());
-        cmd.args(args).arg("--config").arg(&self.config_path).env_remove("ORDERLY_FAULT");
+        cmd.args(args)
+            .arg("--config")
+            .arg(&self.config_path)
+            .env_remove("ORDERLY_FAULT");
         cmd
     }
 
@@ -132,8 +143,17 @@ impl Instance {
 
     /// [`Self::spawn_run`] with its own `RUST_LOG` and extra environment
     /// (`ORDERLY_*` overrides).
-    pub fn spawn_run_env(&self, fault: Option<&str>, rust_log: &str, env: &[(&str, &str)]) -> Child {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("log file");
+    pub fn spawn_run_env(
+        &self,
+        fault: Option<&str>,
+        rust_log: &str,
+        env: &[(&str, &str)],
+    ) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("log file");
         let mut cmd = self.command(&["run"]);
         cmd.env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
@@ -150,15 +170,29 @@ impl Instance {
 
     /// `orderly state stats --json` (the processor must be stopped).
     pub fn stats(&self) -> serde_json::Value {
-        let out = self.command(&["state", "stats", "--json"]).output().expect("run state stats");
-        assert!(out.status.success(), "state stats failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = self
+            .command(&["state", "stats", "--json"])
+            .output()
+            .expect("run state stats");
+        assert!(
+            out.status.success(),
+            "state stats failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).expect("stats JSON")
     }
 
     /// `orderly state dump` as order_id -> state JSON.
     pub fn dump(&self) -> BTreeMap<String, serde_json::Value> {
-        let out = self.command(&["state", "dump"]).output().expect("run state dump");
-        assert!(out.status.success(), "state dump failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = self
+            .command(&["state", "dump"])
+            .output()
+            .expect("run state dump");
+        assert!(
+            out.status.success(),
+            "state dump failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(|line| {
@@ -187,7 +221,10 @@ impl Instance {
     /// instance binds port 0), once it has logged it.
     pub fn http_address(&self) -> Option<String> {
         let log = self.log();
-        let line = log.lines().rev().find(|l| l.contains("http endpoint listening"))?;
+        let line = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("http endpoint listening"))?;
         // Text logs say address=HOST:PORT, JSON logs "address":"HOST:PORT".
         let (at, end) = match line.find("address=") {
             Some(at) => (at + "address=".len(), ' '),
@@ -199,7 +236,11 @@ impl Instance {
     /// Waits for the latest run started after `before` endpoint starts to
     /// log its HTTP address.
     pub fn wait_http(&self, before: usize) -> String {
-        assert!(wait_until(Duration::from_secs(60), || self.http_starts() > before), "no http endpoint\n{}", self.log());
+        assert!(
+            wait_until(Duration::from_secs(60), || self.http_starts() > before),
+            "no http endpoint\n{}",
+            self.log()
+        );
         self.http_address().expect("http address in the log")
     }
 
@@ -227,14 +268,21 @@ impl Drop for Reaper {
     fn drop(&mut self) {
         let pids = self.0.lock().map(|p| p.clone()).unwrap_or_default();
         for pid in pids {
-            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).stderr(Stdio::null()).status();
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .arg(pid.to_string())
+                .stderr(Stdio::null())
+                .status();
         }
     }
 }
 
 /// Sends SIGTERM (or SIGKILL) to a child.
 pub fn signal(child: &Child, sig: &str) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(child.id().to_string()).status();
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(child.id().to_string())
+        .status();
 }
 
 /// Waits for a child to exit, up to `limit`; kills it past that.
@@ -270,7 +318,16 @@ pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> 
         Ok(list) => list
             .elements()
             .iter()
-            .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { o } else { -1 }))
+            .map(|e| {
+                (
+                    e.partition(),
+                    if let Offset::Offset(o) = e.offset() {
+                        o
+                    } else {
+                        -1
+                    },
+                )
+            })
             .collect(),
         Err(_) => (0..partitions).map(|p| (p, -1)).collect(),
     };
@@ -301,7 +358,9 @@ pub struct Letter {
 /// Every record of a one-partition topic, from the beginning to its end.
 pub fn read_all(bootstrap: &str, topic: &str) -> Vec<Letter> {
     let consumer: BaseConsumer = client(bootstrap).create().expect("consumer");
-    let (low, high) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(10)).expect("watermarks");
+    let (low, high) = consumer
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .expect("watermarks");
     read_range(bootstrap, topic, 0, low, high)
 }
 
@@ -315,7 +374,8 @@ pub fn read_range(bootstrap: &str, topic: &str, partition: i32, from: i64, to: i
         .create()
         .expect("consumer");
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Offset(from)).expect("tpl");
+    tpl.add_partition_offset(topic, partition, Offset::Offset(from))
+        .expect("tpl");
     consumer.assign(&tpl).expect("assign");
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -326,7 +386,13 @@ pub fn read_range(bootstrap: &str, topic: &str, partition: i32, from: i64, to: i
             .position()
             .ok()
             .and_then(|list| list.find_partition(topic, partition).map(|e| e.offset()))
-            .and_then(|o| if let Offset::Offset(o) = o { Some(o) } else { None })
+            .and_then(|o| {
+                if let Offset::Offset(o) = o {
+                    Some(o)
+                } else {
+                    None
+                }
+            })
             .unwrap_or(-1)
     };
     while (out.len() as i64) < to - from && Instant::now() < deadline {
@@ -343,11 +409,19 @@ pub fn read_range(bootstrap: &str, topic: &str, partition: i32, from: i64, to: i
                 for header in h.iter() {
                     headers.insert(
                         header.key.to_string(),
-                        header.value.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default(),
+                        header
+                            .value
+                            .map(|v| String::from_utf8_lossy(v).into_owned())
+                            .unwrap_or_default(),
                     );
                 }
             }
-            out.push(Letter { offset: m.offset(), headers, key: m.key().map(<[u8]>::to_vec), payload: m.payload().map(<[u8]>::to_vec) });
+            out.push(Letter {
+                offset: m.offset(),
+                headers,
+                key: m.key().map(<[u8]>::to_vec),
+                payload: m.payload().map(<[u8]>::to_vec),
+            });
         }
     }
     out
@@ -359,14 +433,27 @@ pub fn create_topics(bootstrap: &str, topics: &[(&str, i32)]) {
     use rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> =
         client(bootstrap).create().expect("admin client");
-    let new: Vec<NewTopic<'_>> = topics.iter().map(|(name, n)| NewTopic::new(name, *n, TopicReplication::Fixed(1))).collect();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|(name, n)| NewTopic::new(name, *n, TopicReplication::Fixed(1)))
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let results = runtime
-        .block_on(admin.create_topics(&new, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))))
+        .block_on(admin.create_topics(
+            &new,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        ))
         .expect("create topics");
     for result in results {
         if let Err((topic, code)) = result {
-            assert_eq!(code, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists, "create {topic}: {code:?}");
+            assert_eq!(
+                code,
+                rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists,
+                "create {topic}: {code:?}"
+            );
         }
     }
     // Wait until metadata shows every partition.
@@ -375,7 +462,11 @@ pub fn create_topics(bootstrap: &str, topics: &[(&str, i32)]) {
         let ok = wait_until(Duration::from_secs(30), || {
             consumer
                 .fetch_metadata(Some(name), Duration::from_secs(5))
-                .map(|m| m.topics().first().is_some_and(|t| t.error().is_none() && t.partitions().len() == *n as usize))
+                .map(|m| {
+                    m.topics()
+                        .first()
+                        .is_some_and(|t| t.error().is_none() && t.partitions().len() == *n as usize)
+                })
                 .unwrap_or(false)
         });
         assert!(ok, "topic {name} has {n} partitions");
@@ -386,6 +477,14 @@ pub fn create_topics(bootstrap: &str, topics: &[(&str, i32)]) {
 pub fn end_offsets(bootstrap: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
     let consumer: BaseConsumer = client(bootstrap).create().expect("consumer");
     (0..partitions)
-        .map(|p| (p, consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1))
+        .map(|p| {
+            (
+                p,
+                consumer
+                    .fetch_watermarks(topic, p, Duration::from_secs(10))
+                    .expect("watermarks")
+                    .1,
+            )
+        })
         .collect()
 }

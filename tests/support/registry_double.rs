@@ -72,13 +72,20 @@ impl RegistryDouble {
             .route("/subjects/{subject}/versions/{version}", get(by_version))
             .with_state(inner.clone());
         let listener = runtime
-            .block_on(tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))))
+            .block_on(tokio::net::TcpListener::bind(SocketAddr::from((
+                [127, 0, 0, 1],
+                0,
+            ))))
             .expect("bind registry double");
         let addr = listener.local_addr().expect("registry double address");
         runtime.spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        RegistryDouble { url: format!("http://{addr}"), inner, _runtime: runtime }
+        RegistryDouble {
+            url: format!("http://{addr}"),
+            inner,
+            _runtime: runtime,
+        }
     }
 
     /// Changes how look-ups by id are answered from now on.
@@ -90,12 +97,19 @@ impl RegistryDouble {
 
     /// How many requests of `kind` ("by_id", "register", ...) were answered.
     pub fn requests(&self, kind: &str) -> u64 {
-        self.inner.lock().map(|i| i.requests.get(kind).copied().unwrap_or(0)).unwrap_or(0)
+        self.inner
+            .lock()
+            .map(|i| i.requests.get(kind).copied().unwrap_or(0))
+            .unwrap_or(0)
     }
 }
 
 fn not_found(code: u32, message: &str) -> Response {
-    (StatusCode::NOT_FOUND, Json(json!({ "error_code": code, "message": message }))).into_response()
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({ "error_code": code, "message": message })),
+    )
+        .into_response()
 }
 
 async fn by_id(State(inner): State<Shared>, Path(id): Path<u32>) -> Response {
@@ -106,7 +120,12 @@ async fn by_id(State(inner): State<Shared>, Path(id): Path<u32>) -> Response {
         ByIdMode::NotFoundWithCode(code) => return not_found(code, "Subject not found"),
         ByIdMode::HtmlNotFound => {
             let page = "<html><head><title>404 Not Found</title></head><body><h1>404 Not Found</h1><hr>nginx</body></html>";
-            return (StatusCode::NOT_FOUND, [(axum::http::header::CONTENT_TYPE, "text/html")], page).into_response();
+            return (
+                StatusCode::NOT_FOUND,
+                [(axum::http::header::CONTENT_TYPE, "text/html")],
+                page,
+            )
+                .into_response();
         }
     }
     match inner.by_id.get(&id) {
@@ -115,14 +134,35 @@ async fn by_id(State(inner): State<Shared>, Path(id): Path<u32>) -> Response {
     }
 }
 
-async fn register(State(inner): State<Shared>, Path(subject): Path<String>, Json(body): Json<Value>) -> Response {
-    let Some(schema) = body.get("schema").and_then(Value::as_str).map(str::to_string) else {
-        return (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({ "error_code": 42201, "message": "no schema" }))).into_response();
+async fn register(
+    State(inner): State<Shared>,
+    Path(subject): Path<String>,
+    Json(body): Json<Value>,
+) -> Response {
+    let Some(schema) = body
+        .get("schema")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({ "error_code": 42201, "message": "no schema" })),
+        )
+            .into_response();
     };
     let mut inner = inner.lock().expect("registry double lock");
     *inner.requests.entry("register").or_default() += 1;
-    let existing = inner.subjects.get(&subject).and_then(|v| v.iter().find(|(s, _)| *s == schema).map(|(_, id)| *id));
-    let id = match existing.or_else(|| inner.by_id.iter().find(|(_, s)| **s == schema).map(|(id, _)| *id)) {
+    let existing = inner
+        .subjects
+        .get(&subject)
+        .and_then(|v| v.iter().find(|(s, _)| *s == schema).map(|(_, id)| *id));
+    let id = match existing.or_else(|| {
+        inner
+            .by_id
+            .iter()
+            .find(|(_, s)| **s == schema)
+            .map(|(id, _)| *id)
+    }) {
         Some(id) => id,
         None => {
             let id = inner.by_id.len() as u32 + 1;
@@ -155,30 +195,50 @@ async fn versions(State(inner): State<Shared>, Path(subject): Path<String>) -> R
     }
 }
 
-async fn lookup(State(inner): State<Shared>, Path(subject): Path<String>, Json(body): Json<Value>) -> Response {
-    let schema = body.get("schema").and_then(Value::as_str).unwrap_or_default();
+async fn lookup(
+    State(inner): State<Shared>,
+    Path(subject): Path<String>,
+    Json(body): Json<Value>,
+) -> Response {
+    let schema = body
+        .get("schema")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let mut inner = inner.lock().expect("registry double lock");
     *inner.requests.entry("lookup").or_default() += 1;
-    let found = inner
-        .subjects
-        .get(&subject)
-        .and_then(|v| v.iter().enumerate().find(|(_, (s, _))| s == schema).map(|(i, (s, id))| (i + 1, s.clone(), *id)));
+    let found = inner.subjects.get(&subject).and_then(|v| {
+        v.iter()
+            .enumerate()
+            .find(|(_, (s, _))| s == schema)
+            .map(|(i, (s, id))| (i + 1, s.clone(), *id))
+    });
     match found {
         Some((version, schema, id)) => {
-            Json(json!({ "subject": subject, "version": version, "id": id, "schema": schema })).into_response()
+            Json(json!({ "subject": subject, "version": version, "id": id, "schema": schema }))
+                .into_response()
         }
         None => not_found(40403, "Schema not found"),
     }
 }
 
-async fn by_version(State(inner): State<Shared>, Path((subject, version)): Path<(String, String)>) -> Response {
+async fn by_version(
+    State(inner): State<Shared>,
+    Path((subject, version)): Path<(String, String)>,
+) -> Response {
     let mut inner = inner.lock().expect("registry double lock");
     *inner.requests.entry("by_version").or_default() += 1;
-    let Some(versions) = inner.subjects.get(&subject) else { return not_found(40401, "Subject not found") };
-    let index = if version == "latest" { versions.len() } else { version.parse().unwrap_or(0) };
+    let Some(versions) = inner.subjects.get(&subject) else {
+        return not_found(40401, "Subject not found");
+    };
+    let index = if version == "latest" {
+        versions.len()
+    } else {
+        version.parse().unwrap_or(0)
+    };
     match index.checked_sub(1).and_then(|i| versions.get(i)) {
         Some((schema, id)) => {
-            Json(json!({ "subject": subject, "version": index, "id": id, "schema": schema })).into_response()
+            Json(json!({ "subject": subject, "version": index, "id": id, "schema": schema }))
+                .into_response()
         }
         None => not_found(40402, "Version not found"),
     }

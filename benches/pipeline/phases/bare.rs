@@ -10,13 +10,18 @@ use rdkafka::message::Message;
 use orderly::codec::Decoder;
 
 use super::{plain_consumer, read_all};
+use crate::figures::Phase;
 use crate::loader::LoadInfo;
 use crate::measure::Meter;
-use crate::figures::Phase;
 use crate::Args;
 
 /// (a): read and discard every record.
-pub fn read_discard(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, timeout: Duration) -> anyhow::Result<Phase> {
+pub fn read_discard(
+    args: &Args,
+    load: &LoadInfo,
+    broker_pid: Option<u32>,
+    timeout: Duration,
+) -> anyhow::Result<Phase> {
     let m = Meter::start(broker_pid);
     let consumer = plain_consumer(args, &load.bootstrap)?;
     let n = read_all(&consumer, load, timeout, |msg| {

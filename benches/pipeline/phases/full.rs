@@ -22,10 +22,10 @@ use orderly::registry::Registry;
 use orderly::store::{PartitionStore, Store};
 
 use super::passthrough;
+use crate::figures::{Counts, FullPipeline, Phase};
 use crate::http_load::{HttpLoad, HttpOut};
 use crate::loader::LoadInfo;
 use crate::measure::{dir_size, process_cpu, thread_cpu, thread_group, Meter};
-use crate::figures::{Counts, FullPipeline, Phase};
 use crate::Args;
 
 /// Key + value bytes the processor handed to sled over the run, when its
@@ -42,7 +42,9 @@ fn covered_by(trees: &[(i32, PartitionStore)], ends: &BTreeMap<i32, i64>) -> (u6
     for (p, tree) in trees {
         let cp = tree.checkpoint().ok().flatten();
         let next = cp.map(|c| c.next_offset).unwrap_or(0);
-        processed += cp.map(|c| (c.next_offset - c.start_offset).max(0) as u64).unwrap_or(0);
+        processed += cp
+            .map(|c| (c.next_offset - c.start_offset).max(0) as u64)
+            .unwrap_or(0);
         all &= next >= ends.get(p).copied().unwrap_or(0);
     }
     (processed, all)
@@ -82,12 +84,26 @@ pub async fn run(
     round: usize,
 ) -> anyhow::Result<(Phase, FullPipeline)> {
     let (key, name) = match (changelog, outbox, exactly_once) {
-        (true, true, true) => ("x", "full orderly Processor, exactly_once (transactions; changelog and outbox on)"),
-        (true, true, false) => ("c", "full orderly Processor (durable, changelog and outbox on)"),
-        (true, false, _) => ("o", "full orderly Processor (durable, changelog on, outbox off)"),
-        _ => ("e", "full orderly Processor (durable, changelog and outbox off)"),
+        (true, true, true) => (
+            "x",
+            "full orderly Processor, exactly_once (transactions; changelog and outbox on)",
+        ),
+        (true, true, false) => (
+            "c",
+            "full orderly Processor (durable, changelog and outbox on)",
+        ),
+        (true, false, _) => (
+            "o",
+            "full orderly Processor (durable, changelog on, outbox off)",
+        ),
+        _ => (
+            "e",
+            "full orderly Processor (durable, changelog and outbox off)",
+        ),
     };
-    let dir = tempfile::Builder::new().prefix("orderly-bench-c-").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("orderly-bench-c-")
+        .tempdir()?;
     let store_path = dir.path().join("store");
     let mut config = Config::defaults()?;
     passthrough(args, &mut config)?;
@@ -105,7 +121,11 @@ pub async fn run(
     if exactly_once {
         config.processing.guarantee = orderly::config::Guarantee::ExactlyOnce;
     }
-    config.kafka.output_topic = if outbox { format!("{}-status", load.topic) } else { String::new() };
+    config.kafka.output_topic = if outbox {
+        format!("{}-status", load.topic)
+    } else {
+        String::new()
+    };
     config.store.path = store_path.clone();
     if let Some(ms) = args.commit_interval_ms {
         config.processing.commit_interval_ms = ms;
@@ -138,7 +158,14 @@ pub async fn run(
         let listener = orderly::http::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
         let address = listener.local_addr()?;
         let server = orderly::http::serve(listener, &processor)?;
-        eprintln!("pipeline: ({key}) http endpoint at http://{address}/{}", if args.http_load { " under an abuse load" } else { "" });
+        eprintln!(
+            "pipeline: ({key}) http endpoint at http://{address}/{}",
+            if args.http_load {
+                " under an abuse load"
+            } else {
+                ""
+            }
+        );
         (Some(address), Some(server))
     } else {
         (None, None)
@@ -163,32 +190,36 @@ pub async fn run(
         let ends = load.ends.clone();
         let stop = stop.clone();
         let load_stop = http_load.as_ref().map(|l| l.stopper());
-        std::thread::Builder::new().name("bench-watcher".into()).spawn(move || {
-            let mut p = Progress::default();
-            while started.elapsed() < timeout && !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(20));
-                let (processed, all) = covered_by(&trees, &ends);
-                p.timeline.push((started.elapsed().as_millis() as u64, processed));
-                if processed > 0 && p.first_batch.is_none() {
-                    p.first_batch = Some((started.elapsed(), processed));
+        std::thread::Builder::new()
+            .name("bench-watcher".into())
+            .spawn(move || {
+                let mut p = Progress::default();
+                while started.elapsed() < timeout && !stop.load(std::sync::atomic::Ordering::SeqCst)
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                    let (processed, all) = covered_by(&trees, &ends);
+                    p.timeline
+                        .push((started.elapsed().as_millis() as u64, processed));
+                    if processed > 0 && p.first_batch.is_none() {
+                        p.first_batch = Some((started.elapsed(), processed));
+                    }
+                    if all {
+                        p.covered_at = Some(started.elapsed());
+                        p.threads_at_cover = thread_cpu();
+                        p.process_cpu_at_cover = process_cpu(None).unwrap_or(0.0);
+                        p.broker_cpu_at_cover = broker_pid.and_then(|pid| process_cpu(Some(pid)));
+                        break;
+                    }
                 }
-                if all {
-                    p.covered_at = Some(started.elapsed());
-                    p.threads_at_cover = thread_cpu();
-                    p.process_cpu_at_cover = process_cpu(None).unwrap_or(0.0);
-                    p.broker_cpu_at_cover = broker_pid.and_then(|pid| process_cpu(Some(pid)));
-                    break;
+                if p.covered_at.is_none() {
+                    eprintln!("pipeline: ({key}) stopped before the store covered the end offsets");
                 }
-            }
-            if p.covered_at.is_none() {
-                eprintln!("pipeline: ({key}) stopped before the store covered the end offsets");
-            }
-            if let Some(load_stop) = load_stop {
-                load_stop.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-            let _ = done_tx.send(());
-            p
-        })?
+                if let Some(load_stop) = load_stop {
+                    load_stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                let _ = done_tx.send(());
+                p
+            })?
     };
     let result = processor
         .run(async {
@@ -205,13 +236,22 @@ pub async fn run(
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let load_out = http_load.map(|l| l.join());
-    let progress = watcher.join().map_err(|_| anyhow!("the watcher thread panicked"))?;
+    let progress = watcher
+        .join()
+        .map_err(|_| anyhow!("the watcher thread panicked"))?;
     let report: RunReport = result?;
     // A repeated round reports as c2, x2, ...
-    let key = if round == 0 { key.to_string() } else { format!("{key}{}", round + 1) };
+    let key = if round == 0 {
+        key.to_string()
+    } else {
+        format!("{key}{}", round + 1)
+    };
     let mut phase = meter.finish(&key, name, 0);
     let timed_out = progress.covered_at.is_none();
-    let total_seconds = progress.covered_at.unwrap_or_else(|| started.elapsed()).as_secs_f64();
+    let total_seconds = progress
+        .covered_at
+        .unwrap_or_else(|| started.elapsed())
+        .as_secs_f64();
     let (processed, _) = covered();
     phase.events = processed;
     phase.seconds = total_seconds;
@@ -224,9 +264,10 @@ pub async fn run(
         }
     }
     let (join_seconds, steady) = match progress.first_batch {
-        Some((at, at_events)) if total_seconds > at.as_secs_f64() => {
-            (at.as_secs_f64(), (processed - at_events) as f64 / (total_seconds - at.as_secs_f64()))
-        }
+        Some((at, at_events)) if total_seconds > at.as_secs_f64() => (
+            at.as_secs_f64(),
+            (processed - at_events) as f64 / (total_seconds - at.as_secs_f64()),
+        ),
         _ => (0.0, phase.events_per_s),
     };
     phase.steady_events_per_s = steady;
@@ -265,7 +306,11 @@ pub async fn run(
     if let Some(address) = http_address {
         let cpu = |group: &str| thread_cpu_seconds.get(group).copied().unwrap_or(0.0);
         phase.http = Some(HttpOut {
-            mode: if args.http_load { "served + abuse load".into() } else { "served (idle)".into() },
+            mode: if args.http_load {
+                "served + abuse load".into()
+            } else {
+                "served (idle)".into()
+            },
             address: address.to_string(),
             server_thread_cpu_seconds: cpu("orderly-http"),
             load_thread_cpu_seconds: cpu("bench-http-load"),
@@ -306,9 +351,12 @@ pub async fn run(
         thread_cpu_seconds,
         stalled_seconds: stalled_ms as f64 / 1000.0,
         longest_stall_seconds: longest_stall_ms as f64 / 1000.0,
-        timeline: if args.timeline { progress.timeline.clone() } else { Vec::new() },
+        timeline: if args.timeline {
+            progress.timeline.clone()
+        } else {
+            Vec::new()
+        },
         timed_out,
     };
     Ok((phase, full))
 }
-

@@ -37,8 +37,13 @@ pub fn plain_consumer(args: &Args, bootstrap: &str) -> anyhow::Result<BaseConsum
 /// Adds the `--librdkafka KEY=VALUE` settings to `config.kafka.librdkafka`.
 pub fn passthrough(args: &Args, config: &mut Config) -> anyhow::Result<()> {
     for setting in &args.librdkafka {
-        let (key, value) = setting.split_once('=').with_context(|| format!("--librdkafka {setting}: use KEY=VALUE"))?;
-        config.kafka.librdkafka.insert(key.trim().into(), toml::Value::String(value.trim().into()));
+        let (key, value) = setting
+            .split_once('=')
+            .with_context(|| format!("--librdkafka {setting}: use KEY=VALUE"))?;
+        config
+            .kafka
+            .librdkafka
+            .insert(key.trim().into(), toml::Value::String(value.trim().into()));
     }
     Ok(())
 }
@@ -100,7 +105,11 @@ pub fn read_all(
 }
 
 /// Decodes one v1 and one v2 record so the schema cache is warm.
-pub fn warm(runtime: &tokio::runtime::Runtime, decoder: &Decoder, encoder: &Encoder) -> anyhow::Result<()> {
+pub fn warm(
+    runtime: &tokio::runtime::Runtime,
+    decoder: &Decoder,
+    encoder: &Encoder,
+) -> anyhow::Result<()> {
     let event = OrderEvent {
         event_id: "warm".into(),
         order_id: "warm".into(),
@@ -112,7 +121,9 @@ pub fn warm(runtime: &tokio::runtime::Runtime, decoder: &Decoder, encoder: &Enco
     };
     for version in [WriterVersion::V1, WriterVersion::V2] {
         let bytes = encoder.encode(&event, version)?;
-        runtime.block_on(decoder.decode(Some(&bytes))).map_err(|e| anyhow!("{e}"))?;
+        runtime
+            .block_on(decoder.decode(Some(&bytes)))
+            .map_err(|e| anyhow!("{e}"))?;
     }
     Ok(())
 }

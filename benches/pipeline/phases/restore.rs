@@ -14,14 +14,22 @@ use orderly::config::Config;
 use orderly::store::Store;
 
 use super::passthrough;
+use crate::figures::Phase;
 use crate::loader::LoadInfo;
 use crate::measure::Meter;
-use crate::figures::Phase;
 use crate::Args;
 
 pub fn run(args: &Args, load: &LoadInfo, broker_pid: Option<u32>) -> anyhow::Result<Phase> {
     let topic = super::full::changelog_topic(load);
-    run_topic(args, load, broker_pid, &topic, "r", "restore (c)'s changelog into a fresh store").map(|(phase, _)| phase)
+    run_topic(
+        args,
+        load,
+        broker_pid,
+        &topic,
+        "r",
+        "restore (c)'s changelog into a fresh store",
+    )
+    .map(|(phase, _)| phase)
 }
 
 /// Restores `topic` (a changelog with the input's partitions) into a fresh
@@ -32,8 +40,17 @@ pub fn run(args: &Args, load: &LoadInfo, broker_pid: Option<u32>) -> anyhow::Res
 /// (its watermarks and last checkpoint located) to the end of the final
 /// flush: the part a Kafka Streams `StateRestoreListener` times (from the
 /// first `onRestoreStart`, which comes with the offsets found).
-pub fn run_topic(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, topic: &str, key: &str, name: &str) -> anyhow::Result<(Phase, f64)> {
-    let dir = tempfile::Builder::new().prefix("orderly-bench-r-").tempdir()?;
+pub fn run_topic(
+    args: &Args,
+    load: &LoadInfo,
+    broker_pid: Option<u32>,
+    topic: &str,
+    key: &str,
+    name: &str,
+) -> anyhow::Result<(Phase, f64)> {
+    let dir = tempfile::Builder::new()
+        .prefix("orderly-bench-r-")
+        .tempdir()?;
     let mut config = Config::defaults()?;
     passthrough(args, &mut config)?;
     config.kafka.bootstrap_servers = load.bootstrap.clone();
@@ -56,15 +73,30 @@ pub fn run_topic(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, topic: &
                     let started = Instant::now();
                     let tree = store.partition(&load.topic, *partition)?;
                     let remaining = std::sync::atomic::AtomicI64::new(-1);
-                    let restored = Restore { config, topic, partition: *partition, tree: &tree, cancel, remaining: &remaining }.run()?;
+                    let restored = Restore {
+                        config,
+                        topic,
+                        partition: *partition,
+                        tree: &tree,
+                        cancel,
+                        remaining: &remaining,
+                    }
+                    .run()?;
                     if !restored.restored {
                         return Err(anyhow!("partition {partition}: nothing restored"));
                     }
-                    Ok((restored.applied, started + restored.located, restored.store_write))
+                    Ok((
+                        restored.applied,
+                        started + restored.located,
+                        restored.store_write,
+                    ))
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().map_err(|_| anyhow!("restore thread panicked"))?).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow!("restore thread panicked"))?)
+            .collect()
     });
     let flushing = Instant::now();
     store.flush()?;
@@ -81,7 +113,11 @@ pub fn run_topic(args: &Args, load: &LoadInfo, broker_pid: Option<u32>, topic: &
     let mut phase = meter.finish(key, name, records);
     phase.steady_events_per_s = phase.events_per_s;
     // The restored checkpoints are (c)'s: its counters came back with it.
-    let outcomes: u64 = store.checkpoints()?.iter().map(|(_, _, cp)| cp.outcomes()).sum();
+    let outcomes: u64 = store
+        .checkpoints()?
+        .iter()
+        .map(|(_, _, cp)| cp.outcomes())
+        .sum();
     eprintln!(
         "pipeline: ({key}) {records} changelog records restored in {:.2} s, {read_seconds:.2} s of them from the first record read, the last {flush_seconds:.2} s the store's flush ({outcomes} events' counters); sled's writes {:.2} s of a partition's restore at most; cpu {:.2} s, broker cpu {}",
         phase.seconds,

@@ -52,9 +52,9 @@ use serde::Serialize;
 
 use orderly::event::StateView;
 
+use crate::figures::{Counts, Phase};
 use crate::loader::LoadInfo;
 use crate::measure::process_cpu;
-use crate::figures::{Counts, Phase};
 use crate::Args;
 
 /// What `--side-by-side` runs.
@@ -236,11 +236,19 @@ pub fn run(
         broker_pid,
         runtime,
         timeout,
-        orderly_bin: args.orderly_bin.clone().unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_orderly"))),
-        peer: args.peer.clone().unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/kstreams/peer")),
+        orderly_bin: args
+            .orderly_bin
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_orderly"))),
+        peer: args
+            .peer
+            .clone()
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/kstreams/peer")),
     };
     if broker_pid.is_none() {
-        eprintln!("pipeline: no broker pid (--broker-pid or KAFKA_PID): the broker's CPU is not reported");
+        eprintln!(
+            "pipeline: no broker pid (--broker-pid or KAFKA_PID): the broker's CPU is not reported"
+        );
     }
     let mut runs: Vec<ContenderRun> = Vec::new();
     for round in 0..args.rounds.max(1) {
@@ -249,7 +257,10 @@ pub fn run(
                 Guarantee::AtLeastOnce => ("oa", "ka"),
                 Guarantee::ExactlyOnce => ("ox", "kx"),
             };
-            let mut order = vec![(Contender::Orderly, want(ok)), (Contender::KafkaStreams, want(kk))];
+            let mut order = vec![
+                (Contender::Orderly, want(ok)),
+                (Contender::KafkaStreams, want(kk)),
+            ];
             if round % 2 == 1 {
                 order.reverse();
             }
@@ -283,7 +294,11 @@ pub fn run(
         }
     }
     let mut restores = Vec::new();
-    let first = |c: Contender| runs.iter().find(|r| r.contender == c && r.guarantee == Guarantee::AtLeastOnce && r.round == 0).cloned();
+    let first = |c: Contender| {
+        runs.iter()
+            .find(|r| r.contender == c && r.guarantee == Guarantee::AtLeastOnce && r.round == 0)
+            .cloned()
+    };
     let orderly_source = match (want("or"), first(Contender::Orderly)) {
         (false, _) => None,
         (true, Some(source)) => Some(source),
@@ -296,24 +311,51 @@ pub fn run(
     };
     // Alternating, orderly first in odd rounds, the peer first in even ones.
     for round in 0..args.restore_rounds.max(1) {
-        let orderly = || orderly_source.as_ref().map(|source| orderly_restore(&ctx, source)).transpose();
-        let peer = || peer_source.as_ref().map(|source| peer_restore(&ctx, source)).transpose();
-        let pair = if round % 2 == 0 { [orderly()?, peer()?] } else { [peer()?, orderly()?] };
+        let orderly = || {
+            orderly_source
+                .as_ref()
+                .map(|source| orderly_restore(&ctx, source))
+                .transpose()
+        };
+        let peer = || {
+            peer_source
+                .as_ref()
+                .map(|source| peer_restore(&ctx, source))
+                .transpose()
+        };
+        let pair = if round % 2 == 0 {
+            [orderly()?, peer()?]
+        } else {
+            [peer()?, orderly()?]
+        };
         restores.extend(pair.into_iter().flatten());
     }
     let mut rows = Vec::new();
     for guarantee in [Guarantee::AtLeastOnce, Guarantee::ExactlyOnce] {
         for contender in [Contender::Orderly, Contender::KafkaStreams] {
-            let these: Vec<&ContenderRun> = runs.iter().filter(|r| r.contender == contender && r.guarantee == guarantee).collect();
+            let these: Vec<&ContenderRun> = runs
+                .iter()
+                .filter(|r| r.contender == contender && r.guarantee == guarantee)
+                .collect();
             if these.is_empty() {
                 continue;
             }
-            let valid: Vec<&&ContenderRun> = these.iter().filter(|r| r.events_per_s.is_some()).collect();
-            let med = |f: &dyn Fn(&ContenderRun) -> Option<f64>| median(valid.iter().filter_map(|r| f(r)).collect());
+            let valid: Vec<&&ContenderRun> =
+                these.iter().filter(|r| r.events_per_s.is_some()).collect();
+            let med = |f: &dyn Fn(&ContenderRun) -> Option<f64>| {
+                median(valid.iter().filter_map(|r| f(r)).collect())
+            };
             // Restores (at_least_once rows): medians over --restore-rounds.
-            let restored: Vec<&RestoreRun> =
-                if guarantee == Guarantee::AtLeastOnce { restores.iter().filter(|r| r.contender == contender).collect() } else { Vec::new() };
-            let restore_median = |f: &dyn Fn(&RestoreRun) -> f64| median(restored.iter().map(|r| f(r)).collect());
+            let restored: Vec<&RestoreRun> = if guarantee == Guarantee::AtLeastOnce {
+                restores
+                    .iter()
+                    .filter(|r| r.contender == contender)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let restore_median =
+                |f: &dyn Fn(&RestoreRun) -> f64| median(restored.iter().map(|r| f(r)).collect());
             rows.push(Row {
                 contender,
                 guarantee,
@@ -332,19 +374,30 @@ pub fn run(
     }
     let mut ratios = Vec::new();
     for guarantee in [Guarantee::AtLeastOnce, Guarantee::ExactlyOnce] {
-        let row = |c: Contender| rows.iter().find(|r| r.contender == c && r.guarantee == guarantee);
+        let row = |c: Contender| {
+            rows.iter()
+                .find(|r| r.contender == c && r.guarantee == guarantee)
+        };
         if let (Some(o), Some(k)) = (row(Contender::Orderly), row(Contender::KafkaStreams)) {
-            let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
+            let ratio = |a: Option<f64>, b: Option<f64>| {
+                a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b)
+            };
             ratios.push(Ratios {
                 guarantee,
                 events_per_s: ratio(o.events_per_s, k.events_per_s),
                 steady_events_per_s: ratio(o.steady_events_per_s, k.steady_events_per_s),
                 peak_rss: ratio(o.peak_rss_mib, k.peak_rss_mib),
                 cpu_per_event: ratio(o.cpu_seconds_per_million, k.cpu_seconds_per_million),
-                broker_cpu_per_event: ratio(o.broker_cpu_seconds_per_million, k.broker_cpu_seconds_per_million),
+                broker_cpu_per_event: ratio(
+                    o.broker_cpu_seconds_per_million,
+                    k.broker_cpu_seconds_per_million,
+                ),
                 restore_records_per_s: ratio(o.restore_records_per_s, k.restore_records_per_s),
                 restore_seconds: ratio(o.restore_seconds, k.restore_seconds),
-                restore_read_records_per_s: ratio(o.restore_read_records_per_s, k.restore_read_records_per_s),
+                restore_read_records_per_s: ratio(
+                    o.restore_read_records_per_s,
+                    k.restore_read_records_per_s,
+                ),
             });
         }
     }
@@ -365,25 +418,43 @@ fn median(mut xs: Vec<f64>) -> Option<f64> {
     }
     xs.sort_by(|a, b| a.total_cmp(b));
     let n = xs.len();
-    Some(if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 })
+    Some(if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    })
 }
 
 fn fmt_opt(x: Option<f64>, decimals: usize) -> String {
-    x.map(|x| format!("{x:.decimals$}")).unwrap_or_else(|| "-".into())
+    x.map(|x| format!("{x:.decimals$}"))
+        .unwrap_or_else(|| "-".into())
 }
 
 fn load1() -> f64 {
-    std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(0.0)
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 fn epoch_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 fn pid_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
-    line[field.len() + 1..].trim().trim_end_matches("kB").trim().parse().ok()
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
+    line[field.len() + 1..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }
 
 #[derive(Clone, Copy, Default)]
@@ -393,7 +464,10 @@ struct Sample {
 }
 
 fn sample(pid: u32) -> Option<Sample> {
-    Some(Sample { cpu: process_cpu(Some(pid))?, hwm_kib: pid_status_kib(pid, "VmHWM")? })
+    Some(Sample {
+        cpu: process_cpu(Some(pid))?,
+        hwm_kib: pid_status_kib(pid, "VmHWM")?,
+    })
 }
 
 /// What the watcher saw when the committed offsets covered the input.
@@ -405,7 +479,13 @@ struct Covered {
 
 /// Polls `group`'s committed offsets every 50 ms until they equal the
 /// input's end offsets, sampling the child meanwhile.
-fn watch(ctx: &Ctx<'_>, child: &mut Child, group: &str, started: Instant, what: &str) -> anyhow::Result<Covered> {
+fn watch(
+    ctx: &Ctx<'_>,
+    child: &mut Child,
+    group: &str,
+    started: Instant,
+    what: &str,
+) -> anyhow::Result<Covered> {
     let pid = child.id();
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &ctx.load.bootstrap)
@@ -438,7 +518,11 @@ fn watch(ctx: &Ctx<'_>, child: &mut Child, group: &str, started: Instant, what: 
                     if let Some(s) = sample(pid) {
                         last = s;
                     }
-                    return Ok(Covered { at, sample: last, broker_cpu });
+                    return Ok(Covered {
+                        at,
+                        sample: last,
+                        broker_cpu,
+                    });
                 }
             }
             Err(e) => {
@@ -450,7 +534,10 @@ fn watch(ctx: &Ctx<'_>, child: &mut Child, group: &str, started: Instant, what: 
         }
         if started.elapsed() > ctx.timeout {
             let _ = child.kill();
-            bail!("{what}: its group's committed offsets did not cover the input within {:?}", ctx.timeout);
+            bail!(
+                "{what}: its group's committed offsets did not cover the input within {:?}",
+                ctx.timeout
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -459,10 +546,18 @@ fn watch(ctx: &Ctx<'_>, child: &mut Child, group: &str, started: Instant, what: 
 fn create_topics(ctx: &Ctx<'_>, names: &[String]) -> anyhow::Result<()> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", &ctx.load.bootstrap).create()?;
-    let topics: Vec<NewTopic<'_>> = names.iter().map(|n| NewTopic::new(n, ctx.load.partitions, TopicReplication::Fixed(1))).collect();
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &ctx.load.bootstrap)
+        .create()?;
+    let topics: Vec<NewTopic<'_>> = names
+        .iter()
+        .map(|n| NewTopic::new(n, ctx.load.partitions, TopicReplication::Fixed(1)))
+        .collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    for result in ctx.runtime.block_on(admin.create_topics(&topics, &options))? {
+    for result in ctx
+        .runtime
+        .block_on(admin.create_topics(&topics, &options))?
+    {
         if let Err((name, code)) = result {
             bail!("cannot create topic {name}: {code}");
         }
@@ -514,7 +609,14 @@ fn toml_str(s: &str) -> String {
     toml::Value::String(s.into()).to_string()
 }
 
-fn orderly_config(ctx: &Ctx<'_>, group: &str, store: &Path, output: &str, dlq: &str, guarantee: Guarantee) -> String {
+fn orderly_config(
+    ctx: &Ctx<'_>,
+    group: &str,
+    store: &Path,
+    output: &str,
+    dlq: &str,
+    guarantee: Guarantee,
+) -> String {
     let (processing, store_extra, librdkafka) = overrides(ctx.args);
     format!(
         "[kafka]\nbootstrap_servers = {}\ngroup_id = {}\ninput_topic = {}\ndlq_topic = {}\noutput_topic = {}\n\n\
@@ -534,7 +636,9 @@ fn orderly_config(ctx: &Ctx<'_>, group: &str, store: &Path, output: &str, dlq: &
 /// Orders whose dumped state (JSON lines with `order_id` ... and
 /// `partition`) differs from the expectation, missing and extra included.
 fn check_dump(ctx: &Ctx<'_>, lines: impl Iterator<Item = String>) -> anyhow::Result<Option<u64>> {
-    let Some(expected) = &ctx.expected else { return Ok(None) };
+    let Some(expected) = &ctx.expected else {
+        return Ok(None);
+    };
     let mut seen = 0u64;
     let mut bad = 0u64;
     let mut shown = 0;
@@ -542,13 +646,17 @@ fn check_dump(ctx: &Ctx<'_>, lines: impl Iterator<Item = String>) -> anyhow::Res
         if line.trim().is_empty() {
             continue;
         }
-        let got: StateView = serde_json::from_str(&line).with_context(|| format!("state dump line {line}"))?;
+        let got: StateView =
+            serde_json::from_str(&line).with_context(|| format!("state dump line {line}"))?;
         seen += 1;
         if expected.get(&got.order_id) != Some(&got) {
             bad += 1;
             if shown < 3 {
                 shown += 1;
-                eprintln!("pipeline: state differs: got {got:?}, expected {:?}", expected.get(&got.order_id));
+                eprintln!(
+                    "pipeline: state differs: got {got:?}, expected {:?}",
+                    expected.get(&got.order_id)
+                );
             }
         }
     }
@@ -559,14 +667,34 @@ fn check_dump(ctx: &Ctx<'_>, lines: impl Iterator<Item = String>) -> anyhow::Res
 }
 
 fn orderly_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Result<ContenderRun> {
-    let key = format!("o{}{}", &guarantee.short()[..1].replace('e', "x"), if round == 0 { String::new() } else { (round + 1).to_string() });
+    let key = format!(
+        "o{}{}",
+        &guarantee.short()[..1].replace('e', "x"),
+        if round == 0 {
+            String::new()
+        } else {
+            (round + 1).to_string()
+        }
+    );
     let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let group = format!("orderly-side-{}-r{}-{id}", guarantee.short(), round + 1);
     let (output, dlq) = (format!("{group}-status"), format!("{group}-dlq"));
     create_topics(ctx, &[output.clone(), dlq.clone()])?;
-    let dir = tempfile::Builder::new().prefix("orderly-bench-side-").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("orderly-bench-side-")
+        .tempdir()?;
     let config_path = dir.path().join("orderly.toml");
-    std::fs::write(&config_path, orderly_config(ctx, &group, &dir.path().join("store"), &output, &dlq, guarantee))?;
+    std::fs::write(
+        &config_path,
+        orderly_config(
+            ctx,
+            &group,
+            &dir.path().join("store"),
+            &output,
+            &dlq,
+            guarantee,
+        ),
+    )?;
     let err_path = dir.path().join("orderly.err");
     let load1_at_start = load1();
     let broker_cpu_start = ctx.broker_pid.and_then(|b| process_cpu(Some(b)));
@@ -597,7 +725,13 @@ fn orderly_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Res
             }
         })
     };
-    let covered = watch(ctx, &mut child, &group, started, &format!("({key}) orderly run"));
+    let covered = watch(
+        ctx,
+        &mut child,
+        &group,
+        started,
+        &format!("({key}) orderly run"),
+    );
     let covered = match covered {
         Ok(c) => c,
         Err(e) => {
@@ -606,14 +740,20 @@ fn orderly_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Res
             let _ = reader.join();
             let tail = std::fs::read_to_string(&err_path).unwrap_or_default();
             let tail: Vec<&str> = tail.lines().rev().take(20).collect();
-            eprintln!("pipeline: orderly's last log lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            eprintln!(
+                "pipeline: orderly's last log lines:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
             return Err(e);
         }
     };
     // VmHWM just before SIGTERM (shutdown's own allocations not counted).
     let hwm_kib = pid_status_kib(pid, "VmHWM").unwrap_or(covered.sample.hwm_kib);
     let term_at = Instant::now();
-    Command::new("kill").arg("-TERM").arg(pid.to_string()).status()?;
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()?;
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(s) = child.try_wait()? {
@@ -628,23 +768,49 @@ fn orderly_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Res
     let shutdown_seconds = term_at.elapsed().as_secs_f64();
     let _ = reader.join();
     if !status.success() {
-        eprintln!("pipeline: ({key}) orderly run exited {status} after SIGTERM (log: {})", err_path.display());
+        eprintln!(
+            "pipeline: ({key}) orderly run exited {status} after SIGTERM (log: {})",
+            err_path.display()
+        );
     }
     // Its result, read back as a user would.
-    let stats = Command::new(&ctx.orderly_bin).arg("--config").arg(&config_path).args(["state", "stats", "--json"]).output()?;
+    let stats = Command::new(&ctx.orderly_bin)
+        .arg("--config")
+        .arg(&config_path)
+        .args(["state", "stats", "--json"])
+        .output()?;
     if !stats.status.success() {
-        bail!("orderly state stats: {}", String::from_utf8_lossy(&stats.stderr));
+        bail!(
+            "orderly state stats: {}",
+            String::from_utf8_lossy(&stats.stderr)
+        );
     }
-    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).context("orderly state stats --json")?;
+    let stats: serde_json::Value =
+        serde_json::from_slice(&stats.stdout).context("orderly state stats --json")?;
     let totals = stats["totals"].clone();
     let n = |k: &str| totals[k].as_u64().unwrap_or(u64::MAX);
-    let counts = Counts { applied: n("applied"), duplicates: n("duplicates"), stale: n("stale"), dead_lettered: n("dead_lettered") };
+    let counts = Counts {
+        applied: n("applied"),
+        duplicates: n("duplicates"),
+        stale: n("stale"),
+        dead_lettered: n("dead_lettered"),
+    };
     let states_mismatched = if ctx.expected.is_some() {
-        let dump = Command::new(&ctx.orderly_bin).arg("--config").arg(&config_path).args(["state", "dump"]).output()?;
+        let dump = Command::new(&ctx.orderly_bin)
+            .arg("--config")
+            .arg(&config_path)
+            .args(["state", "dump"])
+            .output()?;
         if !dump.status.success() {
-            bail!("orderly state dump: {}", String::from_utf8_lossy(&dump.stderr));
+            bail!(
+                "orderly state dump: {}",
+                String::from_utf8_lossy(&dump.stderr)
+            );
         }
-        check_dump(ctx, String::from_utf8(dump.stdout)?.lines().map(String::from))?
+        check_dump(
+            ctx,
+            String::from_utf8(dump.stdout)?.lines().map(String::from),
+        )?
     } else {
         None
     };
@@ -692,7 +858,9 @@ fn finish(
     let seconds = covered.at.as_secs_f64();
     let counts_match = counts == ctx.load.expected;
     let valid = counts_match && states_mismatched.unwrap_or(0) == 0;
-    let steady = first.filter(|f| *f < covered.at).map(|f| (events.saturating_sub(1)) as f64 / (covered.at - f).as_secs_f64());
+    let steady = first
+        .filter(|f| *f < covered.at)
+        .map(|f| (events.saturating_sub(1)) as f64 / (covered.at - f).as_secs_f64());
     let broker_cpu_seconds = covered.broker_cpu.zip(broker_cpu_start).map(|(e, s)| e - s);
     let million = events as f64 / 1e6;
     ContenderRun {
@@ -723,18 +891,37 @@ fn finish(
 
 fn peer_command(ctx: &Ctx<'_>) -> Command {
     let mut command = Command::new(&ctx.peer);
-    command.arg("run").arg("--bootstrap").arg(&ctx.load.bootstrap).arg("--registry").arg(&ctx.registry_url);
+    command
+        .arg("run")
+        .arg("--bootstrap")
+        .arg(&ctx.load.bootstrap)
+        .arg("--registry")
+        .arg(&ctx.registry_url);
     command
 }
 
 fn peer_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Result<ContenderRun> {
-    let key = format!("k{}{}", &guarantee.short()[..1].replace('e', "x"), if round == 0 { String::new() } else { (round + 1).to_string() });
+    let key = format!(
+        "k{}{}",
+        &guarantee.short()[..1].replace('e', "x"),
+        if round == 0 {
+            String::new()
+        } else {
+            (round + 1).to_string()
+        }
+    );
     let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let app = format!("peer-side-{}-r{}-{id}", guarantee.short(), round + 1);
     let (output, dlq) = (format!("{app}-status"), format!("{app}-dlq"));
     create_topics(ctx, &[output.clone(), dlq.clone()])?;
-    let dir = tempfile::Builder::new().prefix("orderly-bench-peer-").tempdir()?;
-    let (out_path, err_path, dump_path) = (dir.path().join("peer.out"), dir.path().join("peer.err"), dir.path().join("dump.jsonl"));
+    let dir = tempfile::Builder::new()
+        .prefix("orderly-bench-peer-")
+        .tempdir()?;
+    let (out_path, err_path, dump_path) = (
+        dir.path().join("peer.out"),
+        dir.path().join("peer.err"),
+        dir.path().join("dump.jsonl"),
+    );
     let mut command = peer_command(ctx);
     command
         .arg("--input")
@@ -773,12 +960,21 @@ fn peer_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Result
         .spawn()
         .with_context(|| format!("starting {}", ctx.peer.display()))?;
     let pid = child.id();
-    let covered = match watch(ctx, &mut child, &app, started, &format!("({key}) Kafka Streams peer")) {
+    let covered = match watch(
+        ctx,
+        &mut child,
+        &app,
+        started,
+        &format!("({key}) Kafka Streams peer"),
+    ) {
         Ok(c) => c,
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
-            eprintln!("pipeline: the peer's stderr:\n{}", std::fs::read_to_string(&err_path).unwrap_or_default());
+            eprintln!(
+                "pipeline: the peer's stderr:\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
             return Err(e);
         }
     };
@@ -797,12 +993,24 @@ fn peer_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Result
     let shutdown_seconds = covered_at.elapsed().as_secs_f64();
     let out = std::fs::read_to_string(&out_path)?;
     if !status.success() {
-        bail!("({key}) the peer exited {status}: {out}\n{}", std::fs::read_to_string(&err_path).unwrap_or_default());
+        bail!(
+            "({key}) the peer exited {status}: {out}\n{}",
+            std::fs::read_to_string(&err_path).unwrap_or_default()
+        );
     }
-    let report: serde_json::Value =
-        serde_json::from_str(out.lines().rev().find(|l| l.starts_with('{')).context("the peer printed no JSON line")?)?;
+    let report: serde_json::Value = serde_json::from_str(
+        out.lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .context("the peer printed no JSON line")?,
+    )?;
     let n = |k: &str| report[k].as_u64().unwrap_or(u64::MAX);
-    let counts = Counts { applied: n("applied"), duplicates: n("duplicates"), stale: n("stale"), dead_lettered: n("dead_lettered") };
+    let counts = Counts {
+        applied: n("applied"),
+        duplicates: n("duplicates"),
+        stale: n("stale"),
+        dead_lettered: n("dead_lettered"),
+    };
     let first = report["first_record_ms"]
         .as_i64()
         .and_then(|ms| u64::try_from(ms - started_epoch_ms).ok())
@@ -858,8 +1066,13 @@ fn orderly_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<Resto
 }
 
 fn peer_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<RestoreRun> {
-    let dir = tempfile::Builder::new().prefix("orderly-bench-peer-r-").tempdir()?;
-    let (output, dlq) = (format!("{}-status", source.group_id), format!("{}-dlq", source.group_id));
+    let dir = tempfile::Builder::new()
+        .prefix("orderly-bench-peer-r-")
+        .tempdir()?;
+    let (output, dlq) = (
+        format!("{}-status", source.group_id),
+        format!("{}-dlq", source.group_id),
+    );
     let out = peer_command(ctx)
         .arg("--input")
         .arg(&ctx.load.topic)
@@ -880,10 +1093,18 @@ fn peer_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<RestoreR
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        bail!("(kr) peer --restore-only exited {}: {text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "(kr) peer --restore-only exited {}: {text}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    let report: serde_json::Value =
-        serde_json::from_str(text.lines().rev().find(|l| l.starts_with('{')).context("the peer printed no JSON line")?)?;
+    let report: serde_json::Value = serde_json::from_str(
+        text.lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .context("the peer printed no JSON line")?,
+    )?;
     let records = report["records_restored"].as_u64().unwrap_or(0);
     let seconds = report["restore_s"].as_f64().unwrap_or(0.0);
     eprintln!("pipeline: (kr) {records} changelog records restored in {seconds:.2} s");
@@ -912,10 +1133,13 @@ impl SideBySideOut {
             };
             out.push(Phase {
                 key: r.key.clone(),
-                name: format!("{who}, {}", match r.contender {
-                    Contender::Orderly => r.guarantee.orderly(),
-                    Contender::KafkaStreams => r.guarantee.streams(),
-                }),
+                name: format!(
+                    "{who}, {}",
+                    match r.contender {
+                        Contender::Orderly => r.guarantee.orderly(),
+                        Contender::KafkaStreams => r.guarantee.streams(),
+                    }
+                ),
                 events: r.events,
                 seconds: r.seconds,
                 events_per_s: r.events_per_s.unwrap_or(0.0),
@@ -938,24 +1162,43 @@ impl SideBySideOut {
     pub fn table_lines(&self) -> Vec<String> {
         let mut lines = vec![String::new(), format!("side by side (each in its own process; medians over rounds; orderly: {}, peer: {})", self.orderly_bin, self.peer)];
         if !self.orderly_config_overrides.is_empty() {
-            lines.push(format!("orderly config overrides: {}", self.orderly_config_overrides.join("; ")));
+            lines.push(format!(
+                "orderly config overrides: {}",
+                self.orderly_config_overrides.join("; ")
+            ));
         }
         lines.push(format!(
             "{:<14} {:<16} {:>6} {:>10} {:>12} {:>9} {:>11} {:>13} {:>12} {:>9} {:>10}",
-            "contender", "guarantee", "rounds", "ev/s", "steady ev/s", "RSS MiB", "cpu s/1M", "broker s/1M", "restore r/s", "restore s", "read r/s"
+            "contender",
+            "guarantee",
+            "rounds",
+            "ev/s",
+            "steady ev/s",
+            "RSS MiB",
+            "cpu s/1M",
+            "broker s/1M",
+            "restore r/s",
+            "restore s",
+            "read r/s"
         ));
         for r in &self.rows {
             let (who, g) = match r.contender {
                 Contender::Orderly => ("orderly", r.guarantee.orderly()),
                 Contender::KafkaStreams => ("kafka streams", r.guarantee.streams()),
             };
-            let rounds = if r.valid_rounds == r.rounds { r.rounds.to_string() } else { format!("{}/{} ok", r.valid_rounds, r.rounds) };
+            let rounds = if r.valid_rounds == r.rounds {
+                r.rounds.to_string()
+            } else {
+                format!("{}/{} ok", r.valid_rounds, r.rounds)
+            };
             lines.push(format!(
                 "{:<14} {:<16} {:>6} {:>10} {:>12} {:>9} {:>11} {:>13} {:>12} {:>9} {:>10}",
                 who,
                 g,
                 rounds,
-                r.events_per_s.map(|x| format!("{x:.0}")).unwrap_or_else(|| "MISMATCH".into()),
+                r.events_per_s
+                    .map(|x| format!("{x:.0}"))
+                    .unwrap_or_else(|| "MISMATCH".into()),
                 fmt_opt(r.steady_events_per_s, 0),
                 fmt_opt(r.peak_rss_mib, 0),
                 fmt_opt(r.cpu_seconds_per_million, 2),

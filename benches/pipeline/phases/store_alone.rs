@@ -14,15 +14,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rdkafka::message::Message;
 
 use orderly::codec::Decoder;
-use orderly::partition_state::{Decoded, PartitionState, Sourced};
 use orderly::config::Config;
 use orderly::event::OrderEvent;
+use orderly::partition_state::{Decoded, PartitionState, Sourced};
 use orderly::store::Store;
 
 use super::{plain_consumer, read_all};
+use crate::figures::{Phase, StorageOut};
 use crate::loader::LoadInfo;
 use crate::measure::{dir_size, percentiles_ms, Meter};
-use crate::figures::{Phase, StorageOut};
 use crate::Args;
 
 /// (d): reads and decodes every record (untimed), then times the store's
@@ -43,20 +43,29 @@ pub fn run(
             Some(result) => result,
             None => runtime.block_on(decoder.decode(msg.payload())),
         };
-        by_partition.entry(msg.partition()).or_default().push(decoded.ok());
+        by_partition
+            .entry(msg.partition())
+            .or_default()
+            .push(decoded.ok());
     })?;
     drop(consumer);
     // The same batch size as (c): the processor's configured one.
     let defaults = Config::defaults()?.processing;
     let settings = Settings {
         batch: args.batch_max_records.unwrap_or(defaults.batch_max_records),
-        interval: Duration::from_millis(args.commit_interval_ms.unwrap_or(defaults.commit_interval_ms)),
+        interval: Duration::from_millis(
+            args.commit_interval_ms
+                .unwrap_or(defaults.commit_interval_ms),
+        ),
         cache_max_bytes: args.cache_max_bytes.unwrap_or(defaults.cache_max_bytes) as usize,
         cache_mb: args.cache_mb.unwrap_or(64),
     };
     // Untimed: the batches, by value (the processor moves decoded events
     // into its cache).
-    let batches: Vec<(i32, Vec<Batch>)> = by_partition.iter().map(|(p, records)| (*p, records.batches(settings.batch))).collect();
+    let batches: Vec<(i32, Vec<Batch>)> = by_partition
+        .iter()
+        .map(|(p, records)| (*p, records.batches(settings.batch)))
+        .collect();
     drop(by_partition);
     let m = Meter::start(broker_pid);
     let (n, s) = store_alone(batches, &settings, &load.topic)?;
@@ -65,7 +74,10 @@ pub fn run(
     phase.keys_written_per_event = Some(s.keys_per_event);
     phase.bytes_written_per_event = Some(s.bytes_per_event);
     phase.disk_bytes_per_event = Some(s.disk_bytes_per_event);
-    let storage = StorageOut { flushes_per_s: s.flushes as f64 / phase.seconds.max(1e-9), ..s };
+    let storage = StorageOut {
+        flushes_per_s: s.flushes as f64 / phase.seconds.max(1e-9),
+        ..s
+    };
     Ok((phase, storage))
 }
 
@@ -101,7 +113,12 @@ impl PartitionRecords {
             .map(|from| {
                 let to = (from + size).min(self.records);
                 let (events, dead) = self.slice(from, to);
-                Batch { events: events.to_vec(), dead, from: from as i64, to: to as i64 }
+                Batch {
+                    events: events.to_vec(),
+                    dead,
+                    from: from as i64,
+                    to: to as i64,
+                }
             })
             .collect()
     }
@@ -126,19 +143,35 @@ struct Settings {
 /// (d): the processor's state work on pre-decoded events, round-robin over
 /// the partitions one batch at a time; every commit interval all partitions
 /// write out and one flush follows. Returns the records processed.
-fn store_alone(partitions: Vec<(i32, Vec<Batch>)>, settings: &Settings, topic: &str) -> anyhow::Result<(u64, StorageOut)> {
-    let dir = tempfile::Builder::new().prefix("orderly-bench-d-").tempdir()?;
+fn store_alone(
+    partitions: Vec<(i32, Vec<Batch>)>,
+    settings: &Settings,
+    topic: &str,
+) -> anyhow::Result<(u64, StorageOut)> {
+    let dir = tempfile::Builder::new()
+        .prefix("orderly-bench-d-")
+        .tempdir()?;
     let store_path = dir.path().join("store");
     let store = Store::open(&store_path, settings.cache_mb)?;
     let retention_ms = Config::defaults()?.inbox_retention().as_millis() as i64;
     let share = settings.cache_max_bytes / partitions.len().max(1);
     let mut parts = Vec::new();
     for (p, batches) in partitions {
-        parts.push((PartitionState::new(store.partition(topic, p)?, None), batches.into_iter()));
+        parts.push((
+            PartitionState::new(store.partition(topic, p)?, None),
+            batches.into_iter(),
+        ));
     }
     let disk_at_start = dir_size(&store_path);
-    let (mut records_done, mut batches, mut write_outs, mut flushes, mut keys, mut bytes, mut flushed) =
-        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    let (
+        mut records_done,
+        mut batches,
+        mut write_outs,
+        mut flushes,
+        mut keys,
+        mut bytes,
+        mut flushed,
+    ) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut orders_written = 0u64;
     let mut batch_micros = Vec::new();
     let mut write_micros = Vec::new();
@@ -152,10 +185,23 @@ fn store_alone(partitions: Vec<(i32, Vec<Batch>)>, settings: &Settings, topic: &
         for (state, queue) in parts.iter_mut() {
             let Some(batch) = queue.next() else { continue };
             let t = Instant::now();
-            let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
             let records = (batch.to - batch.from) as u64;
-            let events = batch.events.into_iter().zip(batch.from..).map(|(value, offset)| Sourced { offset, value }).collect();
-            let decoded = Decoded { events, dead_lettered: batch.dead, first_offset: batch.from, next_offset: batch.to };
+            let events = batch
+                .events
+                .into_iter()
+                .zip(batch.from..)
+                .map(|(value, offset)| Sourced { offset, value })
+                .collect();
+            let decoded = Decoded {
+                events,
+                dead_lettered: batch.dead,
+                first_offset: batch.from,
+                next_offset: batch.to,
+            };
             let outcome = state.apply(decoded, now_ms, retention_ms)?;
             black_box(&outcome);
             over_budget |= state.dirty_bytes() > share;

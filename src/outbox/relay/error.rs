@@ -13,18 +13,40 @@ use crate::telemetry::errors::{Failure, Kind, Stage};
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
     #[error("cannot encode the status change of source offset {source_offset} (input partition {partition}): {cause}")]
-    Encode { partition: i32, source_offset: i64, cause: EncodeError },
+    Encode {
+        partition: i32,
+        source_offset: i64,
+        cause: EncodeError,
+    },
     #[error("cannot hand the status change of source offset {source_offset} to the producer for {topic} partition {partition}: {cause}")]
-    Send { topic: String, partition: i32, source_offset: i64, cause: KafkaError },
+    Send {
+        topic: String,
+        partition: i32,
+        source_offset: i64,
+        cause: KafkaError,
+    },
     #[error("{topic} partition {partition} did not take the status change of source offset {source_offset}: {cause}")]
-    Delivery { topic: String, partition: i32, source_offset: i64, cause: KafkaError },
+    Delivery {
+        topic: String,
+        partition: i32,
+        source_offset: i64,
+        cause: KafkaError,
+    },
     #[error("the producer dropped the delivery of source offset {source_offset} to {topic} partition {partition}")]
-    DeliveryDropped { topic: String, partition: i32, source_offset: i64 },
+    DeliveryDropped {
+        topic: String,
+        partition: i32,
+        source_offset: i64,
+    },
     /// Reading the output partition back (what was published before).
     #[error(transparent)]
     ReadBack(#[from] ReadError),
     #[error("the read-back of {topic} partition {partition} failed on its thread: {cause}")]
-    ReadBackTask { topic: String, partition: i32, cause: tokio::task::JoinError },
+    ReadBackTask {
+        topic: String,
+        partition: i32,
+        cause: tokio::task::JoinError,
+    },
 }
 
 impl Failure for RelayError {

@@ -27,14 +27,21 @@ impl Live {
     /// Processes one batch: everything in it ends applied, duplicate, stale
     /// or dead-lettered, decided against the order cache; the pending
     /// checkpoint moves past it (written at the next write-out).
-    pub(super) async fn process(&mut self, batch: &[BorrowedMessage<'_>]) -> Result<(), ProcessError> {
+    pub(super) async fn process(
+        &mut self,
+        batch: &[BorrowedMessage<'_>],
+    ) -> Result<(), ProcessError> {
         let started = Instant::now();
         let expected = self.task.state.pending().map(|c| c.next_offset);
         // Records the checkpoint already covers were processed before a crash
         // or a rebalance: skip them, they are counted already.
-        let fresh: Vec<&BorrowedMessage<'_>> =
-            batch.iter().filter(|m| expected.is_none_or(|next| m.offset() >= next)).collect();
-        let (Some(first), Some(last)) = (fresh.first(), fresh.last()) else { return Ok(()) };
+        let fresh: Vec<&BorrowedMessage<'_>> = batch
+            .iter()
+            .filter(|m| expected.is_none_or(|next| m.offset() >= next))
+            .collect();
+        let (Some(first), Some(last)) = (fresh.first(), fresh.last()) else {
+            return Ok(());
+        };
         match expected {
             None => info!(partition = self.task.partition, offset = first.offset(), "first batch on this partition; starting the checkpoint here"),
             Some(next) if first.offset() != next => warn!(
@@ -55,7 +62,10 @@ impl Live {
             let decoded = self.decode(message).await;
             dead.push(decoded.is_err());
             match decoded {
-                Ok(event) => events.push(Sourced { offset: message.offset(), value: event }),
+                Ok(event) => events.push(Sourced {
+                    offset: message.offset(),
+                    value: event,
+                }),
                 Err((kind, text)) => letters.push(DeadLetter {
                     key: message.key(),
                     payload: message.payload(),
@@ -70,12 +80,24 @@ impl Live {
         if let Some(trip) = self.task.breaker.observe(dead) {
             // Nothing of this batch is sent, decided or counted: the
             // partition's checkpoint stays before it.
-            return Err(ProcessError::DeadLetterBreaker { partition: self.task.partition, offset: first_offset, trip });
+            return Err(ProcessError::DeadLetterBreaker {
+                partition: self.task.partition,
+                offset: first_offset,
+                trip,
+            });
         }
-        if !letters.is_empty() && self.task.txn.as_ref().is_some_and(|t| t.scope() == TxnScope::Everything) {
+        if !letters.is_empty()
+            && self
+                .task
+                .txn
+                .as_ref()
+                .is_some_and(|t| t.scope() == TxnScope::Everything)
+        {
             // exactly_once: the letters commit with the write-out that
             // moves the checkpoint past their records.
-            self.task.held_letters.extend(letters.iter().map(HeldLetter::hold));
+            self.task
+                .held_letters
+                .extend(letters.iter().map(HeldLetter::hold));
         } else if !letters.is_empty() {
             // A permanent failure stops the processor before this batch is
             // decided: nothing moves past a record whose letter is not durable.
@@ -83,26 +105,63 @@ impl Live {
             fault::hit(Point::AfterDlq);
         }
 
-        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
         let retention_ms = self.task.shared.retention.as_millis() as i64;
         let dead = letters.len() as u64;
         fault::hit(Point::PanicBatch);
-        let decoded = Decoded { events, dead_lettered: dead, first_offset, next_offset };
+        let decoded = Decoded {
+            events,
+            dead_lettered: dead,
+            first_offset,
+            next_offset,
+        };
         let outcome = self.task.state.apply(decoded, now_ms, retention_ms)?;
-        let BatchOutcome { outcomes, version_gaps, .. } = outcome;
-        let outcomes = Outcomes { dead_lettered: dead, ..outcomes };
+        let BatchOutcome {
+            outcomes,
+            version_gaps,
+            ..
+        } = outcome;
+        let outcomes = Outcomes {
+            dead_lettered: dead,
+            ..outcomes
+        };
         let elapsed = started.elapsed();
-        self.task.shared.counters.record_batch(&outcomes, version_gaps, elapsed);
-        self.task.status.record(&outcomes, version_gaps, next_offset);
-        self.task.shared.telemetry.batch_duration.observe(elapsed.as_secs_f64());
-        self.task.shared.telemetry.batch_records.observe(fresh.len() as f64);
-        debug!(partition = self.task.partition, records = fresh.len(), ?outcomes, next_offset, "batch decided");
+        self.task
+            .shared
+            .counters
+            .record_batch(&outcomes, version_gaps, elapsed);
+        self.task
+            .status
+            .record(&outcomes, version_gaps, next_offset);
+        self.task
+            .shared
+            .telemetry
+            .batch_duration
+            .observe(elapsed.as_secs_f64());
+        self.task
+            .shared
+            .telemetry
+            .batch_records
+            .observe(fresh.len() as f64);
+        debug!(
+            partition = self.task.partition,
+            records = fresh.len(),
+            ?outcomes,
+            next_offset,
+            "batch decided"
+        );
         Ok(())
     }
 
     /// Decodes one record; a registry outage is retried here (the record is
     /// not poison, it must not be skipped).
-    async fn decode(&self, message: &BorrowedMessage<'_>) -> Result<OrderEvent, (crate::codec::PoisonKind, String)> {
+    async fn decode(
+        &self,
+        message: &BorrowedMessage<'_>,
+    ) -> Result<OrderEvent, (crate::codec::PoisonKind, String)> {
         let decoder = &self.task.shared.decoder;
         if let Some(result) = decoder.decode_cached(message.payload()) {
             return result.map_err(poison_parts);
@@ -111,7 +170,11 @@ impl Live {
         loop {
             match decoder.decode(message.payload()).await {
                 Err(DecodeError::Transient(error)) => {
-                    self.task.shared.telemetry.errors.record(Stage::Decode, Kind::Retryable);
+                    self.task
+                        .shared
+                        .telemetry
+                        .errors
+                        .record(Stage::Decode, Kind::Retryable);
                     warn!(partition = self.task.partition, offset = message.offset(), %error, "schema registry unavailable; retrying");
                     backoff.sleep().await;
                 }
@@ -131,7 +194,9 @@ pub(super) fn take_available<'q>(
     while batch.len() < max {
         match queue.poll(Duration::ZERO) {
             Some(Ok(message)) => batch.push(message),
-            Some(Err(error)) => warn!(partition, %error, "partition queue error (librdkafka retries on its own)"),
+            Some(Err(error)) => {
+                warn!(partition, %error, "partition queue error (librdkafka retries on its own)")
+            }
             None => return,
         }
     }

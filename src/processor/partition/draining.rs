@@ -32,7 +32,10 @@ impl Draining {
         queue: &'q PartitionQueue<OrderlyContext>,
         mut fetched: Vec<BorrowedMessage<'q>>,
     ) -> Result<(), ProcessError> {
-        let (max_records, partition) = (self.live.task.shared.config.processing.batch_max_records, self.live.task.partition);
+        let (max_records, partition) = (
+            self.live.task.shared.config.processing.batch_max_records,
+            self.live.task.partition,
+        );
         loop {
             take_available(queue, &mut fetched, max_records, partition);
             if fetched.is_empty() {

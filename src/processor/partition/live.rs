@@ -53,7 +53,11 @@ pub(super) struct Live {
 impl Live {
     /// Starts the relay over the state as restored.
     pub(super) fn start(task: PartitionTask) -> Result<Self, ProcessError> {
-        let mut live = Live { task, relay: None, status_floor: None };
+        let mut live = Live {
+            task,
+            relay: None,
+            status_floor: None,
+        };
         live.start_relay()?;
         Ok(live)
     }
@@ -67,8 +71,15 @@ impl Live {
     /// over the state as restored; with write-out delivery, only while the
     /// store holds rows a relay left.
     fn start_relay(&mut self) -> Result<(), ProcessError> {
-        let Some(setup) = &self.task.shared.outbox else { return Ok(()) };
-        if self.task.txn.as_ref().is_some_and(|t| t.scope() == TxnScope::Everything) {
+        let Some(setup) = &self.task.shared.outbox else {
+            return Ok(());
+        };
+        if self
+            .task
+            .txn
+            .as_ref()
+            .is_some_and(|t| t.scope() == TxnScope::Everything)
+        {
             // exactly_once: status changes go out in each write-out's
             // transaction; no outbox rows, no relay.
             self.task.state.send_status_directly(self.task.partition);
@@ -87,10 +98,20 @@ impl Live {
         } else {
             self.task.state.enable_outbox(self.task.partition);
         }
-        let written_at = self.task.state.written().map(|c| c.next_offset).unwrap_or(0);
+        let written_at = self
+            .task
+            .state
+            .written()
+            .map(|c| c.next_offset)
+            .unwrap_or(0);
         let (written, written_rx) = tokio::sync::watch::channel(written_at);
         let published = Arc::new(std::sync::atomic::AtomicI64::new(-1));
-        let backlog = self.task.status.outbox.get_or_init(Default::default).clone();
+        let backlog = self
+            .task
+            .status
+            .outbox
+            .get_or_init(Default::default)
+            .clone();
         let relay = crate::outbox::relay::Relay {
             tree: self.task.state.store().clone(),
             partition: self.task.partition,
@@ -107,8 +128,15 @@ impl Live {
             source_topic: self.task.shared.topic.clone(),
             telemetry: self.task.shared.telemetry.clone(),
         };
-        let join = tokio::spawn(tracing::Instrument::instrument(relay.run(), tracing::Span::current()));
-        self.relay = Some(RelayHandle { written, published, join });
+        let join = tokio::spawn(tracing::Instrument::instrument(
+            relay.run(),
+            tracing::Span::current(),
+        ));
+        self.relay = Some(RelayHandle {
+            written,
+            published,
+            join,
+        });
         Ok(())
     }
 
@@ -127,15 +155,22 @@ impl Live {
     /// shutdown deadline, deleting what it published; what is left stays
     /// in the store and the changelog for the next owner. Then stops it.
     pub(super) async fn drain_outbox(&mut self) -> Result<(), ProcessError> {
-        let Some(relay) = self.relay.take() else { return Ok(()) };
-        let deadline = Instant::now() + Duration::from_millis(self.task.shared.config.processing.shutdown_timeout_ms / 2);
+        let Some(relay) = self.relay.take() else {
+            return Ok(());
+        };
+        let deadline = Instant::now()
+            + Duration::from_millis(self.task.shared.config.processing.shutdown_timeout_ms / 2);
         loop {
             if self.relay_caught_up(&relay)? {
                 break;
             }
             if Instant::now() >= deadline {
                 let left = self.task.state.store().outbox_backlog()?.0;
-                warn!(partition = self.task.partition, left, "outbox not drained before the deadline; the next owner publishes the rest");
+                warn!(
+                    partition = self.task.partition,
+                    left,
+                    "outbox not drained before the deadline; the next owner publishes the rest"
+                );
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -149,9 +184,19 @@ impl Live {
 
     /// True when the relay published every outbox row written so far.
     fn relay_caught_up(&self, relay: &RelayHandle) -> Result<bool, crate::store::StoreError> {
-        let limit = self.task.state.written().map(|c| c.next_offset).unwrap_or(0);
+        let limit = self
+            .task
+            .state
+            .written()
+            .map(|c| c.next_offset)
+            .unwrap_or(0);
         let through = relay.published.load(Ordering::SeqCst);
-        Ok(self.task.state.store().outbox_between(through, limit, 1)?.is_empty())
+        Ok(self
+            .task
+            .state
+            .store()
+            .outbox_between(through, limit, 1)?
+            .is_empty())
     }
 
     /// Write-out delivery over rows a relay left: waits until the relay
@@ -160,7 +205,10 @@ impl Live {
     async fn wait_for_left_rows(&mut self) -> Result<(), ProcessError> {
         while let Some(relay) = &self.relay {
             if self.relay_caught_up(relay)? {
-                info!(partition = self.task.partition, "the outbox rows left by relay delivery are published");
+                info!(
+                    partition = self.task.partition,
+                    "the outbox rows left by relay delivery are published"
+                );
                 self.collect_published();
                 self.stop_relay();
                 break;
@@ -193,9 +241,13 @@ impl Live {
         // keep the other partitions' timers and batches on time. The task
         // owns its state and waits, so nothing else touches it meanwhile.
         let with_changelog = self.task.shared.changelog.is_some();
-        let (state, prepared) = self.lend_state(move |state| state.prepare_write_out(with_changelog)).await?;
+        let (state, prepared) = self
+            .lend_state(move |state| state.prepare_write_out(with_changelog))
+            .await?;
         self.task.state = state;
-        let Some(mut prepared) = prepared? else { return Ok(()) };
+        let Some(mut prepared) = prepared? else {
+            return Ok(());
+        };
         let position = if with_changelog {
             if !prepared.status.is_empty() {
                 // Write-out delivery over rows a relay left: those first.
@@ -208,22 +260,45 @@ impl Live {
         };
         fault::hit(Point::StopAcked);
         let share = self.task.shared.cache_share();
-        let (state, result) = self.lend_state(move |state| state.finish_write_out(prepared, position, share)).await?;
+        let (state, result) = self
+            .lend_state(move |state| state.finish_write_out(prepared, position, share))
+            .await?;
         self.task.state = state;
         let written = result?;
         fault::hit(Point::AfterBatch);
         fault::hit(Point::StopBatched);
-        self.task.shared.counters.record_write(written.keys, written.bytes);
-        self.task.shared.telemetry.write_out_duration.observe(started.elapsed().as_secs_f64());
+        self.task
+            .shared
+            .counters
+            .record_write(written.keys, written.bytes);
+        self.task
+            .shared
+            .telemetry
+            .write_out_duration
+            .observe(started.elapsed().as_secs_f64());
         let next_offset = written.checkpoint.next_offset;
-        self.task.status.checkpoint.store(next_offset, Ordering::Relaxed);
-        debug!(partition = self.task.partition, orders = written.orders, keys = written.keys, next_offset, "write-out");
+        self.task
+            .status
+            .checkpoint
+            .store(next_offset, Ordering::Relaxed);
+        debug!(
+            partition = self.task.partition,
+            orders = written.orders,
+            keys = written.keys,
+            next_offset,
+            "write-out"
+        );
         if let Some(relay) = &self.relay {
             let _ = relay.written.send(next_offset);
         }
-        self.task.shared
+        self.task
+            .shared
             .flush_tx
-            .send(FlushMsg::Covered { partition: self.task.partition, next_offset, applied_at })
+            .send(FlushMsg::Covered {
+                partition: self.task.partition,
+                next_offset,
+                applied_at,
+            })
             .await
             .map_err(|_| ProcessError::FlusherGone)
     }
@@ -237,7 +312,9 @@ impl Live {
             return Ok(());
         }
         self.wait_for_left_rows().await?;
-        let Some(setup) = self.task.shared.outbox.as_ref() else { return Ok(()) };
+        let Some(setup) = self.task.shared.outbox.as_ref() else {
+            return Ok(());
+        };
         let producer = setup.producer().map_err(|cause| PublishError::Produce {
             topic: setup.topic.clone(),
             partition: self.task.partition,
@@ -255,7 +332,12 @@ impl Live {
             None => {
                 let floor = output.published_floor(&self.task.shared.config).await?;
                 if let Some((epoch, offset)) = floor {
-                    debug!(partition = self.task.partition, epoch, offset, "status changes at or below this source offset were published before");
+                    debug!(
+                        partition = self.task.partition,
+                        epoch,
+                        offset,
+                        "status changes at or below this source offset were published before"
+                    );
                 }
                 floor
             }
@@ -269,7 +351,10 @@ impl Live {
     /// changelog records, status changes, input offset; at_least_once: the
     /// changelog records and status changes), retrying an aborted round
     /// with backoff. Returns the changelog position.
-    async fn commit_transaction(&mut self, prepared: &mut PreparedWrite) -> Result<i64, ProcessError> {
+    async fn commit_transaction(
+        &mut self,
+        prepared: &mut PreparedWrite,
+    ) -> Result<i64, ProcessError> {
         let changes = prepared.write.changes.take().unwrap_or_default();
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
@@ -282,13 +367,17 @@ impl Live {
             };
             let group = match txn.scope() {
                 TxnScope::Changelog => None,
-                TxnScope::Everything => {
-                    Some(self.task.consumer.upgrade().and_then(|c| c.group_metadata()).ok_or_else(|| ProcessError::Partition {
-                        partition: self.task.partition,
-                        stage: Stage::Transaction,
-                        message: "the consumer is closed".into(),
-                    })?)
-                }
+                TxnScope::Everything => Some(
+                    self.task
+                        .consumer
+                        .upgrade()
+                        .and_then(|c| c.group_metadata())
+                        .ok_or_else(|| ProcessError::Partition {
+                            partition: self.task.partition,
+                            stage: Stage::Transaction,
+                            message: "the consumer is closed".into(),
+                        })?,
+                ),
             };
             let round = Round {
                 letters: &self.task.held_letters,
@@ -305,7 +394,11 @@ impl Live {
                     return Ok(position);
                 }
                 Err(TxnError::Aborted { cause, .. }) => {
-                    self.task.shared.telemetry.errors.record(Stage::Transaction, Kind::Retryable);
+                    self.task
+                        .shared
+                        .telemetry
+                        .errors
+                        .record(Stage::Transaction, Kind::Retryable);
                     warn!(partition = self.task.partition, error = %cause, "transaction aborted (nothing of it is visible); retrying the write-out");
                     backoff.sleep().await;
                 }

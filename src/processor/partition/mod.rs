@@ -59,7 +59,10 @@ pub(super) enum Command {
     /// without a revoke: this member was presumed dead), write nothing: the
     /// partition has another owner already, and a late write-out of this
     /// one would land in the changelog after the new owner's.
-    Drain { reply: oneshot::Sender<Option<Checkpoint>>, lost: bool },
+    Drain {
+        reply: oneshot::Sender<Option<Checkpoint>>,
+        lost: bool,
+    },
 }
 
 /// The drain's reply channel; `None` when the router is gone (the command

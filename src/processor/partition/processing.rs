@@ -41,7 +41,10 @@ pub(super) struct Processing {
 pub(super) enum Ended<'q> {
     /// A drain (revoke, shutdown, or the router gone), with the records
     /// fetched and not yet decided: they are decided before the release.
-    Drain { draining: Draining, fetched: Vec<BorrowedMessage<'q>> },
+    Drain {
+        draining: Draining,
+        fetched: Vec<BorrowedMessage<'q>>,
+    },
     /// The partition was lost: released, its unwritten work dropped.
     Lost,
     /// The dead-letter breaker tripped.
@@ -58,8 +61,16 @@ impl Processing {
             // A checkpoint made durable before a crash may never have been
             // committed to Kafka; the flusher commits it if the group's
             // offset is behind, without waiting for new input.
-            let resume = FlushMsg::Resume { partition: live.task.partition, next_offset: checkpoint.next_offset };
-            live.task.shared.flush_tx.send(resume).await.map_err(|_| ProcessError::FlusherGone)?;
+            let resume = FlushMsg::Resume {
+                partition: live.task.partition,
+                next_offset: checkpoint.next_offset,
+            };
+            live.task
+                .shared
+                .flush_tx
+                .send(resume)
+                .await
+                .map_err(|_| ProcessError::FlusherGone)?;
         }
         Ok(Processing { live })
     }
@@ -76,7 +87,8 @@ impl Processing {
         let interval = Duration::from_millis(config.commit_interval_ms);
         // Caught up with the input: write out this soon after the last
         // write-out instead of a whole interval later (`None`: off).
-        let caught_up_after = (config.caught_up_write_ms > 0).then(|| Duration::from_millis(config.caught_up_write_ms).min(interval));
+        let caught_up_after = (config.caught_up_write_ms > 0)
+            .then(|| Duration::from_millis(config.caught_up_write_ms).min(interval));
         let end = End::new(&self.live.task.shared.topic);
         let mut last_write = tokio::time::Instant::now();
         // Without a changelog: a task that did not run for longer than the
@@ -119,10 +131,13 @@ impl Processing {
                 if !batch.is_empty() && deadline.is_none() {
                     deadline = Some(tokio::time::Instant::now() + max_wait);
                 }
-                let mut wait_until = deadline.unwrap_or_else(|| tokio::time::Instant::now() + IDLE_RECHECK);
+                let mut wait_until =
+                    deadline.unwrap_or_else(|| tokio::time::Instant::now() + IDLE_RECHECK);
                 let mut write_due = (last_write + interval).max(hold_until);
                 if self.live.task.state.has_unwritten() {
-                    if let Some(after) = caught_up_after.filter(|_| batch.is_empty() && end.reached(&self.live)) {
+                    if let Some(after) =
+                        caught_up_after.filter(|_| batch.is_empty() && end.reached(&self.live))
+                    {
                         write_due = write_due.min((last_write + after).max(hold_until));
                     }
                     if tokio::time::Instant::now() >= write_due {
@@ -167,7 +182,10 @@ impl Processing {
             }
             let drain = drain.map(|command| command.map(|(reply, _)| reply));
             if let Some(reply) = drain {
-                return Ok(Ended::Drain { draining: Draining::enter(self.live, reply), fetched: batch });
+                return Ok(Ended::Drain {
+                    draining: Draining::enter(self.live, reply),
+                    fetched: batch,
+                });
             }
             // The queue was empty when the batch closed short of its maximum.
             let drained = batch.len() < max_records;
@@ -182,7 +200,11 @@ impl Processing {
             drop(batch);
             self.live.collect_published();
             let now = tokio::time::Instant::now();
-            let caught_up_due = || caught_up_after.is_some_and(|after| now >= last_write + after && drained && end.reached(&self.live));
+            let caught_up_due = || {
+                caught_up_after.is_some_and(|after| {
+                    now >= last_write + after && drained && end.reached(&self.live)
+                })
+            };
             if now >= hold_until
                 && self.live.task.state.has_unwritten()
                 && (now >= last_write + interval
@@ -206,7 +228,9 @@ struct End {
 
 impl End {
     fn new(topic: &str) -> Self {
-        End { topic: CString::new(topic).ok() }
+        End {
+            topic: CString::new(topic).ok(),
+        }
     }
 
     /// True when every record up to the partition's end as last fetched is
@@ -217,8 +241,13 @@ impl End {
     /// this true early, which costs one early write-out (they stay
     /// `caught_up_write_ms` apart), never a record.
     fn reached(&self, live: &Live) -> bool {
-        let (Some(topic), Some(consumer)) = (&self.topic, live.task.consumer.upgrade()) else { return false };
-        let Some(position) = live.task.state.pending().map(|c| c.next_offset) else { return false };
-        crate::kafka::cached_high_watermark(&consumer, topic, live.task.partition).is_some_and(|end| position + 1 >= end)
+        let (Some(topic), Some(consumer)) = (&self.topic, live.task.consumer.upgrade()) else {
+            return false;
+        };
+        let Some(position) = live.task.state.pending().map(|c| c.next_offset) else {
+            return false;
+        };
+        crate::kafka::cached_high_watermark(&consumer, topic, live.task.partition)
+            .is_some_and(|end| position + 1 >= end)
     }
 }

@@ -56,11 +56,15 @@ impl Restoring {
             Guarantee::ExactlyOnce => (TxnScope::Everything, task.shared.outbox.as_ref()),
             Guarantee::AtLeastOnce => {
                 let in_write_out = config.outbox.delivery == OutboxDelivery::WriteOut;
-                (TxnScope::Changelog, task.shared.outbox.as_ref().filter(|_| in_write_out))
+                (
+                    TxnScope::Changelog,
+                    task.shared.outbox.as_ref().filter(|_| in_write_out),
+                )
             }
         };
         let output = output.map(|o| (o.topic.clone(), o.encoder.clone()));
-        task.txn = Some(TxnWriter::open(config, scope, task.partition, changelog.clone(), output).await?);
+        task.txn =
+            Some(TxnWriter::open(config, scope, task.partition, changelog.clone(), output).await?);
         let cancel = Arc::new(AtomicBool::new(false));
         let tree = task.state.store().clone();
         let job = {
@@ -72,8 +76,15 @@ impl Restoring {
             tokio::task::spawn_blocking(move || {
                 let _entered = span.enter();
                 let remaining = &status.restore_remaining;
-                let restored =
-                    Restore { config: &shared.config, topic: &topic, partition, tree: &tree, cancel: &cancel, remaining }.run_with_retries();
+                let restored = Restore {
+                    config: &shared.config,
+                    topic: &topic,
+                    partition,
+                    tree: &tree,
+                    cancel: &cancel,
+                    remaining,
+                }
+                .run_with_retries();
                 remaining.store(crate::telemetry::UNKNOWN, Ordering::Relaxed);
                 let restored = restored?;
                 if restored.restored {
@@ -95,7 +106,10 @@ impl Restoring {
                 // The restore stops at its next poll; the store keeps its
                 // restoring mark and the next owner starts it again.
                 let _ = (&mut job).await;
-                return Ok(Restored::Released { task: self.task, reply });
+                return Ok(Restored::Released {
+                    task: self.task,
+                    reply,
+                });
             }
         };
         let restored = joined.map_err(|join| ProcessError::Partition {
@@ -107,7 +121,10 @@ impl Restoring {
             return Ok(Restored::Ready(self.task));
         }
         task.shared.counters.record_restore(restored.elapsed);
-        task.shared.telemetry.restored_records.fetch_add(restored.applied, Ordering::Relaxed);
+        task.shared
+            .telemetry
+            .restored_records
+            .fetch_add(restored.applied, Ordering::Relaxed);
         task.status.seed(restored.checkpoint.as_ref());
         task.state = PartitionState::new(tree, restored.checkpoint);
         if let Some(checkpoint) = restored.checkpoint {
@@ -122,15 +139,24 @@ impl Restoring {
     /// before the checkpoint that still arrive are skipped by the batch.
     async fn seek(&self, offset: i64) {
         let task = &self.task;
-        let Some(consumer) = task.consumer.upgrade() else { return };
+        let Some(consumer) = task.consumer.upgrade() else {
+            return;
+        };
         let (topic, partition) = (task.shared.topic.clone(), task.partition);
         let result = tokio::task::spawn_blocking(move || {
-            consumer.seek(&topic, partition, Offset::Offset(offset), Duration::from_secs(10))
+            consumer.seek(
+                &topic,
+                partition,
+                Offset::Offset(offset),
+                Duration::from_secs(10),
+            )
         })
         .await;
         match result {
             Ok(Ok(())) => info!(partition, offset, "seeked to the restored checkpoint"),
-            Ok(Err(error)) => warn!(partition, offset, %error, "cannot seek to the restored checkpoint; records before it are skipped as they arrive"),
+            Ok(Err(error)) => {
+                warn!(partition, offset, %error, "cannot seek to the restored checkpoint; records before it are skipped as they arrive")
+            }
             Err(join) => warn!(partition, %join, "seek task failed"),
         }
     }
@@ -149,14 +175,24 @@ impl Restoring {
                     .into(),
             });
         }
-        let Some(consumer) = self.task.consumer.upgrade() else { return Ok(()) };
+        let Some(consumer) = self.task.consumer.upgrade() else {
+            return Ok(());
+        };
         let topic = self.task.shared.topic.clone();
         let committed = tokio::task::spawn_blocking(move || {
             let mut tpl = TopicPartitionList::with_capacity(1);
             tpl.add_partition(&topic, partition);
-            consumer.committed_offsets(tpl, Duration::from_secs(10)).map(|list| {
-                list.elements().first().and_then(|e| if let Offset::Offset(o) = e.offset() { Some(o) } else { None })
-            })
+            consumer
+                .committed_offsets(tpl, Duration::from_secs(10))
+                .map(|list| {
+                    list.elements().first().and_then(|e| {
+                        if let Offset::Offset(o) = e.offset() {
+                            Some(o)
+                        } else {
+                            None
+                        }
+                    })
+                })
         })
         .await
         .map_err(|join| ProcessError::Partition {
@@ -182,5 +218,4 @@ impl Restoring {
             _ => Ok(()),
         }
     }
-
 }

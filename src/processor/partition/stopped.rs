@@ -55,8 +55,14 @@ impl Live {
             "dead-letter breaker tripped: this partition stops (nothing after its checkpoint is dead-lettered, decided \
              or committed); fix the cause (a producer's deploy, the registry's schemas), then restart this instance"
         );
-        task.shared.telemetry.breaker_trips.fetch_add(1, Ordering::Relaxed);
-        task.shared.telemetry.errors.record(Stage::DeadLetter, Kind::Permanent);
+        task.shared
+            .telemetry
+            .breaker_trips
+            .fetch_add(1, Ordering::Relaxed);
+        task.shared
+            .telemetry
+            .errors
+            .record(Stage::DeadLetter, Kind::Permanent);
         let _ = task.status.stopped.set(tripped.to_string());
         task.enter(Phase::Stopped);
     }
