@@ -17,7 +17,10 @@
 //! SIGCONT): `stop_queued` (the write-out's changelog records handed to
 //! the producer, not yet acknowledged or committed), `stop_acked` (every
 //! record acknowledged or the transaction committed, the sled batch not yet
-//! written), `stop_batched` (the sled batch written, not flushed).
+//! written), `stop_batched` (the sled batch written, not flushed);
+//! `stop_init` holds a partition's start, before its transactional
+//! producer's `init_transactions` (which, sent late, fences whichever
+//! member owns the partition by then).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -35,9 +38,10 @@ pub(crate) enum Point {
     StopQueued,
     StopAcked,
     StopBatched,
+    StopInit,
 }
 
-const ALL: [Point; 8] = [
+const ALL: [Point; 9] = [
     Point::AfterDlq,
     Point::AfterBatch,
     Point::AfterFlush,
@@ -46,6 +50,7 @@ const ALL: [Point; 8] = [
     Point::StopQueued,
     Point::StopAcked,
     Point::StopBatched,
+    Point::StopInit,
 ];
 
 impl Point {
@@ -59,6 +64,7 @@ impl Point {
             Point::StopQueued => "stop_queued",
             Point::StopAcked => "stop_acked",
             Point::StopBatched => "stop_batched",
+            Point::StopInit => "stop_init",
         }
     }
 }
@@ -84,7 +90,7 @@ fn armed() -> Option<&'static Armed> {
             match (point, at.parse::<u64>()) {
                 (Some(point), Ok(at)) if at > 0 => Some(Armed { point, at, hits: AtomicU64::new(0) }),
                 _ => {
-                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush|panic_batch|torn_changelog|stop_queued|stop_acked|stop_batched[:N]");
+                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush|panic_batch|torn_changelog|stop_queued|stop_acked|stop_batched|stop_init[:N]");
                     None
                 }
             }
@@ -104,7 +110,7 @@ pub(crate) fn hit(point: Point) {
         }
         if matches!(
             point,
-            Point::StopQueued | Point::StopAcked | Point::StopBatched
+            Point::StopQueued | Point::StopAcked | Point::StopBatched | Point::StopInit
         ) {
             stop_self(armed.point);
             return;

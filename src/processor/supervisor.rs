@@ -167,6 +167,9 @@ impl PartitionSupervisor {
                 txn: None,
                 held_letters: Vec::new(),
                 breaker: crate::breaker::Breaker::new(shared.config.processing.breaker_limits()),
+                first_offset: None,
+                rewind: None,
+                fences: Vec::new(),
             };
             let input = PartitionInput { queue, ready };
             let span = info_span!("partition", topic = %topic, partition, group = %shared.config.kafka.group_id);
@@ -180,11 +183,11 @@ impl PartitionSupervisor {
                     match AssertUnwindSafe(task.run(input)).catch_unwind().await {
                         Ok(Ok(())) => {}
                         Ok(Err(ProcessError::Txn(fenced @ TxnError::Fenced { .. }))) => {
-                            // Another member owns the partition now (or
-                            // will): nothing this task had not committed
-                            // reached the broker, and its cache is dropped
-                            // with it. The group's rebalance revokes the
-                            // partition here; the process carries on.
+                            // Fenced while draining: the partition is being
+                            // released anyway. (A fence while processing or
+                            // restoring is handled by the task itself.)
+                            // Nothing this task had not committed reached
+                            // the broker; the process carries on.
                             warn!(error = %fenced, "partition fenced; its uncommitted work is dropped and the group reassigns it");
                             fatal.telemetry.remove(partition);
                         }

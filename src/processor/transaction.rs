@@ -169,6 +169,7 @@ impl TxnWriter {
                     transactional_id: transactional_id.clone(),
                     cause,
                 })?;
+        crate::fault::hit(crate::fault::Point::StopInit);
         let init = producer.clone();
         let result = tokio::task::spawn_blocking(move || init.init_transactions(CALL_TIMEOUT))
             .await

@@ -52,6 +52,191 @@ fn a_member_paused_after_its_commit_moves_no_state_back_under_exactly_once() {
     late_write(EXACTLY_ONCE, "stop_acked", 415);
 }
 
+/// A member paused while it starts a partition (before its transactional
+/// producer's `init_transactions`) completes that start after the group
+/// gave the partition back to the other member: its late initialisation
+/// fences the owner's producer, and it rejoins the group. Whatever the
+/// group does next (it usually moves the partitions again), every partition
+/// is processed to the end and a fresh member restores exact state. The
+/// owner handling the fence itself is pinned by the next test.
+#[test]
+fn a_late_partition_start_elsewhere_does_not_leave_the_owner_stuck() {
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let changelog = format!("{}-changelog", world.topic);
+    create_compacting_topic(&world.bootstrap, &changelog);
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 3_000,
+        poison_rate: 0.003,
+        seed: 416,
+        ..Default::default()
+    });
+    let (first, rest) = records.split_at(records.len() / 3);
+    let (second, third) = rest.split_at(rest.len() / 2);
+    let reaper = Reaper::default();
+    let settings = "commit_interval_ms = 100\nbatch_max_records = 100\nbatch_max_wait_ms = 5";
+    let ready = |address: &str, partitions: f64| {
+        scrape(address).get("orderly_assigned_partitions").copied() == Some(partitions)
+            && http_get(address, "/readyz").is_ok_and(|(s, _)| s == 200)
+    };
+
+    // b owns every partition and processes the first third.
+    let b = world.instance(settings);
+    let mut run_b = reaper.watch(b.spawn_run(None));
+    let address_b = b.wait_http(0);
+    let owns_all = wait_until(Duration::from_secs(90), || {
+        ready(&address_b, PARTITIONS as f64)
+    });
+    assert!(owns_all, "b owns every partition\n{}", tail(&b.log()));
+    world.produce(first);
+    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
+    assert!(
+        wait_until(Duration::from_secs(90), || world.committed() == ends),
+        "b processed the first third\n{}",
+        tail(&b.log())
+    );
+
+    // a joins, is given some partitions and stops itself before the first
+    // one's init_transactions; its session times out and b gets them back.
+    let a = world.instance(settings);
+    let mut run_a = reaper.watch(a.spawn_run(Some("stop_init:1")));
+    let stopped = wait_until(Duration::from_secs(90), || {
+        a.log().contains("stopping at stop_init")
+    });
+    assert!(stopped, "a stopped itself at stop_init\n{}", tail(&a.log()));
+    let back = wait_until(Duration::from_secs(60), || {
+        ready(&address_b, PARTITIONS as f64)
+            && b.log().matches("transactional producer ready").count() > PARTITIONS as usize
+    });
+    assert!(back, "b owns every partition again\n{}", tail(&b.log()));
+    world.produce(second);
+    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
+    assert!(
+        wait_until(Duration::from_secs(90), || world.committed() == ends),
+        "b processed the second third\n{}",
+        tail(&b.log())
+    );
+
+    // a resumes: its init_transactions goes out now and fences b's
+    // producer of that partition. a is killed as soon as it is done (it
+    // has usually rejoined the group by then).
+    signal(&run_a, "CONT");
+    let initialised = wait_until(Duration::from_secs(30), || {
+        a.log()
+            .split("resumed at stop_init")
+            .nth(1)
+            .is_some_and(|after| after.contains("transactional producer ready"))
+    });
+    signal(&run_a, "KILL");
+    let _ = run_a.wait();
+    assert!(
+        initialised,
+        "a initialised its producer late\n{}",
+        tail(&a.log())
+    );
+
+    // The rest of the input, processed to the end by b.
+    world.produce(third);
+    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
+    let settled = wait_until(Duration::from_secs(90), || world.committed() == ends);
+    assert!(
+        settled,
+        "b processed every partition to the end (committed {:?}, ends {:?})\n{}",
+        world.committed(),
+        ends,
+        tail(&b.log())
+    );
+    eprintln!(
+        "late start: b started {} partition(s) over after a fence, {} revoke(s)",
+        b.log().matches("starting it over").count(),
+        b.log().matches("partitions revoked").count()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    stop(&mut run_b, &b);
+    restore_fresh_and_verify(&world, &changelog, settings, "", &expected, "late start");
+}
+
+/// The owner's producer of one partition is fenced by another producer of
+/// its transactional id (what a zombie's late `init_transactions` does)
+/// while the group keeps the partition with the owner: no rebalance comes
+/// to restart it. The owner drops the fenced write-out, waits out the grace
+/// (the session timeout), starts the partition over from its checkpoint
+/// (fencing the other producer in turn) and processes the rest of the
+/// input; a fresh member then restores exact state.
+#[test]
+fn an_owner_fenced_while_it_keeps_the_partition_starts_it_over() {
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let changelog = format!("{}-changelog", world.topic);
+    create_compacting_topic(&world.bootstrap, &changelog);
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 3_000,
+        poison_rate: 0.003,
+        seed: 417,
+        ..Default::default()
+    });
+    let (first, rest) = records.split_at(records.len() / 3);
+    let (second, third) = rest.split_at(rest.len() / 2);
+    let reaper = Reaper::default();
+    let settings = "commit_interval_ms = 100\nbatch_max_records = 100\nbatch_max_wait_ms = 5";
+    let b = world.instance(settings);
+    let mut run_b = reaper.watch(b.spawn_run(None));
+    let address_b = b.wait_http(0);
+    let owns_all = wait_until(Duration::from_secs(90), || {
+        scrape(&address_b)
+            .get("orderly_assigned_partitions")
+            .copied()
+            == Some(PARTITIONS as f64)
+            && http_get(&address_b, "/readyz").is_ok_and(|(s, _)| s == 200)
+    });
+    assert!(owns_all, "b owns every partition\n{}", tail(&b.log()));
+    world.produce(first);
+    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
+    assert!(
+        wait_until(Duration::from_secs(90), || world.committed() == ends),
+        "b processed the first third\n{}",
+        tail(&b.log())
+    );
+
+    // A zombie's producer of partition 0 initialises: b's is fenced.
+    use rdkafka::producer::Producer;
+    let zombie: rdkafka::producer::BaseProducer = crate::support::client(&world.bootstrap)
+        .set(
+            "transactional.id",
+            format!("{}-{}-0", world.group, world.topic),
+        )
+        .create()
+        .expect("zombie producer");
+    zombie
+        .init_transactions(Duration::from_secs(30))
+        .expect("the zombie's init_transactions");
+    drop(zombie);
+
+    world.produce(second);
+    world.produce(third);
+    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
+    let settled = wait_until(Duration::from_secs(60), || world.committed() == ends);
+    assert!(
+        settled,
+        "b processed every partition to the end (committed {:?}, ends {:?})\n{}",
+        world.committed(),
+        ends,
+        tail(&b.log())
+    );
+    assert_eq!(
+        b.log().matches("partitions revoked").count(),
+        0,
+        "no rebalance restarted the partition\n{}",
+        tail(&b.log())
+    );
+    assert!(
+        b.log().contains("starting it over"),
+        "b started the fenced partition over\n{}",
+        tail(&b.log())
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    stop(&mut run_b, &b);
+    restore_fresh_and_verify(&world, &changelog, settings, "", &expected, "fenced owner");
+}
+
 /// Three members, the input trickling in: a member paused past its session
 /// timeout (SIGSTOP, wherever its write-outs stand), another, the first
 /// again; the changelog compacted by the broker from then on. Then a fresh
@@ -196,8 +381,8 @@ fn late_write(guarantee: &str, point: &str, seed: u64) {
     // partition's transactional producer initialised and restored) before
     // the input comes, so the stop lands in a write-out, not beside a
     // partition's initialisation still under way (a paused member whose
-    // late init_transactions fences the new owner: see the closing note of
-    // this change; not what this test is about).
+    // late init_transactions fences the new owner: the late-start tests
+    // below; not what this test is about).
     let a = world.instance(&settings);
     let mut run_a = reaper.watch(a.spawn_run(Some(&format!("{point}:3"))));
     let address_a = a.wait_http(0);

@@ -43,7 +43,10 @@ impl Live {
             return Ok(());
         };
         match expected {
-            None => info!(partition = self.task.partition, offset = first.offset(), "first batch on this partition; starting the checkpoint here"),
+            None => {
+                self.task.first_offset.get_or_insert(first.offset());
+                info!(partition = self.task.partition, offset = first.offset(), "first batch on this partition; starting the checkpoint here")
+            }
             Some(next) if first.offset() != next => warn!(
                 partition = self.task.partition,
                 expected = next,

@@ -225,6 +225,12 @@ impl Live {
         drop(self.relay.take());
     }
 
+    /// The task without its relay (stopped).
+    pub(super) fn into_task(mut self) -> PartitionTask {
+        self.stop_relay();
+        self.task
+    }
+
     /// Writes out the changed orders and the checkpoint: produced to the
     /// changelog first (when on) in the partition's transaction, committed,
     /// then written to the store

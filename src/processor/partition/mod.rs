@@ -18,6 +18,15 @@
 //!   checkpoint and stop.
 //! * [`stopped`]: the dead-letter breaker tripped; write out what came
 //!   before, then wait for the rebalance or shutdown that releases it.
+//!
+//! A task whose transactional producer is fenced while the partition is
+//! still assigned to it (another producer of its transactional id
+//! initialised: a member paused while it started the partition, which
+//! completed that start late, after the group had moved the partition here)
+//! drops its unwritten work, waits for the group to release the partition,
+//! and if the group does not, starts over: a new producer (fencing the
+//! other), a restore of what the other wrote, and a seek back to the
+//! checkpoint ([`PartitionTask::after_fence`]).
 
 mod batch;
 mod draining;
@@ -27,18 +36,21 @@ mod restoring;
 mod stopped;
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::BaseConsumer;
 use tokio::sync::{mpsc, oneshot, Notify};
+use tracing::{error, info, warn};
 
 use super::context::OrderlyContext;
 use super::dlq::HeldLetter;
-use super::transaction::TxnWriter;
+use super::transaction::{TxnError, TxnWriter};
 use super::{ProcessError, Shared};
 use crate::breaker::Breaker;
 use crate::partition_state::PartitionState;
 use crate::store::Checkpoint;
+use crate::telemetry::errors::Stage;
 use crate::telemetry::{PartitionStatus, Phase};
 
 use processing::{Ended, Processing};
@@ -94,25 +106,117 @@ pub(crate) struct PartitionTask {
     pub(crate) held_letters: Vec<HeldLetter>,
     /// Stops the partition when it dead-letters too much.
     pub breaker: Breaker,
+    /// The offset of the first record this task took on a partition its
+    /// store had never processed (no checkpoint): where a fenced task
+    /// rewinds to when none of its work was written.
+    pub(crate) first_offset: Option<i64>,
+    /// Set by [`PartitionTask::after_fence`]: the offset to read the
+    /// partition from again, unless the restore finds a newer checkpoint.
+    pub(crate) rewind: Option<i64>,
+    /// When this task was fenced while still assigned, most recent last.
+    pub(crate) fences: Vec<std::time::Instant>,
 }
+
+/// How many times within [`FENCE_WINDOW`] a task starts over after a fence
+/// before it stops the process instead (two members fencing each other).
+const MAX_FENCES: usize = 3;
+const FENCE_WINDOW: Duration = Duration::from_secs(600);
 
 impl PartitionTask {
     /// Runs the partition through its phases until it is released.
     pub(super) async fn run(self, input: PartitionInput) -> Result<(), ProcessError> {
         let PartitionInput { queue, ready } = input;
-        let task = match Restoring::enter(self).run().await? {
-            Restored::Ready(task) => task,
-            Restored::Released { task, reply } => {
-                // Revoked while restoring: nothing was processed.
-                task.reply(reply);
-                return Ok(());
+        let mut starting = self;
+        loop {
+            let (fenced, cause) = match Restoring::enter(starting).run().await? {
+                Restored::Ready(task) => {
+                    match Processing::enter(task).await?.run(&queue, &ready).await? {
+                        Ended::Drain { draining, fetched } => {
+                            return draining.run(&queue, fetched).await
+                        }
+                        Ended::Lost => return Ok(()),
+                        Ended::Stopped(stopped) => return stopped.run().await,
+                        Ended::Fenced { task, cause } => (task, cause),
+                    }
+                }
+                Restored::Released { task, reply } => {
+                    // Revoked while restoring: nothing was processed.
+                    task.reply(reply);
+                    return Ok(());
+                }
+                Restored::Fenced { task, cause } => (task, cause),
+            };
+            match fenced.after_fence(cause).await? {
+                Some(again) => starting = again,
+                None => return Ok(()),
             }
-        };
-        match Processing::enter(task).await?.run(&queue, &ready).await? {
-            Ended::Drain { draining, fetched } => draining.run(&queue, fetched).await,
-            Ended::Lost => Ok(()),
-            Ended::Stopped(stopped) => stopped.run().await,
         }
+    }
+
+    /// After the partition's producer was fenced: the unwritten work is
+    /// dropped (the order cache goes back to the store's written state). A
+    /// revoke that comes within the grace (the session timeout: the time
+    /// the group takes to move a partition from a member it presumed dead)
+    /// releases the partition (`None`). Otherwise the partition is still
+    /// this member's, and whoever fenced it was a zombie: the task starts
+    /// over from the checkpoint (`Some`), which fences the zombie in turn
+    /// and restores what it wrote.
+    async fn after_fence(mut self, cause: TxnError) -> Result<Option<Self>, ProcessError> {
+        let partition = self.partition;
+        let written = self.state.written();
+        self.txn = None;
+        self.held_letters.clear();
+        self.state = PartitionState::new(self.state.store().clone(), written);
+        self.status.seed(written.as_ref());
+        self.breaker = Breaker::new(self.shared.config.processing.breaker_limits());
+        let grace = Duration::from_millis(self.shared.config.kafka.session_timeout_ms);
+        warn!(
+            partition,
+            error = %cause,
+            written = ?written.map(|c| c.next_offset),
+            grace_ms = grace.as_millis() as u64,
+            "partition fenced; its unwritten work is dropped, and it starts over from its checkpoint unless the group \
+             moves it within the grace"
+        );
+        self.enter(Phase::Restoring);
+        tokio::select! {
+            biased;
+            command = self.rx.recv() => {
+                let reply = command.map(|Command::Drain { reply, .. }| reply);
+                info!(partition, "partition released after its producer was fenced");
+                self.reply(reply);
+                return Ok(None);
+            }
+            _ = tokio::time::sleep(grace) => {}
+        }
+        let now = std::time::Instant::now();
+        self.fences
+            .retain(|at| now.duration_since(*at) < FENCE_WINDOW);
+        self.fences.push(now);
+        if self.fences.len() > MAX_FENCES {
+            error!(
+                partition,
+                fences = self.fences.len(),
+                "partition fenced again and again while assigned here"
+            );
+            return Err(ProcessError::Partition {
+                partition,
+                stage: Stage::Transaction,
+                message: format!(
+                    "its transactional producer was fenced {} times in {} s while the partition stayed assigned \
+                     here (another process with the same group and transactional ids keeps taking it: check for a \
+                     second deployment with this group id); last: {cause}",
+                    self.fences.len(),
+                    FENCE_WINDOW.as_secs()
+                ),
+            });
+        }
+        // Where to read from again: the written checkpoint, or where this
+        // task began on a partition it had never written.
+        self.rewind = written.map(|c| c.next_offset).or(self.first_offset);
+        self.assigned_at = None;
+        info!(partition, rewind = ?self.rewind, "partition still assigned here after its producer was fenced; starting it over");
+        Ok(Some(self))
     }
 
     /// Publishes the phase the task moves into (status page, `/readyz`,

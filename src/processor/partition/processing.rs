@@ -20,6 +20,7 @@ use super::stopped::Stopped;
 use super::{Command, PartitionTask};
 use crate::processor::context::OrderlyContext;
 use crate::processor::flusher::FlushMsg;
+use crate::processor::transaction::TxnError;
 use crate::processor::ProcessError;
 use crate::telemetry::Phase;
 
@@ -49,6 +50,13 @@ pub(super) enum Ended<'q> {
     Lost,
     /// The dead-letter breaker tripped.
     Stopped(Stopped),
+    /// The partition's transactional producer was fenced: nothing of the
+    /// failed write-out is visible; the task is handed back without its
+    /// relay, to be released or started over.
+    Fenced {
+        task: PartitionTask,
+        cause: TxnError,
+    },
 }
 
 impl Processing {
@@ -211,7 +219,15 @@ impl Processing {
                     || self.live.task.state.dirty_bytes() > self.live.task.shared.cache_share()
                     || caught_up_due())
             {
-                self.live.write_out().await?;
+                match self.live.write_out().await {
+                    Err(ProcessError::Txn(cause @ TxnError::Fenced { .. })) => {
+                        return Ok(Ended::Fenced {
+                            task: self.live.into_task(),
+                            cause,
+                        });
+                    }
+                    other => other?,
+                }
                 last_write = now;
             }
         }

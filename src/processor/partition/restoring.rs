@@ -15,7 +15,7 @@ use super::{Command, PartitionTask, Reply};
 use crate::changelog::restore::Restore;
 use crate::config::{Guarantee, OutboxDelivery};
 use crate::partition_state::PartitionState;
-use crate::processor::transaction::{TxnScope, TxnWriter};
+use crate::processor::transaction::{TxnError, TxnScope, TxnWriter};
 use crate::processor::ProcessError;
 use crate::telemetry::errors::Stage;
 use crate::telemetry::Phase;
@@ -31,6 +31,12 @@ pub(super) enum Restored {
     Ready(PartitionTask),
     /// A drain came first: the partition is released before processing.
     Released { task: PartitionTask, reply: Reply },
+    /// Another producer of the partition's transactional id initialised
+    /// while this one did.
+    Fenced {
+        task: PartitionTask,
+        cause: TxnError,
+    },
 }
 
 impl Restoring {
@@ -47,6 +53,9 @@ impl Restoring {
             self.check_without_changelog().await?;
             return Ok(Restored::Ready(self.task));
         };
+        // After a fence: where the partition is read from again unless the
+        // restore finds a newer checkpoint.
+        let rewind = self.task.rewind.take();
         let task = &mut self.task;
         // Fence the partition's earlier producers first (under either
         // guarantee): after this, no write of a previous owner can become
@@ -63,8 +72,16 @@ impl Restoring {
             }
         };
         let output = output.map(|o| (o.topic.clone(), o.encoder.clone()));
-        task.txn =
-            Some(TxnWriter::open(config, scope, task.partition, changelog.clone(), output).await?);
+        match TxnWriter::open(config, scope, task.partition, changelog.clone(), output).await {
+            Ok(txn) => task.txn = Some(txn),
+            Err(cause @ TxnError::Fenced { .. }) => {
+                return Ok(Restored::Fenced {
+                    task: self.task,
+                    cause,
+                })
+            }
+            Err(other) => return Err(other.into()),
+        }
         let cancel = Arc::new(AtomicBool::new(false));
         let tree = task.state.store().clone();
         let job = {
@@ -118,6 +135,9 @@ impl Restoring {
             message: format!("restore thread failed: {join}"),
         })??;
         if !restored.restored {
+            if let Some(offset) = rewind {
+                self.seek(offset).await;
+            }
             return Ok(Restored::Ready(self.task));
         }
         task.shared.counters.record_restore(restored.elapsed);
@@ -127,9 +147,16 @@ impl Restoring {
             .fetch_add(restored.applied, Ordering::Relaxed);
         task.status.seed(restored.checkpoint.as_ref());
         task.state = PartitionState::new(tree, restored.checkpoint);
-        if let Some(checkpoint) = restored.checkpoint {
-            if task.assigned_at != Some(checkpoint.next_offset) {
-                self.seek(checkpoint.next_offset).await;
+        match restored.checkpoint {
+            Some(checkpoint) => {
+                if task.assigned_at != Some(checkpoint.next_offset) || rewind.is_some() {
+                    self.seek(checkpoint.next_offset).await;
+                }
+            }
+            None => {
+                if let Some(offset) = rewind {
+                    self.seek(offset).await;
+                }
             }
         }
         Ok(Restored::Ready(self.task))
