@@ -328,7 +328,13 @@ fn scenario(guarantee: &str, seed: u64) {
         .iter()
         .map(|m| m.log().matches("partition lost").count())
         .sum();
-    eprintln!("scenario: {fenced} fenced partitions, {lost} lost revokes across the members");
+    let started_over: usize = members
+        .iter()
+        .map(|m| m.log().matches("starting it over").count())
+        .sum();
+    eprintln!(
+        "scenario: {fenced} fenced partitions ({started_over} started over), {lost} lost revokes across the members"
+    );
     if show_output_regressions(&world) {
         for member in &members {
             let log = member.log();
@@ -430,9 +436,13 @@ fn late_write(guarantee: &str, point: &str, seed: u64) {
     stop(&mut run_a, &a);
     stop(&mut run_b, &b);
     eprintln!(
-        "late write ({point}): a logged {} fenced partitions, {} lost revokes",
+        "late write ({point}): a logged {} fenced partitions ({} released, {} started over), {} lost revokes; \
+         b started {} over",
         a.log().matches("partition fenced").count(),
-        a.log().matches("partition lost").count()
+        a.log().matches("released after its producer was fenced").count(),
+        a.log().matches("starting it over").count(),
+        a.log().matches("partition lost").count(),
+        b.log().matches("starting it over").count()
     );
     restore_fresh_and_verify(&world, &changelog, &settings, guarantee, &expected, point);
 }
