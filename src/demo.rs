@@ -121,6 +121,12 @@ impl DemoSummary {
     }
 }
 
+impl From<crate::processor::ProcessError> for DemoError {
+    fn from(error: crate::processor::ProcessError) -> Self {
+        DemoError::Process(Box::new(error))
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     /// The cause is in the message and deliberately not a `source` (see
@@ -138,7 +144,7 @@ pub enum DemoError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
-    Process(#[from] crate::processor::ProcessError),
+    Process(Box<crate::processor::ProcessError>),
     #[error("cannot create a temporary store directory: {0}")]
     TempDir(std::io::Error),
     #[error(

@@ -80,6 +80,8 @@
 //!   `/readyz`, `/state/{order_id}` and the built-in status page.
 //! * `partitioner`: which partition an `order_id` hashes to (librdkafka's
 //!   and the Java client's partitioners).
+//! * [`acl`]: the ACLs `run` needs, compared with the operations the
+//!   broker says the principal may perform (checked before consuming).
 //! * [`preflight`]: start-up checks (store, broker, topics, registry) for
 //!   `config check` and `run`.
 //! * [`workload`]: the load generator and its independently computed
@@ -99,6 +101,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod acl;
 pub mod allocator;
 pub(crate) mod breaker;
 pub mod changelog;

@@ -47,6 +47,9 @@ enum Exit {
     /// `run`: the group's offsets were moved outside orderly (see
     /// `orderly replay`).
     ExternalReset = 9,
+    /// `run`: the cluster's security refused it: credentials, TLS, or a
+    /// missing ACL.
+    Security = 10,
 }
 
 impl From<Exit> for std::process::ExitCode {
@@ -68,6 +71,8 @@ Exit codes:
   8  replay: refused, the group has active members (stop every instance first)
   9  run: refused, the group's offsets were moved outside orderly (kafka-consumer-groups
      --reset-offsets); move them with orderly replay instead (the message says how)
+ 10  run: refused by the cluster's security before consuming: the credentials, the TLS certificate, or
+     an ACL orderly needs (the message names which, and the kafka-acls.sh command for an ACL)
 
 Configuration: config/default.toml (compiled in), then --config FILE, then ORDERLY_<SECTION>__<KEY>
 variables (ORDERLY_KAFKA__LIBRDKAFKA__<NAME> for librdkafka settings, `_` read as `.`).
@@ -395,7 +400,12 @@ fn exit_for(error: &anyhow::Error) -> Exit {
             return Exit::Usage;
         }
     }
-    if error.chain().any(|cause| cause.is::<ConfigError>()) {
+    if error
+        .chain()
+        .any(|cause| cause.is::<orderly::acl::AclError>())
+    {
+        Exit::Security
+    } else if error.chain().any(|cause| cause.is::<ConfigError>()) {
         Exit::Config
     } else if error.chain().any(|cause| cause.is::<UsageError>()) {
         Exit::Usage
@@ -430,6 +440,33 @@ async fn refuse_external_resets(config: &Config) -> Result<()> {
         Err(e @ ReplayError::ExternalReset { .. }) => Err(e.into()),
         Err(e) => {
             tracing::warn!(error = %e, "cannot check the group's committed offsets for a reset made outside orderly");
+            Ok(())
+        }
+    }
+}
+
+/// Before anything is consumed: the cluster accepts the credentials and
+/// the TLS certificate, and the principal holds every ACL `run` needs
+/// (docs/operating.md, "A secured cluster"). A cluster that does not answer
+/// is logged and passed over: the processor waits for it.
+async fn refuse_what_security_refuses(config: &Config) -> Result<()> {
+    let checked = config.clone();
+    let found = tokio::task::spawn_blocking(move || {
+        orderly::acl::refuse_missing(&checked, Duration::from_secs(5))
+    })
+    .await?;
+    match found {
+        Ok(()) => {
+            tracing::info!("acls: the principal may perform every operation orderly needs on the topics and the group");
+            Ok(())
+        }
+        Err(e) if e.is_refusal() => Err(e.into()),
+        Err(e @ orderly::acl::AclError::Unsupported { .. }) => {
+            tracing::info!("acls: {e}");
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot check the ACLs orderly needs now; starting anyway");
             Ok(())
         }
     }
@@ -474,6 +511,7 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             // clean stop, not the default kill.
             let shutdown = shutdown_signal()?;
             let config = load_config()?;
+            refuse_what_security_refuses(&config).await?;
             let store_path = preflight::absolute(&config.store.path);
             tracing::info!(store = %store_path.display(), existing = preflight::store_present(&store_path), "opening the store");
             let store = Store::open(&store_path, config.store.cache_capacity_mb)?;

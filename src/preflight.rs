@@ -85,6 +85,7 @@ pub async fn check_all_reporting(
         && push(check_dlq_topic(config, timeout).await, &mut checks)
         && push(check_changelog_topic(config, timeout).await, &mut checks)
         && push(check_output_topic(config, timeout).await, &mut checks)
+        && push(check_acls(config, timeout).await, &mut checks)
         && push(check_registry(config).await, &mut checks)
         && push(check_schemas(config).await, &mut checks);
     checks
@@ -220,14 +221,46 @@ pub(crate) async fn check_broker(config: &Config, timeout: Duration) -> Check {
                 started.elapsed().as_millis()
             ),
         ),
-        Err(e) => Check::fail(
-            "broker",
+        Err(e) => match crate::acl::AclError::from_failure(config, e.clone()) {
+            refused if refused.is_refusal() => Check::fail("broker", refused.to_string()),
+            _ => Check::fail(
+                "broker",
+                format!(
+                    "no metadata from {servers} within {} ms ({e}): check kafka.bootstrap_servers, that the brokers run \
+                     and are reachable from here, and the security settings in [kafka.librdkafka]",
+                    timeout.as_millis()
+                ),
+            ),
+        },
+    }
+}
+
+/// The principal may perform every operation `run` needs on the topics
+/// and the group ([`crate::acl`]).
+pub(crate) async fn check_acls(config: &Config, timeout: Duration) -> Check {
+    let checked = config.clone();
+    let found = tokio::task::spawn_blocking(move || crate::acl::check(&checked, timeout)).await;
+    match found {
+        Ok(Ok(missing)) if missing.is_empty() => Check::ok(
+            "acls",
             format!(
-                "no metadata from {servers} within {} ms ({e}): check kafka.bootstrap_servers, that the brokers run and \
-                 are reachable from here, and the security settings in [kafka.librdkafka]",
-                timeout.as_millis()
+                "{} may perform every operation run needs on the topics and the group (the transactional ids are \
+                 checked as each partition starts)",
+                crate::acl::principal(config)
             ),
         ),
+        Ok(Ok(missing)) => Check::fail(
+            "acls",
+            crate::acl::AclError::Missing {
+                principal: crate::acl::principal(config),
+                bootstrap: config.kafka.bootstrap_servers.clone(),
+                missing,
+            }
+            .to_string(),
+        ),
+        Ok(Err(e @ crate::acl::AclError::Unsupported { .. })) => Check::ok("acls", e.to_string()),
+        Ok(Err(e)) => Check::fail("acls", e.to_string()),
+        Err(e) => Check::fail("acls", format!("acl check task failed: {e}")),
     }
 }
 
@@ -351,11 +384,7 @@ fn acl_hint(config: &Config, error: &str, operations: &str, resource: &str) -> S
     if !error.to_ascii_lowercase().contains("authorization") {
         return String::new();
     }
-    let principal = config
-        .librdkafka_passthrough()
-        .find(|(key, _)| *key == "sasl.username")
-        .map(|(_, user)| format!("User:{user}"))
-        .unwrap_or_else(|| "<orderly's principal>".into());
+    let principal = crate::acl::principal(config);
     format!(
         ". The principal lacks an ACL; grant it with: kafka-acls.sh --bootstrap-server {} --command-config <admin.properties> \
          --add --allow-principal {principal} --operation {operations} {resource} (docs/operating.md, \"A secured cluster\")",

@@ -457,7 +457,11 @@ fn config_check_probes_topics_and_registry() {
         line(&stdout, "schemas").contains("no writer schema registered yet"),
         "{stdout}"
     );
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 12, "config, store, http, security, broker, input topic, group, dlq topic, changelog, output, registry, schemas: {stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 13, "config, store, http, security, broker, input topic, group, dlq topic, changelog, output, acls, registry, schemas: {stdout}");
+    assert!(
+        line(&stdout, "acls").contains("not checked"),
+        "the mock cluster cannot say: {stdout}"
+    );
     assert!(
         line(&stdout, "output topic").contains("orders.status: 3 partition(s)"),
         "{stdout}"
@@ -542,7 +546,7 @@ fn help_lists_distinct_exit_codes() {
         .iter()
         .filter_map(|l| l.split_whitespace().next()?.parse().ok())
         .collect();
-    assert_eq!(codes, (0..=9).collect::<Vec<u8>>(), "{help}");
+    assert_eq!(codes, (0..=10).collect::<Vec<u8>>(), "{help}");
     assert!(table[2].contains("usage"), "{help}");
     let out = orderly(&["no-such-command"]).output().expect("run");
     assert_eq!(code(&out), 2);

@@ -97,6 +97,7 @@ impl ProcessError {
         match self {
             named @ (ProcessError::InPartition { .. }
             | ProcessError::Partition { .. }
+            | ProcessError::Txn(_)
             | ProcessError::DeadLetterBreaker { .. }) => named,
             other => ProcessError::InPartition {
                 partition,

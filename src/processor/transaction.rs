@@ -73,15 +73,8 @@ pub enum TxnError {
     /// for another reason than a newer owner (no ACL on the transactional
     /// id, a broker without transactions, a timeout): the partition cannot
     /// be written, and no other member takes it over, so the process stops.
-    #[error(
-        "partition {partition}: cannot start the transactional producer {transactional_id}: {cause} (with ACLs the \
-         principal needs Write and Describe on this transactional id: docs/operating.md, \"A secured cluster\")"
-    )]
-    Open {
-        partition: i32,
-        transactional_id: String,
-        cause: KafkaError,
-    },
+    #[error(transparent)]
+    Open(Box<OpenFailure>),
     /// The round was aborted (nothing of it is visible); it can be retried.
     #[error("partition {partition}: transaction aborted: {cause}")]
     Aborted { partition: i32, cause: KafkaError },
@@ -95,11 +88,26 @@ impl crate::telemetry::errors::Failure for TxnError {
     fn kind(&self) -> crate::telemetry::errors::Kind {
         match self {
             TxnError::Aborted { .. } => crate::telemetry::errors::Kind::Retryable,
-            TxnError::Fenced { .. } | TxnError::Open { .. } => {
+            TxnError::Fenced { .. } | TxnError::Open(_) => {
                 crate::telemetry::errors::Kind::Permanent
             }
         }
     }
+}
+
+/// Why a partition's transactional producer could not start.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "partition {partition}: cannot start the transactional producer {transactional_id}: {cause} (with ACLs \
+     {principal} needs Write and Describe on this transactional id, granted prefixed to every partition's: \
+     docs/operating.md, \"A secured cluster\")"
+)]
+pub struct OpenFailure {
+    partition: i32,
+    transactional_id: String,
+    /// The principal orderly connects as, as ACLs name it.
+    principal: String,
+    cause: KafkaError,
 }
 
 /// What a partition's transactions hold, chosen once per guarantee.
@@ -164,10 +172,13 @@ impl TxnWriter {
         let producer: FutureProducer =
             crate::kafka::transactional_producer_config(config, &transactional_id)
                 .create()
-                .map_err(|cause| TxnError::Open {
-                    partition,
-                    transactional_id: transactional_id.clone(),
-                    cause,
+                .map_err(|cause| {
+                    TxnError::Open(Box::new(OpenFailure {
+                        partition,
+                        transactional_id: transactional_id.clone(),
+                        principal: crate::acl::principal(config),
+                        cause,
+                    }))
                 })?;
         crate::fault::hit(crate::fault::Point::StopInit);
         let init = producer.clone();
@@ -193,11 +204,12 @@ impl TxnWriter {
                     cause,
                 }
             } else {
-                TxnError::Open {
+                TxnError::Open(Box::new(OpenFailure {
                     partition,
                     transactional_id,
+                    principal: crate::acl::principal(config),
                     cause,
-                }
+                }))
             });
         }
         info!(partition, transactional_id = %transactional_id, "transactional producer ready (earlier producers of the partition fenced)");

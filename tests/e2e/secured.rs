@@ -7,7 +7,9 @@
 //! the restore readers, the outbox and dead letters), `state`, `replay`,
 //! `dlq list`, and a second member that restores every partition. No
 //! output, log, metric or status page shows the password. Without the
-//! group's ACL, `config check` fails naming it.
+//! group's ACL, `config check` fails naming it; without each documented ACL
+//! in turn, `run` refuses naming it. A wrong password and a CA that does not
+//! verify the brokers are named at once.
 
 use std::time::Duration;
 
@@ -229,21 +231,18 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
         );
     }
 
-    // Without the group's ACL: config check and run fail naming it.
-    acls(
-        &broker,
-        "--remove",
-        &[
-            "--operation",
-            "Read",
-            "--operation",
-            "Describe",
-            "--resource-pattern-type",
-            "prefixed",
-            "--group",
-            &world.group,
-        ],
-    );
+    // Without the group's ACL, config check fails naming it.
+    let group_grant = [
+        "--operation",
+        "Read",
+        "--operation",
+        "Describe",
+        "--resource-pattern-type",
+        "prefixed",
+        "--group",
+        world.group.as_str(),
+    ];
+    acls(&broker, "--remove", &group_grant);
     let check = b
         .command(&["config", "check"])
         .output()
@@ -257,6 +256,201 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
         check_text.contains(&world.group) && check_text.contains("Read"),
         "names the group and the operation\n{check_text}"
     );
+    acls(&broker, "--add", &group_grant);
+
+    // Each documented ACL removed in turn: run refuses before consuming
+    // (exit 10) naming the operation, the resource and the principal, or,
+    // for the transactional ids (which no describe call reports), stops at
+    // the first partition's start naming the id. Then the ACL comes back.
+    let output = format!("{}-status", world.topic);
+    let txn_prefix = format!("{}-{}-", world.group, world.topic);
+    let cases: Vec<(Vec<&str>, &str, &str, i32)> = vec![
+        (
+            vec![
+                "--operation",
+                "Read",
+                "--operation",
+                "Describe",
+                "--topic",
+                &world.topic,
+            ],
+            "Read, Describe on topic",
+            world.topic.as_str(),
+            10,
+        ),
+        (
+            group_grant.to_vec(),
+            "Read, Describe on group",
+            world.group.as_str(),
+            10,
+        ),
+        (
+            vec![
+                "--operation",
+                "Read",
+                "--operation",
+                "Write",
+                "--operation",
+                "Describe",
+                "--topic",
+                &world.dlq,
+            ],
+            "Write, Describe on topic",
+            world.dlq.as_str(),
+            10,
+        ),
+        (
+            vec![
+                "--operation",
+                "Read",
+                "--operation",
+                "Write",
+                "--operation",
+                "Describe",
+                "--topic",
+                &output,
+            ],
+            "Write, Describe, Read on topic",
+            output.as_str(),
+            10,
+        ),
+        (
+            vec![
+                "--operation",
+                "Read",
+                "--operation",
+                "Write",
+                "--operation",
+                "Describe",
+                "--topic",
+                &changelog,
+            ],
+            // Without Describe the broker describes nothing of it.
+            "Read, Write, Describe, DescribeConfigs on topic",
+            changelog.as_str(),
+            10,
+        ),
+        (
+            vec![
+                "--operation",
+                "Create",
+                "--operation",
+                "DescribeConfigs",
+                "--topic",
+                &changelog,
+            ],
+            "DescribeConfigs on topic",
+            changelog.as_str(),
+            10,
+        ),
+        (
+            vec![
+                "--operation",
+                "Write",
+                "--operation",
+                "Describe",
+                "--resource-pattern-type",
+                "prefixed",
+                "--transactional-id",
+                &txn_prefix,
+            ],
+            "Write and Describe on this transactional id",
+            txn_prefix.as_str(),
+            1,
+        ),
+    ];
+    for (grant, operations, resource, code) in cases {
+        acls(&broker, "--remove", &grant);
+        let before = b.log().len();
+        let mut run = reaper.watch(b.spawn_run(None));
+        let exit = crate::support::wait_exit(&mut run, Duration::from_secs(60));
+        let log = b.log()[before..].to_string();
+        assert_eq!(
+            exit.and_then(|e| e.code()),
+            Some(code),
+            "without {operations} {resource}: run exits {code}\n{log}"
+        );
+        assert!(
+            log.contains(operations) && log.contains(resource) && log.contains("User:orderly"),
+            "without {operations} {resource}: the message names it\n{log}"
+        );
+        assert!(
+            !log.contains(PASSWORD_OF_ORDERLY),
+            "the password is not shown\n{log}"
+        );
+        acls(&broker, "--add", &grant);
+    }
+}
+
+/// Wrong credentials and a CA that does not verify the brokers: `run`
+/// refuses at once (exit 10) naming what failed, without retrying, and
+/// `config check` fails its broker line the same way.
+#[test]
+fn wrong_credentials_and_an_unverified_certificate_are_named() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start_secure(data.path().join("kafka"));
+    let world = World::new(broker.bootstrap.clone());
+    let settings = broker.client_settings("KAFKA_USER", "KAFKA_PASSWORD");
+    let with = |replace: &dyn Fn(&str, &str) -> String| {
+        let mut w = World::new(broker.bootstrap.clone());
+        w.group = world.group.clone();
+        w.kafka_extra = format!(
+            "[kafka.librdkafka]\n{}",
+            settings
+                .iter()
+                .map(|(k, v)| format!("\"{k}\" = \"{}\"\n", replace(k, v)))
+                .collect::<String>()
+        );
+        w
+    };
+    let wrong_password = with(&|k, v| {
+        if k == "sasl.password" {
+            "not-the-password".into()
+        } else {
+            v.to_string()
+        }
+    });
+    let system_ca = with(&|k, v| {
+        if k == "ssl.ca.location" {
+            "/etc/ssl/certs/ca-certificates.crt".into()
+        } else {
+            v.to_string()
+        }
+    });
+    for (world, named, label) in [
+        (
+            &wrong_password,
+            "refused User:orderly's credentials",
+            "a wrong password",
+        ),
+        (
+            &system_ca,
+            "the TLS handshake with",
+            "a CA that did not sign the brokers' certificate",
+        ),
+    ] {
+        let member = world.instance("");
+        let started = std::time::Instant::now();
+        let out = member.command(&["run"]).output().expect("run");
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(10), "{label}: run exits 10\n{all}");
+        assert!(all.contains(named), "{label}: named\n{all}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{label}: refused without retrying"
+        );
+        assert!(all.lines().count() < 40, "{label}: no retry storm\n{all}");
+        assert!(!all.contains("not-the-password") && !all.contains(PASSWORD_OF_ORDERLY));
+        let check = member
+            .command(&["config", "check"])
+            .output()
+            .expect("config check");
+        let check_text = format!("{}{}", text(&check.stdout), text(&check.stderr));
+        assert!(
+            !check.status.success() && check_text.contains(named),
+            "{label}: config check names it\n{check_text}"
+        );
+    }
 }
 
 /// `http.bearer_token`: the status API and state queries answer 401
