@@ -542,7 +542,7 @@ fn help_lists_distinct_exit_codes() {
         .iter()
         .filter_map(|l| l.split_whitespace().next()?.parse().ok())
         .collect();
-    assert_eq!(codes, (0..=9).collect::<Vec<u8>>(), "{help}");
+    assert_eq!(codes, (0..=10).collect::<Vec<u8>>(), "{help}");
     assert!(table[2].contains("usage"), "{help}");
     let out = orderly(&["no-such-command"]).output().expect("run");
     assert_eq!(code(&out), 2);
