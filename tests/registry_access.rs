@@ -4,7 +4,9 @@
 //! librdkafka's mock cluster: with the right user, password and CA,
 //! `produce`, `config check` and `run` work end to end; a wrong password is
 //! an authentication error naming the URL and the user, with its exit code
-//! and one request, not a retry storm; without the CA (or with another) the
+//! and one request, not a retry storm; a bearer token works, and a user
+//! with read access only is named where orderly registers a schema (403);
+//! without the CA (or with another) the
 //! TLS verification failure names the setting; credentials revoked while
 //! `run` works are waited out and logged once; `config show` redacts the
 //! password and the token; and no output, log, `/metrics` or `/api/status`
@@ -455,4 +457,70 @@ fn credentials_revoked_while_running_wait_logged_once_then_resume() {
     let totals = &instance.stats()["totals"];
     assert_eq!(totals["applied"].as_u64(), Some(applied), "{totals}");
     assert_eq!(totals["dead_lettered"].as_u64(), Some(0), "{totals}");
+}
+
+/// A bearer token instead of basic authentication; a user with read access
+/// only is refused (403) where orderly writes a schema, naming the user.
+#[test]
+fn a_bearer_token_works_and_a_read_only_user_is_named_where_it_writes() {
+    const READER: &str = "reader";
+    let ca = TestCa::generate();
+    let ca_pem = ca.ca_pem.display().to_string();
+    let double = RegistryDouble::start_with(Access {
+        basic_auth: Some((USER.into(), PASSWORD.into())),
+        read_only_user: Some(READER.into()),
+        bearer_token: Some(TOKEN.into()),
+        tls: Some(ca),
+    });
+    let c = cluster(1, true);
+    let instance = instance(&c, &double.url);
+    let token = |token: &'static str| {
+        vec![
+            ("ORDERLY_REGISTRY__BEARER_TOKEN", token),
+            ("ORDERLY_REGISTRY__CA_LOCATION", ca_pem.as_str()),
+        ]
+    };
+    let mut outputs = Vec::new();
+
+    let out = orderly(&instance, &["produce", "--orders", "10"], &token(TOKEN));
+    assert!(out.status.success(), "produce: {}", text(&out));
+    outputs.push(text(&out));
+    let out = orderly(
+        &instance,
+        &["produce", "--orders", "10"],
+        &token("not-the-token"),
+    );
+    assert_eq!(code(&out), EXIT_ACCESS_REFUSED, "produce: {}", text(&out));
+    assert!(
+        text(&out).contains("refused the bearer token")
+            && text(&out).contains("registry.bearer_token"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("not-the-token"), "{}", text(&out));
+    outputs.push(text(&out));
+
+    // The reader may read (config check passes) but not register.
+    let reader = [
+        ("ORDERLY_REGISTRY__USERNAME", READER),
+        ("ORDERLY_REGISTRY__PASSWORD", PASSWORD),
+        ("ORDERLY_REGISTRY__CA_LOCATION", ca_pem.as_str()),
+    ];
+    let out = orderly(&instance, &["config", "check"], &reader);
+    assert_eq!(code(&out), 0, "config check: {}", text(&out));
+    let out = orderly(&instance, &["produce", "--orders", "10"], &reader);
+    assert_eq!(code(&out), EXIT_ACCESS_REFUSED, "produce: {}", text(&out));
+    assert!(
+        text(&out).contains(&format!("denied user `{READER}`")) && text(&out).contains("403"),
+        "{}",
+        text(&out)
+    );
+    outputs.push(text(&out));
+    assert_eq!(double.requests("forbidden"), 1, "one request, no retries");
+    for output in outputs {
+        assert!(
+            !output.contains(TOKEN) && !output.contains(PASSWORD),
+            "a secret shown:\n{output}"
+        );
+    }
 }

@@ -47,6 +47,9 @@ pub struct Access {
     /// A user (with the same password) that may read but not register:
     /// writes are answered 403.
     pub read_only_user: Option<String>,
+    /// A bearer token that is accepted instead (or, without
+    /// `basic_auth`, required).
+    pub bearer_token: Option<String>,
     /// Serve HTTPS with this CA's server certificate.
     pub tls: Option<TestCa>,
 }
@@ -194,6 +197,7 @@ impl RegistryDouble {
         let guard = Arc::new(Guard {
             basic_auth: Mutex::new(access.basic_auth),
             read_only_user: access.read_only_user,
+            bearer_token: access.bearer_token,
             inner: inner.clone(),
         });
         let app = Router::new()
@@ -295,23 +299,34 @@ async fn serve_tls(
 struct Guard {
     basic_auth: Mutex<Option<(String, String)>>,
     read_only_user: Option<String>,
+    bearer_token: Option<String>,
     inner: Shared,
 }
 
-/// 401 (with Confluent's error body) without the right basic credentials;
-/// 403 for the read-only user's writes.
+/// 401 (with Confluent's error body) without the right basic credentials
+/// or bearer token; 403 for the read-only user's writes.
 async fn authenticate(
     State(guard): State<Arc<Guard>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let Some((user, password)) = guard.basic_auth.lock().ok().and_then(|a| a.clone()) else {
-        return next.run(request).await;
-    };
-    let sent = request
+    let basic = guard.basic_auth.lock().ok().and_then(|a| a.clone());
+    let header = request
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if basic.is_none() && guard.bearer_token.is_none() {
+        return next.run(request).await;
+    }
+    if let Some(token) = &guard.bearer_token {
+        if header.as_deref() == Some(format!("Bearer {token}").as_str()) {
+            return next.run(request).await;
+        }
+    }
+    let (user, password) = basic.unwrap_or_default();
+    let sent = header
+        .as_deref()
         .and_then(|v| v.strip_prefix("Basic "))
         .and_then(|b| {
             use base64::Engine;
@@ -324,7 +339,7 @@ async fn authenticate(
             *inner.requests.entry(kind).or_default() += 1;
         }
     };
-    if allowed(&user) {
+    if !user.is_empty() && allowed(&user) {
         return next.run(request).await;
     }
     if let Some(reader) = &guard.read_only_user {
