@@ -333,6 +333,23 @@ fn a_registry_certificate_that_does_not_verify_names_the_ca_setting() {
         "{}",
         text(&out)
     );
+    let out = orderly(
+        &instance,
+        &["config", "check"],
+        &credentials(&absent, PASSWORD),
+    );
+    assert_eq!(
+        code(&out),
+        EXIT_CHECK_FAILED,
+        "config check: {}",
+        text(&out)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = check_line(&stdout, "registry");
+    assert!(
+        line.starts_with("FAIL") && line.contains("registry.ca_location") && line.contains(&absent),
+        "{stdout}"
+    );
 }
 
 #[test]
