@@ -139,6 +139,15 @@ fn redact_url(url: &str) -> String {
     }
 }
 
+/// True when `url` has user info (`https://user:pw@host`, `https://user@host`).
+fn url_has_userinfo(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    rest[..authority_end].contains('@')
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -214,9 +223,58 @@ pub struct KafkaConfig {
 pub struct RegistryConfig {
     pub url: String,
     pub timeout_ms: u64,
+    /// Basic authentication's user name (`""`: none); set with `password`.
+    pub username: String,
+    /// Basic authentication's password.
+    pub password: Secret,
+    /// A bearer token instead of basic authentication (`""`: none).
+    pub bearer_token: Secret,
+    /// A PEM file of the CA certificate(s) that verify an https registry,
+    /// trusted instead of the system's CAs (`""`: the system's).
+    pub ca_location: String,
     /// What `run` does when a registered writer schema of the input subject
     /// cannot be read ([`crate::codec::guard`]).
     pub schema_guard: SchemaGuard,
+}
+
+impl RegistryConfig {
+    /// `ca_location` as a path, `None` when it is `""`.
+    pub fn ca_location(&self) -> Option<&Path> {
+        let text = self.ca_location.trim();
+        (!text.is_empty()).then(|| Path::new(text))
+    }
+}
+
+/// A setting whose value is a secret (a password, a token): its `Debug`
+/// form never shows it, so a `{:?}` of the configuration cannot leak it.
+/// `config show` prints [`Config::redacted`], where it is [`REDACTED`].
+#[derive(Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The value, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("\"\"")
+        } else {
+            f.write_str(REDACTED)
+        }
+    }
 }
 
 /// `outbox.delivery`: how an at_least_once processor publishes status
@@ -483,10 +541,11 @@ impl Config {
                 "registry.url",
                 format!(
                     "`{}` must start with http:// or https://",
-                    self.registry.url
+                    redact_url(&self.registry.url)
                 ),
             ));
         }
+        self.validate_registry_access()?;
         for (key, value) in &self.kafka.librdkafka {
             if let Some((_, why)) = FORCED_KEYS.iter().find(|(k, _)| k == key) {
                 return Err(value_err(
@@ -568,6 +627,57 @@ impl Config {
         Ok(())
     }
 
+    /// The registry's credentials and CA: one way to authenticate, both
+    /// halves of basic authentication, a CA only for https, and no
+    /// credentials inside the URL (it is printed in logs and errors).
+    fn validate_registry_access(&self) -> Result<(), ConfigError> {
+        let r = &self.registry;
+        let value_err = |key: &str, message: &str| ConfigError::Value {
+            key: key.into(),
+            message: message.into(),
+        };
+        if url_has_userinfo(&r.url) {
+            return Err(value_err(
+                "registry.url",
+                "carries credentials (user@ or user:password@): set registry.username and registry.password \
+                 (ORDERLY_REGISTRY__PASSWORD keeps the password out of the file) and remove them from the URL",
+            ));
+        }
+        let username = !r.username.trim().is_empty();
+        match (username, !r.password.is_empty()) {
+            (true, false) => {
+                return Err(value_err(
+                    "registry.password",
+                    "is empty while registry.username is set: set the password too (ORDERLY_REGISTRY__PASSWORD keeps \
+                     it out of the file), or clear registry.username for a registry without authentication",
+                ))
+            }
+            (false, true) => {
+                return Err(value_err(
+                    "registry.username",
+                    "is empty while registry.password is set: basic authentication needs both; set the user name \
+                     (for Confluent Cloud, the API key), or clear registry.password",
+                ))
+            }
+            _ => {}
+        }
+        if username && !r.bearer_token.expose().trim().is_empty() {
+            return Err(value_err(
+                "registry.bearer_token",
+                "is set together with registry.username: the registry takes one of them; clear the token for \
+                 basic authentication, or the username and password for the token",
+            ));
+        }
+        if r.ca_location().is_some() && !r.url.starts_with("https://") {
+            return Err(value_err(
+                "registry.ca_location",
+                "is set but registry.url is not https://: the CA verifies a TLS registry; use its https:// URL, \
+                 or clear registry.ca_location",
+            ));
+        }
+        Ok(())
+    }
+
     /// The changelog topic (`{group_id}` replaced), or `None` when the
     /// changelog is off.
     pub fn changelog_topic(&self) -> Option<String> {
@@ -615,8 +725,10 @@ impl Config {
         self.store.inbox_retention.get()
     }
 
-    /// A copy safe to print: secret librdkafka settings and the password of
-    /// the registry URL replaced by [`REDACTED`].
+    /// A copy safe to print: secret librdkafka settings, the registry's
+    /// password and bearer token, the endpoint's token (and a password in
+    /// the registry URL, which validation refuses) replaced by
+    /// [`REDACTED`].
     pub fn redacted(&self) -> Config {
         let mut config = self.clone();
         for (key, value) in config.kafka.librdkafka.iter_mut() {
@@ -625,6 +737,14 @@ impl Config {
             }
         }
         config.registry.url = redact_url(&config.registry.url);
+        for secret in [
+            &mut config.registry.password,
+            &mut config.registry.bearer_token,
+        ] {
+            if !secret.is_empty() {
+                *secret = Secret::new(REDACTED);
+            }
+        }
         if !config.http.bearer_token.is_empty() {
             config.http.bearer_token = REDACTED.into();
         }
@@ -1214,10 +1334,9 @@ mod tests {
                 ("ORDERLY_KAFKA__LIBRDKAFKA__SASL_JAAS_CONFIG", "jaas-secret"),
                 ("ORDERLY_KAFKA__LIBRDKAFKA__SSL_KEY_PEM", "pem-secret"),
                 ("ORDERLY_KAFKA__LIBRDKAFKA__SASL_USERNAME", "alice"),
-                (
-                    "ORDERLY_REGISTRY__URL",
-                    "https://bob:pw-secret@registry:8081/base",
-                ),
+                ("ORDERLY_REGISTRY__URL", "https://registry:8081/base"),
+                ("ORDERLY_REGISTRY__USERNAME", "bob"),
+                ("ORDERLY_REGISTRY__PASSWORD", "pw-secret"),
             ]),
         )
         .unwrap();
@@ -1225,11 +1344,23 @@ mod tests {
         for secret in ["hunter2", "jaas-secret", "pem-secret", "pw-secret"] {
             assert!(!text.contains(secret), "{secret} shown:\n{text}");
         }
+        assert!(text.contains("alice") && text.contains("\"bob\""), "{text}");
+        assert_eq!(text.matches(REDACTED).count(), 4, "{text}");
+        // Nor does the Debug form.
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("pw-secret"), "{debug}");
+        // The token, like the password.
+        let c = Config::from_layers(
+            None,
+            env(&[("ORDERLY_REGISTRY__BEARER_TOKEN", "token-secret")]),
+        )
+        .unwrap();
+        let text = c.redacted().to_toml().unwrap();
         assert!(
-            text.contains("alice") && text.contains("https://bob:<redacted>@registry:8081/base"),
+            !text.contains("token-secret") && text.contains(REDACTED),
             "{text}"
         );
-        assert_eq!(text.matches(REDACTED).count(), 4, "{text}");
+        assert!(!format!("{c:?}").contains("token-secret"));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shown.toml");
         std::fs::write(&path, &text).unwrap();
@@ -1239,6 +1370,66 @@ mod tests {
             again.processing.batch_max_records,
             c.processing.batch_max_records
         );
+    }
+
+    #[test]
+    fn registry_credentials_are_checked_and_say_what_to_do() {
+        let fails = |vars: &[(&str, &str)], key: &str, want: &str| {
+            let msg = Config::from_layers(None, env(vars))
+                .unwrap_err()
+                .to_string();
+            assert!(msg.contains(key) && msg.contains(want), "{vars:?}: {msg}");
+            msg
+        };
+        fails(
+            &[("ORDERLY_REGISTRY__USERNAME", "bob")],
+            "registry.password",
+            "ORDERLY_REGISTRY__PASSWORD",
+        );
+        fails(
+            &[("ORDERLY_REGISTRY__PASSWORD", "pw-secret")],
+            "registry.username",
+            "needs both",
+        );
+        fails(
+            &[
+                ("ORDERLY_REGISTRY__USERNAME", "bob"),
+                ("ORDERLY_REGISTRY__PASSWORD", "pw-secret"),
+                ("ORDERLY_REGISTRY__BEARER_TOKEN", "t"),
+            ],
+            "registry.bearer_token",
+            "one of them",
+        );
+        fails(
+            &[("ORDERLY_REGISTRY__CA_LOCATION", "/etc/ca.pem")],
+            "registry.ca_location",
+            "https://",
+        );
+        for url in [
+            "https://bob:pw-secret@registry:8081",
+            "https://bob@registry:8081",
+            "ftp://bob:pw-secret@registry:8081",
+        ] {
+            let msg = Config::from_layers(None, env(&[("ORDERLY_REGISTRY__URL", url)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains("registry.url") && !msg.contains("pw-secret"),
+                "{url}: {msg}"
+            );
+        }
+        let c = Config::from_layers(
+            None,
+            env(&[
+                ("ORDERLY_REGISTRY__URL", "https://registry:8081/a@b"),
+                ("ORDERLY_REGISTRY__USERNAME", "bob"),
+                ("ORDERLY_REGISTRY__PASSWORD", "pw-secret"),
+                ("ORDERLY_REGISTRY__CA_LOCATION", "/etc/ca.pem"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.registry.password.expose(), "pw-secret");
+        assert_eq!(c.registry.ca_location(), Some(Path::new("/etc/ca.pem")));
     }
 
     #[test]

@@ -44,7 +44,8 @@
 //!   per commit interval with the checkpoint, atomically.
 //! * [`event`]: the event and state model.
 //! * [`codec`]: Avro in the Confluent wire format; poison classification.
-//! * [`registry`]: schema registry client (HTTP, or in-process for the demo).
+//! * [`registry`]: schema registry client (HTTP with its credentials and CA, or
+//!   in-process for the demo).
 //! * [`store`]: sled layout: a tree per partition with states (recent inbox
 //!   entries inside), older inbox chunks and the checkpoint (next offset and
 //!   counters), written as one batch.

@@ -47,8 +47,9 @@ enum Exit {
     /// `run`: the group's offsets were moved outside orderly (see
     /// `orderly replay`).
     ExternalReset = 9,
-    /// `run`: the cluster's security refused it: credentials, TLS, or a
-    /// missing ACL.
+    /// Refused by security: `run` by the cluster before consuming
+    /// (credentials, TLS, a missing ACL); `run`, `produce` by the schema
+    /// registry (401, 403, a TLS certificate that does not verify).
     Security = 10,
 }
 
@@ -71,8 +72,10 @@ Exit codes:
   8  replay: refused, the group has active members (stop every instance first)
   9  run: refused, the group's offsets were moved outside orderly (kafka-consumer-groups
      --reset-offsets); move them with orderly replay instead (the message says how)
- 10  run: refused by the cluster's security before consuming: the credentials, the TLS certificate, or
-     an ACL orderly needs (the message names which, and the kafka-acls.sh command for an ACL)
+ 10  refused by security: run, by the cluster before consuming (the credentials, the TLS certificate,
+     or an ACL orderly needs: the message names which, and the kafka-acls.sh command for an ACL); run,
+     produce, by the schema registry (401/403, or its TLS certificate does not verify: the message names
+     the URL, the user and the setting to check)
 
 Configuration: config/default.toml (compiled in), then --config FILE, then ORDERLY_<SECTION>__<KEY>
 variables (ORDERLY_KAFKA__LIBRDKAFKA__<NAME> for librdkafka settings, `_` read as `.`).
@@ -400,6 +403,14 @@ fn exit_for(error: &anyhow::Error) -> Exit {
             return Exit::Usage;
         }
     }
+    let registry = error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<orderly::registry::RegistryError>());
+    match registry {
+        Some(e) if e.is_access_failure() => return Exit::Security,
+        Some(orderly::registry::RegistryError::CaFile { .. }) => return Exit::Config,
+        _ => {}
+    }
     if error
         .chain()
         .any(|cause| cause.is::<orderly::acl::AclError>())
@@ -515,17 +526,17 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
             let store_path = preflight::absolute(&config.store.path);
             tracing::info!(store = %store_path.display(), existing = preflight::store_present(&store_path), "opening the store");
             let store = Store::open(&store_path, config.store.cache_capacity_mb)?;
-            let registry = Registry::http(
-                &config.registry.url,
-                Duration::from_millis(config.registry.timeout_ms),
-            )?;
+            let registry = Registry::from_config(&config.registry)?;
             // Something that answers, but not like a schema registry, is a
-            // wrong URL: stop now rather than retry every record. An
-            // unreachable registry is waited for record by record.
+            // wrong URL, and a refusal of the credentials or a certificate
+            // that does not verify is a setting to fix: stop now rather
+            // than retry every record. An unreachable registry is waited
+            // for record by record.
             match registry.probe().await {
                 Err(e @ orderly::registry::RegistryError::NotARegistry { .. }) => {
                     return Err(e.into())
                 }
+                Err(e) if e.is_access_failure() => return Err(e.into()),
                 Err(e) => {
                     tracing::warn!(error = %e, "schema registry not reachable at start-up; records wait for it")
                 }
@@ -685,10 +696,7 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
                 ..workload.spec()?
             };
             let config = load_config()?;
-            let registry = Registry::http(
-                &config.registry.url,
-                Duration::from_millis(config.registry.timeout_ms),
-            )?;
+            let registry = Registry::from_config(&config.registry)?;
             let encoder = Encoder::register(&registry, &config.kafka.input_topic)
                 .await
                 .with_context(|| format!("registering schemas at {}", config.registry.url))?;

@@ -506,21 +506,17 @@ pub(crate) async fn check_output_topic(config: &Config, timeout: Duration) -> Ch
 }
 
 /// The registry answers like a Confluent schema registry: `GET
-/// {url}/subjects` returns a JSON array of subject names.
+/// {url}/subjects` returns a JSON array of subject names. Asked with the
+/// client every registry call of orderly uses (its credentials and CA).
 pub(crate) async fn check_registry(config: &Config) -> Check {
     let shown_url = config.redacted().registry.url;
     let base = config.registry.url.trim_end_matches('/');
     let url = format!("{base}/subjects");
     let shown = format!("{}/subjects", shown_url.trim_end_matches('/'));
-    let timeout = Duration::from_millis(config.registry.timeout_ms);
-    let client = match reqwest::Client::builder().timeout(timeout).build() {
+    let endpoint = crate::registry::Endpoint::from_config(&config.registry);
+    let client = match endpoint.http_client() {
         Ok(client) => client,
-        Err(e) => {
-            return Check::fail(
-                "registry",
-                format!("cannot set up an HTTP client: {}", error_text(&e)),
-            )
-        }
+        Err(e) => return Check::fail("registry", e.to_string()),
     };
     let response = match client
         .get(&url)
@@ -532,17 +528,29 @@ pub(crate) async fn check_registry(config: &Config) -> Check {
         .await
     {
         Ok(response) => response,
+        Err(e) if crate::registry::is_tls_verification(&e) => {
+            return Check::fail(
+                "registry",
+                endpoint.tls_failure(&error_text(&e)).to_string(),
+            )
+        }
         Err(e) => {
             return Check::fail(
                 "registry",
                 format!(
                     "GET {shown} failed ({}): check registry.url and that the registry runs",
-                    error_text(&e)
+                    endpoint.scrub(&error_text(&e))
                 ),
             )
         }
     };
     let status = response.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+        return Check::fail(
+            "registry",
+            endpoint.refused(status.as_u16(), "").to_string(),
+        );
+    }
     let body = match response.bytes().await {
         Ok(body) => body,
         Err(e) => {
@@ -558,7 +566,7 @@ pub(crate) async fn check_registry(config: &Config) -> Check {
             "registry",
             format!(
                 "GET {shown} answered {status} {}: {not_registry}",
-                snippet(&body)
+                endpoint.scrub(&snippet(&body))
             ),
         );
     }
@@ -570,10 +578,15 @@ pub(crate) async fn check_registry(config: &Config) -> Check {
             } else {
                 "not registered yet (producers register it)"
             };
+            let clear_text = if endpoint.sends_credentials_in_clear_text() {
+                "; warning: registry.url is http:// and credentials are set, they travel in clear text (use https://)"
+            } else {
+                ""
+            };
             Check::ok(
                 "registry",
                 format!(
-                    "{shown_url}: {} subject(s); {subject} {note}",
+                    "{shown_url}: {} subject(s); {subject} {note}{clear_text}",
                     subjects.len()
                 ),
             )
@@ -582,7 +595,7 @@ pub(crate) async fn check_registry(config: &Config) -> Check {
             "registry",
             format!(
                 "GET {shown} answered {status} but not a JSON array of subjects {}: {not_registry}",
-                snippet(&body)
+                endpoint.scrub(&snippet(&body))
             ),
         ),
     }
@@ -591,8 +604,7 @@ pub(crate) async fn check_registry(config: &Config) -> Check {
 /// Every registered writer schema of the input subject is readable (what
 /// `run`'s schema guard checks).
 pub(crate) async fn check_schemas(config: &Config) -> Check {
-    let timeout = Duration::from_millis(config.registry.timeout_ms);
-    let registry = match crate::registry::Registry::http(&config.registry.url, timeout) {
+    let registry = match crate::registry::Registry::from_config(&config.registry) {
         Ok(registry) => registry,
         Err(e) => return Check::fail("schemas", e.to_string()),
     };

@@ -3,6 +3,8 @@
 //! demo and fast tests.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,6 +13,10 @@ use schema_registry_converter::async_impl::schema_registry::{
 };
 use schema_registry_converter::error::SRCError;
 use schema_registry_converter::schema_registry_common::{RawError, SchemaType, SuppliedSchema};
+
+mod access;
+pub(crate) use access::is_tls_verification;
+pub use access::{Endpoint, Who};
 
 /// Confluent's `error_code` for "schema not found" (`GET /schemas/ids/{id}`).
 /// Only this code makes a record poison: a 404 without it (a wrong base
@@ -45,6 +51,38 @@ pub enum RegistryError {
     Rejected { subject: String, message: String },
     #[error("invalid registry settings: {0}")]
     Settings(String),
+    /// The registry answered 401 (the credentials are missing, wrong or
+    /// expired) or 403 (they lack access). Never the record's fault: the
+    /// decoder waits as for an outage; start-up and `produce` stop.
+    #[error("{}", access::refused_text(url, *status, who, detail))]
+    AccessRefused {
+        url: String,
+        status: u16,
+        who: Who,
+        detail: String,
+    },
+    /// The registry's TLS certificate does not verify against the trusted
+    /// CAs (registry.ca_location, or the system's).
+    #[error("{}", access::tls_text(url, ca_location.as_deref(), detail))]
+    TlsVerification {
+        url: String,
+        ca_location: Option<PathBuf>,
+        detail: String,
+    },
+    /// registry.ca_location cannot be read or holds no certificate.
+    #[error("registry.ca_location = {}: {message}", path.display())]
+    CaFile { path: PathBuf, message: String },
+}
+
+impl RegistryError {
+    /// The registry refused orderly's credentials, or orderly cannot
+    /// verify the registry: retrying the same request will not help.
+    pub fn is_access_failure(&self) -> bool {
+        matches!(
+            self,
+            RegistryError::AccessRefused { .. } | RegistryError::TlsVerification { .. }
+        )
+    }
 }
 
 /// A schema registry client.
@@ -55,11 +93,14 @@ pub enum Registry {
     Memory(Arc<Mutex<MemoryRegistry>>),
 }
 
-/// The HTTP client's settings and the base URL they were built from (for
+/// The HTTP client's settings and the endpoint they were built from (for
 /// error messages).
 pub struct HttpRegistry {
     settings: SrSettings,
-    url: String,
+    endpoint: Endpoint,
+    /// An access failure (401, 403, TLS) is logged once, not per record
+    /// that waits for it; a successful look-up re-arms it.
+    refusal_logged: AtomicBool,
 }
 
 #[derive(Default)]
@@ -70,14 +111,35 @@ pub struct MemoryRegistry {
 }
 
 impl Registry {
+    /// A registry at `url` without credentials, trusting the system's CAs.
     pub fn http(url: &str, timeout: Duration) -> Result<Self, RegistryError> {
-        let settings = SrSettings::new_builder(url.to_string())
-            .set_timeout(timeout)
-            .build()
-            .map_err(|e| RegistryError::Settings(e.to_string()))?;
+        Self::connect(Endpoint::new(url, timeout))
+    }
+
+    /// The registry of the `[registry]` settings, with their credentials and
+    /// CA: what `run`, `produce` and `config check` use.
+    pub fn from_config(config: &crate::config::RegistryConfig) -> Result<Self, RegistryError> {
+        Self::connect(Endpoint::from_config(config))
+    }
+
+    /// A registry client for `endpoint` (its HTTP client from
+    /// [`Endpoint::http_client`]'s constructor). Warns when credentials
+    /// would travel over plain HTTP.
+    pub fn connect(endpoint: Endpoint) -> Result<Self, RegistryError> {
+        if endpoint.sends_credentials_in_clear_text() {
+            tracing::warn!(
+                url = endpoint.url(),
+                "registry.url is http:// and credentials are set: they travel in clear text; use the registry's https:// URL"
+            );
+        }
+        let settings = SrSettings::new_builder(endpoint.url().to_string())
+            .set_timeout(endpoint.timeout())
+            .build_with(endpoint.client_builder()?)
+            .map_err(|e| RegistryError::Settings(describe(&e)))?;
         Ok(Registry::Http(Arc::new(HttpRegistry {
             settings,
-            url: url.to_string(),
+            endpoint,
+            refusal_logged: AtomicBool::new(false),
         })))
     }
 
@@ -88,12 +150,33 @@ impl Registry {
         })))
     }
 
-    /// The schema text registered under `id`.
+    /// The schema text registered under `id`. An access failure (401, 403,
+    /// TLS) is logged once, at error level, until a look-up succeeds again.
     pub async fn schema_by_id(&self, id: u32) -> Result<String, RegistryError> {
+        let result = self.lookup(id).await;
+        if let Registry::Http(http) = self {
+            match &result {
+                Err(e) if e.is_access_failure() => {
+                    if !http.refusal_logged.swap(true, Ordering::Relaxed) {
+                        tracing::error!(
+                            error = %e,
+                            "schema registry access failed; records whose writer schema is not cached yet wait \
+                             for it (retried, never dead-lettered); logged once until a look-up succeeds"
+                        );
+                    }
+                }
+                Ok(_) => http.refusal_logged.store(false, Ordering::Relaxed),
+                Err(_) => {}
+            }
+        }
+        result
+    }
+
+    async fn lookup(&self, id: u32) -> Result<String, RegistryError> {
         match self {
             Registry::Http(http) => match get_schema_by_id(id, &http.settings).await {
                 Ok(registered) => Ok(registered.schema),
-                Err(e) => Err(classify_lookup(&http.url, id, &e)),
+                Err(e) => Err(classify_lookup(&http.endpoint, id, &e)),
             },
             Registry::Memory(inner) => {
                 let inner = inner
@@ -116,7 +199,7 @@ impl Registry {
     /// answered with error code 40403. For start-up and `config check`, so a
     /// wrong URL is a clear error before any record is read.
     pub async fn probe(&self) -> Result<(), RegistryError> {
-        match self.schema_by_id(0).await {
+        match self.lookup(0).await {
             Ok(_) | Err(RegistryError::UnknownId { .. }) => Ok(()),
             Err(RegistryError::Unexpected { url, message, .. }) => Err(RegistryError::NotARegistry {
                 url,
@@ -135,7 +218,10 @@ impl Registry {
                     .await
                     .map(|r| r.id)
                     .map_err(|e| {
-                        let message = describe(&e);
+                        if let Some(failure) = access_failure(&http.endpoint, &e) {
+                            return failure;
+                        }
+                        let message = http.endpoint.scrub(&describe(&e));
                         if e.retriable {
                             RegistryError::Unavailable(message)
                         } else {
@@ -178,12 +264,15 @@ impl Registry {
         match self {
             Registry::Http(http) => {
                 let failed = |e: &SRCError| {
-                    let message = describe(e);
+                    if let Some(failure) = access_failure(&http.endpoint, e) {
+                        return failure;
+                    }
+                    let message = http.endpoint.scrub(&describe(e));
                     if e.retriable {
                         RegistryError::Unavailable(message)
                     } else {
                         RegistryError::Unexpected {
-                            url: http.url.clone(),
+                            url: http.endpoint.url().to_string(),
                             id: 0,
                             message,
                         }
@@ -245,24 +334,56 @@ pub struct RegisteredVersion {
     pub schema: String,
 }
 
-/// Classifies a failed `GET /schemas/ids/{id}` on the registry's own error
-/// code, never on the HTTP status or the message text: only 40403 means the
-/// id is unknown (poison); an unreachable registry or a 502/503 is
-/// `Unavailable`; every other answer is `Unexpected`. Both of those are
-/// retried by the decoder and never skip the record.
-fn classify_lookup(url: &str, id: u32, e: &SRCError) -> RegistryError {
-    let message = describe(e);
+/// Classifies a failed `GET /schemas/ids/{id}`: an access failure (401,
+/// 403, TLS) first; then on the registry's own error code, never on the
+/// message text: only 40403 means the id is unknown (poison); an
+/// unreachable registry or a 502/503 is `Unavailable`; every other answer
+/// is `Unexpected`. All but `UnknownId` are retried by the decoder and
+/// never skip the record.
+fn classify_lookup(endpoint: &Endpoint, id: u32, e: &SRCError) -> RegistryError {
+    if let Some(failure) = access_failure(endpoint, e) {
+        return failure;
+    }
+    let message = endpoint.scrub(&describe(e));
     if e.retriable {
         return RegistryError::Unavailable(message);
     }
     match registry_error_code(e) {
         Some(SCHEMA_NOT_FOUND) => RegistryError::UnknownId { id, message },
         _ => RegistryError::Unexpected {
-            url: url.to_string(),
+            url: endpoint.url().to_string(),
             id,
             message,
         },
     }
+}
+
+/// A 401 or 403 answer, or a TLS certificate that does not verify.
+///
+/// `schema_registry_converter` keeps no status code: it says "HTTP request
+/// to schema registry failed with status {status}" (its only message with a
+/// status), which is read here; the registry's JSON error, when it sent
+/// one, is the source. A failed TLS handshake is the `reqwest::Error`
+/// source of a failed send.
+fn access_failure(endpoint: &Endpoint, e: &SRCError) -> Option<RegistryError> {
+    if let Some(status) = http_status(e).filter(|s| *s == 401 || *s == 403) {
+        let detail = std::error::Error::source(e)
+            .and_then(|source| source.downcast_ref::<RawError>())
+            .filter(|raw| raw.error_code != 0)
+            .map(|raw| raw.message.clone())
+            .unwrap_or_default();
+        return Some(endpoint.refused(status, &detail));
+    }
+    let source = std::error::Error::source(e)?;
+    access::is_tls_verification(source).then(|| endpoint.tls_failure(&access::chain_text(source)))
+}
+
+/// The HTTP status of a registry answer that was not a success.
+fn http_status(e: &SRCError) -> Option<u16> {
+    let rest = e
+        .error
+        .strip_prefix("HTTP request to schema registry failed with status ")?;
+    rest.split_whitespace().next()?.parse().ok()
 }
 
 /// The `error_code` of the registry's JSON error body, when there was one.

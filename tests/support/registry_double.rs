@@ -4,7 +4,11 @@
 //! (register, look up, latest, by version, by id) over real HTTP, keeps
 //! schemas in memory, assigns ids from 1, and does no compatibility checks.
 //! Tests can make it answer look-ups by id the way a misconfigured
-//! deployment would ([`ByIdMode`]). Not for production use.
+//! deployment would ([`ByIdMode`]), require basic authentication
+//! ([`Access::basic_auth`]: 401 without the right credentials, 403 for a
+//! user with read access only on a write) and serve HTTPS with a
+//! certificate of a CA made for the test ([`TestCa`]). Not for production
+//! use.
 
 #![allow(dead_code)]
 
@@ -34,6 +38,126 @@ pub enum ByIdMode {
     HtmlNotFound,
 }
 
+/// What the double asks of its clients.
+#[derive(Default)]
+pub struct Access {
+    /// `(user, password)`: every request must carry them (basic
+    /// authentication), or it is answered 401.
+    pub basic_auth: Option<(String, String)>,
+    /// A user (with the same password) that may read but not register:
+    /// writes are answered 403.
+    pub read_only_user: Option<String>,
+    /// A bearer token that is accepted instead (or, without
+    /// `basic_auth`, required).
+    pub bearer_token: Option<String>,
+    /// Serve HTTPS with this CA's server certificate.
+    pub tls: Option<TestCa>,
+}
+
+/// A CA and a server certificate for 127.0.0.1 it signed, made with the
+/// `openssl` command line (as `kafka/broker --secure` does), in a
+/// temporary directory.
+pub struct TestCa {
+    dir: tempfile::TempDir,
+    /// The CA certificate (PEM): what registry.ca_location names.
+    pub ca_pem: std::path::PathBuf,
+    server_pem: std::path::PathBuf,
+    server_key: std::path::PathBuf,
+}
+
+impl TestCa {
+    pub fn generate() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = |name: &str| dir.path().join(name);
+        let openssl = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("the registry TLS tests need the openssl command (.ci/run installs it)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=orderly registry test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ]);
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key.rsa",
+            "-out",
+            "server.csr",
+        ]);
+        std::fs::write(
+            path("san.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .expect("san.ext");
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.pem",
+        ]);
+        openssl(&[
+            "pkcs8",
+            "-topk8",
+            "-nocrypt",
+            "-in",
+            "server.key.rsa",
+            "-out",
+            "server.key",
+        ]);
+        TestCa {
+            ca_pem: path("ca.pem"),
+            server_pem: path("server.pem"),
+            server_key: path("server.key"),
+            dir,
+        }
+    }
+
+    fn acceptor(&self) -> tokio_native_tls::TlsAcceptor {
+        let cert = std::fs::read(&self.server_pem).expect("server.pem");
+        let key = std::fs::read(&self.server_key).expect("server.key");
+        let identity =
+            tokio_native_tls::native_tls::Identity::from_pkcs8(&cert, &key).expect("identity");
+        tokio_native_tls::native_tls::TlsAcceptor::new(identity)
+            .expect("tls acceptor")
+            .into()
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     mode: ByIdMode,
@@ -51,6 +175,7 @@ type Shared = Arc<Mutex<Inner>>;
 pub struct RegistryDouble {
     pub url: String,
     inner: Shared,
+    guard: Arc<Guard>,
     _runtime: tokio::runtime::Runtime,
 }
 
@@ -58,19 +183,34 @@ impl RegistryDouble {
     /// Starts on a free loopback port, on its own runtime thread, so
     /// synchronous tests and child processes can use it.
     pub fn start() -> Self {
+        Self::start_with(Access::default())
+    }
+
+    /// [`Self::start`], asking for credentials and/or serving HTTPS.
+    pub fn start_with(access: Access) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .expect("registry double runtime");
         let inner: Shared = Arc::default();
+        let guard = Arc::new(Guard {
+            basic_auth: Mutex::new(access.basic_auth),
+            read_only_user: access.read_only_user,
+            bearer_token: access.bearer_token,
+            inner: inner.clone(),
+        });
         let app = Router::new()
             .route("/schemas/ids/{id}", get(by_id))
             .route("/subjects", get(subjects))
             .route("/subjects/{subject}/versions", post(register).get(versions))
             .route("/subjects/{subject}", post(lookup))
             .route("/subjects/{subject}/versions/{version}", get(by_version))
-            .with_state(inner.clone());
+            .with_state(inner.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                guard.clone(),
+                authenticate,
+            ));
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind(SocketAddr::from((
                 [127, 0, 0, 1],
@@ -78,13 +218,38 @@ impl RegistryDouble {
             ))))
             .expect("bind registry double");
         let addr = listener.local_addr().expect("registry double address");
-        runtime.spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let scheme = match access.tls {
+            None => {
+                runtime.spawn(async move {
+                    let _ = axum::serve(listener, app).await;
+                });
+                "http"
+            }
+            Some(ca) => {
+                let acceptor = Arc::new(ca.acceptor());
+                runtime.spawn(async move {
+                    // Keeps the certificate files for as long as it serves.
+                    let _ca = ca;
+                    serve_tls(listener, acceptor, app).await
+                });
+                "https"
+            }
+        };
         RegistryDouble {
-            url: format!("http://{addr}"),
+            url: format!("{scheme}://{addr}"),
             inner,
+            guard,
             _runtime: runtime,
+        }
+    }
+
+    /// Changes the password basic authentication asks for from now on (a
+    /// rotated or expired password).
+    pub fn set_password(&self, password: &str) {
+        if let Ok(mut auth) = self.guard.basic_auth.lock() {
+            if let Some((_, current)) = auth.as_mut() {
+                *current = password.to_string();
+            }
         }
     }
 
@@ -102,6 +267,104 @@ impl RegistryDouble {
             .map(|i| i.requests.get(kind).copied().unwrap_or(0))
             .unwrap_or(0)
     }
+}
+
+/// HTTPS: each accepted connection's TLS handshake, then HTTP/1.1 on it.
+/// A failed handshake (a client that does not trust the CA) closes that
+/// connection only.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    acceptor: Arc<tokio_native_tls::TlsAcceptor>,
+    app: Router,
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(stream).await else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .await;
+        });
+    }
+}
+
+/// Who may ask what.
+struct Guard {
+    basic_auth: Mutex<Option<(String, String)>>,
+    read_only_user: Option<String>,
+    bearer_token: Option<String>,
+    inner: Shared,
+}
+
+/// 401 (with Confluent's error body) without the right basic credentials
+/// or bearer token; 403 for the read-only user's writes.
+async fn authenticate(
+    State(guard): State<Arc<Guard>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let basic = guard.basic_auth.lock().ok().and_then(|a| a.clone());
+    let header = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if basic.is_none() && guard.bearer_token.is_none() {
+        return next.run(request).await;
+    }
+    if let Some(token) = &guard.bearer_token {
+        if header.as_deref() == Some(format!("Bearer {token}").as_str()) {
+            return next.run(request).await;
+        }
+    }
+    let (user, password) = basic.unwrap_or_default();
+    let sent = header
+        .as_deref()
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|b| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.decode(b).ok()
+        })
+        .and_then(|raw| String::from_utf8(raw).ok());
+    let allowed = |name: &str| sent.as_deref() == Some(format!("{name}:{password}").as_str());
+    let count = |kind: &'static str| {
+        if let Ok(mut inner) = guard.inner.lock() {
+            *inner.requests.entry(kind).or_default() += 1;
+        }
+    };
+    if !user.is_empty() && allowed(&user) {
+        return next.run(request).await;
+    }
+    if let Some(reader) = &guard.read_only_user {
+        if allowed(reader) {
+            if request.method() == axum::http::Method::GET {
+                return next.run(request).await;
+            }
+            count("forbidden");
+            return (
+                StatusCode::FORBIDDEN,
+                Json(json!({ "error_code": 40301, "message": "User cannot access the resource." })),
+            )
+                .into_response();
+        }
+    }
+    count("unauthorized");
+    (
+        StatusCode::UNAUTHORIZED,
+        [(
+            axum::http::header::WWW_AUTHENTICATE,
+            "Basic realm=\"registry\"",
+        )],
+        Json(json!({ "error_code": 401, "message": "Unauthorized" })),
+    )
+        .into_response()
 }
 
 fn not_found(code: u32, message: &str) -> Response {
