@@ -825,6 +825,112 @@ mod tests {
         }
     }
 
+    /// The bytes orderly stores and writes to its changelog (state, inbox
+    /// chunk, outbox row, checkpoint), pinned: stores and changelogs written
+    /// by an earlier build must stay readable. A change that alters them
+    /// fails here; `ORDERLY_BLESS_GOLDEN=1` rewrites the file only for a
+    /// deliberate format change (with a migration).
+    #[test]
+    fn stored_and_changelog_bytes_are_pinned() {
+        let mut order = state("ord-golden-1", 33);
+        let entries: Vec<InboxEntry> = (1..=32)
+            .map(|v| InboxEntry {
+                version: v,
+                id_hash: event_id_hash(&format!("ord-golden-1-{v}")),
+                applied_at_ms: 1_700_000_000_000 + v,
+            })
+            .collect();
+        order.inbox.chunks.push(crate::event::ChunkRef {
+            first_version: 1,
+            last_applied_at_ms: 1_700_000_000_032,
+        });
+        order.occurred_at = 1_700_000_000_033;
+        let outbox = OutboxRecord {
+            event_id: "ord-golden-1-33".into(),
+            order_id: "ord-golden-1".into(),
+            version: 33,
+            from_status: Some(EventType::Created),
+            to_status: EventType::Paid,
+            occurred_at: 1_700_000_000_033,
+            source_partition: 2,
+            source_offset: 4_242,
+            created_ms: 1_700_000_000_040,
+            epoch: 1,
+        };
+        let mut write = BatchWrite::with_changelog();
+        write.put_state(&order).unwrap();
+        write.put_chunk("ord-golden-1", &entries).unwrap();
+        write.put_outbox(&outbox).unwrap();
+        write.delete_chunk("ord-golden-0", 1);
+        let checkpoint = Checkpoint {
+            start_offset: 7,
+            next_offset: 4_243,
+            applied: 4_000,
+            duplicates: 120,
+            stale: 80,
+            dead_lettered: 36,
+            changelog_next: Some(9_001),
+            replayed: 3,
+            skipped: 2,
+            epoch: 1,
+        };
+        let mut lines: Vec<String> = write
+            .changes
+            .take()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {}",
+                    hex(&c.key),
+                    c.value.as_ref().map_or("-".to_string(), |v| hex(v))
+                )
+            })
+            .collect();
+        lines.push(format!(
+            "{} {}",
+            hex(&changelog_checkpoint_key()),
+            hex(&checkpoint.encode().unwrap())
+        ));
+        let now = lines.join("\n") + "\n";
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/stored-bytes.txt");
+        if std::env::var_os("ORDERLY_BLESS_GOLDEN").is_some() {
+            std::fs::write(&path, &now).unwrap();
+        }
+        let pinned = std::fs::read_to_string(&path).expect("tests/golden/stored-bytes.txt");
+        assert_eq!(
+            now, pinned,
+            "the stored bytes changed: stores and changelogs written before would not read"
+        );
+        // And the pinned bytes read back as the values they were made from.
+        let values: Vec<Vec<u8>> = pinned
+            .lines()
+            .map(|l| unhex(l.split(' ').nth(1).unwrap()))
+            .collect();
+        let read: OrderState = bincode::deserialize(&values[0]).unwrap();
+        assert_eq!(read, order);
+        let read: Vec<InboxEntry> = bincode::deserialize(&values[1]).unwrap();
+        assert_eq!(read, entries);
+        let read: OutboxRecord = bincode::deserialize(&values[2]).unwrap();
+        assert_eq!(read, outbox);
+        assert_eq!(Checkpoint::decode(&values[4]).unwrap(), checkpoint);
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn unhex(text: &str) -> Vec<u8> {
+        if text == "-" {
+            return Vec::new();
+        }
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
     #[test]
     fn batch_and_checkpoint_round_trip_across_reopen() {
         let dir = tempfile::tempdir().unwrap();
