@@ -187,6 +187,8 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
     );
     let metrics = http_get(&address, "/metrics").expect("metrics").1;
     let status = http_get(&address, "/api/status").expect("status").1;
+    let page = http_get(&address, "/").expect("status page");
+    assert_eq!(page.0, 200, "the status page");
     assert!(scrape(&address).contains_key("orderly_assigned_partitions"));
     stop(&mut run_a, &a);
 
@@ -277,12 +279,37 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
         text(&redriven.stdout)
     );
 
+    // orderly produce, as the same user (Write on the input topic).
+    let before: i64 = crate::support::end_offsets(&world.bootstrap, &world.topic, PARTITIONS)
+        .values()
+        .sum();
+    let produced = b
+        .command(&["produce", "--orders", "20", "--seed", "7"])
+        .output()
+        .expect("produce");
+    assert!(
+        produced.status.success(),
+        "produce on the secured cluster\n{}{}",
+        text(&produced.stdout),
+        text(&produced.stderr)
+    );
+    let after: i64 = crate::support::end_offsets(&world.bootstrap, &world.topic, PARTITIONS)
+        .values()
+        .sum();
+    assert!(
+        after >= before + 20,
+        "produce wrote its records: {before} -> {after}"
+    );
+    let produce_text = format!("{}{}", text(&produced.stdout), text(&produced.stderr));
+
     // No secret anywhere a user or an operator looks.
     for (what, content) in [
         ("config check", check_text.as_str()),
         ("config show", shown_text.as_str()),
         ("/metrics", metrics.as_str()),
         ("/api/status", status.as_str()),
+        ("the status page", page.1.as_str()),
+        ("produce", produce_text.as_str()),
         ("a's log", a.log().as_str()),
         ("b's log", b.log().as_str()),
     ] {
