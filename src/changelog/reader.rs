@@ -27,8 +27,13 @@ const OPEN_TRANSACTION_POLL: Duration = Duration::from_millis(250);
 /// A consumer of one changelog partition (assigned, never in a group).
 pub(crate) struct ChangelogReader<'a> {
     reader: PartitionReader<'a>,
-    /// The same partition read `read_uncommitted`: its high watermark.
-    uncommitted: PartitionReader<'a>,
+    /// The same partition read `read_uncommitted` (its high watermark),
+    /// created when [`Self::settled_watermarks`] first needs it.
+    uncommitted: std::cell::OnceCell<PartitionReader<'a>>,
+    /// The settings, topic and partition it is created with.
+    uncommitted_config: rdkafka::ClientConfig,
+    topic: String,
+    partition: i32,
     cancel: &'a AtomicBool,
     /// For the command a hanging transaction's message names.
     bootstrap: String,
@@ -45,16 +50,28 @@ impl<'a> ChangelogReader<'a> {
     ) -> Result<Self, ChangelogError> {
         let committed = crate::kafka::reader_consumer_config(config);
         let reader = PartitionReader::new(&committed, topic, partition)?;
-        let mut uncommitted = committed;
-        uncommitted.set("isolation.level", "read_uncommitted");
-        let uncommitted = PartitionReader::new(&uncommitted, topic, partition)?;
+        let mut uncommitted_config = committed;
+        uncommitted_config.set("isolation.level", "read_uncommitted");
         let bootstrap = config.kafka.bootstrap_servers.clone();
         Ok(ChangelogReader {
             reader: reader.cancelled_by(cancel),
-            uncommitted: uncommitted.cancelled_by(cancel),
+            uncommitted: std::cell::OnceCell::new(),
+            uncommitted_config,
+            topic: topic.to_string(),
+            partition,
             cancel,
             bootstrap,
         })
+    }
+
+    /// The `read_uncommitted` reader, created on first use.
+    fn uncommitted(&self) -> Result<&PartitionReader<'a>, ChangelogError> {
+        if let Some(reader) = self.uncommitted.get() {
+            return Ok(reader);
+        }
+        let reader = PartitionReader::new(&self.uncommitted_config, &self.topic, self.partition)?
+            .cancelled_by(self.cancel);
+        Ok(self.uncommitted.get_or_init(|| reader))
     }
 
     /// (low, high) watermarks as a `read_committed` reader sees them: high
@@ -75,7 +92,7 @@ impl<'a> ChangelogReader<'a> {
         let mut said = false;
         loop {
             let (low, stable) = self.watermarks()?;
-            let (_, high) = self.uncommitted.watermarks()?;
+            let (_, high) = self.uncommitted()?.watermarks()?;
             if stable >= high {
                 if said {
                     info!(
