@@ -237,6 +237,102 @@ fn an_owner_fenced_while_it_keeps_the_partition_starts_it_over() {
     restore_fresh_and_verify(&world, &changelog, settings, "", &expected, "fenced owner");
 }
 
+/// A member stops itself with a write-out's records queued in its
+/// producer; the broker is restarted (gracefully, or killed) while it is
+/// stopped; a second member takes every partition once the broker is back
+/// and processes on; the first resumes, and librdkafka sends what it held.
+/// A fresh member then restores exact state from the compacted changelog.
+#[test]
+fn a_member_paused_with_its_write_out_queued_through_a_graceful_broker_restart() {
+    through_broker_restart("", false, 418);
+}
+
+#[test]
+fn a_member_paused_with_its_write_out_queued_through_a_broker_kill() {
+    through_broker_restart("", true, 419);
+}
+
+#[test]
+fn a_member_paused_with_its_transaction_open_through_a_broker_kill_under_exactly_once() {
+    through_broker_restart(EXACTLY_ONCE, true, 420);
+}
+
+fn through_broker_restart(guarantee: &str, kill: bool, seed: u64) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut broker = crate::world::Broker::start(data.path().join("kafka"));
+    let world = World::new(broker.bootstrap.clone());
+    let changelog = format!("{}-changelog", world.topic);
+    create_compacting_topic(&world.bootstrap, &changelog);
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 3_000,
+        poison_rate: 0.003,
+        seed,
+        ..Default::default()
+    });
+    let (first, rest) = records.split_at(records.len() / 3);
+    let (second, third) = rest.split_at(rest.len() / 2);
+    let reaper = Reaper::default();
+    let settings = format!(
+        "{guarantee}commit_interval_ms = 100\nbatch_max_records = 100\nbatch_max_wait_ms = 5"
+    );
+    let settings = settings.as_str();
+    let a = world.instance(settings);
+    let mut run_a = reaper.watch(a.spawn_run(Some("stop_queued:3")));
+    let address_a = a.wait_http(0);
+    let ready = wait_until(Duration::from_secs(90), || {
+        http_get(&address_a, "/readyz").is_ok_and(|(s, _)| s == 200)
+    });
+    assert!(ready, "a ready\n{}", tail(&a.log()));
+    world.produce(first);
+    let stopped = wait_until(Duration::from_secs(90), || {
+        a.log().contains("stopping at stop_queued")
+    });
+    assert!(stopped, "a stopped itself\n{}", tail(&a.log()));
+    if kill {
+        broker.kill();
+    } else {
+        broker.stop();
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    broker.restart();
+    let b = world.instance(settings);
+    let mut run_b = reaper.watch(b.spawn_run(None));
+    world.produce(second);
+    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
+    let caught_up = wait_until(Duration::from_secs(150), || world.committed() == ends);
+    assert!(
+        caught_up,
+        "b caught up after the restart\n{}",
+        tail(&b.log())
+    );
+    signal(&run_a, "CONT");
+    std::thread::sleep(Duration::from_secs(3));
+    world.produce(third);
+    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
+    let settled = wait_until(Duration::from_secs(150), || world.committed() == ends);
+    assert!(
+        settled,
+        "the group caught up after a resumed\n{}\n---\n{}",
+        tail(&a.log()),
+        tail(&b.log())
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    stop(&mut run_a, &a);
+    stop(&mut run_b, &b);
+    restore_fresh_and_verify(
+        &world,
+        &changelog,
+        settings,
+        "",
+        &expected,
+        if kill {
+            "broker kill"
+        } else {
+            "broker restart"
+        },
+    );
+}
+
 /// Three members, the input trickling in: a member paused past its session
 /// timeout (SIGSTOP, wherever its write-outs stand), another, the first
 /// again; the changelog compacted by the broker from then on. Then a fresh

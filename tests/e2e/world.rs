@@ -505,6 +505,20 @@ impl Broker {
         self.running = true;
     }
 
+    /// Stops the broker with SIGKILL (no clean shutdown).
+    pub fn kill(&mut self) {
+        if self.running {
+            let status = Command::new(broker_script())
+                .arg("stop")
+                .arg(&self.dir)
+                .arg("--kill")
+                .status()
+                .expect("kafka/broker stop --kill");
+            assert!(status.success(), "kafka/broker stop --kill");
+            self.running = false;
+        }
+    }
+
     pub fn stop(&mut self) {
         if self.running {
             let status = Command::new(broker_script())
