@@ -95,6 +95,20 @@ pub enum ReplayError {
 }
 
 impl ReplayError {
+    /// True while the group's coordinator is not ready to answer (a fresh
+    /// broker loads `__consumer_offsets` after start-up, or the coordinator
+    /// moved): the same request soon succeeds.
+    pub fn is_coordinator_not_ready(&self) -> bool {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let ReplayError::Kafka { cause, .. } = self else {
+            return false;
+        };
+        matches!(
+            cause.rdkafka_error_code(),
+            Some(C::NotCoordinator | C::CoordinatorLoadInProgress | C::CoordinatorNotAvailable)
+        )
+    }
+
     /// True for a mistake in the command's arguments (nothing was changed).
     pub fn is_usage(&self) -> bool {
         matches!(
