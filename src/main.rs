@@ -455,23 +455,19 @@ fn default_log_filter(command: &Command) -> &'static str {
 /// seconds) is asked again quietly, for up to [`COORDINATOR_WAIT`].
 async fn refuse_external_resets(config: &Config) -> Result<()> {
     use orderly::replay::ReplayError;
-    let deadline = std::time::Instant::now() + COORDINATOR_WAIT;
-    loop {
-        let probe = config.clone();
-        let found =
-            tokio::task::spawn_blocking(move || orderly::replay::check_external_resets(probe))
-                .await?;
-        match found {
-            Ok(()) => return Ok(()),
-            Err(e @ ReplayError::ExternalReset { .. }) => return Err(e.into()),
-            Err(e) if e.is_coordinator_not_ready() && std::time::Instant::now() < deadline => {
-                tracing::debug!(error = %e, "the group's coordinator is not ready yet; asking again");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot check the group's committed offsets for a reset made outside orderly");
-                return Ok(());
-            }
+    let config = config.clone();
+    let found = tokio::task::spawn_blocking(move || {
+        orderly::replay::external_resets_waiting_for_the_coordinator(COORDINATOR_WAIT, || {
+            orderly::replay::check_external_resets(config.clone())
+        })
+    })
+    .await?;
+    match found {
+        Ok(()) => Ok(()),
+        Err(e @ ReplayError::ExternalReset { .. }) => Err(e.into()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot check the group's committed offsets for a reset made outside orderly");
+            Ok(())
         }
     }
 }

@@ -979,6 +979,54 @@ fn a_registry_outage_is_not_taken_for_a_paused_process() {
     drop(c.mock);
 }
 
+/// A missing output topic with write-out delivery stops start-up with one
+/// message (issue 32, item 8): it names the quick start's `kafka/broker tool
+/// topics` beside `kafka-topics.sh`, and the input topic's real partition
+/// count.
+#[test]
+fn a_missing_output_topic_is_reported_once_with_the_partition_count() {
+    let c = cluster();
+    let registry = RegistryDouble::start();
+    let group = unique("group");
+    let instance = Instance::new(&Setup {
+        kafka_extra: "",
+        bootstrap: &c.bootstrap,
+        registry_url: &registry.url,
+        group: &group,
+        topic: &c.topic,
+        dlq_topic: &c.dlq,
+        session_timeout_ms: 6000,
+        extra: "",
+    });
+    let missing = unique("missing-status");
+    let mut child = instance.spawn_run_env(
+        None,
+        "info,librdkafka=warn,rdkafka=warn",
+        &[("ORDERLY_KAFKA__OUTPUT_TOPIC", &missing)],
+    );
+    let status = wait_exit(&mut child, Duration::from_secs(60));
+    let log = instance.log();
+    assert!(
+        status.is_some_and(|s| s.code() == Some(1)),
+        "{status:?}\n{log}"
+    );
+    assert_eq!(
+        log.matches(&format!("output topic {missing} does not exist"))
+            .count(),
+        1,
+        "said once\n{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "`kafka/broker tool topics --bootstrap-server {} --create --topic {missing} --partitions {PARTITIONS}`",
+            c.bootstrap
+        )) && log.contains("kafka-topics.sh")
+            && !log.contains("<the input topic's>"),
+        "{log}"
+    );
+    drop(c.mock);
+}
+
 #[test]
 fn bad_configuration_stops_start_up_naming_the_key() {
     let out = std::process::Command::new(support::orderly_bin())
