@@ -465,6 +465,12 @@ async fn refuse_external_resets(config: &Config) -> Result<()> {
     match found {
         Ok(()) => Ok(()),
         Err(e @ ReplayError::ExternalReset { .. }) => Err(e.into()),
+        // No broker answers: the connection's own line says so, with the
+        // bootstrap address and the hint (the processor then waits).
+        Err(e) if orderly::telemetry::kafka_link::is_connection_failure(&e.to_string()) => {
+            orderly::telemetry::kafka_link::unreachable(&e.to_string());
+            Ok(())
+        }
         Err(e) => {
             tracing::warn!(error = %e, "cannot check the group's committed offsets for a reset made outside orderly");
             Ok(())

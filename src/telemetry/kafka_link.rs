@@ -215,6 +215,11 @@ pub fn unreachable(error: &str) {
     report(Class::AllDown, error);
 }
 
+/// True when `text` (an error's) says no broker could be reached.
+pub fn is_connection_failure(text: &str) -> bool {
+    matches!(classify(text), Class::AllDown | Class::BrokerDown)
+}
+
 /// An error a client reported (the processor's consumer context calls
 /// this): folded when it is about the connection, logged once per
 /// [`REPEAT_WINDOW`] otherwise.
