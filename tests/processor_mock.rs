@@ -972,6 +972,11 @@ fn a_registry_outage_is_not_taken_for_a_paused_process() {
         "one line when the registry is back\n{log}"
     );
     assert_eq!(
+        log.matches("schema registry unavailable").count(),
+        1,
+        "one line when it stops answering, not one per partition and retry\n{log}"
+    );
+    assert_eq!(
         instance.stats()["totals"]["dead_lettered"].as_i64(),
         Some(0),
         "nothing dead-lettered"

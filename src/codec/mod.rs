@@ -160,10 +160,15 @@ pub struct Decoder {
     /// Schema ids the registry said it does not know, each warned about
     /// once (at most [`MAX_UNKNOWN_WARNED`] of them).
     unknown: std::sync::Mutex<std::collections::HashSet<u32>>,
-    /// Since when the registry has not answered (`None`: it answers), so
-    /// its return is logged once.
-    outage: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Since when the registry has not answered, and when that was last
+    /// said (`None`: it answers): one line when it stops answering, a
+    /// reminder every [`REGISTRY_REMINDER`], one line when it is back,
+    /// however many partitions wait on it.
+    outage: std::sync::Mutex<Option<(std::time::Instant, std::time::Instant)>>,
 }
+
+/// How often a registry that stays unavailable is logged again.
+const REGISTRY_REMINDER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Unknown schema ids warned about, at most (garbage records can carry any).
 const MAX_UNKNOWN_WARNED: usize = 100;
@@ -238,15 +243,37 @@ impl Decoder {
         let mut outage = self.outage.lock().unwrap_or_else(|p| p.into_inner());
         match answer {
             Ok(_) | Err(RegistryError::UnknownId { .. }) => {
-                if let Some(since) = outage.take() {
+                if let Some((since, _)) = outage.take() {
                     tracing::info!(
                         down_s = format!("{:.1}", since.elapsed().as_secs_f64()),
                         "schema registry reachable again; the records that waited on it go on"
                     );
                 }
             }
-            Err(_) => {
-                outage.get_or_insert_with(std::time::Instant::now);
+            Err(error) => {
+                let now = std::time::Instant::now();
+                match outage.as_mut() {
+                    None => {
+                        *outage = Some((now, now));
+                        tracing::warn!(
+                            %error,
+                            "schema registry unavailable; retrying (the records wait for it, none is skipped; a \
+                             reminder every {}s)",
+                            REGISTRY_REMINDER.as_secs()
+                        );
+                    }
+                    Some((since, said))
+                        if now.saturating_duration_since(*said) >= REGISTRY_REMINDER =>
+                    {
+                        *said = now;
+                        tracing::warn!(
+                            %error,
+                            down_s = now.saturating_duration_since(*since).as_secs(),
+                            "schema registry still unavailable; retrying"
+                        );
+                    }
+                    Some(_) => {}
+                }
             }
         }
         drop(outage);

@@ -187,7 +187,8 @@ impl Live {
                         .telemetry
                         .errors
                         .record(Stage::Decode, Kind::Retryable);
-                    warn!(partition = self.task.partition, offset = message.offset(), %error, "schema registry unavailable; retrying");
+                    // The decoder logs the outage once for every partition.
+                    debug!(partition = self.task.partition, offset = message.offset(), %error, "schema registry unavailable; retrying");
                     backoff.sleep().await;
                 }
                 other => return other.map_err(poison_parts),
