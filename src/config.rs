@@ -703,6 +703,14 @@ impl Config {
         (!topic.is_empty()).then(|| topic.to_string())
     }
 
+    /// True when the status changes go out with the write-outs (in their
+    /// transaction under exactly_once, or `outbox.delivery = "write_out"`),
+    /// false when the outbox relay publishes them.
+    pub fn status_in_write_outs(&self) -> bool {
+        self.processing.guarantee == Guarantee::ExactlyOnce
+            || self.outbox.delivery == OutboxDelivery::WriteOut
+    }
+
     /// The HTTP endpoint's address (`None`: off).
     pub fn http_address(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
         let text = self.http.address.trim();
@@ -791,6 +799,98 @@ fn merge(base: &mut toml::Table, overlay: toml::Table) {
 
 /// Prefix of the environment variables that override settings.
 pub const ENV_PREFIX: &str = "ORDERLY_";
+
+/// `ORDERLY_` variables that are not settings: the binary's own
+/// (`--log-format`, the fault-injection build's crash points) and those of
+/// the project's scripts and test harness (`kafka/broker`,
+/// `registry/apicurio`, the end-to-end suite, the docs and browser tests).
+const NOT_SETTINGS: &[&str] = &[
+    "LOG_FORMAT",
+    "FAULT",
+    "KAFKA_PORT",
+    "KAFKA_HEAP",
+    "KAFKA_CACHE",
+    "KAFKA_START_TIMEOUT_S",
+    "REGISTRY_PORT",
+    "REGISTRY_HEAP",
+    "REGISTRY_CACHE",
+    "REGISTRY_START_TIMEOUT_S",
+    "BLESS_DOCS",
+    "CHROMIUM",
+    "CHROMEDRIVER",
+];
+
+/// Warnings for `ORDERLY_` variables that set nothing: a name without the
+/// `__` between section and key (`ORDERLY_KAFKA_BOOTSTRAP_SERVERS`) is
+/// otherwise ignored in silence. Each names the variable and, when one is
+/// close, the setting it likely meant.
+///
+/// A warning, not an error like an unknown key in a file or an unknown
+/// `ORDERLY_<SECTION>__<KEY>`: the `ORDERLY_` namespace is shared with the
+/// scripts and with whatever an operator's wrapper exports, and a variable
+/// left over in a shell should not stop a processor from starting.
+pub fn unused_env_vars(env: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
+    let Ok(defaults) = parse_table(DEFAULT_TOML, "config/default.toml") else {
+        return Vec::new();
+    };
+    let mut warnings = Vec::new();
+    for (var, _) in env {
+        let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        if rest.contains("__") || NOT_SETTINGS.contains(&rest) || rest.starts_with("E2E_") {
+            continue;
+        }
+        let hint = env_suggestion(&rest.to_ascii_lowercase(), &defaults)
+            .map(|name| format!("did you mean {name}? "))
+            .unwrap_or_default();
+        warnings.push(format!(
+            "environment variable {var} sets no setting and is ignored: {hint}settings are \
+             {ENV_PREFIX}<SECTION>__<KEY>, two underscores between section and key (`orderly config show` prints \
+             the result)"
+        ));
+    }
+    warnings
+}
+
+/// The `ORDERLY_<SECTION>__<KEY>` a name without `__` likely meant:
+/// `kafka_bootstrap_servers` (a section, one underscore, a key or a typo of
+/// one) or `bootstrap_servers` (a key of one section).
+fn env_suggestion(name: &str, defaults: &toml::Table) -> Option<String> {
+    let var = |section: &str, key: &str| {
+        format!(
+            "{ENV_PREFIX}{}__{}",
+            section.to_ascii_uppercase(),
+            key.to_ascii_uppercase()
+        )
+    };
+    for (section, value) in defaults {
+        let toml::Value::Table(keys) = value else {
+            continue;
+        };
+        if let Some(key) = name
+            .strip_prefix(section.as_str())
+            .and_then(|k| k.strip_prefix('_'))
+        {
+            if keys.contains_key(key) {
+                return Some(var(section, key));
+            }
+            let limit = (key.chars().count() / 3).max(1);
+            if let Some((_, close)) = keys
+                .keys()
+                .map(|k| (edit_distance(key, k), k))
+                .filter(|(d, _)| *d <= limit)
+                .min()
+            {
+                return Some(var(section, close));
+            }
+        }
+    }
+    defaults.iter().find_map(|(section, value)| match value {
+        toml::Value::Table(keys) if keys.contains_key(name) => Some(var(section, name)),
+        _ => None,
+    })
+}
 
 /// Sets the key an `ORDERLY_<SECTION>__<KEY>` (or
 /// `ORDERLY_KAFKA__LIBRDKAFKA__<NAME>`) variable names, parsed as the type
@@ -1001,6 +1101,37 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_orderly_variable_that_sets_nothing_is_warned_with_a_suggestion() {
+        let vars = |names: &[&str]| {
+            unused_env_vars(names.iter().map(|n| (n.to_string(), "x".to_string())))
+        };
+        let warned = vars(&["ORDERLY_KAFKA_BOOTSTRAP_SERVERS"]);
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert!(
+            warned[0].contains("ORDERLY_KAFKA_BOOTSTRAP_SERVERS")
+                && warned[0].contains("did you mean ORDERLY_KAFKA__BOOTSTRAP_SERVERS?"),
+            "{}",
+            warned[0]
+        );
+        assert!(vars(&["ORDERLY_PROCESSING_BATCH_MAX_RECORD"])[0]
+            .contains("did you mean ORDERLY_PROCESSING__BATCH_MAX_RECORDS?"));
+        assert!(vars(&["ORDERLY_GROUP_ID"])[0].contains("did you mean ORDERLY_KAFKA__GROUP_ID?"));
+        let unknown = vars(&["ORDERLY_WHATEVER"]);
+        assert!(unknown[0].contains("ORDERLY_WHATEVER") && !unknown[0].contains("did you mean"));
+        assert!(
+            vars(&[
+                "ORDERLY_KAFKA__BOOTSTRAP_SERVERS",
+                "ORDERLY_LOG_FORMAT",
+                "ORDERLY_KAFKA_PORT",
+                "ORDERLY_E2E_BOOTSTRAP",
+                "PATH"
+            ])
+            .is_empty(),
+            "settings, the binary's and the scripts' own variables are not warned"
+        );
+    }
+
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

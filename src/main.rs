@@ -10,6 +10,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use rdkafka::producer::FutureProducer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 use orderly::codec::Encoder;
@@ -331,7 +333,8 @@ impl WorkloadArgs {
 enum StateCommand {
     /// One order's state, from the local store (with `run` stopped: the store opens in one process at a time; ask a running one at /state/ORDER_ID)
     Get {
-        /// The order's id (the input records' key)
+        /// The order's id (the input records' key), e.g. order-s42-00000001 as `orderly produce` names them
+        /// (order-s<SEED>-<N>); `orderly state dump` lists every order in the store
         order_id: String,
         /// Print the state as one JSON object instead of a table
         #[arg(long)]
@@ -349,21 +352,32 @@ enum StateCommand {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if prints_to_a_reader(&cli.command) {
+        // Rust ignores SIGPIPE, so a write to a closed pipe fails (a panic in
+        // println!). A command whose output is read, as in `orderly state dump
+        // | head`, ends quietly on it instead, like any Unix tool.
+        //
+        // SAFETY: called first thing in main, before any thread exists;
+        // setting a signal's disposition to its default is async-signal-safe.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(default_log_filter(&cli.command)));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    // librdkafka's repeats (every client's "brokers are down", per-broker
+    // transport errors) fold into one line per change of the connection.
+    let fold = orderly::telemetry::kafka_link::KafkaLogFold;
+    let registry = tracing_subscriber::registry().with(filter).with(fold);
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     match cli.log_format {
         // Each line carries the current span's fields (a partition task's
         // topic, partition and group) and the spans it is in.
-        LogFormat::Json => logs
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
+        LogFormat::Json => registry
+            .with(logs.json().with_current_span(true).with_span_list(true))
             .init(),
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        LogFormat::Text => registry
+            .with(logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())))
             .init(),
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -427,6 +441,21 @@ fn exit_for(error: &anyhow::Error) -> Exit {
     }
 }
 
+/// True for the commands that only read and print (`config`, `state`, `dlq
+/// list`), whose output may go to `head`. Not the ones that write to Kafka or
+/// run (`run`, `demo`, `produce`, `replay`, `dlq replay`): a closed pipe
+/// must not stop them half-way.
+fn prints_to_a_reader(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Config { .. }
+            | Command::State { .. }
+            | Command::Dlq {
+                command: DlqCommand::List { .. }
+            }
+    )
+}
+
 fn default_log_filter(command: &Command) -> &'static str {
     match command {
         Command::Demo { .. } | Command::State { .. } => "warn",
@@ -441,14 +470,28 @@ fn default_log_filter(command: &Command) -> &'static str {
 /// reset be ignored in silence). A check that cannot be made (broker not
 /// reachable yet) is logged and passed over: the processor waits for the
 /// broker on its own.
+///
+/// A coordinator that is not ready yet (a fresh broker loading its offsets
+/// topic answers NotCoordinator or CoordinatorLoadInProgress for a few
+/// seconds) is asked again quietly, for up to [`COORDINATOR_WAIT`].
 async fn refuse_external_resets(config: &Config) -> Result<()> {
     use orderly::replay::ReplayError;
     let config = config.clone();
-    let found =
-        tokio::task::spawn_blocking(move || orderly::replay::check_external_resets(config)).await?;
+    let found = tokio::task::spawn_blocking(move || {
+        orderly::replay::external_resets_waiting_for_the_coordinator(COORDINATOR_WAIT, || {
+            orderly::replay::check_external_resets(config.clone())
+        })
+    })
+    .await?;
     match found {
         Ok(()) => Ok(()),
         Err(e @ ReplayError::ExternalReset { .. }) => Err(e.into()),
+        // No broker answers: the connection's own line says so, with the
+        // bootstrap address and the hint (the processor then waits).
+        Err(e) if orderly::telemetry::kafka_link::is_connection_failure(&e.to_string()) => {
+            orderly::telemetry::kafka_link::unreachable(&e.to_string());
+            Ok(())
+        }
         Err(e) => {
             tracing::warn!(error = %e, "cannot check the group's committed offsets for a reset made outside orderly");
             Ok(())
@@ -477,11 +520,15 @@ async fn refuse_what_security_refuses(config: &Config) -> Result<()> {
             Ok(())
         }
         Err(e) => {
-            tracing::warn!(error = %e, "cannot check the ACLs orderly needs now; starting anyway");
+            // The connection's own lines say the cluster is away.
+            tracing::info!(error = %e, "acls: not checked now; starting, the processor waits for the cluster");
             Ok(())
         }
     }
 }
+
+/// How long a coordinator that is not ready yet is waited for at start-up.
+const COORDINATOR_WAIT: Duration = Duration::from_secs(20);
 
 /// `registry.schema_guard`: every registered writer schema of the input
 /// subject must be readable before anything is consumed.
@@ -511,11 +558,44 @@ fn open_existing_store(config: &Config) -> Result<Store> {
     if !preflight::store_present(&path) {
         return Err(NoStore(path).into());
     }
-    Ok(Store::open(&path, config.store.cache_capacity_mb)?)
+    match Store::open(&path, config.store.cache_capacity_mb) {
+        Err(locked @ orderly::store::StoreError::Locked { .. }) => {
+            let ask = match config.http_address() {
+                Ok(Some(address)) => format!(
+                    "while it runs, ask it over HTTP: `curl http://{}/state/<order_id>` for one order, \
+                     /api/status for the counters (http.address); or stop it, then run this command again",
+                    connectable(address)
+                ),
+                _ => "its HTTP endpoint is off (http.address = \"\"): stop it, then run this command again".into(),
+            };
+            Err(anyhow::anyhow!("{locked}; {ask}"))
+        }
+        other => Ok(other?),
+    }
+}
+
+/// An address a client can connect to: a wildcard listen address (0.0.0.0,
+/// ::) is reached on loopback.
+fn connectable(address: std::net::SocketAddr) -> std::net::SocketAddr {
+    let mut address = address;
+    if address.ip().is_unspecified() {
+        address.set_ip(match address {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    address
 }
 
 async fn dispatch(cli: Cli) -> Result<Exit> {
-    let load_config = || Config::load(cli.config.as_deref()).context("configuration");
+    let load_config = || {
+        let config = Config::load(cli.config.as_deref()).context("configuration")?;
+        for warning in orderly::config::unused_env_vars(std::env::vars()) {
+            tracing::warn!("{warning}");
+        }
+        orderly::telemetry::kafka_link::set_bootstrap(&config.kafka.bootstrap_servers);
+        anyhow::Ok(config)
+    };
     match cli.command {
         Command::Run => {
             // Listen before anything else, so a signal during start-up is a
@@ -728,7 +808,11 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
         Command::Config {
             command: ConfigCommand::Show,
         } => {
-            let config = load_config()?;
+            // Its log filter shows errors only: the warnings go to stderr here.
+            let config = Config::load(cli.config.as_deref()).context("configuration")?;
+            for warning in orderly::config::unused_env_vars(std::env::vars()) {
+                eprintln!("warning: {warning}");
+            }
             print!("{}", show_config(&config, cli.config.as_deref())?);
             Ok(Exit::Success)
         }
@@ -745,10 +829,12 @@ async fn dispatch(cli: Cli) -> Result<Exit> {
                     return Ok(Exit::Config);
                 }
             };
-            println!(
-                "{}",
-                Check::ok("config", config_sources(cli.config.as_deref()))
-            );
+            let mut detail = config_sources(cli.config.as_deref());
+            for warning in orderly::config::unused_env_vars(std::env::vars()) {
+                detail.push_str("; warning: ");
+                detail.push_str(&warning);
+            }
+            println!("{}", Check::ok("config", detail));
             let checks = preflight::check_all_reporting(
                 &config,
                 Duration::from_millis(timeout_ms),

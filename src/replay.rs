@@ -95,6 +95,13 @@ pub enum ReplayError {
 }
 
 impl ReplayError {
+    /// True while the group's coordinator is not ready to answer (a fresh
+    /// broker loads `__consumer_offsets` after start-up, or the coordinator
+    /// moved): the same request soon succeeds.
+    pub fn is_coordinator_not_ready(&self) -> bool {
+        matches!(self, ReplayError::Kafka { cause, .. } if crate::preflight::coordinator_not_ready(cause))
+    }
+
     /// True for a mistake in the command's arguments (nothing was changed).
     pub fn is_usage(&self) -> bool {
         matches!(
@@ -658,6 +665,25 @@ pub fn check_external_resets(config: Config) -> Result<(), ReplayError> {
     Err(ReplayError::ExternalReset { topic, resets })
 }
 
+/// [`check_external_resets`], asked again quietly while the group's
+/// coordinator is not ready (a broker that just started loads its offsets
+/// topic first), for up to `wait`; `check` is the check itself.
+pub fn external_resets_waiting_for_the_coordinator(
+    wait: Duration,
+    mut check: impl FnMut() -> Result<(), ReplayError>,
+) -> Result<(), ReplayError> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match check() {
+            Err(e) if e.is_coordinator_not_ready() && std::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "the group's coordinator is not ready yet; asking again");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            result => return result,
+        }
+    }
+}
+
 /// The plan as a table.
 pub fn table(rows: &[PlanRow]) -> String {
     let show = |o: Option<i64>| o.map(|o| o.to_string()).unwrap_or_else(|| "-".into());
@@ -676,4 +702,50 @@ pub fn table(rows: &[PlanRow]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    fn kafka_error(code: RDKafkaErrorCode) -> ReplayError {
+        ReplayError::Kafka {
+            what: "cannot read the group's committed offsets".into(),
+            cause: KafkaError::OffsetFetch(code),
+        }
+    }
+
+    /// A fresh broker answers NotCoordinator, then CoordinatorLoadInProgress,
+    /// then the offsets (issue 32): asked again, no error; any other error,
+    /// or one that outlasts the wait, is returned.
+    #[test]
+    fn a_loading_coordinator_is_asked_again() {
+        let mut answers = vec![
+            Err(kafka_error(RDKafkaErrorCode::NotCoordinator)),
+            Err(kafka_error(RDKafkaErrorCode::CoordinatorLoadInProgress)),
+            Ok(()),
+        ]
+        .into_iter();
+        let result = external_resets_waiting_for_the_coordinator(Duration::from_secs(10), || {
+            answers.next().expect("asked once too often")
+        });
+        assert!(result.is_ok(), "{result:?}");
+
+        let mut asked = 0;
+        let other = external_resets_waiting_for_the_coordinator(Duration::from_secs(10), || {
+            asked += 1;
+            Err(kafka_error(RDKafkaErrorCode::GroupAuthorizationFailed))
+        });
+        assert!(other.is_err() && asked == 1, "other errors are not retried");
+
+        let persisting = external_resets_waiting_for_the_coordinator(Duration::ZERO, || {
+            Err(kafka_error(RDKafkaErrorCode::NotCoordinator))
+        });
+        assert!(
+            persisting.is_err_and(|e| e.is_coordinator_not_ready()),
+            "past the wait it is returned (and warned about)"
+        );
+    }
 }

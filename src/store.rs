@@ -56,6 +56,13 @@ pub enum StoreError {
          if the store is damaged, move the directory aside and rebuild it (see docs/replay-and-restore.md, \"Rebuilding the store\")"
     )]
     Open { path: PathBuf, cause: sled::Error },
+    /// Another process holds the store's lock (sled opens a store in one
+    /// process at a time; it has no read-only mode).
+    #[error(
+        "the store at {path} is in use by another process (a running `orderly run` on this store holds it: a store \
+         opens in one process at a time)"
+    )]
+    Locked { path: PathBuf },
     #[error("store I/O error at {path}: {cause}")]
     Io { path: PathBuf, cause: sled::Error },
     #[error("corrupt value under key {key:?} in tree {tree}: {message}")]
@@ -180,9 +187,21 @@ impl Store {
             .path(path)
             .cache_capacity(cache_capacity_mb.saturating_mul(1024 * 1024))
             .open()
-            .map_err(|cause| StoreError::Open {
-                path: path.to_path_buf(),
-                cause,
+            .map_err(|cause| match cause {
+                // sled 0.34 words its lock failure as an I/O error of kind
+                // Other, with the flock's WouldBlock in the text.
+                sled::Error::Io(ref io)
+                    if io.kind() == std::io::ErrorKind::WouldBlock
+                        || io.to_string().contains("could not acquire lock") =>
+                {
+                    StoreError::Locked {
+                        path: path.to_path_buf(),
+                    }
+                }
+                cause => StoreError::Open {
+                    path: path.to_path_buf(),
+                    cause,
+                },
             })?;
         let store = Store {
             db,

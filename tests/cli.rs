@@ -631,3 +631,106 @@ fn demo_reports_the_processing_rate_apart_from_the_join() {
         "{summary}"
     );
 }
+
+/// Issue 32, item 8: a read command whose stdout is a pipe closed before it
+/// writes (`orderly config show | head -0`, `state stats | head`) ends
+/// quietly like any Unix tool (SIGPIPE, or exit 0), not with a panic (exit
+/// 101) or an I/O error (exit 1).
+#[test]
+fn read_commands_end_quietly_on_a_closed_pipe() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("store");
+    drop(orderly::store::Store::open(&path, 8).expect("create a store"));
+    for args in [
+        &["config", "show"][..],
+        &["config", "check", "--timeout-ms", "500"],
+        &["state", "stats"],
+        &["state", "stats", "--json"],
+    ] {
+        // A pipe whose read end is closed before the child starts: its
+        // first write fails, every time.
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+        // SAFETY: both descriptors were just created and are owned here only.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        drop(read);
+        let out = orderly(args)
+            .env("ORDERLY_STORE__PATH", &path)
+            .env(
+                "ORDERLY_KAFKA__BOOTSTRAP_SERVERS",
+                format!("127.0.0.1:{}", unused_port()),
+            )
+            .stdout(Stdio::from(write))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run");
+        let stderr = text(&out.stderr);
+        assert!(
+            out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+            "{args:?}: ends quietly on the closed pipe, got {:?}\n{stderr}",
+            out.status
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// Issue 32, item 4: an `ORDERLY_` variable that sets nothing (one
+/// underscore where two are needed) is named in a warning with the
+/// setting it likely meant, by `config show` (stderr), `config check` (its
+/// config line) and the other commands' log.
+#[test]
+fn an_orderly_variable_that_sets_nothing_is_warned_about() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meant = "did you mean ORDERLY_KAFKA__BOOTSTRAP_SERVERS?";
+    let show = orderly(&["config", "show"])
+        .env("ORDERLY_KAFKA_BOOTSTRAP_SERVERS", "elsewhere:9092")
+        .output()
+        .expect("run");
+    assert!(show.status.success(), "{show:?}");
+    let stderr = text(&show.stderr);
+    assert!(
+        stderr.contains("ORDERLY_KAFKA_BOOTSTRAP_SERVERS") && stderr.contains(meant),
+        "{stderr}"
+    );
+    let check = orderly(&["config", "check", "--timeout-ms", "500"])
+        .env("ORDERLY_KAFKA_BOOTSTRAP_SERVERS", "elsewhere:9092")
+        .env(
+            "ORDERLY_KAFKA__BOOTSTRAP_SERVERS",
+            format!("127.0.0.1:{}", unused_port()),
+        )
+        .env("ORDERLY_STORE__PATH", dir.path().join("store"))
+        .output()
+        .expect("run");
+    let stdout = text(&check.stdout);
+    let config_line = stdout
+        .lines()
+        .find(|l| l.contains("config"))
+        .unwrap_or_default();
+    assert!(config_line.contains(meant), "{stdout}");
+    let stats = orderly(&["state", "stats"])
+        .env("ORDERLY_KAFKA_BOOTSTRAP_SERVERS", "elsewhere:9092")
+        .env("ORDERLY_STORE__PATH", dir.path().join("nothing"))
+        .output()
+        .expect("run");
+    assert!(
+        text(&stats.stderr).contains(meant),
+        "{}",
+        text(&stats.stderr)
+    );
+    let clean = orderly(&["config", "show"])
+        .env("ORDERLY_KAFKA__BOOTSTRAP_SERVERS", "elsewhere:9092")
+        .env("ORDERLY_LOG_FORMAT", "text")
+        .output()
+        .expect("run");
+    assert!(
+        !text(&clean.stderr).contains("warning"),
+        "{}",
+        text(&clean.stderr)
+    );
+}

@@ -560,6 +560,10 @@ async fn the_dead_letter_breaker_stops_a_partition_that_dead_letters_everything(
         why.contains("partition 0") && why.contains("dead_letter_max_consecutive = 50"),
         "{why}"
     );
+    assert!(
+        why.contains("were bad_magic_byte, e.g. ") && why.contains("wire format"),
+        "the trip names the letters' common error kind, an example and its usual cause: {why}"
+    );
     assert_eq!(
         telemetry
             .breaker_trips

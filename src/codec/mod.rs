@@ -157,7 +157,21 @@ pub struct Decoder {
     registry: Registry,
     writers: RwLock<HashMap<u32, Resolved>>,
     counts: Arc<SchemaCounts>,
+    /// Schema ids the registry said it does not know, each warned about
+    /// once (at most [`MAX_UNKNOWN_WARNED`] of them).
+    unknown: std::sync::Mutex<std::collections::HashSet<u32>>,
+    /// Since when the registry has not answered, and when that was last
+    /// said (`None`: it answers): one line when it stops answering, a
+    /// reminder every [`REGISTRY_REMINDER`], one line when it is back,
+    /// however many partitions wait on it.
+    outage: std::sync::Mutex<Option<(std::time::Instant, std::time::Instant)>>,
 }
+
+/// How often a registry that stays unavailable is logged again.
+const REGISTRY_REMINDER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Unknown schema ids warned about, at most (garbage records can carry any).
+const MAX_UNKNOWN_WARNED: usize = 100;
 
 impl Decoder {
     pub fn new(registry: Registry) -> Self {
@@ -170,6 +184,8 @@ impl Decoder {
             registry,
             writers: RwLock::new(HashMap::new()),
             counts,
+            unknown: Default::default(),
+            outage: Default::default(),
         }
     }
 
@@ -195,7 +211,9 @@ impl Decoder {
         if let Some(schema) = self.writers.read().ok().and_then(|m| m.get(&id).cloned()) {
             return Ok(schema);
         }
-        let text = self.registry.schema_by_id(id).await.map_err(|e| match e {
+        let answer = self.registry.schema_by_id(id).await;
+        self.note_answer(id, &answer);
+        let text = answer.map_err(|e| match e {
             RegistryError::UnknownId { .. } => {
                 DecodeError::poison(PoisonKind::UnknownSchema, e.to_string())
             }
@@ -215,6 +233,61 @@ impl Decoder {
             map.entry(id).or_insert_with(|| resolved.clone());
         }
         Ok(resolved)
+    }
+}
+
+impl Decoder {
+    /// Logs what a registry answer changes: its return after an outage
+    /// (once), a schema id it does not know (once per id).
+    fn note_answer(&self, id: u32, answer: &Result<String, RegistryError>) {
+        let mut outage = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        match answer {
+            Ok(_) | Err(RegistryError::UnknownId { .. }) => {
+                if let Some((since, _)) = outage.take() {
+                    tracing::info!(
+                        down_s = format!("{:.1}", since.elapsed().as_secs_f64()),
+                        "schema registry reachable again; the records that waited on it go on"
+                    );
+                }
+            }
+            Err(error) => {
+                let now = std::time::Instant::now();
+                match outage.as_mut() {
+                    None => {
+                        *outage = Some((now, now));
+                        tracing::warn!(
+                            %error,
+                            "schema registry unavailable; retrying (the records wait for it, none is skipped; a \
+                             reminder every {}s)",
+                            REGISTRY_REMINDER.as_secs()
+                        );
+                    }
+                    Some((since, said))
+                        if now.saturating_duration_since(*said) >= REGISTRY_REMINDER =>
+                    {
+                        *said = now;
+                        tracing::warn!(
+                            %error,
+                            down_s = now.saturating_duration_since(*since).as_secs(),
+                            "schema registry still unavailable; retrying"
+                        );
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        drop(outage);
+        if let Err(RegistryError::UnknownId { .. }) = answer {
+            let mut unknown = self.unknown.lock().unwrap_or_else(|p| p.into_inner());
+            if unknown.len() < MAX_UNKNOWN_WARNED && unknown.insert(id) {
+                tracing::warn!(
+                    schema_id = id,
+                    "writer schema id {id} is not registered in the schema registry: records written with it are \
+                     dead-lettered (unknown_schema). A registry restarted with in-memory storage gives the schemas \
+                     new ids; check that registry.url is the producers' registry"
+                );
+            }
+        }
     }
 }
 
@@ -452,6 +525,68 @@ mod tests {
         let registry = Registry::memory();
         let encoder = Encoder::register(&registry, "orders").await.unwrap();
         (Decoder::new(registry), encoder)
+    }
+
+    /// Captures the log lines of `f`, run on this thread.
+    fn logs_of(f: impl FnOnce()) -> String {
+        use std::io::Write;
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = buffer.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    /// Issue 32: a schema id the registry does not know is a clear warning,
+    /// once per id, not only dead letters.
+    #[test]
+    fn an_unknown_schema_id_is_warned_about_once() {
+        let logs = logs_of(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let (decoder, _) = setup().await;
+                let mut payload = vec![0u8];
+                payload.extend_from_slice(&999u32.to_be_bytes());
+                payload.push(0);
+                for _ in 0..3 {
+                    assert!(matches!(
+                        decoder.decode(Some(&payload)).await,
+                        Err(DecodeError::Poison {
+                            kind: PoisonKind::UnknownSchema,
+                            ..
+                        })
+                    ));
+                }
+            });
+        });
+        assert_eq!(
+            logs.matches("WARN").count(),
+            1,
+            "one warning for three records: {logs}"
+        );
+        assert!(
+            logs.contains("writer schema id 999 is not registered")
+                && logs.contains("in-memory storage"),
+            "{logs}"
+        );
     }
 
     #[tokio::test]

@@ -28,8 +28,10 @@ pub(crate) struct OrderlyContext {
 }
 
 impl ClientContext for OrderlyContext {
+    /// Connection failures fold into the connection's lines (lost, still
+    /// lost, back); other errors are logged once a minute at most.
     fn error(&self, error: KafkaError, reason: &str) {
-        warn!(%error, reason, "kafka client error (librdkafka retries on its own)");
+        crate::telemetry::kafka_link::client_error(&error, reason);
     }
 }
 

@@ -38,6 +38,7 @@ use crate::registry::Registry;
 use crate::retry::Backoff;
 use crate::store::{Binding, Store, StoreError};
 use crate::telemetry::errors::{Failure, Kind, Stage};
+use crate::telemetry::kafka_link as link;
 use crate::telemetry::Telemetry;
 use context::OrderlyContext;
 use flusher::{FlushMsg, Flusher};
@@ -66,11 +67,14 @@ pub enum ProcessError {
     Status(#[from] crate::outbox::direct::PublishError),
     #[error("invalid configuration: {0}")]
     Config(String),
-    #[error("partition {partition} stopped at offset {offset} by the dead-letter breaker: {trip}")]
+    #[error("partition {partition} stopped at offset {offset} by the dead-letter breaker: {trip}; {cause}")]
     DeadLetterBreaker {
         partition: i32,
         offset: i64,
         trip: crate::breaker::Trip,
+        /// What the dead letters of the batch that tripped it had in common:
+        /// the most frequent error kind, with an example.
+        cause: String,
     },
     /// One partition's work failed, with the error that made it fail.
     #[error("partition {partition}: {source}")]
@@ -252,7 +256,11 @@ impl Shared {
     /// Records an unrecoverable error; the processor stops without
     /// committing anything not yet durable.
     pub(crate) fn fatal(&self, error: ProcessError) {
-        error!(%error, stage = %error.stage(), "fatal error; stopping");
+        // A refusal at start-up is printed once, on the exit line; a failure
+        // while running is logged where it happened, among the other lines.
+        if error.stage() != Stage::Start {
+            error!(%error, stage = %error.stage(), "fatal error; stopping");
+        }
         self.telemetry.errors.count(&error);
         if let Ok(mut slot) = self.fatal.lock() {
             slot.get_or_insert(error);
@@ -492,6 +500,7 @@ fn poll_loop(
     let bootstrap = shared.config.kafka.bootstrap_servers.clone();
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
     let mut input_partitions = 0;
+    let (mut missing_input, mut first_missing) = (Instant::now(), true);
     // A broker that is down at start-up is waited for, with a clear message.
     while !stop.load(Ordering::SeqCst) {
         match consumer.fetch_metadata(Some(&topic), Duration::from_secs(5)) {
@@ -502,17 +511,23 @@ fn poll_loop(
                     .map(|t| (t.partitions().len(), t.error()));
                 match partitions {
                     Some((n, None)) if n > 0 => {
+                        link::reachable();
                         info!(topic = %topic, partitions = n, bootstrap = %bootstrap, "connected to kafka");
                         input_partitions = n;
                         shared.telemetry.set_input_partitions(n as u32);
                         break;
                     }
                     _ => {
-                        warn!(topic = %topic, bootstrap = %bootstrap, "input topic does not exist (yet); create it, retrying")
+                        link::reachable();
+                        if missing_input.elapsed() >= link::REMINDER || first_missing {
+                            warn!(topic = %topic, bootstrap = %bootstrap, "input topic does not exist (yet); create it, retrying");
+                            (missing_input, first_missing) = (Instant::now(), false);
+                        }
                     }
                 }
             }
-            Err(error) => warn!(%error, bootstrap = %bootstrap, "cannot reach kafka; retrying"),
+            // One line when nothing answers, a reminder every REMINDER.
+            Err(error) => link::unreachable(&error.to_string()),
         }
         std::thread::sleep(backoff.next_wait());
     }
@@ -562,8 +577,20 @@ fn poll_loop(
     let topic_cstr = std::ffi::CString::new(shared.topic.as_str()).ok();
     let mut rate_window: std::collections::VecDeque<(Instant, u64)> =
         std::collections::VecDeque::new();
+    let mut last_probe = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         shared.telemetry.poll_turned();
+        // While the connection is lost, a short metadata request once a
+        // second finds its return ("kafka reachable again").
+        if last_probe.elapsed() >= Duration::from_secs(1) && link::is_down() {
+            last_probe = Instant::now();
+            if consumer
+                .fetch_metadata(Some(&topic), Duration::from_millis(500))
+                .is_ok()
+            {
+                link::reachable();
+            }
+        }
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
             Some(Ok(message)) => {
@@ -581,7 +608,9 @@ fn poll_loop(
             }
             Some(Err(error)) => {
                 shared.telemetry.errors.record(Stage::Poll, Kind::Retryable);
-                warn!(%error, "consumer error (librdkafka retries on its own)");
+                // Folded like the client's errors: one line per change of
+                // the connection, other errors once a minute.
+                link::client_error(&error, "consumer poll");
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -682,9 +711,10 @@ fn check_output_topic(
     if exists {
         return Ok(());
     }
-    let create = format!(
-        "kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions <the input topic's>",
-        shared.config.kafka.bootstrap_servers
+    let create = create_output_topic(
+        topic,
+        &shared.config.kafka.bootstrap_servers,
+        shared.telemetry.input_partitions(),
     );
     if shared.config.processing.guarantee == crate::config::Guarantee::ExactlyOnce {
         return Err(format!(
@@ -706,6 +736,18 @@ fn check_output_topic(
     Ok(())
 }
 
+/// How to create the missing output topic with the input topic's partition
+/// count: the quick start's `kafka/broker tool` and Kafka's own script.
+fn create_output_topic(topic: &str, bootstrap: &str, partitions: u32) -> String {
+    let args = format!(
+        "--bootstrap-server {bootstrap} --create --topic {topic} --partitions {partitions}"
+    );
+    format!(
+        "with the input topic's {partitions} partitions: `kafka/broker tool topics {args}` (the quick start's \
+         broker), or `kafka-topics.sh {args}`"
+    )
+}
+
 /// The progress lines: restoring partitions, the outbox backlog, totals.
 fn log_progress(shared: &Shared, last_total: u64, elapsed: Duration) {
     let partitions = shared.telemetry.partitions();
@@ -718,18 +760,36 @@ fn log_progress(shared: &Shared, last_total: u64, elapsed: Duration) {
         info!(partitions = ?restoring, "restoring from the changelog");
     }
     if shared.outbox.is_some() {
-        let (mut pending, mut oldest_ms, mut published) = (0u64, 0u64, 0u64);
+        let (mut pending, mut oldest_ms, mut published, mut in_write_outs) =
+            (0u64, 0u64, 0u64, 0u64);
         for backlog in partitions.iter().filter_map(|p| p.outbox.get()) {
             pending += backlog.pending.load(Ordering::Relaxed);
             oldest_ms = oldest_ms.max(backlog.oldest_age_ms.load(Ordering::Relaxed));
             published += backlog.published.load(Ordering::Relaxed);
+            in_write_outs += backlog.in_write_outs.load(Ordering::Relaxed);
         }
-        info!(
-            pending,
-            oldest_age_s = oldest_ms as f64 / 1000.0,
-            published,
-            "outbox"
-        );
+        // Worded by who delivers the status changes: with write-out delivery
+        // the relay runs only over rows an earlier relay left.
+        if !shared.config.status_in_write_outs() {
+            info!(
+                pending,
+                oldest_age_s = oldest_ms as f64 / 1000.0,
+                published,
+                "outbox relay: status changes published by the relay"
+            );
+        } else if pending > 0 || published > 0 {
+            info!(
+                in_write_outs,
+                left_by_a_relay_pending = pending,
+                left_by_a_relay_published = published,
+                "status changes delivered with the write-outs"
+            );
+        } else {
+            info!(
+                in_write_outs,
+                "status changes delivered with the write-outs"
+            );
+        }
     }
     let total = shared.counters.total();
     let rate = (total - last_total) as f64 / elapsed.as_secs_f64().max(1e-3);

@@ -11,6 +11,7 @@
 pub mod errors;
 pub(crate) mod exposition;
 pub(crate) mod histogram;
+pub mod kafka_link;
 pub mod status;
 pub(crate) mod vocabulary;
 

@@ -15,6 +15,9 @@ pub struct Identity {
     /// `host/pid`.
     pub instance: String,
     pub(crate) outbox_enabled: bool,
+    /// Who delivers the status changes: `"write_out"` (with each write-out,
+    /// or in its transaction) or `"relay"`.
+    pub(crate) outbox_delivery: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -60,6 +63,10 @@ pub struct Outbox {
     pub pending: u64,
     pub(crate) oldest_age_seconds: f64,
     pub published: u64,
+    /// `"write_out"` or `"relay"` (see [`Identity`]).
+    pub(crate) delivery: &'static str,
+    /// Status changes delivered with the write-outs.
+    pub(crate) in_write_outs: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -172,6 +179,7 @@ pub fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
     let mut version_gaps = 0;
     let mut outbox = Outbox {
         enabled: identity.outbox_enabled,
+        delivery: identity.outbox_delivery,
         ..Default::default()
     };
     for (row, p) in partitions.iter().zip(&statuses) {
@@ -183,6 +191,7 @@ pub fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
         if let Some(backlog) = p.outbox.get() {
             outbox.pending += backlog.pending.load(Ordering::Relaxed);
             outbox.published += backlog.published.load(Ordering::Relaxed);
+            outbox.in_write_outs += backlog.in_write_outs.load(Ordering::Relaxed);
             outbox.oldest_age_seconds = outbox
                 .oldest_age_seconds
                 .max(backlog.oldest_age_ms.load(Ordering::Relaxed) as f64 / 1000.0);

@@ -40,8 +40,12 @@ pub struct Backlog {
     pub pending: AtomicU64,
     /// Age of the oldest pending record, milliseconds (0 when none).
     pub(crate) oldest_age_ms: AtomicU64,
-    /// Records the broker acknowledged.
+    /// Records the relay published (the broker acknowledged them).
     pub published: AtomicU64,
+    /// Status changes delivered with the write-outs (published before the
+    /// store batch, or committed in the write-out's transaction), when the
+    /// relay does not deliver them.
+    pub in_write_outs: AtomicU64,
     /// The last publish failed (a missing or refusing output topic):
     /// readiness and the status page say so until one succeeds.
     pub failing: std::sync::atomic::AtomicBool,

@@ -306,8 +306,8 @@ fn broker_restart_mid_load() {
         tail(&log)
     );
     assert!(
-        log.contains("kafka client error")
-            || log.contains("consumer error")
+        log.contains("kafka unreachable")
+            || log.contains("a kafka broker connection failed")
             || log.contains("offset commit failed"),
         "the outage is logged\n{}",
         tail(&log)

@@ -24,6 +24,8 @@
 //!   `offsets_for_times`, a compacted changelog, a real schema registry
 //!   (`ORDERLY_E2E_REGISTRY`, from `registry/apicurio run`);
 //! * [`secured`]: a SASL_SSL broker with ACLs: every command as a least-privileged user;
+//! * [`operator`]: what an operator sees: no warning on a fresh broker's
+//!   first start;
 //! * [`observe`]: the HTTP endpoint: exact metrics, state queries, health,
 //!   abuse; [`status_page`]: the status page in headless Chromium.
 #![cfg(feature = "e2e")]
@@ -36,6 +38,7 @@ mod group;
 mod kafka_native;
 mod late_writes;
 mod observe;
+mod operator;
 mod outbox;
 mod pauses;
 mod redrive;

@@ -87,6 +87,7 @@ impl Live {
                 partition: self.task.partition,
                 offset: first_offset,
                 trip,
+                cause: dominant_cause(&letters),
             });
         }
         if !letters.is_empty()
@@ -170,15 +171,27 @@ impl Live {
             return result.map_err(poison_parts);
         }
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+        let mut waiting_since: Option<Instant> = None;
         loop {
-            match decoder.decode(message.payload()).await {
+            let answer = decoder.decode(message.payload()).await;
+            if let Some(since) =
+                waiting_since.filter(|_| !matches!(answer, Err(DecodeError::Transient(_))))
+            {
+                self.registry_waited_ms.fetch_add(
+                    since.elapsed().as_millis() as u64,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+            match answer {
                 Err(DecodeError::Transient(error)) => {
+                    waiting_since.get_or_insert_with(Instant::now);
                     self.task
                         .shared
                         .telemetry
                         .errors
                         .record(Stage::Decode, Kind::Retryable);
-                    warn!(partition = self.task.partition, offset = message.offset(), %error, "schema registry unavailable; retrying");
+                    // The decoder logs the outage once for every partition.
+                    debug!(partition = self.task.partition, offset = message.offset(), %error, "schema registry unavailable; retrying");
                     backoff.sleep().await;
                 }
                 other => return other.map_err(poison_parts),
@@ -209,6 +222,36 @@ pub(super) fn take_available<'q>(
 /// record that fails again keeps the count `orderly dlq replay` gave it.
 fn redrive_count<'m>(message: &'m BorrowedMessage<'_>) -> Option<&'m [u8]> {
     crate::kafka::header(message, HEADER_REDRIVE_COUNT)
+}
+
+/// The most frequent error kind among `letters`, with an example message
+/// and, for a kind with a usual cause, that cause.
+fn dominant_cause(letters: &[DeadLetter<'_>]) -> String {
+    let mut counts: Vec<(crate::codec::PoisonKind, usize, &str)> = Vec::new();
+    for letter in letters {
+        match counts.iter_mut().find(|(kind, ..)| *kind == letter.kind) {
+            Some((_, n, _)) => *n += 1,
+            None => counts.push((letter.kind, 1, &letter.message)),
+        }
+    }
+    let Some((kind, n, example)) = counts.into_iter().max_by_key(|(_, n, _)| *n) else {
+        return "no dead letter in the last batch".into();
+    };
+    let usual = match kind {
+        crate::codec::PoisonKind::UnknownSchema => {
+            " (the records carry schema ids the registry does not know: was it restarted with in-memory storage, \
+             or is registry.url another registry than the producers'?)"
+        }
+        crate::codec::PoisonKind::BadMagicByte | crate::codec::PoisonKind::EmptyPayload => {
+            " (the records are not in the Confluent wire format: a producer that does not use the schema registry?)"
+        }
+        _ => "",
+    };
+    format!(
+        "{n} of the last batch's {} dead letters were {}, e.g. {example}{usual}",
+        letters.len(),
+        kind.as_str()
+    )
 }
 
 fn poison_parts(error: DecodeError) -> (crate::codec::PoisonKind, String) {

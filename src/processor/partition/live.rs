@@ -48,6 +48,10 @@ pub(super) struct Live {
     /// published before (read back once, before the first publish); `None`
     /// until read.
     status_floor: Option<Floor>,
+    /// Milliseconds this task spent waiting on an unreachable schema
+    /// registry (decoding retries), so a long wait is not taken for a
+    /// paused process.
+    pub(super) registry_waited_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Live {
@@ -57,6 +61,7 @@ impl Live {
             task,
             relay: None,
             status_floor: None,
+            registry_waited_ms: Default::default(),
         };
         live.start_relay()?;
         Ok(live)
@@ -266,11 +271,20 @@ impl Live {
         };
         fault::hit(Point::StopAcked);
         let share = self.task.shared.cache_share();
+        let status_changes = prepared.status.len() as u64;
         let (state, result) = self
             .lend_state(move |state| state.finish_write_out(prepared, position, share))
             .await?;
         self.task.state = state;
         let written = result?;
+        if status_changes > 0 {
+            self.task
+                .status
+                .outbox
+                .get_or_init(Default::default)
+                .in_write_outs
+                .fetch_add(status_changes, Ordering::Relaxed);
+        }
         fault::hit(Point::AfterBatch);
         fault::hit(Point::StopBatched);
         self.task

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::message::BorrowedMessage;
 use tokio::sync::Notify;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::batch::take_available;
 use super::draining::Draining;
@@ -115,8 +115,25 @@ impl Processing {
             let mut deadline: Option<tokio::time::Instant> = None;
             loop {
                 let woke = tokio::time::Instant::now();
+                // Time spent waiting on the schema registry is time this
+                // task ran (and the poll thread kept the membership): not
+                // a pause.
+                let on_registry = Duration::from_millis(
+                    self.live
+                        .registry_waited_ms
+                        .swap(0, std::sync::atomic::Ordering::Relaxed),
+                );
                 let asleep = woke.saturating_duration_since(last_wake);
                 last_wake = woke;
+                if asleep > session && asleep.saturating_sub(on_registry) <= session {
+                    info!(
+                        partition = self.live.task.partition,
+                        waited_s = format!("{:.1}", on_registry.as_secs_f64()),
+                        "this task waited on the schema registry for longer than the session timeout; the poll thread \
+                         kept this member in the group meanwhile"
+                    );
+                }
+                let asleep = asleep.saturating_sub(on_registry);
                 // A changelog needs no hold: every write-out is a
                 // transaction, the new owner fenced this producer, so a
                 // late write-out fails and nothing of it is visible (and a
