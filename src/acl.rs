@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use rdkafka::bindings as rd;
 use rdkafka::client::ClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 
@@ -400,14 +399,7 @@ impl ClientContext for LastError {
 impl ConsumerContext for LastError {}
 
 fn client(config: &Config) -> Result<BaseConsumer<LastError>, KafkaError> {
-    let mut client = ClientConfig::new();
-    for (key, value) in config.librdkafka_passthrough() {
-        client.set(key, value);
-    }
-    client
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("allow.auto.create.topics", "false");
-    client.create_with_context(LastError::default())
+    crate::kafka::metadata_client_config(config).create_with_context(LastError::default())
 }
 
 /// Owns the handles of one admin request; destroys them on every path.
@@ -526,18 +518,61 @@ unsafe fn refused(error: *const rd::rd_kafka_error_t) -> Option<Authorized> {
     }
 }
 
+/// The names as C strings (a NUL in one is an error naming it).
+fn c_names(names: &[String], what: &str) -> Result<Vec<CString>, String> {
+    names
+        .iter()
+        .map(|n| CString::new(n.as_str()).map_err(|_| format!("{what} {n:?} holds a NUL")))
+        .collect()
+}
+
+/// How to read one kind of description (a topic's, a group's).
+struct Reading<T> {
+    name: unsafe extern "C" fn(*const T) -> *const c_char,
+    error: unsafe extern "C" fn(*const T) -> *const rd::rd_kafka_error_t,
+    operations: unsafe extern "C" fn(*const T, *mut usize) -> *const rd::rd_kafka_AclOperation_t,
+}
+
+impl<T> Reading<T> {
+    /// Each description's name and what it allows.
+    ///
+    /// # Safety
+    /// `descriptions` points to `count` live descriptions of type `T`.
+    unsafe fn read(
+        &self,
+        descriptions: *const *const T,
+        count: usize,
+    ) -> Vec<(String, Authorized)> {
+        let mut out = Vec::with_capacity(count);
+        for i in 0..count {
+            let description = *descriptions.add(i);
+            let name = CStr::from_ptr((self.name)(description))
+                .to_string_lossy()
+                .into_owned();
+            let allowed = match refused((self.error)(description)) {
+                Some(answer) => answer,
+                None => {
+                    let mut n = 0usize;
+                    let ops = (self.operations)(description, &mut n);
+                    operations(ops, n)
+                }
+            };
+            out.push((name, allowed));
+        }
+        out
+    }
+}
+
 fn describe_topics(
     client: &BaseConsumer<LastError>,
     topics: &[String],
     timeout: Duration,
 ) -> Result<Vec<(String, Authorized)>, String> {
-    let names: Vec<CString> = topics
-        .iter()
-        .map(|t| CString::new(t.as_str()).map_err(|_| format!("topic name {t:?} holds a NUL")))
-        .collect::<Result<_, _>>()?;
+    let names = c_names(topics, "topic name")?;
     let mut pointers: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
     // SAFETY: the client outlives the request; `names` outlives the
-    // collection, which librdkafka copies; every handle is destroyed once.
+    // collection, which librdkafka copies; every handle is destroyed once;
+    // the descriptions live as long as the request's event.
     unsafe {
         let rk = client.client().native_ptr();
         let mut request = Request::new(
@@ -556,24 +591,12 @@ fn describe_topics(
         }
         let mut count = 0usize;
         let descriptions = rd::rd_kafka_DescribeTopics_result_topics(result, &mut count);
-        let mut out = Vec::with_capacity(count);
-        for i in 0..count {
-            let description = *descriptions.add(i);
-            let name = CStr::from_ptr(rd::rd_kafka_TopicDescription_name(description))
-                .to_string_lossy()
-                .into_owned();
-            let allowed = match refused(rd::rd_kafka_TopicDescription_error(description)) {
-                Some(answer) => answer,
-                None => {
-                    let mut n = 0usize;
-                    let ops =
-                        rd::rd_kafka_TopicDescription_authorized_operations(description, &mut n);
-                    operations(ops, n)
-                }
-            };
-            out.push((name, allowed));
-        }
-        Ok(out)
+        let reading = Reading {
+            name: rd::rd_kafka_TopicDescription_name,
+            error: rd::rd_kafka_TopicDescription_error,
+            operations: rd::rd_kafka_TopicDescription_authorized_operations,
+        };
+        Ok(reading.read(descriptions, count))
     }
 }
 
@@ -582,10 +605,7 @@ fn describe_groups(
     groups: &[String],
     timeout: Duration,
 ) -> Result<Vec<(String, Authorized)>, String> {
-    let names: Vec<CString> = groups
-        .iter()
-        .map(|g| CString::new(g.as_str()).map_err(|_| format!("group id {g:?} holds a NUL")))
-        .collect::<Result<_, _>>()?;
+    let names = c_names(groups, "group id")?;
     let mut pointers: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
     // SAFETY: as in describe_topics.
     unsafe {
@@ -609,26 +629,12 @@ fn describe_groups(
         }
         let mut count = 0usize;
         let descriptions = rd::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
-        let mut out = Vec::with_capacity(count);
-        for i in 0..count {
-            let description = *descriptions.add(i);
-            let name = CStr::from_ptr(rd::rd_kafka_ConsumerGroupDescription_group_id(description))
-                .to_string_lossy()
-                .into_owned();
-            let allowed = match refused(rd::rd_kafka_ConsumerGroupDescription_error(description)) {
-                Some(answer) => answer,
-                None => {
-                    let mut n = 0usize;
-                    let ops = rd::rd_kafka_ConsumerGroupDescription_authorized_operations(
-                        description,
-                        &mut n,
-                    );
-                    operations(ops, n)
-                }
-            };
-            out.push((name, allowed));
-        }
-        Ok(out)
+        let reading = Reading {
+            name: rd::rd_kafka_ConsumerGroupDescription_group_id,
+            error: rd::rd_kafka_ConsumerGroupDescription_error,
+            operations: rd::rd_kafka_ConsumerGroupDescription_authorized_operations,
+        };
+        Ok(reading.read(descriptions, count))
     }
 }
 

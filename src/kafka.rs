@@ -175,6 +175,15 @@ pub fn admin_config(config: &Config) -> ClientConfig {
     client
 }
 
+/// The settings of a client that only asks the cluster (metadata, the
+/// authorized operations, a group's committed offsets): the admin
+/// settings, and no topic created by asking about it.
+pub(crate) fn metadata_client_config(config: &Config) -> ClientConfig {
+    let mut client = admin_config(config);
+    client.set("allow.auto.create.topics", "false");
+    client
+}
+
 /// The producer of `orderly replay`'s changelog markers: idempotent and
 /// acknowledged by all in-sync replicas like the others, with a short
 /// linger. (Write-outs go through each partition's transactional producer.)

@@ -287,14 +287,10 @@ pub(crate) async fn check_group(config: &Config, timeout: Duration) -> Check {
         Ok(n) => n,
         Err(failed) => return failed,
     };
-    let mut client = ClientConfig::new();
-    for (key, value) in config.librdkafka_passthrough() {
-        client.set(key, value);
-    }
+    let mut client = crate::kafka::metadata_client_config(config);
     // read_uncommitted: a read_committed OffsetFetch waits for pending
     // transactional offset commits (exactly_once after a crash).
     client
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
         .set("group.id", &group)
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_uncommitted");
@@ -691,14 +687,7 @@ impl ConsumerContext for ProbeContext {}
 /// A client for metadata only: the pass-through settings (security) and the
 /// bootstrap servers, no group.
 fn metadata_client(config: &Config) -> Result<BaseConsumer<ProbeContext>, KafkaError> {
-    let mut client = ClientConfig::new();
-    for (key, value) in config.librdkafka_passthrough() {
-        client.set(key, value);
-    }
-    client
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("allow.auto.create.topics", "false");
-    client.create_with_context(ProbeContext::default())
+    crate::kafka::metadata_client_config(config).create_with_context(ProbeContext::default())
 }
 
 /// Cluster metadata (of one topic, or of every topic), off the async workers.
