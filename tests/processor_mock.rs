@@ -1084,3 +1084,54 @@ fn demo_json_proves_the_guarantees() {
     assert_eq!(summary["state_matches_expected"], true);
     assert_eq!(summary["counts_match_expected"], true);
 }
+
+/// With the outbox on, a schema registry that cannot be reached at start-up
+/// is waited for (as records wait for it) instead of stopping the process:
+/// a line says so, the process keeps running, and a shutdown meanwhile is
+/// clean.
+#[test]
+fn an_unreachable_registry_at_start_up_is_waited_for_with_the_outbox_on() {
+    let c = cluster();
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let registry_url = format!("http://127.0.0.1:{port}");
+    let group = unique("group");
+    let instance = Instance::new(&Setup {
+        kafka_extra: "",
+        bootstrap: &c.bootstrap,
+        registry_url: &registry_url,
+        group: &group,
+        topic: &c.topic,
+        dlq_topic: &c.dlq,
+        session_timeout_ms: 6000,
+        extra: "",
+    });
+    let mut child = instance.spawn_run(None);
+    let waiting = wait_until(Duration::from_secs(45), || {
+        instance
+            .log()
+            .contains("waiting for it to register the OrderStatusChanged schema")
+    });
+    assert!(
+        waiting,
+        "says it waits for the registry\n{}",
+        instance.log()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "keeps running while the registry is away\n{}",
+        instance.log()
+    );
+    signal(&child, "TERM");
+    let status = wait_exit(&mut child, Duration::from_secs(20));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "a clean stop while waiting: {status:?}\n{}",
+        instance.log()
+    );
+    drop(c.mock);
+}

@@ -280,8 +280,8 @@ impl Shared {
     }
 }
 
-/// How a run ended.
-#[derive(Debug, Clone, Copy)]
+/// How a run ended (all zero: stopped before it joined the group).
+#[derive(Debug, Clone, Copy, Default)]
 pub struct RunReport {
     /// What this run decided.
     pub outcomes: Outcomes,
@@ -353,6 +353,7 @@ impl Processor {
         self,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<RunReport, ProcessError> {
+        tokio::pin!(shutdown);
         let retention = self.config.inbox_retention();
         let producer: FutureProducer = producer_config(&self.config).create()?;
         let topic = self.config.kafka.input_topic.clone();
@@ -364,12 +365,15 @@ impl Processor {
         })?;
         let outbox = match self.config.output_topic() {
             Some(topic) => {
-                let encoder = crate::outbox::OutboxEncoder::register(&self.registry, &topic, &self.config.kafka.input_topic)
-                    .await
-                    .map_err(|e| ProcessError::Process {
-                        stage: Stage::Start,
-                        message: format!("cannot register the OrderStatusChanged schema for the outbox ({topic}): {e}"),
-                    })?;
+                let registering =
+                    register_outbox_schema(&self.registry, &topic, &self.config.kafka.input_topic);
+                let encoder = tokio::select! {
+                    registered = registering => registered?,
+                    _ = &mut shutdown => {
+                        info!("shutdown requested while waiting for the schema registry; nothing was consumed");
+                        return Ok(RunReport::default());
+                    }
+                };
                 info!(topic = %topic, "outbox on: status changes are published to the output topic");
                 Some(OutboxSetup {
                     topic,
@@ -431,7 +435,7 @@ impl Processor {
         };
 
         tokio::select! {
-            _ = shutdown => info!("shutdown requested: finishing in-flight batches"),
+            _ = &mut shutdown => info!("shutdown requested: finishing in-flight batches"),
             _ = shared.fatal_notify.notified() => {}
         }
         let _ = shared.telemetry.stopping.set("stopping".into());
@@ -813,5 +817,55 @@ fn wait_for_flusher(flusher: tokio::task::JoinHandle<()>) {
     if !flusher.is_finished() {
         warn!("flusher did not stop in time");
         flusher.abort();
+    }
+}
+
+/// Registers the output topic's OrderStatusChanged schema, waiting for a
+/// registry that cannot be reached (as records wait for it): a line when it
+/// starts waiting, a reminder every 30 s, a line when it is done. A
+/// registry that refuses (credentials, a schema it rejects) stops the start.
+async fn register_outbox_schema(
+    registry: &crate::registry::Registry,
+    topic: &str,
+    source_topic: &str,
+) -> Result<crate::outbox::OutboxEncoder, ProcessError> {
+    let mut backoff =
+        crate::retry::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let started = std::time::Instant::now();
+    let mut said: Option<std::time::Instant> = None;
+    loop {
+        match crate::outbox::OutboxEncoder::register(registry, topic, source_topic).await {
+            Ok(encoder) => {
+                if said.is_some() {
+                    info!(
+                        waited_s = started.elapsed().as_secs(),
+                        "schema registry reachable again: the OrderStatusChanged schema is registered"
+                    );
+                }
+                return Ok(encoder);
+            }
+            Err(crate::registry::RegistryError::Unavailable(cause)) => {
+                let remind = said.is_none_or(|at| at.elapsed() >= Duration::from_secs(30));
+                if remind {
+                    warn!(
+                        topic,
+                        waited_s = started.elapsed().as_secs(),
+                        error = %cause,
+                        "the schema registry cannot be reached; waiting for it to register the OrderStatusChanged \
+                         schema of the outbox before joining the group"
+                    );
+                    said = Some(std::time::Instant::now());
+                }
+                backoff.sleep().await;
+            }
+            Err(e) => {
+                return Err(ProcessError::Process {
+                    stage: Stage::Start,
+                    message: format!(
+                    "cannot register the OrderStatusChanged schema for the outbox ({topic}): {e}"
+                ),
+                })
+            }
+        }
     }
 }

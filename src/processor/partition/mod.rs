@@ -13,6 +13,8 @@
 //!   produced to the changelog, acknowledged, written with the checkpoint
 //!   in one atomic sled batch, reported to the flusher). Ends in a drain, a
 //!   loss (released, nothing more written) or a breaker trip.
+//!   When to write out is [`schedule`]'s pure rule (the caller passes the
+//!   time).
 //! * [`draining`] (revoke, shutdown): finish the records already fetched,
 //!   write them out, let the outbox relay catch up, reply with the
 //!   checkpoint and stop.
@@ -33,6 +35,7 @@ mod draining;
 mod live;
 mod processing;
 mod restoring;
+mod schedule;
 mod stopped;
 
 use std::sync::{Arc, Weak};

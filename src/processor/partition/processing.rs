@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use super::batch::take_available;
 use super::draining::Draining;
 use super::live::Live;
+use super::schedule::{Settings, Wake, WriteSchedule};
 use super::stopped::Stopped;
 use super::{Command, PartitionTask};
 use crate::processor::context::OrderlyContext;
@@ -93,61 +94,58 @@ impl Processing {
         let max_records = config.batch_max_records;
         let max_wait = Duration::from_millis(config.batch_max_wait_ms);
         let interval = Duration::from_millis(config.commit_interval_ms);
-        // Caught up with the input: write out this soon after the last
-        // write-out instead of a whole interval later (`None`: off).
-        let caught_up_after = (config.caught_up_write_ms > 0)
-            .then(|| Duration::from_millis(config.caught_up_write_ms).min(interval));
         let end = End::new(&self.live.task.shared.topic);
-        let mut last_write = tokio::time::Instant::now();
-        // Without a changelog: a task that did not run for longer than the
+        // Without a changelog, a task that did not run for longer than the
         // session timeout (the process was paused: SIGSTOP, a GC or VM
         // freeze) may have been presumed dead, its partition given to
-        // another member. It holds its write-outs until the group has had
-        // time to say so (a revoke with `lost`, which drops the work), so
-        // its store does not take work the group gave to another member.
-        // With a changelog the transaction's fencing covers this.
-        let session = Duration::from_millis(self.live.task.shared.config.kafka.session_timeout_ms);
-        let mut last_wake = tokio::time::Instant::now();
-        let mut hold_until = last_wake;
+        // another member: it holds its write-outs until the group has had
+        // time to say so (a revoke with `lost`, which drops the work). A
+        // changelog needs no hold: every write-out is a transaction the new
+        // owner fenced, so a late one fails and nothing of it is visible
+        // (a network cut, which no pause measures, is covered the same way).
+        let mut schedule = WriteSchedule::new(
+            Settings {
+                interval,
+                // Caught up with the input: write out this soon after the
+                // last write-out instead of a whole interval later.
+                caught_up_after: (config.caught_up_write_ms > 0)
+                    .then(|| Duration::from_millis(config.caught_up_write_ms).min(interval)),
+                session: Duration::from_millis(
+                    self.live.task.shared.config.kafka.session_timeout_ms,
+                ),
+                pause_hold: PAUSE_HOLD,
+                hold_pauses: self.live.task.txn.is_none(),
+            },
+            tokio::time::Instant::now(),
+        );
         loop {
             let mut batch: Vec<BorrowedMessage<'_>> = Vec::with_capacity(max_records);
             let mut drain = None;
             let mut deadline: Option<tokio::time::Instant> = None;
             loop {
-                let woke = tokio::time::Instant::now();
                 // Time spent waiting on the schema registry is time this
-                // task ran (and the poll thread kept the membership): not
-                // a pause.
+                // task ran (and the poll thread kept the membership).
                 let on_registry = Duration::from_millis(
                     self.live
                         .registry_waited_ms
                         .swap(0, std::sync::atomic::Ordering::Relaxed),
                 );
-                let asleep = woke.saturating_duration_since(last_wake);
-                last_wake = woke;
-                if asleep > session && asleep.saturating_sub(on_registry) <= session {
-                    info!(
+                match schedule.woke(tokio::time::Instant::now(), on_registry) {
+                    Wake::Ran => {}
+                    Wake::WaitedOnRegistry(waited) => info!(
                         partition = self.live.task.partition,
-                        waited_s = format!("{:.1}", on_registry.as_secs_f64()),
+                        waited_s = format!("{:.1}", waited.as_secs_f64()),
                         "this task waited on the schema registry for longer than the session timeout; the poll thread \
                          kept this member in the group meanwhile"
-                    );
-                }
-                let asleep = asleep.saturating_sub(on_registry);
-                // A changelog needs no hold: every write-out is a
-                // transaction, the new owner fenced this producer, so a
-                // late write-out fails and nothing of it is visible (and a
-                // network cut, which no pause measures, is covered the
-                // same way). Without a changelog there is nothing to fence.
-                if asleep > session && self.live.task.txn.is_none() {
-                    hold_until = woke + PAUSE_HOLD;
-                    warn!(
+                    ),
+                    Wake::Paused { asleep, held: true } => warn!(
                         partition = self.live.task.partition,
                         paused_s = format!("{:.1}", asleep.as_secs_f64()),
                         hold_ms = PAUSE_HOLD.as_millis() as u64,
                         "this task did not run for longer than the session timeout (was the process paused?); holding \
                          its write-out until the group confirms this member still owns the partition"
-                    );
+                    ),
+                    Wake::Paused { held: false, .. } => {}
                 }
                 take_available(queue, &mut batch, max_records, self.live.task.partition);
                 if batch.len() >= max_records {
@@ -158,17 +156,14 @@ impl Processing {
                 }
                 let mut wait_until =
                     deadline.unwrap_or_else(|| tokio::time::Instant::now() + IDLE_RECHECK);
-                let mut write_due = (last_write + interval).max(hold_until);
-                if self.live.task.state.has_unwritten() {
-                    if let Some(after) =
-                        caught_up_after.filter(|_| batch.is_empty() && end.reached(&self.live))
-                    {
-                        write_due = write_due.min((last_write + after).max(hold_until));
-                    }
-                    if tokio::time::Instant::now() >= write_due {
+                let due = schedule.due(self.live.task.state.has_unwritten(), || {
+                    batch.is_empty() && end.reached(&self.live)
+                });
+                if let Some(due) = due {
+                    if tokio::time::Instant::now() >= due {
                         break;
                     }
-                    wait_until = wait_until.min(write_due);
+                    wait_until = wait_until.min(due);
                 }
                 tokio::select! {
                     biased;
@@ -225,17 +220,13 @@ impl Processing {
             drop(batch);
             self.live.collect_published();
             let now = tokio::time::Instant::now();
-            let caught_up_due = || {
-                caught_up_after.is_some_and(|after| {
-                    now >= last_write + after && drained && end.reached(&self.live)
-                })
-            };
-            if now >= hold_until
-                && self.live.task.state.has_unwritten()
-                && (now >= last_write + interval
-                    || self.live.task.state.dirty_bytes() > self.live.task.shared.cache_share()
-                    || caught_up_due())
-            {
+            let state = &self.live.task.state;
+            if schedule.write_now(
+                now,
+                state.has_unwritten(),
+                state.dirty_bytes() > self.live.task.shared.cache_share(),
+                || drained && end.reached(&self.live),
+            ) {
                 match self.live.write_out().await {
                     Err(ProcessError::Txn(cause @ TxnError::Fenced { .. })) => {
                         return Ok(Ended::Fenced {
@@ -245,7 +236,7 @@ impl Processing {
                     }
                     other => other?,
                 }
-                last_write = now;
+                schedule.written(now);
             }
         }
     }
