@@ -718,7 +718,9 @@ fn broker_down_at_startup_is_retried_with_a_clear_message() {
         session_timeout_ms: 6000,
         extra: "",
     });
-    let mut child = instance.spawn_run(None);
+    // Killed if an assertion fails first.
+    let reaper = support::Reaper::default();
+    let mut child = reaper.watch(instance.spawn_run(None));
     let retried = wait_until(Duration::from_secs(30), || {
         instance.log().contains("kafka unreachable")
     });
@@ -1109,7 +1111,8 @@ fn an_unreachable_registry_at_start_up_is_waited_for_with_the_outbox_on() {
         session_timeout_ms: 6000,
         extra: "",
     });
-    let mut child = instance.spawn_run(None);
+    let reaper = support::Reaper::default();
+    let mut child = reaper.watch(instance.spawn_run(None));
     let waiting = wait_until(Duration::from_secs(45), || {
         instance
             .log()
