@@ -121,12 +121,6 @@ impl DemoSummary {
     }
 }
 
-impl From<crate::processor::ProcessError> for DemoError {
-    fn from(error: crate::processor::ProcessError) -> Self {
-        DemoError::Process(Box::new(error))
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     /// The cause is in the message and deliberately not a `source` (see
@@ -144,7 +138,7 @@ pub enum DemoError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
-    Process(Box<crate::processor::ProcessError>),
+    Process(#[from] crate::processor::ProcessError),
     #[error("cannot create a temporary store directory: {0}")]
     TempDir(std::io::Error),
     #[error(
