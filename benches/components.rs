@@ -60,7 +60,7 @@ fn state(order: usize, inbox_len: usize) -> (OrderState, HashMap<i64, Vec<InboxE
     for v in 1..=inbox_len.max(1) as i64 {
         let (next, spill) = apply(
             current,
-            event(order, v),
+            event(order, v).into(),
             NOW_MS - 3_600_000 + v,
             RETENTION_MS,
         );
@@ -105,7 +105,7 @@ fn decide_benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("decide");
     group.throughput(Throughput::Elements(1));
     let (existing, _) = state(7, 10);
-    let newer = event(7, 11);
+    let newer: orderly::Event<_> = event(7, 11).into();
     group.bench_function("decide_apply", |b| {
         b.iter(|| {
             decide(
@@ -118,11 +118,11 @@ fn decide_benches(c: &mut Criterion) {
     });
     for inbox_len in [1usize, 10, 100, 1000] {
         let (existing, chunks) = state(7, inbox_len);
-        let newer = event(7, inbox_len as i64 + 1);
+        let newer: orderly::Event<_> = event(7, inbox_len as i64 + 1).into();
         // A redelivery of the newest and of the oldest applied event (the
         // oldest is in a chunk once the order has more than 32 events).
-        let recent_duplicate = event(7, inbox_len as i64);
-        let old_duplicate = event(7, 1);
+        let recent_duplicate: orderly::Event<_> = event(7, inbox_len as i64).into();
+        let old_duplicate: orderly::Event<_> = event(7, 1).into();
         // `step` takes the state and event by value (the processor moves the
         // event's strings into the state); cloning both is setup, outside
         // the measurement.

@@ -1,7 +1,10 @@
-//! The pure heart of `orderly`: what to do with one event given the order's
-//! stored state. No I/O, no clock: the caller passes `now_ms`.
+//! The pure heart of `orderly`: what to do with one event given the
+//! entity's stored state. No I/O, no clock: the caller passes `now_ms`.
+//! Generic over the entity: only the engine's fields (key, version, event
+//! id) decide; the entity's [`Entity::apply`] computes the new data.
 
-use crate::event::{event_id_hash, Inbox, InboxEntry, InboxSlot, Order, OrderEvent, OrderState};
+use crate::entity::{Entity, Event, State};
+use crate::event::{event_id_hash, Inbox, InboxEntry, InboxSlot};
 
 /// The outcome of one decoded event. (Undecodable records never get here:
 /// they are dead-lettered.)
@@ -28,7 +31,7 @@ pub enum Needs {
 /// not newer than the state can be a redelivery (applied versions strictly
 /// increase), and only its version's entry is looked at: a redelivery
 /// carries the version of its original.
-pub fn needs(state: Option<&OrderState>, event: &OrderEvent) -> Needs {
+pub fn needs<E: Entity>(state: Option<&State<E>>, event: &Event<E::Body>) -> Needs {
     match state {
         Some(current) if event.version <= current.version => {
             match current.inbox.slot(event.version) {
@@ -40,17 +43,17 @@ pub fn needs(state: Option<&OrderState>, event: &OrderEvent) -> Needs {
     }
 }
 
-/// Decides one event against the order's stored state.
+/// Decides one event against the entity's stored state.
 ///
 /// `entry` is the inbox entry recorded for the event's version, when there
 /// is one (from the state's recent entries or from a chunk, see [`needs`]).
 /// The inbox check comes first so redeliveries are counted as duplicates,
 /// not as stale; a redelivery whose entry expired is still caught by the
 /// version check and counted stale.
-pub fn decide(
-    state: Option<&OrderState>,
+pub fn decide<E: Entity>(
+    state: Option<&State<E>>,
     entry: Option<&InboxEntry>,
-    event: &OrderEvent,
+    event: &Event<E::Body>,
     horizon_ms: i64,
 ) -> Decision {
     let Some(current) = state else {
@@ -67,7 +70,10 @@ pub fn decide(
 }
 
 /// The entry for `event`'s version among the state's recent inbox entries.
-pub(crate) fn recent_entry(state: Option<&OrderState>, event: &OrderEvent) -> Option<InboxEntry> {
+pub(crate) fn recent_entry<E: Entity>(
+    state: Option<&State<E>>,
+    event: &Event<E::Body>,
+) -> Option<InboxEntry> {
     match state?.inbox.slot(event.version) {
         InboxSlot::Recent(entry) => entry,
         _ => None,
@@ -83,71 +89,80 @@ pub struct InboxSpill {
     pub(crate) expired: Vec<i64>,
 }
 
-/// Applies `event` (decided [`Decision::Apply`]) to the order's state in
-/// place: the event's carried state, its id appended to the inbox. Takes the
-/// event by value so its strings move into the state.
-pub(crate) fn apply_in_place(
-    state: &mut OrderState,
-    event: OrderEvent,
+/// Applies `event` (decided [`Decision::Apply`]) to the entity's state in
+/// place: the entity's new data, the event's id appended to the inbox.
+/// Takes the event by value so its strings move into the state.
+pub(crate) fn apply_in_place<E: Entity>(
+    state: &mut State<E>,
+    event: Event<E::Body>,
     now_ms: i64,
     retention_ms: i64,
 ) -> InboxSpill {
-    debug_assert_eq!(state.order_id, event.order_id);
-    let horizon = now_ms.saturating_sub(retention_ms);
-    let entry = InboxEntry {
-        version: event.version,
-        id_hash: event_id_hash(&event.event_id),
-        applied_at_ms: now_ms,
-    };
-    let (chunk, expired) = state.inbox.push(entry, horizon);
+    debug_assert_eq!(state.key, event.key);
+    let (chunk, expired) = state.inbox.push(
+        inbox_entry(&event, now_ms),
+        now_ms.saturating_sub(retention_ms),
+    );
     state.version = event.version;
-    state.order = Order {
-        status: event.event_type,
-        amount: event.amount,
-        currency: event.currency,
-    };
+    state.data = E::apply(Some(&state.data), event.body);
     state.event_id = event.event_id;
     state.occurred_at = event.occurred_at;
     InboxSpill { chunk, expired }
 }
 
+fn inbox_entry<B>(event: &Event<B>, now_ms: i64) -> InboxEntry {
+    InboxEntry {
+        version: event.version,
+        id_hash: event_id_hash(&event.event_id),
+        applied_at_ms: now_ms,
+    }
+}
+
 /// The state after applying `event` (decided [`Decision::Apply`]) to
-/// `state`, or the order's first state.
-pub fn apply(
-    state: Option<OrderState>,
-    event: OrderEvent,
+/// `state`, or the entity's first state.
+pub fn apply<E: Entity>(
+    state: Option<State<E>>,
+    event: Event<E::Body>,
     now_ms: i64,
     retention_ms: i64,
-) -> (OrderState, InboxSpill) {
-    let mut state = match state {
-        Some(state) => state,
-        None => OrderState {
-            order_id: event.order_id.clone(),
-            version: 0,
-            order: Order {
-                status: event.event_type,
-                amount: 0,
-                currency: String::new(),
-            },
-            event_id: String::new(),
-            occurred_at: 0,
-            inbox: Inbox::default(),
-        },
+) -> (State<E>, InboxSpill) {
+    if let Some(mut state) = state {
+        let spill = apply_in_place(&mut state, event, now_ms, retention_ms);
+        return (state, spill);
+    }
+    let mut inbox = Inbox::default();
+    let (chunk, expired) = inbox.push(
+        inbox_entry(&event, now_ms),
+        now_ms.saturating_sub(retention_ms),
+    );
+    let Event {
+        event_id,
+        key,
+        version,
+        occurred_at,
+        body,
+    } = event;
+    let state = State {
+        key,
+        version,
+        data: E::apply(None, body),
+        event_id,
+        occurred_at,
+        inbox,
     };
-    let spill = apply_in_place(&mut state, event, now_ms, retention_ms);
-    (state, spill)
+    (state, InboxSpill { chunk, expired })
 }
 
 /// Decides and applies one event against a state whose inbox chunks are
 /// given by `chunk` (a pure stand-in for the store). For tests and
 /// benches; the processor goes through [`crate::partition_state`].
-pub fn step(
-    state: Option<OrderState>,
-    event: OrderEvent,
+pub fn step<E: Entity>(
+    state: Option<State<E>>,
+    event: Event<E::Body>,
     now_ms: i64,
     retention_ms: i64,
     chunk: impl Fn(i64) -> Option<Vec<InboxEntry>>,
-) -> (Decision, Option<OrderState>, InboxSpill) {
+) -> (Decision, Option<State<E>>, InboxSpill) {
     let horizon = now_ms.saturating_sub(retention_ms);
     let entry = match needs(state.as_ref(), &event) {
         Needs::Nothing => recent_entry(state.as_ref(), &event),
@@ -166,7 +181,8 @@ pub fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::EventType;
+    use crate::domains::orders::Orders;
+    use crate::event::{EventType, OrderEvent, OrderState};
     use proptest::prelude::*;
     use std::collections::HashMap;
 
@@ -196,7 +212,7 @@ mod tests {
         fn step(&mut self, event: OrderEvent, now: i64, retention: i64) -> Decision {
             let chunks = &self.chunks;
             let (decision, state, spill) =
-                step(self.state.take(), event, now, retention, |first| {
+                step(self.state.take(), event.into(), now, retention, |first| {
                     chunks.get(&first).cloned()
                 });
             self.state = state;
@@ -215,7 +231,10 @@ mod tests {
 
     #[test]
     fn first_event_applies() {
-        assert_eq!(decide(None, None, &event(1), 0), Decision::Apply);
+        assert_eq!(
+            decide::<Orders>(None, None, &event(1).into(), 0),
+            Decision::Apply
+        );
     }
 
     #[test]

@@ -364,13 +364,13 @@ fn summarize(
     );
     let mut mismatches = 0usize;
     for (order_id, want) in &expected.states {
-        match store.get_order(order_id)? {
+        match store.find::<crate::domains::orders::Orders>(order_id)? {
             Some(state) if state.view() == *want => {}
             _ => mismatches += 1,
         }
     }
     let mut stored_orders = 0usize;
-    store.for_each_order(|_| stored_orders += 1)?;
+    store.for_each::<crate::domains::orders::Orders>(|_| stored_orders += 1)?;
     mismatches += stored_orders.saturating_sub(expected.states.len());
     let processing = timing.elapsed.saturating_sub(timing.join);
     Ok(DemoSummary {

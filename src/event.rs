@@ -225,50 +225,11 @@ pub struct Order {
     pub currency: String,
 }
 
-/// What the store keeps for one order: the engine's fields (the key, the
-/// version that orders events, the producing event and its time, the inbox
-/// of applied event ids) around the order's domain fields.
-///
-/// The field order is the stored (bincode) layout: `order` sits where its
-/// three fields sat before they were grouped, so stores and changelogs
-/// written before read the same.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OrderState {
-    pub order_id: String,
-    pub version: i64,
-    /// The domain fields.
-    pub order: Order,
-    /// The event that produced this state.
-    pub event_id: String,
-    pub occurred_at: i64,
-    /// Applied event ids within the retention window.
-    pub inbox: Inbox,
-}
-
-impl OrderState {
-    /// The state fields without the inbox, for comparing against an expected
-    /// state computed elsewhere.
-    pub fn view(&self) -> StateView {
-        StateView {
-            order_id: self.order_id.clone(),
-            version: self.version,
-            status: self.order.status,
-            amount: self.order.amount,
-            currency: self.order.currency.clone(),
-            event_id: self.event_id.clone(),
-            occurred_at: self.occurred_at,
-        }
-    }
-
-    /// Rough heap and inline bytes, for the cache budget.
-    pub(crate) fn approx_bytes(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self.order_id.capacity()
-            + self.order.currency.capacity()
-            + self.event_id.capacity()
-            + self.inbox.heap_bytes()
-    }
-}
+/// What the store keeps for one order: the engine's fields around the
+/// order's domain fields ([`Order`]). The stored (bincode) layout is the one
+/// of the flat struct it once was: `order_id`, `version`, the three domain
+/// fields, `event_id`, `occurred_at`, the inbox.
+pub type OrderState = crate::entity::State<crate::domains::orders::Orders>;
 
 /// An order's state without its inbox: what `state get` prints and what
 /// expectations compare.
@@ -326,9 +287,9 @@ mod tests {
             chunks: Vec::new(),
         };
         let state = OrderState {
-            order_id: "order-1".into(),
+            key: "order-1".into(),
             version: 3,
-            order: Order {
+            data: Order {
                 status: EventType::Shipped,
                 amount: 1_250,
                 currency: "EUR".into(),
@@ -434,14 +395,16 @@ mod tests {
     }
 }
 
-/// One pending status change, stored under its source offset.
+/// One pending status change of an entity whose status is an `S` (an
+/// order's [`EventType`]), stored under its source offset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutboxRecord {
+pub struct OutboxRecord<S = EventType> {
     pub event_id: String,
-    pub order_id: String,
+    /// The entity's key.
+    pub key: String,
     pub version: i64,
-    pub(crate) from_status: Option<EventType>,
-    pub(crate) to_status: EventType,
+    pub(crate) from_status: Option<S>,
+    pub(crate) to_status: S,
     pub occurred_at: i64,
     pub source_partition: i32,
     pub source_offset: i64,

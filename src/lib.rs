@@ -110,6 +110,8 @@ pub mod codec;
 pub mod config;
 pub mod decide;
 pub mod demo;
+pub mod domains;
+pub mod entity;
 pub mod event;
 pub(crate) mod fault;
 pub(crate) mod group_members;
@@ -131,3 +133,6 @@ pub(crate) mod retry;
 pub mod store;
 pub mod telemetry;
 pub mod workload;
+
+pub use domains::orders::Orders;
+pub use entity::{Entity, Event, State};

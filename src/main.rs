@@ -884,23 +884,25 @@ fn show_config(config: &Config, file: Option<&Path>) -> Result<String> {
 
 fn state_command(store: &Store, command: StateCommand) -> Result<Exit> {
     match command {
-        StateCommand::Get { order_id, json } => match store.get_order(&order_id)? {
+        StateCommand::Get { order_id, json } => match store.find::<orderly::Orders>(&order_id)? {
             None => {
                 eprintln!("no state for order {order_id}");
                 Ok(Exit::NotFound)
             }
             Some(state) if json => {
-                println!("{}", serde_json::to_string(&state)?);
+                let mut body = serde_json::to_value(state.view())?;
+                body["inbox"] = serde_json::to_value(&state.inbox)?;
+                println!("{body}");
                 Ok(Exit::Success)
             }
             Some(state) => {
                 println!(
                     "order {}: version {}, status {}, amount {} {}, event {}, occurred_at {}, {} event ids in inbox",
-                    state.order_id,
+                    state.key,
                     state.version,
-                    state.order.status.as_str(),
-                    state.order.amount,
-                    state.order.currency,
+                    state.data.status.as_str(),
+                    state.data.amount,
+                    state.data.currency,
                     state.event_id,
                     state.occurred_at,
                     state.inbox.len()
@@ -913,7 +915,7 @@ fn state_command(store: &Store, command: StateCommand) -> Result<Exit> {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             let mut failure = None;
-            store.for_each_order_in_partition(|partition, state| {
+            store.for_each_in_partition::<orderly::Orders>(|partition, state| {
                 if failure.is_none() {
                     let line = serde_json::to_value(state.view()).map(|mut v| {
                         v["partition"] = serde_json::json!(partition);

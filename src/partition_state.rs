@@ -17,8 +17,9 @@ use std::collections::HashMap;
 use crate::decide::{
     apply, apply_in_place, decide, needs, recent_entry, Decision, InboxSpill, Needs,
 };
-use crate::event::{status_event_id, OutboxRecord};
-use crate::event::{InboxEntry, OrderEvent, OrderState};
+use crate::domains::orders::Orders;
+use crate::entity::{Entity, Event, State};
+use crate::event::{status_event_id, InboxEntry, OutboxRecord};
 use crate::outcomes::Outcomes;
 use crate::store::{BatchWrite, Checkpoint, PartitionStore, StoreError};
 
@@ -48,9 +49,9 @@ pub struct WriteOutcome {
     pub checkpoint: Checkpoint,
 }
 
-/// An order in the cache.
-struct Cached {
-    state: OrderState,
+/// An entity in the cache.
+struct Cached<E: Entity> {
+    state: State<E>,
     /// Changed since the last write-out.
     dirty: bool,
     /// Full inbox chunks not yet written.
@@ -62,11 +63,13 @@ struct Cached {
 }
 
 /// Per-entry overhead beyond the state: the map's key and slot.
-const ENTRY_OVERHEAD: usize = std::mem::size_of::<(String, Cached)>() + 16;
+const fn entry_overhead<E: Entity>() -> usize {
+    std::mem::size_of::<(String, Cached<E>)>() + 16
+}
 
-impl Cached {
+impl<E: Entity> Cached<E> {
     fn measure(&self, key_len: usize) -> usize {
-        ENTRY_OVERHEAD
+        entry_overhead::<E>()
             + key_len
             + self.state.approx_bytes()
             + self
@@ -78,10 +81,10 @@ impl Cached {
     }
 }
 
-/// One partition's order cache, pending checkpoint and store tree.
-pub struct PartitionState {
+/// One partition's entity cache, pending checkpoint and store tree.
+pub struct PartitionState<E: Entity = Orders> {
     store: PartitionStore,
-    cache: HashMap<String, Cached>,
+    cache: HashMap<String, Cached<E>>,
     /// Covers every record decided so far (in memory until written).
     pending: Option<Checkpoint>,
     /// The checkpoint of the last write-out (or as opened).
@@ -96,7 +99,7 @@ pub struct PartitionState {
     /// its transaction) instead of through outbox rows in the store.
     status_direct: bool,
     /// Status changes decided since the last write-out.
-    new_outbox: Vec<OutboxRecord>,
+    new_outbox: Vec<OutboxRecord<E::Status>>,
     /// Published outbox records up to this source offset are to be deleted
     /// at the next write-out (`None`: nothing to delete).
     outbox_delete_through: Option<i64>,
@@ -115,10 +118,10 @@ pub struct Sourced<E> {
 }
 
 /// One batch of a partition's records, decoded, for [`PartitionState::apply`].
-#[derive(Debug, Clone, Default)]
-pub struct Decoded {
+#[derive(Debug, Clone)]
+pub struct Decoded<B> {
     /// The decoded records, in offset order.
-    pub events: Vec<Sourced<OrderEvent>>,
+    pub events: Vec<Sourced<Event<B>>>,
     /// Records of the batch that were dead-lettered instead (counted).
     pub dead_lettered: u64,
     /// The batch's first record: where the checkpoint starts on a partition
@@ -128,7 +131,7 @@ pub struct Decoded {
     pub next_offset: i64,
 }
 
-impl PartitionState {
+impl<E: Entity> PartitionState<E> {
     /// The partition as its store holds it (`checkpoint` as read from it).
     pub fn new(store: PartitionStore, checkpoint: Option<Checkpoint>) -> Self {
         PartitionState {
@@ -217,10 +220,10 @@ impl PartitionState {
     }
 
     /// The state of one order as decided so far (cache, then store).
-    pub fn get(&self, order_id: &str) -> Result<Option<OrderState>, StoreError> {
-        match self.cache.get(order_id) {
+    pub fn get(&self, key: &str) -> Result<Option<State<E>>, StoreError> {
+        match self.cache.get(key) {
             Some(cached) => Ok(Some(cached.state.clone())),
-            None => self.store.get(order_id),
+            None => self.store.get(key),
         }
     }
 
@@ -229,7 +232,7 @@ impl PartitionState {
     /// too. Nothing is written.
     pub fn apply(
         &mut self,
-        batch: Decoded,
+        batch: Decoded<E::Body>,
         now_ms: i64,
         retention_ms: i64,
     ) -> Result<BatchOutcome, StoreError> {
@@ -246,8 +249,8 @@ impl PartitionState {
             value: event,
         } in events
         {
-            if !self.cache.contains_key(event.order_id.as_str()) {
-                if let Some(state) = self.store.get(&event.order_id)? {
+            if !self.cache.contains_key(event.key.as_str()) {
+                if let Some(state) = self.store.get(&event.key)? {
                     let mut cached = Cached {
                         state,
                         dirty: false,
@@ -255,18 +258,18 @@ impl PartitionState {
                         expired_chunks: Vec::new(),
                         bytes: 0,
                     };
-                    cached.bytes = cached.measure(event.order_id.len());
+                    cached.bytes = cached.measure(event.key.len());
                     self.cached_bytes += cached.bytes;
-                    self.cache.insert(event.order_id.clone(), cached);
+                    self.cache.insert(event.key.clone(), cached);
                 }
             }
-            let cached = self.cache.get(event.order_id.as_str());
+            let cached = self.cache.get(event.key.as_str());
             let state = cached.map(|c| &c.state);
             let entry = match needs(state, &event) {
                 Needs::Nothing => recent_entry(state, &event),
                 Needs::Chunk(first) => {
                     outcome.chunk_reads += 1;
-                    self.chunk_entry(cached, &event.order_id, first, event.version)?
+                    self.chunk_entry(cached, &event.key, first, event.version)?
                 }
             };
             let decision = decide(state, entry.as_ref(), &event, horizon);
@@ -278,26 +281,34 @@ impl PartitionState {
                     if event.version != previous + 1 {
                         outcome.version_gaps += 1;
                     }
-                    let from_status = state.map(|s| s.order.status);
-                    if let Some(partition) = self
-                        .outbox
-                        .filter(|_| from_status != Some(event.event_type))
+                    self.applied_at.push(event.occurred_at);
+                    let Some(partition) = self.outbox else {
+                        self.apply_one(event, now_ms, retention_ms);
+                        continue;
+                    };
+                    let from_status = state.and_then(|s| E::status(&s.data));
+                    let (event_id, key, version, occurred_at) = (
+                        status_event_id(&event.event_id),
+                        event.key.clone(),
+                        event.version,
+                        event.occurred_at,
+                    );
+                    let to_status = self.apply_one(event, now_ms, retention_ms);
+                    if let Some(to_status) = to_status.filter(|to| from_status.as_ref() != Some(to))
                     {
                         self.new_outbox.push(OutboxRecord {
-                            event_id: status_event_id(&event.event_id),
-                            order_id: event.order_id.clone(),
-                            version: event.version,
+                            event_id,
+                            key,
+                            version,
                             from_status,
-                            to_status: event.event_type,
-                            occurred_at: event.occurred_at,
+                            to_status,
+                            occurred_at,
                             source_partition: partition,
                             source_offset: offset,
                             created_ms: now_ms,
                             epoch: self.pending.map(|c| c.epoch).unwrap_or(0),
                         });
                     }
-                    self.applied_at.push(event.occurred_at);
-                    self.apply_one(event, now_ms, retention_ms);
                 }
             }
         }
@@ -317,7 +328,7 @@ impl PartitionState {
     /// the chunks not yet written, else in the store.
     fn chunk_entry(
         &self,
-        cached: Option<&Cached>,
+        cached: Option<&Cached<E>>,
         order_id: &str,
         first: i64,
         version: i64,
@@ -337,11 +348,17 @@ impl PartitionState {
         }
     }
 
-    fn apply_one(&mut self, event: OrderEvent, now_ms: i64, retention_ms: i64) {
-        match self.cache.get_mut(event.order_id.as_str()) {
+    /// Applies one event; returns the entity's status after it.
+    fn apply_one(
+        &mut self,
+        event: Event<E::Body>,
+        now_ms: i64,
+        retention_ms: i64,
+    ) -> Option<E::Status> {
+        match self.cache.get_mut(event.key.as_str()) {
             Some(cached) => {
                 let spill = apply_in_place(&mut cached.state, event, now_ms, retention_ms);
-                let key_len = cached.state.order_id.len();
+                let key_len = cached.state.key.len();
                 record_spill(cached, spill);
                 let before = cached.bytes;
                 cached.bytes = cached.measure(key_len);
@@ -352,9 +369,10 @@ impl PartitionState {
                     cached.dirty = true;
                     self.dirty_bytes += cached.bytes;
                 }
+                E::status(&cached.state.data)
             }
             None => {
-                let key = event.order_id.clone();
+                let key = event.key.clone();
                 let (state, spill) = apply(None, event, now_ms, retention_ms);
                 let mut cached = Cached {
                     state,
@@ -367,7 +385,9 @@ impl PartitionState {
                 cached.bytes = cached.measure(key.len());
                 self.cached_bytes += cached.bytes;
                 self.dirty_bytes += cached.bytes;
+                let status = E::status(&cached.state.data);
                 self.cache.insert(key, cached);
+                status
             }
         }
     }
@@ -391,7 +411,7 @@ impl PartitionState {
     pub(crate) fn prepare_write_out(
         &self,
         changelog: bool,
-    ) -> Result<Option<PreparedWrite>, StoreError> {
+    ) -> Result<Option<PreparedWrite<E::Status>>, StoreError> {
         let Some(checkpoint) = self.pending.filter(|_| self.has_unwritten()) else {
             return Ok(None);
         };
@@ -445,7 +465,7 @@ impl PartitionState {
     /// (all are clean now; the next read goes through to sled).
     pub(crate) fn finish_write_out(
         &mut self,
-        prepared: PreparedWrite,
+        prepared: PreparedWrite<E::Status>,
         changelog_next: Option<i64>,
         keep_bytes: usize,
     ) -> Result<WriteOutcome, StoreError> {
@@ -478,7 +498,7 @@ impl PartitionState {
                 cached.dirty = false;
                 cached.new_chunks = Vec::new();
                 cached.expired_chunks = Vec::new();
-                let key_len = cached.state.order_id.len();
+                let key_len = cached.state.key.len();
                 let before = cached.bytes;
                 cached.bytes = cached.measure(key_len);
                 self.cached_bytes = self.cached_bytes + cached.bytes - before;
@@ -495,7 +515,7 @@ impl PartitionState {
 }
 
 /// A write-out encoded and not yet written.
-pub(crate) struct PreparedWrite {
+pub(crate) struct PreparedWrite<S> {
     /// The changed keys (and their changelog records, when collected).
     pub write: BatchWrite,
     pub orders: usize,
@@ -507,10 +527,10 @@ pub(crate) struct PreparedWrite {
     pub(crate) outbox_deleted: Option<i64>,
     /// The status changes to produce with it (direct status only; otherwise
     /// they are outbox rows in `write`).
-    pub status: Vec<OutboxRecord>,
+    pub status: Vec<OutboxRecord<S>>,
 }
 
-fn record_spill(cached: &mut Cached, spill: InboxSpill) {
+fn record_spill<E: Entity>(cached: &mut Cached<E>, spill: InboxSpill) {
     if let Some(chunk) = spill.chunk {
         cached.new_chunks.push(chunk);
     }
@@ -548,7 +568,7 @@ mod tests {
             .into_iter()
             .map(|value| Sourced {
                 offset: first,
-                value,
+                value: value.into(),
             })
             .collect();
         p.apply(
@@ -562,7 +582,7 @@ mod tests {
             retention,
         )
     }
-    use crate::event::EventType;
+    use crate::event::{EventType, OrderEvent};
     use crate::store::Store;
 
     const DAY_MS: i64 = 86_400_000;
@@ -617,7 +637,7 @@ mod tests {
         assert_eq!(p.dirty_bytes(), 0);
         assert_eq!(p.write_out(usize::MAX).unwrap(), None, "nothing new");
         let tree = store.partition("t", 0).unwrap();
-        assert_eq!(tree.get("a").unwrap().unwrap().version, 50);
+        assert_eq!(tree.get::<Orders>("a").unwrap().unwrap().version, 50);
         assert_eq!(tree.checkpoint().unwrap().unwrap().applied, 100);
     }
 

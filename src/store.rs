@@ -29,8 +29,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::entity::{Entity, State};
+use crate::event::InboxEntry;
 use crate::event::OutboxRecord;
-use crate::event::{InboxEntry, OrderState};
 
 const CHECKPOINT_KEY: &[u8] = b"\x00checkpoint";
 /// Present while a restore from the changelog is under way: the tree's
@@ -332,26 +333,26 @@ impl Store {
         Ok(out)
     }
 
-    /// The state of one order, looked up in every partition tree (an order
-    /// lives in the tree of the partition its key hashes to).
-    pub fn get_order(&self, order_id: &str) -> Result<Option<OrderState>, StoreError> {
+    /// The state of one entity, looked up in every partition tree (an
+    /// entity lives in the tree of the partition its key hashes to).
+    pub fn find<E: Entity>(&self, key: &str) -> Result<Option<State<E>>, StoreError> {
         for (topic, partition) in self.partitions() {
-            if let Some(state) = self.partition(&topic, partition)?.get(order_id)? {
+            if let Some(state) = self.partition(&topic, partition)?.get(key)? {
                 return Ok(Some(state));
             }
         }
         Ok(None)
     }
 
-    /// Visits every order state in the store.
-    pub fn for_each_order(&self, mut visit: impl FnMut(OrderState)) -> Result<(), StoreError> {
-        self.for_each_order_in_partition(|_, state| visit(state))
+    /// Visits every entity state in the store.
+    pub fn for_each<E: Entity>(&self, mut visit: impl FnMut(State<E>)) -> Result<(), StoreError> {
+        self.for_each_in_partition(|_, state| visit(state))
     }
 
-    /// Visits every order state in the store with its input partition.
-    pub fn for_each_order_in_partition(
+    /// Visits every entity state in the store with its input partition.
+    pub fn for_each_in_partition<E: Entity>(
         &self,
-        mut visit: impl FnMut(i32, OrderState),
+        mut visit: impl FnMut(i32, State<E>),
     ) -> Result<(), StoreError> {
         for (topic, partition) in self.partitions() {
             let tree = self.partition(&topic, partition)?;
@@ -562,7 +563,10 @@ impl BatchWrite {
     }
 
     /// Stores a pending outbox record under its source offset.
-    pub(crate) fn put_outbox(&mut self, record: &OutboxRecord) -> Result<(), StoreError> {
+    pub(crate) fn put_outbox<S: Serialize>(
+        &mut self,
+        record: &OutboxRecord<S>,
+    ) -> Result<(), StoreError> {
         let value = encode(record).map_err(|message| StoreError::Corrupt {
             tree: String::new(),
             key: format!("outbox {}", record.source_offset),
@@ -582,13 +586,13 @@ impl BatchWrite {
         self.remove(chunk_key(order_id, first_version));
     }
 
-    pub fn put_state(&mut self, state: &OrderState) -> Result<(), StoreError> {
+    pub fn put_state<E: Entity>(&mut self, state: &State<E>) -> Result<(), StoreError> {
         let value = encode(state).map_err(|message| StoreError::Corrupt {
             tree: String::new(),
-            key: state.order_id.clone(),
+            key: state.key.clone(),
             message,
         })?;
-        self.insert(order_key(&state.order_id), value);
+        self.insert(order_key(&state.key), value);
         Ok(())
     }
 }
@@ -601,7 +605,7 @@ impl PartitionStore {
         }
     }
 
-    fn decode_state(&self, key: &[u8], value: &[u8]) -> Result<OrderState, StoreError> {
+    fn decode_state<E: Entity>(&self, key: &[u8], value: &[u8]) -> Result<State<E>, StoreError> {
         bincode::deserialize(value).map_err(|e| StoreError::Corrupt {
             tree: self.name.clone(),
             key: String::from_utf8_lossy(key).into_owned(),
@@ -624,8 +628,8 @@ impl PartitionStore {
         }
     }
 
-    pub fn get(&self, order_id: &str) -> Result<Option<OrderState>, StoreError> {
-        let key = order_key(order_id);
+    pub fn get<E: Entity>(&self, key: &str) -> Result<Option<State<E>>, StoreError> {
+        let key = order_key(key);
         match self.tree.get(&key).map_err(|e| self.io(e))? {
             None => Ok(None),
             Some(bytes) => self.decode_state(&key, &bytes).map(Some),
@@ -677,12 +681,12 @@ impl PartitionStore {
 
     /// Pending outbox records with source offsets in `(after, below)`, in
     /// offset order, at most `limit`.
-    pub(crate) fn outbox_between(
+    pub(crate) fn outbox_between<S: serde::de::DeserializeOwned>(
         &self,
         after: i64,
         below: i64,
         limit: usize,
-    ) -> Result<Vec<OutboxRecord>, StoreError> {
+    ) -> Result<Vec<OutboxRecord<S>>, StoreError> {
         let start = outbox_key(after.saturating_add(1).max(0));
         let end = outbox_key(below.max(0));
         let mut out = Vec::new();
@@ -716,14 +720,17 @@ impl PartitionStore {
         Ok(out)
     }
 
-    /// Pending outbox records and the oldest one's creation time (ms).
-    pub(crate) fn outbox_backlog(&self) -> Result<(u64, Option<i64>), StoreError> {
+    /// Pending outbox records (of an entity whose status is an `S`) and the
+    /// oldest one's creation time (ms).
+    pub(crate) fn outbox_backlog<S: serde::de::DeserializeOwned>(
+        &self,
+    ) -> Result<(u64, Option<i64>), StoreError> {
         let mut count = 0u64;
         let mut oldest = None;
         for item in self.tree.scan_prefix([OUTBOX_PREFIX]) {
             let (_, value) = item.map_err(|e| self.io(e))?;
             if oldest.is_none() {
-                oldest = bincode::deserialize::<OutboxRecord>(&value)
+                oldest = bincode::deserialize::<OutboxRecord<S>>(&value)
                     .ok()
                     .map(|r| r.created_ms);
             }
@@ -820,13 +827,14 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{event_id_hash, EventType, Inbox, InboxEntry, Order};
+    use crate::domains::orders::Orders;
+    use crate::event::{event_id_hash, EventType, Inbox, InboxEntry, Order, OrderState};
 
     fn state(order: &str, version: i64) -> OrderState {
         OrderState {
-            order_id: order.into(),
+            key: order.into(),
             version,
-            order: Order {
+            data: Order {
                 status: EventType::Paid,
                 amount: 10,
                 currency: "EUR".into(),
@@ -866,7 +874,7 @@ mod tests {
         order.occurred_at = 1_700_000_000_033;
         let outbox = OutboxRecord {
             event_id: "ord-golden-1-33".into(),
-            order_id: "ord-golden-1".into(),
+            key: "ord-golden-1".into(),
             version: 33,
             from_status: Some(EventType::Created),
             to_status: EventType::Paid,
@@ -989,7 +997,7 @@ mod tests {
         assert_eq!(store.partitions(), vec![("orders".to_string(), 3)]);
         let p = store.partition("orders", 3).unwrap();
         assert_eq!(p.checkpoint().unwrap().unwrap().next_offset, 2);
-        assert_eq!(store.get_order("b").unwrap().unwrap().version, 2);
+        assert_eq!(store.find::<Orders>("b").unwrap().unwrap().version, 2);
         assert_eq!(p.get_chunk("b", 1).unwrap().unwrap().len(), 3);
         assert_eq!(p.get_chunk("b", 2).unwrap(), None);
         let stats = store.stats().unwrap();
@@ -1032,12 +1040,12 @@ mod tests {
             "the mark is cleared with the checkpoint"
         );
         assert_eq!(
-            p.get("a").unwrap().unwrap().version,
+            p.get::<Orders>("a").unwrap().unwrap().version,
             3,
             "the newest record is written"
         );
         assert_eq!(
-            p.get("b").unwrap(),
+            p.get::<Orders>("b").unwrap(),
             None,
             "a restored deletion removes the key"
         );

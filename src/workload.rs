@@ -374,6 +374,7 @@ mod tests {
         let mut out = Vec::with_capacity(records.len());
         for (i, record) in records.iter().enumerate() {
             if let Ok(event) = decoder.decode(Some(&record.payload)).await {
+                let event = OrderEvent::from(event);
                 assert_eq!(event.order_id, record.key);
                 out.push((i, event));
             }

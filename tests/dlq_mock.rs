@@ -471,16 +471,19 @@ fn unknown_schema_letters_are_applied_exactly_once_after_the_schema_is_registere
     );
     for i in 0..FIXABLE {
         let state = store
-            .get_order(&format!("order-fix-{i}"))
+            .find::<orderly::Orders>(&format!("order-fix-{i}"))
             .expect("get")
             .expect("state");
         assert_eq!(
-            (state.version, state.order.status),
+            (state.version, state.data.status),
             (2, EventType::Paid),
             "order-fix-{i}"
         );
     }
-    assert!(store.get_order(STUBBORN).expect("get").is_none());
+    assert!(store
+        .find::<orderly::Orders>(STUBBORN)
+        .expect("get")
+        .is_none());
     let listing = w.dlq_json(&["list"]);
     let listed = letters(&listing);
     assert_eq!(listed.len(), FIXABLE + 2, "{listing:#}");

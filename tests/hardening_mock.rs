@@ -160,10 +160,10 @@ async fn empty_event_id_is_dead_lettered_and_never_a_duplicate() {
         "an empty id is never a duplicate: {stats:?}"
     );
     let state = store
-        .get_order("order-e")
+        .find::<orderly::Orders>("order-e")
         .expect("get")
         .expect("order-e has a state");
-    assert_eq!((state.version, state.order.status), (1, EventType::Created));
+    assert_eq!((state.version, state.data.status), (1, EventType::Created));
 
     let (bootstrap, dlq) = (c.bootstrap.clone(), c.dlq.clone());
     let letters = tokio::task::spawn_blocking(move || read_all(&bootstrap, &dlq))

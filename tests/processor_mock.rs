@@ -81,7 +81,10 @@ fn assert_store_matches(store: &Store, expected: &Expectation) {
     }
     let mut mismatches = Vec::new();
     for (order_id, want) in &expected.states {
-        let got = store.get_order(order_id).expect("get").map(|s| s.view());
+        let got = store
+            .find::<orderly::Orders>(order_id)
+            .expect("get")
+            .map(|s| s.view());
         if got.as_ref() != Some(want) {
             mismatches.push((order_id.clone(), got, want.clone()));
         }
@@ -217,15 +220,21 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
         let tree = store.partition(&c.topic, stats.partition).expect("tree");
         let mut victim = None;
         store
-            .for_each_order(|state| {
-                if victim.is_none() && tree.get(&state.order_id).ok().flatten().is_some() {
+            .for_each::<orderly::Orders>(|state| {
+                if victim.is_none()
+                    && tree
+                        .get::<orderly::Orders>(&state.key)
+                        .ok()
+                        .flatten()
+                        .is_some()
+                {
                     victim = Some(state);
                 }
             })
             .expect("scan");
         let mut state = victim.expect("an order in the partition");
         state.version = 999;
-        state.order.status = EventType::Cancelled;
+        state.data.status = EventType::Cancelled;
         let value = bincode::serialize(&state).expect("encode");
         let covers = (stats.checkpoint.next_offset + 1_000_000).to_string();
         let headers = OwnedHeaders::new().insert(Header {
@@ -234,14 +243,14 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
         });
         let record = FutureRecord::to(&c.changelog)
             .partition(stats.partition)
-            .key(state.order_id.as_str())
+            .key(state.key.as_str())
             .payload(&value)
             .headers(headers);
         producer
             .send(record, Duration::from_secs(10))
             .await
             .expect("torn record");
-        forged.push(state.order_id.clone());
+        forged.push(state.key.clone());
     }
     // The same store goes on past the torn tail (nothing to restore: no
     // checkpoint record follows its position), writing later checkpoints.
@@ -265,7 +274,7 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
     assert_store_matches(&restored, &expected);
     for order_id in &forged {
         let state = restored
-            .get_order(order_id)
+            .find::<orderly::Orders>(order_id)
             .expect("get")
             .expect("restored order");
         assert_ne!(
@@ -321,10 +330,13 @@ async fn v1_and_v2_records_of_one_order_both_apply() {
     let store = Store::open(&config.store.path, 16).expect("store");
     process_until_caught_up(config, store.clone(), registry, ends).await;
 
-    let state = store.get_order("order-mixed").unwrap().expect("state");
+    let state = store
+        .find::<orderly::Orders>("order-mixed")
+        .unwrap()
+        .expect("state");
     assert_eq!(state.version, 2);
-    assert_eq!(state.order.status, EventType::Paid);
-    assert_eq!(state.order.currency, "USD", "the v2 record's currency");
+    assert_eq!(state.data.status, EventType::Paid);
+    assert_eq!(state.data.currency, "USD", "the v2 record's currency");
     let stats = store.stats().unwrap();
     assert_eq!(
         stats.iter().map(|s| s.checkpoint.applied).sum::<u64>(),

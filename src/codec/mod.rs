@@ -11,6 +11,8 @@ use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
 use apache_avro::Schema;
 
+use crate::domains::orders::Orders;
+use crate::entity::{Entity, Event};
 use crate::event::{EventType, OrderEvent, DEFAULT_CURRENCY};
 use crate::registry::{Registry, RegistryError};
 
@@ -81,21 +83,23 @@ pub fn reader_schema() -> &'static Schema {
     READER.get_or_init(|| Schema::parse_str(SCHEMA_V2).expect("schemas/order_event_v2.avsc parses"))
 }
 
-/// A writer schema resolved against the reader schema, ready to decode: a
-/// compiled plan when the writer is one it covers (every OrderEvent
-/// version so far), apache-avro's generic resolution otherwise.
+/// An order writer schema resolved against the reader schema, ready to
+/// decode: a compiled plan when the writer is one it covers (every
+/// OrderEvent version so far), apache-avro's generic resolution otherwise.
+pub struct OrderReader(Reader);
+
 enum Reader {
     Plan(Plan),
     Generic(GenericDatumReader<'static>),
 }
 
 /// A resolved writer and the count of records read with it.
-struct Writer {
-    reader: Reader,
+struct Writer<R> {
+    reader: R,
     records: Arc<AtomicU64>,
 }
 
-type Resolved = Arc<Writer>;
+type Resolved<R> = Arc<Writer<R>>;
 
 /// Records per writer schema id (every record whose schema id resolved,
 /// decodable or not), for `orderly_records_by_schema_total`. Bounded by the
@@ -127,24 +131,44 @@ impl SchemaCounts {
     }
 }
 
-impl Reader {
+impl OrderReader {
     /// Resolves `writer` against the reader schema.
-    fn resolve(id: u32, writer: Schema) -> Result<Reader, DecodeError> {
+    pub(crate) fn resolve(id: u32, writer: Schema) -> Result<OrderReader, DecodeError> {
         if let Some(plan) = Plan::compile(&writer) {
-            return Ok(Reader::Plan(plan));
+            return Ok(OrderReader(Reader::Plan(plan)));
         }
-        let writer: &'static Schema = Box::leak(Box::new(writer));
-        GenericDatumReader::builder(writer)
-            .reader_schema(reader_schema())
-            .build()
-            .map(Reader::Generic)
-            .map_err(|e| {
-                DecodeError::poison(
-                    PoisonKind::BadSchema,
-                    format!("schema id {id} cannot be resolved: {e}"),
-                )
-            })
+        resolving_reader(id, writer, reader_schema()).map(|r| OrderReader(Reader::Generic(r)))
     }
+
+    /// Decodes one body.
+    pub(crate) fn read(&self, body: &[u8]) -> Result<OrderEvent, DecodeError> {
+        match &self.0 {
+            Reader::Plan(plan) => plan
+                .read(body)
+                .map_err(|message| DecodeError::poison(PoisonKind::Undecodable, message)),
+            Reader::Generic(generic) => decode_generic(generic, body),
+        }
+    }
+}
+
+/// apache-avro's generic resolution of `writer` against `reader`. The
+/// writer lives for the rest of the process (leaked to get a `'static`
+/// reader): one per schema id, a few KiB each.
+pub fn resolving_reader(
+    id: u32,
+    writer: Schema,
+    reader: &'static Schema,
+) -> Result<GenericDatumReader<'static>, DecodeError> {
+    let writer: &'static Schema = Box::leak(Box::new(writer));
+    GenericDatumReader::builder(writer)
+        .reader_schema(reader)
+        .build()
+        .map_err(|e| {
+            DecodeError::poison(
+                PoisonKind::BadSchema,
+                format!("schema id {id} cannot be resolved: {e}"),
+            )
+        })
 }
 
 /// Writer schemas by registry id, resolved against the reader schema once and
@@ -153,9 +177,10 @@ impl Reader {
 /// Writers the plan does not cover live for the rest of the process (they
 /// are leaked to get a `'static` generic reader): one per such schema id, a
 /// few KiB each. Unknown ids are not cached.
-pub struct Decoder {
+pub struct Decoder<E: Entity = Orders> {
+    entity: E,
     registry: Registry,
-    writers: RwLock<HashMap<u32, Resolved>>,
+    writers: RwLock<HashMap<u32, Resolved<E::Reader>>>,
     counts: Arc<SchemaCounts>,
     /// Schema ids the registry said it does not know, each warned about
     /// once (at most [`MAX_UNKNOWN_WARNED`] of them).
@@ -173,14 +198,23 @@ const REGISTRY_REMINDER: std::time::Duration = std::time::Duration::from_secs(30
 /// Unknown schema ids warned about, at most (garbage records can carry any).
 const MAX_UNKNOWN_WARNED: usize = 100;
 
-impl Decoder {
+impl Decoder<Orders> {
+    /// An order decoder.
     pub fn new(registry: Registry) -> Self {
-        Self::with_counts(registry, Arc::default())
+        Self::for_entity(Orders, registry)
+    }
+}
+
+impl<E: Entity> Decoder<E> {
+    /// A decoder of `entity`'s events.
+    pub fn for_entity(entity: E, registry: Registry) -> Self {
+        Self::with_counts(entity, registry, Arc::default())
     }
 
     /// A decoder that counts records per schema id into `counts`.
-    pub(crate) fn with_counts(registry: Registry, counts: Arc<SchemaCounts>) -> Self {
+    pub(crate) fn with_counts(entity: E, registry: Registry, counts: Arc<SchemaCounts>) -> Self {
         Decoder {
+            entity,
             registry,
             writers: RwLock::new(HashMap::new()),
             counts,
@@ -190,24 +224,36 @@ impl Decoder {
     }
 
     /// Decodes one record payload into an event, or says why it cannot.
-    pub async fn decode(&self, payload: Option<&[u8]>) -> Result<OrderEvent, DecodeError> {
+    pub async fn decode(&self, payload: Option<&[u8]>) -> Result<Event<E::Body>, DecodeError> {
         let (id, body) = split_wire(payload)?;
         let writer = self.writer_schema(id).await?;
-        decode_body(&writer, body)
+        self.decode_body(&writer, body)
     }
 
     /// Decodes with an already-cached writer schema, without awaiting; `None`
     /// when the schema id is not cached yet (the caller then awaits `decode`).
-    pub fn decode_cached(&self, payload: Option<&[u8]>) -> Option<Result<OrderEvent, DecodeError>> {
+    pub fn decode_cached(
+        &self,
+        payload: Option<&[u8]>,
+    ) -> Option<Result<Event<E::Body>, DecodeError>> {
         let (id, body) = match split_wire(payload) {
             Ok(parts) => parts,
             Err(e) => return Some(Err(e)),
         };
         let writer = self.writers.read().ok()?.get(&id).cloned()?;
-        Some(decode_body(&writer, body))
+        Some(self.decode_body(&writer, body))
     }
 
-    async fn writer_schema(&self, id: u32) -> Result<Resolved, DecodeError> {
+    fn decode_body(
+        &self,
+        writer: &Writer<E::Reader>,
+        body: &[u8],
+    ) -> Result<Event<E::Body>, DecodeError> {
+        writer.records.fetch_add(1, Ordering::Relaxed);
+        validate::<E>(self.entity.read(&writer.reader, body)?)
+    }
+
+    async fn writer_schema(&self, id: u32) -> Result<Resolved<E::Reader>, DecodeError> {
         if let Some(schema) = self.writers.read().ok().and_then(|m| m.get(&id).cloned()) {
             return Ok(schema);
         }
@@ -226,7 +272,7 @@ impl Decoder {
             )
         })?;
         let resolved = Arc::new(Writer {
-            reader: Reader::resolve(id, schema)?,
+            reader: self.entity.reader(id, schema)?,
             records: self.counts.counter(id),
         });
         if let Ok(mut map) = self.writers.write() {
@@ -236,7 +282,7 @@ impl Decoder {
     }
 }
 
-impl Decoder {
+impl<E: Entity> Decoder<E> {
     /// Logs what a registry answer changes: its return after an outage
     /// (once), a schema id it does not know (once per id).
     fn note_answer(&self, id: u32, answer: &Result<String, RegistryError>) {
@@ -321,17 +367,6 @@ pub(crate) fn split_wire(payload: Option<&[u8]>) -> Result<(u32, &[u8]), DecodeE
     Ok((id, &bytes[5..]))
 }
 
-fn decode_body(writer: &Writer, body: &[u8]) -> Result<OrderEvent, DecodeError> {
-    writer.records.fetch_add(1, Ordering::Relaxed);
-    let event = match &writer.reader {
-        Reader::Plan(plan) => plan
-            .read(body)
-            .map_err(|message| DecodeError::poison(PoisonKind::Undecodable, message))?,
-        Reader::Generic(generic) => decode_generic(generic, body)?,
-    };
-    validate(event)
-}
-
 /// Decodes a body with apache-avro's generic resolution (the path for
 /// writer schemas the plan does not cover, and the fuzz test's reference).
 pub fn decode_generic(
@@ -391,12 +426,13 @@ fn event_from_value(value: Value) -> Result<OrderEvent, DecodeError> {
     })
 }
 
-/// What every decoded event must satisfy, whichever reader decoded it.
-fn validate(event: OrderEvent) -> Result<OrderEvent, DecodeError> {
-    if event.order_id.is_empty() {
+/// What every decoded event must satisfy, whichever entity and reader
+/// decoded it.
+fn validate<E: Entity>(event: Event<E::Body>) -> Result<Event<E::Body>, DecodeError> {
+    if event.key.is_empty() {
         return Err(DecodeError::poison(
             PoisonKind::Invalid,
-            "order_id is empty",
+            format!("{} is empty", E::KEY_FIELD),
         ));
     }
     if event.event_id.is_empty() {
@@ -593,12 +629,15 @@ mod tests {
     async fn v1_and_v2_records_both_decode() {
         let (decoder, encoder) = setup().await;
         let v2 = encoder.encode(&sample("USD"), WriterVersion::V2).unwrap();
-        assert_eq!(decoder.decode(Some(&v2)).await.unwrap(), sample("USD"));
+        assert_eq!(
+            OrderEvent::from(decoder.decode(Some(&v2)).await.unwrap()),
+            sample("USD")
+        );
         let v1 = encoder.encode(&sample("USD"), WriterVersion::V1).unwrap();
         assert_eq!(v1[0], 0);
         assert_ne!(v1[1..5], v2[1..5], "different schema ids");
         assert_eq!(
-            decoder.decode(Some(&v1)).await.unwrap(),
+            OrderEvent::from(decoder.decode(Some(&v1)).await.unwrap()),
             sample(DEFAULT_CURRENCY),
             "v1 reads the default currency"
         );

@@ -72,9 +72,9 @@ pub fn bind(address: SocketAddr) -> Result<std::net::TcpListener, HttpError> {
 
 /// Serves `processor`'s endpoint on `listener`: start it before
 /// [`crate::processor::Processor::run`], stop it after.
-pub fn serve(
+pub fn serve<E: crate::entity::Entity>(
     listener: std::net::TcpListener,
-    processor: &crate::processor::Processor,
+    processor: &crate::processor::Processor<E>,
 ) -> Result<Server, HttpError> {
     let context = HttpContext::of(processor)?;
     let bound = listener.local_addr().map_err(HttpError::Thread)?;

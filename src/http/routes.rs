@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::guard::Guard;
 use super::order_id;
+use crate::entity::Entity;
 use crate::partitioner::{Partitioner, UnknownPartitioner};
 use crate::store::Store;
 use crate::telemetry::status::{self, Identity};
@@ -30,6 +31,26 @@ pub struct HttpContext {
     /// Who may read what (`http.bearer_token`).
     pub guard: Guard,
     registry: prometheus_client::registry::Registry,
+    /// Reads one entity's state as `/state/{key}` shows it.
+    lookup: StateLookup,
+}
+
+/// One entity's view (JSON) and inbox entries, from a partition's tree.
+type StateLookup = fn(
+    &crate::store::PartitionStore,
+    &str,
+) -> Result<Option<(serde_json::Value, usize)>, crate::store::StoreError>;
+
+fn lookup<E: Entity>(
+    tree: &crate::store::PartitionStore,
+    key: &str,
+) -> Result<Option<(serde_json::Value, usize)>, crate::store::StoreError> {
+    Ok(tree.get::<E>(key)?.map(|state| {
+        (
+            serde_json::to_value(state.view()).unwrap_or_default(),
+            state.inbox.len(),
+        )
+    }))
 }
 
 impl HttpContext {
@@ -51,6 +72,15 @@ impl HttpContext {
             stall_limit,
             guard: Guard::default(),
             registry,
+            lookup: lookup::<crate::domains::orders::Orders>,
+        }
+    }
+
+    /// The same context reading `E`'s states.
+    fn of_entity<E: Entity>(self) -> Self {
+        HttpContext {
+            lookup: lookup::<E>,
+            ..self
         }
     }
 
@@ -61,7 +91,9 @@ impl HttpContext {
 
     /// What the routes read of `processor`, whose telemetry and owners fill
     /// in as it runs.
-    pub fn of(processor: &crate::processor::Processor) -> Result<Self, UnknownPartitioner> {
+    pub fn of<E: Entity>(
+        processor: &crate::processor::Processor<E>,
+    ) -> Result<Self, UnknownPartitioner> {
         let config = processor.config();
         // Validated with the configuration; checked again, as the routes depend on it.
         let partitioner = Partitioner::named(&config.kafka.input_partitioner)?;
@@ -92,6 +124,7 @@ impl HttpContext {
             processor.owners(),
             stall_limit,
         )
+        .of_entity::<E>()
         .guarded(guard))
     }
 }
@@ -264,14 +297,14 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
         ctx.identity.topic.clone(),
         order_id.clone(),
     );
+    let read = ctx.lookup;
     let found =
-        tokio::task::spawn_blocking(move || store.partition(&topic, partition)?.get(&id)).await;
+        tokio::task::spawn_blocking(move || read(&store.partition(&topic, partition)?, &id)).await;
     match found {
-        Ok(Ok(Some(state))) => {
-            let mut body = serde_json::to_value(state.view()).unwrap_or_default();
+        Ok(Ok(Some((mut body, inbox_entries)))) => {
             if let Some(object) = body.as_object_mut() {
                 object.insert("partition".into(), json!(partition));
-                object.insert("inbox_entries".into(), json!(state.inbox.len()));
+                object.insert("inbox_entries".into(), json!(inbox_entries));
             }
             Json(body).into_response()
         }

@@ -12,6 +12,7 @@
 //! and what is at or below it is not sent again: per order the versions
 //! never go backwards on the output topic.
 
+use crate::entity::Entity;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
@@ -44,10 +45,10 @@ pub enum PublishError {
 pub(crate) type Floor = Option<(u32, i64)>;
 
 /// Where a partition's status changes go.
-pub(crate) struct StatusOutput<'a> {
+pub(crate) struct StatusOutput<'a, E: Entity> {
     pub producer: &'a FutureProducer,
     pub topic: &'a str,
-    pub encoder: &'a OutboxEncoder,
+    pub encoder: &'a OutboxEncoder<E>,
     /// The input topic, named in each record's headers.
     pub source_topic: &'a str,
     /// The input partition: records go to the output partition of the same
@@ -55,7 +56,7 @@ pub(crate) struct StatusOutput<'a> {
     pub partition: i32,
 }
 
-impl StatusOutput<'_> {
+impl<E: Entity> StatusOutput<'_, E> {
     /// Reads the output partition back for the last status change of this
     /// input partition (on a blocking thread).
     pub(crate) async fn published_floor(&self, config: &Config) -> Result<Floor, PublishError> {
@@ -85,7 +86,7 @@ impl StatusOutput<'_> {
     /// its delivery timeout).
     pub(crate) async fn publish(
         &self,
-        records: &[OutboxRecord],
+        records: &[OutboxRecord<E::Status>],
         floor: Floor,
     ) -> Result<(), PublishError> {
         let mut acks = Vec::with_capacity(records.len());
@@ -97,12 +98,12 @@ impl StatusOutput<'_> {
                 .encoder
                 .encode(record)
                 .map_err(|e| PublishError::Encode {
-                    order_id: record.order_id.clone(),
+                    order_id: record.key.clone(),
                     message: e.to_string(),
                 })?;
             let message = FutureRecord::<str, Vec<u8>>::to(self.topic)
                 .partition(self.partition)
-                .key(record.order_id.as_str())
+                .key(record.key.as_str())
                 .payload(&payload)
                 .headers(status_headers(self.source_topic, self.partition, record));
             acks.push(

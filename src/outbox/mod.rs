@@ -28,7 +28,8 @@ use apache_avro::types::Value;
 use apache_avro::Schema;
 
 use crate::codec::{wire, EncodeError};
-use crate::event::EventType;
+use crate::domains::orders::Orders;
+use crate::entity::Entity;
 pub use crate::event::{status_event_id, OutboxRecord};
 use crate::registry::{Registry, RegistryError};
 
@@ -38,10 +39,10 @@ pub const SCHEMA: &str = include_str!("../../schemas/order_status_changed_v1.avs
 /// The headers of a status change on the output topic: its source topic,
 /// input partition, source offset and epoch (`orderly.source.*`,
 /// `orderly.epoch`).
-pub(crate) fn status_headers(
+pub(crate) fn status_headers<S>(
     source_topic: &str,
     partition: i32,
-    record: &OutboxRecord,
+    record: &OutboxRecord<S>,
 ) -> rdkafka::message::OwnedHeaders {
     use rdkafka::message::{Header, OwnedHeaders};
     let (partition, offset, epoch) = (
@@ -68,54 +69,74 @@ pub(crate) fn status_headers(
         })
 }
 
-/// Encodes outbox records as `OrderStatusChanged` in the wire format.
-pub struct OutboxEncoder {
+/// Encodes an entity's outbox records in its output schema
+/// (`OrderStatusChanged` for orders) in the wire format.
+pub struct OutboxEncoder<E: Entity = Orders> {
     schema: Schema,
     schema_id: u32,
     source_topic: String,
+    entity: std::marker::PhantomData<fn() -> E>,
 }
 
-impl OutboxEncoder {
-    /// Registers the schema under `<output_topic>-value`.
+impl OutboxEncoder<Orders> {
+    /// Registers the order output schema under `<output_topic>-value`.
     pub async fn register(
         registry: &Registry,
         output_topic: &str,
         source_topic: &str,
     ) -> Result<Self, RegistryError> {
-        let schema_id = registry
-            .register(&format!("{output_topic}-value"), SCHEMA)
-            .await?;
-        Ok(Self::with_id(schema_id, source_topic))
+        Self::register_for(&Orders, registry, output_topic, source_topic).await
     }
 
     pub fn with_id(schema_id: u32, source_topic: &str) -> Self {
         #[allow(clippy::expect_used)]
         let schema = Schema::parse_str(SCHEMA).expect("compiled-in schema parses");
+        Self::with_schema(schema, schema_id, source_topic)
+    }
+}
+
+impl<E: Entity> OutboxEncoder<E> {
+    /// Registers `entity`'s output schema under `<output_topic>-value`.
+    pub async fn register_for(
+        entity: &E,
+        registry: &Registry,
+        output_topic: &str,
+        source_topic: &str,
+    ) -> Result<Self, RegistryError> {
+        let text = entity.status_schema();
+        let schema = Schema::parse_str(text).map_err(|e| RegistryError::Rejected {
+            subject: format!("{output_topic}-value"),
+            message: e.to_string(),
+        })?;
+        let schema_id = registry
+            .register(&format!("{output_topic}-value"), text)
+            .await?;
+        Ok(Self::with_schema(schema, schema_id, source_topic))
+    }
+
+    fn with_schema(schema: Schema, schema_id: u32, source_topic: &str) -> Self {
         OutboxEncoder {
             schema,
             schema_id,
             source_topic: source_topic.into(),
+            entity: std::marker::PhantomData,
         }
     }
 
-    pub fn encode(&self, record: &OutboxRecord) -> Result<Vec<u8>, EncodeError> {
-        let status = |s: EventType| Value::Enum(s.index() as u32, s.as_str().to_string());
-        let from = match record.from_status {
+    pub fn encode(&self, record: &OutboxRecord<E::Status>) -> Result<Vec<u8>, EncodeError> {
+        let from = match &record.from_status {
             None => Value::Union(0, Box::new(Value::Null)),
-            Some(s) => Value::Union(1, Box::new(status(s))),
+            Some(s) => Value::Union(1, Box::new(E::status_value(s))),
         };
         let fields = vec![
             (
                 "event_id".to_string(),
                 Value::String(record.event_id.clone()),
             ),
-            (
-                "order_id".to_string(),
-                Value::String(record.order_id.clone()),
-            ),
+            (E::KEY_FIELD.to_string(), Value::String(record.key.clone())),
             ("version".to_string(), Value::Long(record.version)),
             ("from_status".to_string(), from),
-            ("to_status".to_string(), status(record.to_status)),
+            ("to_status".to_string(), E::status_value(&record.to_status)),
             (
                 "occurred_at".to_string(),
                 Value::TimestampMillis(record.occurred_at),
@@ -150,6 +171,7 @@ impl OutboxEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::EventType;
 
     #[test]
     fn ids_are_stable_and_distinct() {
@@ -163,7 +185,7 @@ mod tests {
         let encoder = OutboxEncoder::with_id(7, "orders");
         let record = OutboxRecord {
             event_id: status_event_id("e1"),
-            order_id: "o1".into(),
+            key: "o1".into(),
             version: 2,
             from_status: Some(EventType::Created),
             to_status: EventType::Paid,

@@ -10,6 +10,7 @@
 //! the input: the relay retries with backoff and the backlog grows, with a
 //! warning past `[outbox] backlog_warn` records or `backlog_warn_age`.
 
+use crate::entity::Entity;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -39,7 +40,7 @@ const ROUND: usize = 5_000;
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// What a relay needs.
-pub struct Relay {
+pub struct Relay<E: Entity> {
     pub tree: PartitionStore,
     pub partition: i32,
     /// The outbox producer, shared by every partition's relay (fewer,
@@ -47,7 +48,7 @@ pub struct Relay {
     pub producer: Arc<std::sync::Mutex<Option<FutureProducer>>>,
     pub producer_config: ClientConfig,
     pub topic: String,
-    pub encoder: Arc<OutboxEncoder>,
+    pub encoder: Arc<OutboxEncoder<E>>,
     /// The written checkpoint's next offset: records below it are written.
     pub written: watch::Receiver<i64>,
     /// Highest source offset acknowledged by the broker (-1: none).
@@ -62,7 +63,7 @@ pub struct Relay {
     pub source_topic: String,
 }
 
-impl Relay {
+impl<E: Entity> Relay<E> {
     /// Runs until the partition task drops its end of `written`.
     pub async fn run(mut self) {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
@@ -81,8 +82,10 @@ impl Relay {
             let limit = *self.written.borrow_and_update();
             let after = self.published.load(Ordering::SeqCst);
             let tree = self.tree.clone();
-            let round =
-                tokio::task::spawn_blocking(move || tree.outbox_between(after, limit, ROUND)).await;
+            let round = tokio::task::spawn_blocking(move || {
+                tree.outbox_between::<E::Status>(after, limit, ROUND)
+            })
+            .await;
             let records = match round {
                 Ok(Ok(records)) => records,
                 Ok(Err(error)) => {
@@ -191,7 +194,7 @@ impl Relay {
     async fn publish(
         &self,
         producer: &FutureProducer,
-        records: &[OutboxRecord],
+        records: &[OutboxRecord<E::Status>],
         published_before: Option<(u32, i64)>,
         landed: &HashSet<(u32, i64)>,
     ) -> Result<(), RelayError> {
@@ -215,7 +218,7 @@ impl Relay {
                 })?;
             let message = FutureRecord::<str, Vec<u8>>::to(&self.topic)
                 .partition(self.partition)
-                .key(record.order_id.as_str())
+                .key(record.key.as_str())
                 .payload(&payload)
                 .headers(super::status_headers(
                     &self.source_topic,
@@ -290,7 +293,7 @@ impl Relay {
     async fn report(&self, last_warn: &mut Option<Instant>) {
         let tree = self.tree.clone();
         let Ok(Ok((pending, oldest))) =
-            tokio::task::spawn_blocking(move || tree.outbox_backlog()).await
+            tokio::task::spawn_blocking(move || tree.outbox_backlog::<E::Status>()).await
         else {
             return;
         };

@@ -3,6 +3,7 @@
 //! commits them to Kafka in one call. It is the only place offsets are
 //! committed, so commits never go backwards.
 
+use crate::entity::Entity;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,17 +42,17 @@ pub(crate) enum FlushMsg {
     Stop,
 }
 
-pub(crate) struct Flusher {
-    shared: Arc<Shared>,
+pub(crate) struct Flusher<E: Entity> {
+    shared: Arc<Shared<E>>,
     consumer: Arc<BaseConsumer<OrderlyContext>>,
     rx: mpsc::Receiver<FlushMsg>,
     /// Flushed offsets not yet committed (a failed commit is retried).
     uncommitted: BTreeMap<i32, i64>,
 }
 
-impl Flusher {
+impl<E: Entity> Flusher<E> {
     pub(super) fn new(
-        shared: Arc<Shared>,
+        shared: Arc<Shared<E>>,
         consumer: Arc<BaseConsumer<OrderlyContext>>,
         rx: mpsc::Receiver<FlushMsg>,
     ) -> Self {

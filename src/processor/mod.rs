@@ -18,6 +18,8 @@ mod partition;
 mod supervisor;
 mod transaction;
 
+use crate::domains::orders::Orders;
+use crate::entity::Entity;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -212,9 +214,9 @@ fn percentiles_ms(histogram: &crate::telemetry::histogram::Histogram) -> (f64, f
 }
 
 /// What each partition's outbox relay is built from.
-pub struct OutboxSetup {
+pub struct OutboxSetup<E: Entity> {
     pub topic: String,
-    pub encoder: Arc<crate::outbox::OutboxEncoder>,
+    pub encoder: Arc<crate::outbox::OutboxEncoder<E>>,
     pub producer_config: rdkafka::ClientConfig,
     /// One producer for every partition's relay.
     pub producer: Arc<Mutex<Option<FutureProducer>>>,
@@ -222,7 +224,7 @@ pub struct OutboxSetup {
     pub(crate) warn_age: Duration,
 }
 
-impl OutboxSetup {
+impl<E: Entity> OutboxSetup<E> {
     /// The shared producer, created (again, after a fatal error) when needed.
     pub fn producer(&self) -> Result<FutureProducer, rdkafka::error::KafkaError> {
         crate::kafka::shared_producer(&self.producer, &self.producer_config)
@@ -230,17 +232,17 @@ impl OutboxSetup {
 }
 
 /// What every part of a running processor shares.
-pub struct Shared {
+pub struct Shared<E: Entity> {
     pub config: Config,
     pub topic: String,
     pub store: Store,
-    pub decoder: Decoder,
+    pub decoder: Decoder<E>,
     pub(crate) dead_letters: DeadLetters,
     /// The changelog topic (written by each partition's transactional
     /// producer); `None` when the changelog is off.
     pub changelog: Option<String>,
     /// `None` when the outbox is off.
-    pub outbox: Option<OutboxSetup>,
+    pub outbox: Option<OutboxSetup<E>>,
     pub retention: Duration,
     pub counters: Counters,
     /// Per-partition status and latency histograms (`/metrics`, the status page).
@@ -252,7 +254,7 @@ pub struct Shared {
     fatal_notify: Notify,
 }
 
-impl Shared {
+impl<E: Entity> Shared<E> {
     /// Records an unrecoverable error; the processor stops without
     /// committing anything not yet durable.
     pub(crate) fn fatal(&self, error: ProcessError) {
@@ -307,7 +309,9 @@ pub struct RunReport {
     pub restore_seconds: f64,
 }
 
-pub struct Processor {
+/// A consumer-group member processing `E`'s events (orders by default).
+pub struct Processor<E: Entity = Orders> {
+    entity: E,
     config: Config,
     store: Store,
     registry: Registry,
@@ -316,9 +320,18 @@ pub struct Processor {
     owners: Arc<owners::OwnersSlot>,
 }
 
-impl Processor {
+impl Processor<Orders> {
+    /// An order processor.
     pub fn new(config: Config, store: Store, registry: Registry) -> Self {
+        Self::for_entity(Orders, config, store, registry)
+    }
+}
+
+impl<E: Entity> Processor<E> {
+    /// A processor of `entity`'s events.
+    pub fn for_entity(entity: E, config: Config, store: Store, registry: Registry) -> Self {
         Processor {
+            entity,
             config,
             store,
             registry,
@@ -365,8 +378,12 @@ impl Processor {
         })?;
         let outbox = match self.config.output_topic() {
             Some(topic) => {
-                let registering =
-                    register_outbox_schema(&self.registry, &topic, &self.config.kafka.input_topic);
+                let registering = register_outbox_schema(
+                    &self.entity,
+                    &self.registry,
+                    &topic,
+                    &self.config.kafka.input_topic,
+                );
                 let encoder = tokio::select! {
                     registered = registering => registered?,
                     _ = &mut shutdown => {
@@ -399,7 +416,11 @@ impl Processor {
             changelog,
             outbox,
             store: self.store,
-            decoder: Decoder::with_counts(self.registry, self.telemetry.schema_records.clone()),
+            decoder: Decoder::with_counts(
+                self.entity,
+                self.registry,
+                self.telemetry.schema_records.clone(),
+            ),
             retention,
             counters: Counters::default(),
             telemetry: self.telemetry.clone(),
@@ -493,10 +514,10 @@ impl Processor {
 /// The poll thread: waits for the broker, subscribes, routes records until
 /// stopped, then drains every partition, stops the flusher and closes the
 /// consumer (leaving the group).
-fn poll_loop(
+fn poll_loop<E: Entity>(
     consumer: Arc<BaseConsumer<OrderlyContext>>,
-    supervisor: Arc<PartitionSupervisor>,
-    shared: Arc<Shared>,
+    supervisor: Arc<PartitionSupervisor<E>>,
+    shared: Arc<Shared<E>>,
     stop: Arc<AtomicBool>,
     flusher: tokio::task::JoinHandle<()>,
 ) {
@@ -656,9 +677,9 @@ fn poll_loop(
 /// Each assigned partition's end offset, from the consumer's fetch state (no
 /// request). The processed position is a lower bound of the true end: a
 /// fetch state older than the last batch does not show an end behind it.
-fn refresh_end_offsets(
+fn refresh_end_offsets<E: Entity>(
     consumer: &BaseConsumer<OrderlyContext>,
-    shared: &Shared,
+    shared: &Shared<E>,
     topic: &std::ffi::CStr,
 ) {
     for status in shared.telemetry.partitions() {
@@ -672,7 +693,10 @@ fn refresh_end_offsets(
 }
 
 /// Once a second: the rate of records decided over the last five seconds.
-fn refresh_rate(shared: &Shared, window: &mut std::collections::VecDeque<(Instant, u64)>) {
+fn refresh_rate<E: Entity>(
+    shared: &Shared<E>,
+    window: &mut std::collections::VecDeque<(Instant, u64)>,
+) {
     let telemetry = &shared.telemetry;
     let now = Instant::now();
     window.push_back((now, shared.counters.total()));
@@ -693,8 +717,8 @@ fn refresh_rate(shared: &Shared, window: &mut std::collections::VecDeque<(Instan
 /// exactly_once (every transaction would fail), a warning naming the fix in
 /// at_least_once (status changes wait in the outbox until it exists; the
 /// input goes on).
-fn check_output_topic(
-    shared: &Shared,
+fn check_output_topic<E: Entity>(
+    shared: &Shared<E>,
     consumer: &BaseConsumer<OrderlyContext>,
 ) -> Result<(), String> {
     let Some(setup) = &shared.outbox else {
@@ -753,7 +777,7 @@ fn create_output_topic(topic: &str, bootstrap: &str, partitions: u32) -> String 
 }
 
 /// The progress lines: restoring partitions, the outbox backlog, totals.
-fn log_progress(shared: &Shared, last_total: u64, elapsed: Duration) {
+fn log_progress<E: Entity>(shared: &Shared<E>, last_total: u64, elapsed: Duration) {
     let partitions = shared.telemetry.partitions();
     let restoring: Vec<i32> = partitions
         .iter()
@@ -824,17 +848,20 @@ fn wait_for_flusher(flusher: tokio::task::JoinHandle<()>) {
 /// registry that cannot be reached (as records wait for it): a line when it
 /// starts waiting, a reminder every 30 s, a line when it is done. A
 /// registry that refuses (credentials, a schema it rejects) stops the start.
-async fn register_outbox_schema(
+async fn register_outbox_schema<E: Entity>(
+    entity: &E,
     registry: &crate::registry::Registry,
     topic: &str,
     source_topic: &str,
-) -> Result<crate::outbox::OutboxEncoder, ProcessError> {
+) -> Result<crate::outbox::OutboxEncoder<E>, ProcessError> {
     let mut backoff =
         crate::retry::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let started = std::time::Instant::now();
     let mut said: Option<std::time::Instant> = None;
     loop {
-        match crate::outbox::OutboxEncoder::register(registry, topic, source_topic).await {
+        match crate::outbox::OutboxEncoder::register_for(entity, registry, topic, source_topic)
+            .await
+        {
             Ok(encoder) => {
                 if said.is_some() {
                     info!(

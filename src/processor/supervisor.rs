@@ -10,6 +10,7 @@
 //! acknowledged first), the flusher flushes and commits, and only then is
 //! the partition given up; every wait has the configured deadline.
 
+use crate::entity::Entity;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
@@ -40,8 +41,8 @@ struct PartitionHandle {
 
 /// Owns the partition tasks: starts them on assignment, drains them on
 /// revoke and shutdown, and stops the process when one fails or panics.
-pub(crate) struct PartitionSupervisor {
-    shared: Arc<Shared>,
+pub(crate) struct PartitionSupervisor<E: Entity> {
+    shared: Arc<Shared<E>>,
     runtime: Handle,
     tasks: Mutex<HashMap<i32, PartitionHandle>>,
     /// Set once the consumer exists (it is created with this router inside
@@ -49,8 +50,8 @@ pub(crate) struct PartitionSupervisor {
     consumer: OnceLock<Weak<BaseConsumer<OrderlyContext>>>,
 }
 
-impl PartitionSupervisor {
-    pub(super) fn new(shared: Arc<Shared>, runtime: Handle) -> Self {
+impl<E: Entity> PartitionSupervisor<E> {
+    pub(super) fn new(shared: Arc<Shared<E>>, runtime: Handle) -> Self {
         PartitionSupervisor {
             shared,
             runtime,
@@ -298,7 +299,7 @@ impl PartitionSupervisor {
     }
 }
 
-impl Rebalance for PartitionSupervisor {
+impl<E: Entity> Rebalance for PartitionSupervisor<E> {
     fn on_assign(&self, tpl: &mut TopicPartitionList) {
         self.assign(tpl);
     }

@@ -38,6 +38,7 @@
 //! crash after it leaves a store at or behind the changelog, which the
 //! restore brings up to date.
 
+use crate::entity::Entity;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -122,21 +123,21 @@ pub(crate) enum TxnScope {
 }
 
 /// What one write-out commits.
-pub(super) struct Round<'a> {
+pub(super) struct Round<'a, S> {
     pub letters: &'a [HeldLetter],
     pub changes: &'a [ChangeRecord],
     pub checkpoint: &'a [u8],
     /// The input offset the round covers (the checkpoint's next offset).
     pub covers: i64,
     pub epoch: u32,
-    pub status: &'a [OutboxRecord],
+    pub status: &'a [OutboxRecord<S>],
     /// The group metadata the input offset is committed with
     /// ([`TxnScope::Everything`]); `None` commits no offset.
     pub group: Option<ConsumerGroupMetadata>,
 }
 
 /// The partition's transactional producer and where its records go.
-pub(crate) struct TxnWriter {
+pub(crate) struct TxnWriter<E: Entity> {
     scope: TxnScope,
     producer: FutureProducer,
     transactional_id: String,
@@ -145,7 +146,7 @@ pub(crate) struct TxnWriter {
     changelog_topic: String,
     dlq_topic: String,
     /// The output topic and the encoder of its records (outbox on).
-    output: Option<(String, Arc<OutboxEncoder>)>,
+    output: Option<(String, Arc<OutboxEncoder<E>>)>,
 }
 
 /// The transactional id of an input partition's producer.
@@ -156,7 +157,7 @@ pub(crate) fn transactional_id(config: &Config, partition: i32) -> String {
     )
 }
 
-impl TxnWriter {
+impl<E: Entity> TxnWriter<E> {
     /// Creates the producer and initialises its transactions, which fences
     /// every earlier producer of the partition (a zombie's open transaction
     /// is aborted). Call it before restoring, so nothing the previous owner
@@ -166,7 +167,7 @@ impl TxnWriter {
         scope: TxnScope,
         partition: i32,
         changelog_topic: String,
-        output: Option<(String, Arc<OutboxEncoder>)>,
+        output: Option<(String, Arc<OutboxEncoder<E>>)>,
     ) -> Result<Self, TxnError> {
         let transactional_id = transactional_id(config, partition);
         let producer: FutureProducer =
@@ -233,7 +234,7 @@ impl TxnWriter {
     /// Commits one round; returns the changelog offset after its checkpoint
     /// record. On [`TxnError::Aborted`] nothing of the round is visible and
     /// the same round may be committed again.
-    pub(super) async fn commit(&self, round: Round<'_>) -> Result<i64, TxnError> {
+    pub(super) async fn commit(&self, round: Round<'_, E::Status>) -> Result<i64, TxnError> {
         if let Err(cause) = self.producer.begin_transaction() {
             return Err(self.classify(cause));
         }
@@ -286,7 +287,7 @@ impl TxnWriter {
     /// record's apart.
     async fn enqueue(
         &self,
-        round: &Round<'_>,
+        round: &Round<'_, E::Status>,
     ) -> Result<(Vec<DeliveryFuture>, DeliveryFuture), KafkaError> {
         let mut acks =
             Vec::with_capacity(round.letters.len() + round.changes.len() + round.status.len());
@@ -344,7 +345,7 @@ impl TxnWriter {
                 })?;
                 let record = FutureRecord::<str, Vec<u8>>::to(topic)
                     .partition(self.partition)
-                    .key(status.order_id.as_str())
+                    .key(status.key.as_str())
                     .payload(&payload)
                     .headers(crate::outbox::status_headers(
                         &self.source_topic,

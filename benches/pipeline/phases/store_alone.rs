@@ -15,7 +15,7 @@ use rdkafka::message::Message;
 
 use orderly::codec::Decoder;
 use orderly::config::Config;
-use orderly::event::OrderEvent;
+type OrderEvent = orderly::Event<orderly::event::Order>;
 use orderly::partition_state::{Decoded, PartitionState, Sourced};
 use orderly::store::Store;
 
@@ -158,7 +158,7 @@ fn store_alone(
     let mut parts = Vec::new();
     for (p, batches) in partitions {
         parts.push((
-            PartitionState::new(store.partition(topic, p)?, None),
+            <PartitionState>::new(store.partition(topic, p)?, None),
             batches.into_iter(),
         ));
     }

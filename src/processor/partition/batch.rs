@@ -2,6 +2,7 @@
 //! retried, poison dead-lettered), checked by the dead-letter breaker, and
 //! applied against the order cache. Used by processing and draining alike.
 
+use crate::entity::Entity;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::base_consumer::PartitionQueue;
@@ -10,7 +11,7 @@ use tracing::{debug, info, warn};
 
 use super::live::Live;
 use crate::codec::DecodeError;
-use crate::event::OrderEvent;
+use crate::entity::Event;
 use crate::fault::{self, Point};
 use crate::headers::HEADER_REDRIVE_COUNT;
 use crate::outcomes::Outcomes;
@@ -23,7 +24,7 @@ use crate::retry::Backoff;
 use crate::store::next_offset_after;
 use crate::telemetry::errors::{Kind, Stage};
 
-impl Live {
+impl<E: Entity> Live<E> {
     /// Processes one batch: everything in it ends applied, duplicate, stale
     /// or dead-lettered, decided against the order cache; the pending
     /// checkpoint moves past it (written at the next write-out).
@@ -58,7 +59,7 @@ impl Live {
         let first_offset = first.offset();
         let next_offset = next_offset_after(last.offset());
 
-        let mut events: Vec<Sourced<OrderEvent>> = Vec::with_capacity(fresh.len());
+        let mut events: Vec<Sourced<Event<E::Body>>> = Vec::with_capacity(fresh.len());
         let mut letters: Vec<DeadLetter<'_>> = Vec::new();
         let mut dead: Vec<bool> = Vec::with_capacity(fresh.len());
         for message in &fresh {
@@ -165,7 +166,7 @@ impl Live {
     async fn decode(
         &self,
         message: &BorrowedMessage<'_>,
-    ) -> Result<OrderEvent, (crate::codec::PoisonKind, String)> {
+    ) -> Result<Event<E::Body>, (crate::codec::PoisonKind, String)> {
         let decoder = &self.task.shared.decoder;
         if let Some(result) = decoder.decode_cached(message.payload()) {
             return result.map_err(poison_parts);

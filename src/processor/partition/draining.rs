@@ -3,6 +3,7 @@
 //! relay gets its share of the shutdown deadline to publish what was
 //! written, and the drain is answered with the written checkpoint.
 
+use crate::entity::Entity;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::message::BorrowedMessage;
 
@@ -14,13 +15,13 @@ use crate::processor::ProcessError;
 use crate::telemetry::Phase;
 
 /// A partition task finishing its work before the release.
-pub(super) struct Draining {
-    live: Live,
+pub(super) struct Draining<E: Entity> {
+    live: Live<E>,
     reply: Reply,
 }
 
-impl Draining {
-    pub(super) fn enter(live: Live, reply: Reply) -> Self {
+impl<E: Entity> Draining<E> {
+    pub(super) fn enter(live: Live<E>, reply: Reply) -> Self {
         live.task.enter(Phase::Draining);
         Draining { live, reply }
     }

@@ -2,6 +2,7 @@
 //! task with its outbox relay, and the write-out every one of those phases
 //! ends its work with.
 
+use crate::entity::Entity;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,8 +41,8 @@ impl Drop for RelayHandle {
 
 /// A partition task that may process records: restored, its relay (if
 /// any) running.
-pub(super) struct Live {
-    pub(super) task: PartitionTask,
+pub(super) struct Live<E: Entity> {
+    pub(super) task: PartitionTask<E>,
     /// The outbox relay (outbox on, at_least_once).
     relay: Option<RelayHandle>,
     /// Write-out delivery: the last status change this input partition
@@ -54,9 +55,9 @@ pub(super) struct Live {
     pub(super) registry_waited_ms: std::sync::atomic::AtomicU64,
 }
 
-impl Live {
+impl<E: Entity> Live<E> {
     /// Starts the relay over the state as restored.
-    pub(super) fn start(task: PartitionTask) -> Result<Self, ProcessError> {
+    pub(super) fn start(task: PartitionTask<E>) -> Result<Self, ProcessError> {
         let mut live = Live {
             task,
             relay: None,
@@ -92,7 +93,7 @@ impl Live {
         }
         if self.task.shared.config.outbox.delivery == OutboxDelivery::WriteOut {
             self.task.state.send_status_directly(self.task.partition);
-            let (left, _) = self.task.state.store().outbox_backlog()?;
+            let (left, _) = self.task.state.store().outbox_backlog::<E::Status>()?;
             if left == 0 {
                 return Ok(());
             }
@@ -170,7 +171,7 @@ impl Live {
                 break;
             }
             if Instant::now() >= deadline {
-                let left = self.task.state.store().outbox_backlog()?.0;
+                let left = self.task.state.store().outbox_backlog::<E::Status>()?.0;
                 warn!(
                     partition = self.task.partition,
                     left,
@@ -200,7 +201,7 @@ impl Live {
             .task
             .state
             .store()
-            .outbox_between(through, limit, 1)?
+            .outbox_between::<E::Status>(through, limit, 1)?
             .is_empty())
     }
 
@@ -231,7 +232,7 @@ impl Live {
     }
 
     /// The task without its relay (stopped).
-    pub(super) fn into_task(mut self) -> PartitionTask {
+    pub(super) fn into_task(mut self) -> PartitionTask<E> {
         self.stop_relay();
         self.task
     }
@@ -327,7 +328,10 @@ impl Live {
     /// status changes and waits for the acknowledgements, before the store
     /// is written. (With a changelog they go in the write-out's
     /// transaction.)
-    async fn publish_status(&mut self, records: &[OutboxRecord]) -> Result<(), ProcessError> {
+    async fn publish_status(
+        &mut self,
+        records: &[OutboxRecord<E::Status>],
+    ) -> Result<(), ProcessError> {
         if records.is_empty() {
             return Ok(());
         }
@@ -373,7 +377,7 @@ impl Live {
     /// with backoff. Returns the changelog position.
     async fn commit_transaction(
         &mut self,
-        prepared: &mut PreparedWrite,
+        prepared: &mut PreparedWrite<E::Status>,
     ) -> Result<i64, ProcessError> {
         let changes = prepared.write.changes.take().unwrap_or_default();
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
@@ -431,8 +435,8 @@ impl Live {
     /// the state back with its result.
     async fn lend_state<T: Send + 'static>(
         &mut self,
-        work: impl FnOnce(&mut PartitionState) -> T + Send + 'static,
-    ) -> Result<(PartitionState, T), ProcessError> {
+        work: impl FnOnce(&mut PartitionState<E>) -> T + Send + 'static,
+    ) -> Result<(PartitionState<E>, T), ProcessError> {
         let placeholder = self.task.state.empty_like();
         let mut state = std::mem::replace(&mut self.task.state, placeholder);
         tokio::task::spawn_blocking(move || {

@@ -38,6 +38,7 @@ mod restoring;
 mod schedule;
 mod stopped;
 
+use crate::entity::Entity;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -85,12 +86,12 @@ pub(super) enum Command {
 type Reply = Option<oneshot::Sender<Option<Checkpoint>>>;
 
 /// What every phase of one partition's task holds.
-pub(crate) struct PartitionTask {
-    pub shared: Arc<Shared>,
+pub(crate) struct PartitionTask<E: Entity> {
+    pub shared: Arc<Shared<E>>,
     pub partition: i32,
     /// The order cache, the pending and written checkpoints (`None` until
     /// the first batch on a partition this store never processed).
-    pub state: PartitionState,
+    pub state: PartitionState<E>,
     pub(crate) rx: mpsc::Receiver<Command>,
     /// The task's [`Phase`], offsets and counters, for the supervisor, the
     /// metrics and the status page.
@@ -103,7 +104,7 @@ pub(crate) struct PartitionTask {
     /// With a changelog: the partition's transactional producer, opened
     /// (fencing the previous owner's) before the restore; every write-out
     /// is one of its transactions.
-    pub(crate) txn: Option<TxnWriter>,
+    pub(crate) txn: Option<TxnWriter<E>>,
     /// exactly_once: dead letters decided since the last write-out, sent in
     /// its transaction.
     pub(crate) held_letters: Vec<HeldLetter>,
@@ -125,7 +126,7 @@ pub(crate) struct PartitionTask {
 const MAX_FENCES: usize = 3;
 const FENCE_WINDOW: Duration = Duration::from_secs(600);
 
-impl PartitionTask {
+impl<E: Entity> PartitionTask<E> {
     /// Runs the partition through its phases until it is released.
     pub(super) async fn run(self, input: PartitionInput) -> Result<(), ProcessError> {
         let PartitionInput { queue, ready } = input;

@@ -5,6 +5,7 @@
 //! one once the partition has read everything its input holds. Ends when
 //! the partition is drained, lost, or stopped by the dead-letter breaker.
 
+use crate::entity::Entity;
 use std::ffi::CString;
 use std::time::Duration;
 
@@ -35,35 +36,35 @@ const PAUSE_HOLD: Duration = Duration::from_secs(3);
 const IDLE_RECHECK: Duration = Duration::from_millis(500);
 
 /// A restored partition task taking records.
-pub(super) struct Processing {
-    live: Live,
+pub(super) struct Processing<E: Entity> {
+    live: Live<E>,
 }
 
 /// How the processing phase ended.
-pub(super) enum Ended<'q> {
+pub(super) enum Ended<'q, E: Entity> {
     /// A drain (revoke, shutdown, or the router gone), with the records
     /// fetched and not yet decided: they are decided before the release.
     Drain {
-        draining: Draining,
+        draining: Draining<E>,
         fetched: Vec<BorrowedMessage<'q>>,
     },
     /// The partition was lost: released, its unwritten work dropped.
     Lost,
     /// The dead-letter breaker tripped.
-    Stopped(Stopped),
+    Stopped(Stopped<E>),
     /// The partition's transactional producer was fenced: nothing of the
     /// failed write-out is visible; the task is handed back without its
     /// relay, to be released or started over.
     Fenced {
-        task: PartitionTask,
+        task: PartitionTask<E>,
         cause: TxnError,
     },
 }
 
-impl Processing {
+impl<E: Entity> Processing<E> {
     /// Enters processing: the outbox relay starts over the restored state,
     /// and the flusher learns the written checkpoint.
-    pub(super) async fn enter(task: PartitionTask) -> Result<Self, ProcessError> {
+    pub(super) async fn enter(task: PartitionTask<E>) -> Result<Self, ProcessError> {
         task.enter(Phase::Processing);
         let live = Live::start(task)?;
         if let Some(checkpoint) = live.task.state.written() {
@@ -89,7 +90,7 @@ impl Processing {
         mut self,
         queue: &'q PartitionQueue<OrderlyContext>,
         ready: &Notify,
-    ) -> Result<Ended<'q>, ProcessError> {
+    ) -> Result<Ended<'q, E>, ProcessError> {
         let config = &self.live.task.shared.config.processing;
         let max_records = config.batch_max_records;
         let max_wait = Duration::from_millis(config.batch_max_wait_ms);
@@ -264,7 +265,7 @@ impl End {
     /// older than the last batch (or one record not yet fetched) can make
     /// this true early, which costs one early write-out (they stay
     /// `caught_up_write_ms` apart), never a record.
-    fn reached(&self, live: &Live) -> bool {
+    fn reached<E: Entity>(&self, live: &Live<E>) -> bool {
         let (Some(topic), Some(consumer)) = (&self.topic, live.task.consumer.upgrade()) else {
             return false;
         };

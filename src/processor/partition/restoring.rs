@@ -3,6 +3,7 @@
 //! refuses a partition whose state is elsewhere. No input record is
 //! processed meanwhile.
 
+use crate::entity::Entity;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,26 +22,29 @@ use crate::telemetry::errors::Stage;
 use crate::telemetry::Phase;
 
 /// A partition task before its first record.
-pub(super) struct Restoring {
-    task: PartitionTask,
+pub(super) struct Restoring<E: Entity> {
+    task: PartitionTask<E>,
 }
 
 /// How the restoring phase ended.
-pub(super) enum Restored {
+pub(super) enum Restored<E: Entity> {
     /// Restored (or nothing to restore): on to processing.
-    Ready(PartitionTask),
+    Ready(PartitionTask<E>),
     /// A drain came first: the partition is released before processing.
-    Released { task: PartitionTask, reply: Reply },
+    Released {
+        task: PartitionTask<E>,
+        reply: Reply,
+    },
     /// Another producer of the partition's transactional id initialised
     /// while this one did.
     Fenced {
-        task: PartitionTask,
+        task: PartitionTask<E>,
         cause: TxnError,
     },
 }
 
-impl Restoring {
-    pub(super) fn enter(task: PartitionTask) -> Self {
+impl<E: Entity> Restoring<E> {
+    pub(super) fn enter(task: PartitionTask<E>) -> Self {
         task.enter(Phase::Restoring);
         Restoring { task }
     }
@@ -48,7 +52,7 @@ impl Restoring {
     /// Restores the tree when it is behind the changelog, after fencing the
     /// partition's earlier producers, or checks that a
     /// store without a changelog holds the partition's state.
-    pub(super) async fn run(mut self) -> Result<Restored, ProcessError> {
+    pub(super) async fn run(mut self) -> Result<Restored<E>, ProcessError> {
         let Some(changelog) = self.task.shared.changelog.clone() else {
             self.check_without_changelog().await?;
             return Ok(Restored::Ready(self.task));

@@ -3,6 +3,7 @@
 //! dead-lettered, decided or committed; the partition only answers the
 //! rebalance (or shutdown) that releases it.
 
+use crate::entity::Entity;
 use std::sync::atomic::Ordering;
 
 use tracing::error;
@@ -14,14 +15,14 @@ use crate::telemetry::errors::{Kind, Stage};
 use crate::telemetry::Phase;
 
 /// A partition task stopped by the dead-letter breaker.
-pub(super) struct Stopped {
-    live: Live,
+pub(super) struct Stopped<E: Entity> {
+    live: Live<E>,
 }
 
-impl Stopped {
+impl<E: Entity> Stopped<E> {
     /// Logs, counts and shows the trip (phase [`Phase::Stopped`], the
     /// reason on `/readyz`).
-    pub(super) fn enter(live: Live, tripped: ProcessError) -> Self {
+    pub(super) fn enter(live: Live<E>, tripped: ProcessError) -> Self {
         live.report_trip(&tripped);
         Stopped { live }
     }
@@ -44,7 +45,7 @@ impl Stopped {
     }
 }
 
-impl Live {
+impl<E: Entity> Live<E> {
     /// The dead-letter breaker tripped: logged, counted, and the partition
     /// shown as stopped (also when it trips while draining).
     pub(super) fn report_trip(&self, tripped: &ProcessError) {

@@ -1,0 +1,3 @@
+//! The built-in entities: implementations of [`crate::entity::Entity`].
+
+pub mod orders;

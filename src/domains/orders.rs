@@ -1,0 +1,98 @@
+//! Orders, the built-in domain: an order's state is what its newest applied
+//! event carries (event-carried state), and a change of its status is
+//! published as `OrderStatusChanged`.
+
+use apache_avro::types::Value;
+use apache_avro::Schema;
+
+use crate::codec::{DecodeError, OrderReader};
+use crate::entity::{Entity, Event, State};
+use crate::event::{EventType, Order, OrderEvent, StateView};
+
+/// The order entity (a marker: orders need no configuration).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Orders;
+
+impl Entity for Orders {
+    type Body = Order;
+    type Data = Order;
+    type Status = EventType;
+    type View = StateView;
+    type Reader = OrderReader;
+
+    const KEY_FIELD: &'static str = "order_id";
+
+    fn apply(_data: Option<&Order>, body: Order) -> Order {
+        body
+    }
+
+    fn status(data: &Order) -> Option<EventType> {
+        Some(data.status)
+    }
+
+    fn view(state: &State<Self>) -> StateView {
+        StateView {
+            order_id: state.key.clone(),
+            version: state.version,
+            status: state.data.status,
+            amount: state.data.amount,
+            currency: state.data.currency.clone(),
+            event_id: state.event_id.clone(),
+            occurred_at: state.occurred_at,
+        }
+    }
+
+    fn data_heap_bytes(data: &Order) -> usize {
+        data.currency.capacity()
+    }
+
+    fn reader_schema(&self) -> &Schema {
+        crate::codec::reader_schema()
+    }
+
+    fn reader(&self, id: u32, writer: Schema) -> Result<OrderReader, DecodeError> {
+        OrderReader::resolve(id, writer)
+    }
+
+    fn read(&self, reader: &OrderReader, body: &[u8]) -> Result<Event<Order>, DecodeError> {
+        reader.read(body).map(Event::from)
+    }
+
+    fn status_value(status: &EventType) -> Value {
+        Value::Enum(status.index() as u32, status.as_str().to_string())
+    }
+
+    fn status_schema(&self) -> &str {
+        crate::outbox::SCHEMA
+    }
+}
+
+impl From<OrderEvent> for Event<Order> {
+    fn from(event: OrderEvent) -> Self {
+        Event {
+            event_id: event.event_id,
+            key: event.order_id,
+            version: event.version,
+            occurred_at: event.occurred_at,
+            body: Order {
+                status: event.event_type,
+                amount: event.amount,
+                currency: event.currency,
+            },
+        }
+    }
+}
+
+impl From<Event<Order>> for OrderEvent {
+    fn from(event: Event<Order>) -> Self {
+        OrderEvent {
+            event_id: event.event_id,
+            order_id: event.key,
+            version: event.version,
+            event_type: event.body.status,
+            amount: event.body.amount,
+            currency: event.body.currency,
+            occurred_at: event.occurred_at,
+        }
+    }
+}
