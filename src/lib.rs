@@ -1,6 +1,10 @@
 //! # orderly
 //!
-//! A Kafka Streams-style ordered, idempotent processor of order events.
+//! A Kafka Streams-style ordered, idempotent processor of entity events.
+//! The engine is generic over an [`Entity`] (the key, version and event id
+//! of its events, how an event changes its data, what a change publishes,
+//! how records decode); orders ([`Orders`]) are the built-in domain and the
+//! binary's, stock ([`Stock`]) a second.
 //!
 //! ## Guarantees
 //!
@@ -37,7 +41,10 @@
 //!
 //! ## Module map
 //!
-//! * [`decide`]: the pure core: one event against one order's state
+//! * [`entity`]: the seam between the engine and a domain: the [`Entity`]
+//!   trait, the decoded [`Event`] and the stored [`State`].
+//! * [`domains`]: the built-in entities: orders, stock.
+//! * [`decide`]: the pure core: one event against one entity's state
 //!   → apply, duplicate or stale. No I/O.
 //! * [`partition_state`]: one partition's order cache (read through from
 //!   its store): decide each event in memory, write each changed order once
@@ -135,4 +142,5 @@ pub mod telemetry;
 pub mod workload;
 
 pub use domains::orders::Orders;
+pub use domains::stock::Stock;
 pub use entity::{Entity, Event, State};

@@ -60,7 +60,8 @@ pub enum DecodeError {
 }
 
 impl DecodeError {
-    fn poison(kind: PoisonKind, message: impl Into<String>) -> Self {
+    /// A record that can never be decoded: it is dead-lettered.
+    pub fn poison(kind: PoisonKind, message: impl Into<String>) -> Self {
         DecodeError::Poison {
             kind,
             message: message.into(),
@@ -373,6 +374,12 @@ pub fn decode_generic(
     reader: &GenericDatumReader<'_>,
     body: &[u8],
 ) -> Result<OrderEvent, DecodeError> {
+    event_from_value(read_value(reader, body)?)
+}
+
+/// Reads a whole body as one Avro value with apache-avro's resolution
+/// (for entities without a compiled plan); trailing bytes are poison.
+pub fn read_value(reader: &GenericDatumReader<'_>, body: &[u8]) -> Result<Value, DecodeError> {
     let mut cursor = body;
     let value = reader
         .read_value(&mut cursor)
@@ -383,7 +390,7 @@ pub fn decode_generic(
             format!("{} trailing bytes after the record", cursor.len()),
         ));
     }
-    event_from_value(value)
+    Ok(value)
 }
 
 fn event_from_value(value: Value) -> Result<OrderEvent, DecodeError> {

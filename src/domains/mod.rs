@@ -1,3 +1,4 @@
 //! The built-in entities: implementations of [`crate::entity::Entity`].
 
 pub mod orders;
+pub mod stock;
