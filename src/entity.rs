@@ -6,7 +6,7 @@
 //! when it occurred. Everything else is the domain's: how an event changes
 //! an entity's data ([`Entity::apply`]), what status, if any, a change
 //! publishes ([`Entity::status`]), and how records are decoded
-//! ([`Entity::reader`], [`Entity::read`]). Orders ([`crate::event::Orders`])
+//! ([`Entity::reader`], [`Entity::read`]). Orders ([`crate::domains::orders::Orders`])
 //! are one implementation.
 //!
 //! The engine keeps, per entity, a [`State`]: its own fields (key, version,
