@@ -157,6 +157,38 @@ pub struct Config {
     pub processing: ProcessingConfig,
     pub outbox: OutboxConfig,
     pub http: HttpConfig,
+    pub entity: EntityConfig,
+}
+
+/// `[entity]`: which entity the `orderly` binary processes.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntityConfig {
+    pub kind: EntityKind,
+    /// `latest`: the name of the field holding each event's key.
+    pub key_field: String,
+    /// `latest`: the field holding the per-key version (a `long` or `int`).
+    pub version_field: String,
+    /// `latest`: the field holding the event id (a `string`).
+    pub event_id_field: String,
+    /// `latest`: the field holding when the event occurred (milliseconds);
+    /// `""`: none (0 is kept).
+    pub occurred_at_field: String,
+    /// `latest`: a field whose changes are published to the output topic;
+    /// `""`: none.
+    pub status_field: String,
+}
+
+/// `entity.kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntityKind {
+    /// Orders, the built-in domain.
+    Orders,
+    /// Per-SKU stock levels (restocked, reserved, released).
+    Stock,
+    /// Any Avro topic, no code: the state of a key is its newest event.
+    Latest,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -458,6 +490,20 @@ impl Config {
             key: key.into(),
             message,
         };
+        if self.entity.kind == EntityKind::Latest {
+            for (key, text) in [
+                ("entity.key_field", &self.entity.key_field),
+                ("entity.version_field", &self.entity.version_field),
+                ("entity.event_id_field", &self.entity.event_id_field),
+            ] {
+                if text.trim().is_empty() {
+                    return Err(value_err(
+                        key,
+                        "must name a field of the input topic's events with entity.kind = \"latest\"".into(),
+                    ));
+                }
+            }
+        }
         for (key, text) in [
             ("kafka.bootstrap_servers", &self.kafka.bootstrap_servers),
             ("kafka.group_id", &self.kafka.group_id),

@@ -77,8 +77,10 @@ pub trait Entity: Send + Sync + 'static {
         0
     }
 
-    /// The schema writer schemas are resolved against.
-    fn reader_schema(&self) -> &Schema;
+    /// The schema writer schemas are resolved against (the schema guard
+    /// checks every registered writer version against it); `None`: each
+    /// record is read with its writer's schema as it is.
+    fn reader_schema(&self) -> Option<&Schema>;
 
     /// Resolves writer schema `writer` (registry id `id`), or says why it
     /// cannot be read (a poison record).

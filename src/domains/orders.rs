@@ -46,8 +46,8 @@ impl Entity for Orders {
         data.currency.capacity()
     }
 
-    fn reader_schema(&self) -> &Schema {
-        crate::codec::reader_schema()
+    fn reader_schema(&self) -> Option<&Schema> {
+        Some(crate::codec::reader_schema())
     }
 
     fn reader(&self, id: u32, writer: Schema) -> Result<OrderReader, DecodeError> {

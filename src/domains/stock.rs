@@ -174,8 +174,8 @@ impl Entity for Stock {
         }
     }
 
-    fn reader_schema(&self) -> &Schema {
-        event_schema()
+    fn reader_schema(&self) -> Option<&Schema> {
+        Some(event_schema())
     }
 
     fn reader(&self, id: u32, writer: Schema) -> Result<Self::Reader, DecodeError> {
