@@ -60,6 +60,9 @@ pub trait Entity: Send + Sync + 'static {
     /// The name of the key field in events and views (`order_id`).
     const KEY_FIELD: &'static str;
 
+    /// What one entity is called in messages (`order`).
+    const NAME: &'static str = "entity";
+
     /// The entity's data after `body`'s event, decided to apply, on `data`
     /// (`None`: the entity's first event).
     fn apply(data: Option<&Self::Data>, body: Self::Body) -> Self::Data;
@@ -71,6 +74,21 @@ pub trait Entity: Send + Sync + 'static {
     fn view(state: &State<Self>) -> Self::View
     where
         Self: Sized;
+
+    /// `state get`'s line for a state (by default its view as JSON).
+    fn describe(state: &State<Self>) -> String
+    where
+        Self: Sized,
+    {
+        format!(
+            "{} {}: version {}, {}, {} event ids in inbox",
+            Self::NAME,
+            state.key,
+            state.version,
+            serde_json::to_string(&Self::view(state)).unwrap_or_default(),
+            state.inbox.len()
+        )
+    }
 
     /// Rough heap bytes of `data`, for the cache budget.
     fn data_heap_bytes(_data: &Self::Data) -> usize {

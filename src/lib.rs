@@ -113,6 +113,7 @@ pub mod acl;
 pub mod allocator;
 pub(crate) mod breaker;
 pub mod changelog;
+pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod decide;

@@ -604,7 +604,8 @@ pub(crate) async fn check_schemas(config: &Config) -> Check {
         Ok(registry) => registry,
         Err(e) => return Check::fail("schemas", e.to_string()),
     };
-    match crate::codec::guard::guard(&registry, &config.kafka.input_topic).await {
+    let reader = crate::domains::reader_schema_for(&config.entity);
+    match crate::codec::guard::guard(&registry, &config.kafka.input_topic, reader).await {
         Ok(report) if report.incompatible.is_empty() => Check::ok("schemas", report.summary()),
         Ok(report) => Check::fail(
             "schemas",

@@ -122,7 +122,7 @@ impl IdFormat {
 }
 
 /// One record to produce, keyed by order id.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedRecord {
     pub key: String,
     pub payload: Vec<u8>,

@@ -10,116 +10,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use orderly::demo::covers;
-use orderly::domains::stock::{
-    Availability, Stock, StockChange, StockEncoder, StockEventKind, StockLevel,
-};
+use orderly::domains::stock::{Availability, Stock, StockEncoder};
+use orderly::domains::stock_workload::{plan, StockExpectation, StockSpec};
 use orderly::load::produce_planned;
 use orderly::processor::Processor;
 use orderly::registry::Registry;
 use orderly::store::Store;
-use orderly::workload::PlannedRecord;
-use orderly::Event;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use rdkafka::consumer::Consumer;
 use support::mock::{self, config, producer};
 
 const PARTITIONS: i32 = 4;
-
-/// What the planned stream implies.
-struct Oracle {
-    levels: HashMap<String, (i64, StockLevel)>,
-    applied: u64,
-    duplicates: u64,
-    dead_lettered: u64,
-}
-
-/// `skus` SKUs, each restocked then reserved and released at random (never
-/// below zero available), with about one event in six delivered twice (the
-/// copy later in the stream, as a producer retry or a replay would), and a
-/// few poison records.
-fn plan(encoder: &StockEncoder, skus: usize, seed: u64) -> (Vec<PlannedRecord>, Oracle) {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut records: Vec<(f64, PlannedRecord)> = Vec::new();
-    let mut oracle = Oracle {
-        levels: HashMap::new(),
-        applied: 0,
-        duplicates: 0,
-        dead_lettered: 0,
-    };
-    for s in 0..skus {
-        let sku = format!("sku-{s:05}");
-        let mut level = StockLevel::default();
-        let events = rng.gen_range(5..40);
-        let mut at = rng.gen_range(0.0..1.0);
-        for version in 1..=events {
-            let change = if version == 1 || rng.gen_bool(0.15) {
-                StockChange {
-                    kind: StockEventKind::Restocked,
-                    quantity: rng.gen_range(5..50),
-                }
-            } else if level.reserved > 0 && rng.gen_bool(0.3) {
-                StockChange {
-                    kind: StockEventKind::Released,
-                    quantity: rng.gen_range(1..=level.reserved),
-                }
-            } else if level.available() > 0 {
-                StockChange {
-                    kind: StockEventKind::Reserved,
-                    quantity: rng.gen_range(1..=level.available()),
-                }
-            } else {
-                StockChange {
-                    kind: StockEventKind::Restocked,
-                    quantity: rng.gen_range(5..50),
-                }
-            };
-            level = level.after(change);
-            let event = Event {
-                event_id: format!("{sku}-{version}-{}", rng.gen::<u32>()),
-                key: sku.clone(),
-                version,
-                occurred_at: 1_764_547_200_000 + version,
-                body: change,
-            };
-            let payload = encoder.encode(&event).expect("encode");
-            at += rng.gen_range(0.0..0.01);
-            records.push((
-                at,
-                PlannedRecord {
-                    key: sku.clone(),
-                    payload: payload.clone(),
-                },
-            ));
-            oracle.applied += 1;
-            if rng.gen_bool(1.0 / 6.0) {
-                records.push((
-                    at + rng.gen_range(0.0..0.2),
-                    PlannedRecord {
-                        key: sku.clone(),
-                        payload,
-                    },
-                ));
-                oracle.duplicates += 1;
-            }
-        }
-        oracle.levels.insert(sku, (events, level));
-    }
-    for i in 0..5 {
-        records.push((
-            rng.gen_range(0.0..1.0),
-            PlannedRecord {
-                key: format!("sku-poison-{i}"),
-                payload: vec![0, 0, 0, 0, 99, 1, 2, 3],
-            },
-        ));
-        oracle.dead_lettered += 1;
-    }
-    // A stable sort keeps each SKU's events in version order (their times
-    // increase); a redelivered copy lands after its original.
-    records.sort_by(|a, b| a.0.total_cmp(&b.0));
-    (records.into_iter().map(|(_, r)| r).collect(), oracle)
-}
 
 async fn process_until_caught_up(
     config: orderly::config::Config,
@@ -144,7 +44,7 @@ async fn process_until_caught_up(
         .expect("processor run");
 }
 
-fn assert_levels(store: &Store, oracle: &Oracle) {
+fn assert_levels(store: &Store, oracle: &StockExpectation) {
     let stats = store.stats().expect("stats");
     let total = |f: fn(&orderly::store::Checkpoint) -> u64| {
         stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
@@ -184,7 +84,14 @@ async fn stock_levels_are_exact_through_redeliveries_and_a_restore() {
     let encoder = StockEncoder::register(&registry, &c.topic)
         .await
         .expect("register");
-    let (records, oracle) = plan(&encoder, 300, 5);
+    let spec = StockSpec {
+        skus: 300,
+        seed: 5,
+        duplicate_rate: 1.0 / 6.0,
+        poison_rate: 0.001,
+        sku_prefix: "sku".into(),
+    };
+    let (records, oracle) = plan(&spec, &encoder).expect("plan");
     let (first, second) = records.split_at(records.len() / 2);
     let producer = producer(&c.bootstrap);
     let dir = tempfile::tempdir().expect("tempdir");

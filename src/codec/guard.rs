@@ -30,16 +30,23 @@ pub struct GuardReport {
     pub incompatible: Vec<Incompatible>,
 }
 
-/// The versions of `versions` that the reader schema cannot read. Pure.
+/// The versions of `versions` that the order reader schema cannot read. Pure.
 pub fn check(versions: &[RegisteredVersion]) -> Vec<Incompatible> {
+    check_against(versions, Some(reader_schema()))
+}
+
+/// The versions of `versions` that `reader` cannot read (`None`: an entity
+/// that reads each record with its writer's schema, so only a version that
+/// does not parse is one). Pure.
+pub fn check_against(versions: &[RegisteredVersion], reader: Option<&Schema>) -> Vec<Incompatible> {
     versions
         .iter()
         .filter_map(|v| {
             let problem = match Schema::parse_str(&v.schema) {
                 Err(e) => format!("it does not parse as Avro: {e}"),
-                Ok(writer) => match SchemaCompatibility::can_read(&writer, reader_schema()) {
-                    Ok(_) => return None,
-                    Err(e) => format!("orderly's reader schema cannot read it: {e}"),
+                Ok(writer) => match reader.map(|r| SchemaCompatibility::can_read(&writer, r)) {
+                    None | Some(Ok(_)) => return None,
+                    Some(Err(e)) => format!("orderly's reader schema cannot read it: {e}"),
                 },
             };
             Some(Incompatible {
@@ -51,12 +58,17 @@ pub fn check(versions: &[RegisteredVersion]) -> Vec<Incompatible> {
         .collect()
 }
 
-/// Fetches every version of `<input_topic>-value` and checks each.
-pub async fn guard(registry: &Registry, input_topic: &str) -> Result<GuardReport, RegistryError> {
+/// Fetches every version of `<input_topic>-value` and checks each against
+/// `reader` (see [`check_against`]).
+pub async fn guard(
+    registry: &Registry,
+    input_topic: &str,
+    reader: Option<&Schema>,
+) -> Result<GuardReport, RegistryError> {
     let subject = format!("{input_topic}-value");
     let versions = registry.versions(&subject).await?;
     Ok(GuardReport {
-        incompatible: check(&versions),
+        incompatible: check_against(&versions, reader),
         ids: versions.iter().map(|v| v.id).collect(),
         versions: versions.len(),
         subject,

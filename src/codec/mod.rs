@@ -457,6 +457,64 @@ fn validate<E: Entity>(event: Event<E::Body>) -> Result<Event<E::Body>, DecodeEr
     Ok(event)
 }
 
+/// A decoded Avro record's fields by name: what an entity's
+/// [`crate::Entity::read`] takes its event from. A missing or mistyped
+/// field is a poison record naming the field.
+#[derive(Debug, Clone)]
+pub struct Fields(Vec<(String, Value)>);
+
+impl Fields {
+    /// The fields of `value`, which must be a record.
+    pub fn of(value: Value) -> Result<Fields, DecodeError> {
+        match value {
+            Value::Record(fields) => Ok(Fields(fields)),
+            _ => Err(DecodeError::poison(
+                PoisonKind::Undecodable,
+                "top-level value is not a record",
+            )),
+        }
+    }
+
+    /// A field's value (a union's branch unwrapped), if the record has it.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| match v {
+                Value::Union(_, inner) => inner.as_ref(),
+                other => other,
+            })
+    }
+
+    /// A `string` field (or an enum's symbol).
+    pub fn string(&self, name: &str) -> Result<String, DecodeError> {
+        match self.get(name) {
+            Some(Value::String(s)) | Some(Value::Enum(_, s)) => Ok(s.clone()),
+            other => Err(Self::wrong(name, "a string", other)),
+        }
+    }
+
+    /// A `long` field (an `int` or a timestamp too).
+    pub fn long(&self, name: &str) -> Result<i64, DecodeError> {
+        match self.get(name) {
+            Some(Value::Long(v))
+            | Some(Value::TimestampMillis(v))
+            | Some(Value::TimestampMicros(v)) => Ok(*v),
+            Some(Value::Int(v)) => Ok(i64::from(*v)),
+            other => Err(Self::wrong(name, "a long", other)),
+        }
+    }
+
+    fn wrong(name: &str, want: &str, got: Option<&Value>) -> DecodeError {
+        let message = match got {
+            None => format!("field `{name}` is missing"),
+            Some(Value::Null) => format!("field `{name}` is null"),
+            Some(other) => format!("field `{name}` is not {want}: {other:?}"),
+        };
+        DecodeError::poison(PoisonKind::Invalid, message)
+    }
+}
+
 /// Which schema a record is written with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriterVersion {

@@ -2,3 +2,18 @@
 
 pub mod orders;
 pub mod stock;
+
+/// The reader schema of the entity `config` names (`None`: records are read
+/// with their writer's schema), for the checks that run without the entity
+/// (`config check`).
+pub fn reader_schema_for(
+    config: &crate::config::EntityConfig,
+) -> Option<&'static apache_avro::Schema> {
+    use crate::config::EntityKind;
+    match config.kind {
+        EntityKind::Orders => Some(crate::codec::reader_schema()),
+        EntityKind::Stock => Some(stock::event_schema()),
+        EntityKind::Latest => None,
+    }
+}
+pub mod stock_workload;

@@ -21,6 +21,7 @@ impl Entity for Orders {
     type Reader = OrderReader;
 
     const KEY_FIELD: &'static str = "order_id";
+    const NAME: &'static str = "order";
 
     fn apply(_data: Option<&Order>, body: Order) -> Order {
         body
@@ -40,6 +41,20 @@ impl Entity for Orders {
             event_id: state.event_id.clone(),
             occurred_at: state.occurred_at,
         }
+    }
+
+    fn describe(state: &State<Self>) -> String {
+        format!(
+            "order {}: version {}, status {}, amount {} {}, event {}, occurred_at {}, {} event ids in inbox",
+            state.key,
+            state.version,
+            state.data.status.as_str(),
+            state.data.amount,
+            state.data.currency,
+            state.event_id,
+            state.occurred_at,
+            state.inbox.len()
+        )
     }
 
     fn data_heap_bytes(data: &Order) -> usize {

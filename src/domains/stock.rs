@@ -20,7 +20,7 @@ use apache_avro::types::Value;
 use apache_avro::Schema;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{read_value, resolving_reader, DecodeError, PoisonKind};
+use crate::codec::{read_value, resolving_reader, DecodeError, Fields, PoisonKind};
 use crate::entity::{Entity, Event, State};
 
 /// The reader schema of stock events.
@@ -153,6 +153,7 @@ impl Entity for Stock {
     type Reader = GenericDatumReader<'static>;
 
     const KEY_FIELD: &'static str = "sku";
+    const NAME: &'static str = "SKU";
 
     fn apply(data: Option<&StockLevel>, body: StockChange) -> StockLevel {
         data.copied().unwrap_or_default().after(body)
@@ -209,29 +210,15 @@ pub fn event_schema() -> &'static Schema {
 }
 
 fn event_from_value(value: Value) -> Result<Event<StockChange>, DecodeError> {
-    let Value::Record(fields) = value else {
-        return Err(DecodeError::poison(
-            PoisonKind::Undecodable,
-            "top-level value is not a record",
-        ));
-    };
-    let (mut event_id, mut sku, mut version, mut kind, mut quantity, mut occurred_at) =
-        (None, None, None, None, None, None);
-    for (name, field) in fields {
-        match (name.as_str(), field) {
-            ("event_id", Value::String(s)) => event_id = Some(s),
-            ("sku", Value::String(s)) => sku = Some(s),
-            ("version", Value::Long(v)) => version = Some(v),
-            ("kind", Value::Enum(_, symbol)) => kind = StockEventKind::from_symbol(&symbol),
-            ("quantity", Value::Long(v)) => quantity = Some(v),
-            ("occurred_at", Value::TimestampMillis(v) | Value::Long(v)) => occurred_at = Some(v),
-            _ => {}
-        }
-    }
-    let missing = |field: &str| {
-        DecodeError::poison(PoisonKind::Invalid, format!("field `{field}` is missing"))
-    };
-    let quantity = quantity.ok_or_else(|| missing("quantity"))?;
+    let fields = Fields::of(value)?;
+    let kind = fields.string("kind")?;
+    let kind = StockEventKind::from_symbol(&kind).ok_or_else(|| {
+        DecodeError::poison(
+            PoisonKind::Invalid,
+            format!("kind {kind} is not a stock event kind"),
+        )
+    })?;
+    let quantity = fields.long("quantity")?;
     if quantity <= 0 {
         return Err(DecodeError::poison(
             PoisonKind::Invalid,
@@ -239,14 +226,11 @@ fn event_from_value(value: Value) -> Result<Event<StockChange>, DecodeError> {
         ));
     }
     Ok(Event {
-        event_id: event_id.ok_or_else(|| missing("event_id"))?,
-        key: sku.ok_or_else(|| missing("sku"))?,
-        version: version.ok_or_else(|| missing("version"))?,
-        occurred_at: occurred_at.ok_or_else(|| missing("occurred_at"))?,
-        body: StockChange {
-            kind: kind.ok_or_else(|| missing("kind"))?,
-            quantity,
-        },
+        event_id: fields.string("event_id")?,
+        key: fields.string("sku")?,
+        version: fields.long("version")?,
+        occurred_at: fields.long("occurred_at")?,
+        body: StockChange { kind, quantity },
     })
 }
 

@@ -36,6 +36,27 @@ use crate::registry::{Registry, RegistryError};
 /// The output schema, registered under `<output_topic>-value`.
 pub const SCHEMA: &str = include_str!("../../schemas/order_status_changed_v1.avsc");
 
+/// The output schema of an entity whose status is a string: the fields
+/// of `OrderStatusChanged` with the entity's key field (`key_field`) and
+/// string statuses, as record `name` in `namespace`.
+pub fn string_status_schema(name: &str, namespace: &str, key_field: &str) -> String {
+    serde_json::json!({
+        "type": "record", "name": name, "namespace": namespace,
+        "fields": [
+            {"name": "event_id", "type": "string"},
+            {"name": key_field, "type": "string"},
+            {"name": "version", "type": "long"},
+            {"name": "from_status", "type": ["null", "string"], "default": null},
+            {"name": "to_status", "type": "string"},
+            {"name": "occurred_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "source_topic", "type": "string"},
+            {"name": "source_partition", "type": "int"},
+            {"name": "source_offset", "type": "long"}
+        ]
+    })
+    .to_string()
+}
+
 /// The headers of a status change on the output topic: its source topic,
 /// input partition, source offset and epoch (`orderly.source.*`,
 /// `orderly.epoch`).
