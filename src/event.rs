@@ -420,7 +420,15 @@ pub struct OutboxRecord<S = EventType> {
 /// source `event_id`, written as a UUID. The same source event always gives
 /// the same id, whoever re-emits it.
 pub fn status_event_id(source_event_id: &str) -> String {
-    let hash =
-        xxhash_rust::xxh3::xxh3_128_with_seed(source_event_id.as_bytes(), 0x6f72_6465_726c_7921);
+    status_id_of_hash(status_id_hash(source_event_id))
+}
+
+/// The hash [`status_event_id`] writes as a UUID.
+pub(crate) fn status_id_hash(source_event_id: &str) -> u128 {
+    xxhash_rust::xxh3::xxh3_128_with_seed(source_event_id.as_bytes(), 0x6f72_6465_726c_7921)
+}
+
+/// [`status_event_id`] of a hash from [`status_id_hash`].
+pub(crate) fn status_id_of_hash(hash: u128) -> String {
     uuid::Uuid::from_u128(hash).hyphenated().to_string()
 }

@@ -19,7 +19,7 @@ use crate::decide::{
 };
 use crate::domains::orders::Orders;
 use crate::entity::{Entity, Event, State};
-use crate::event::{status_event_id, InboxEntry, OutboxRecord};
+use crate::event::{status_id_hash, status_id_of_hash, InboxEntry, OutboxRecord};
 use crate::outcomes::Outcomes;
 use crate::store::{BatchWrite, Checkpoint, PartitionStore, StoreError};
 
@@ -93,11 +93,8 @@ pub struct PartitionState<E: Entity = Orders> {
     dirty_bytes: usize,
     /// Bytes of all entries.
     cached_bytes: usize,
-    /// The input partition, when status changes go to the outbox.
-    outbox: Option<i32>,
-    /// Status changes leave with the write-out itself (with a changelog: in
-    /// its transaction) instead of through outbox rows in the store.
-    status_direct: bool,
+    /// Where the status changes of applied events go.
+    status_changes: StatusChanges,
     /// Status changes decided since the last write-out.
     new_outbox: Vec<OutboxRecord<E::Status>>,
     /// Published outbox records up to this source offset are to be deleted
@@ -108,6 +105,30 @@ pub struct PartitionState<E: Entity = Orders> {
     /// `occurred_at` of the events applied since the last write-out began
     /// (the completion-time histogram, observed once they are durable).
     applied_at: Vec<i64>,
+}
+
+/// Where a partition's status changes go (the outbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StatusChanges {
+    /// Nowhere: the outbox is off.
+    Off,
+    /// Stored as outbox rows in each write-out's batch, for the relay.
+    Stored { partition: i32 },
+    /// Handed to each write-out ([`PreparedWrite::status`]) and never
+    /// stored: produced in its transaction, or acknowledged before its batch.
+    WithWriteOut { partition: i32 },
+}
+
+impl StatusChanges {
+    /// The input partition whose records the changes are, when on.
+    fn partition(self) -> Option<i32> {
+        match self {
+            StatusChanges::Off => None,
+            StatusChanges::Stored { partition } | StatusChanges::WithWriteOut { partition } => {
+                Some(partition)
+            }
+        }
+    }
 }
 
 /// A decoded record with the input offset it came from.
@@ -141,8 +162,7 @@ impl<E: Entity> PartitionState<E> {
             written: checkpoint,
             dirty_bytes: 0,
             cached_bytes: 0,
-            outbox: None,
-            status_direct: false,
+            status_changes: StatusChanges::Off,
             new_outbox: Vec::new(),
             outbox_delete_through: None,
             outbox_deleted_through: -1,
@@ -156,18 +176,10 @@ impl<E: Entity> PartitionState<E> {
         std::mem::take(&mut self.applied_at)
     }
 
-    /// From now on, status changes of applied events go to the outbox, as
-    /// records of input partition `partition`.
-    pub(crate) fn enable_outbox(&mut self, partition: i32) {
-        self.outbox = Some(partition);
-    }
-
-    /// From now on, status changes of applied events leave with each
-    /// write-out ([`PreparedWrite::status`]) and are never stored: the
-    /// caller produces them in the write-out's transaction.
-    pub(crate) fn send_status_directly(&mut self, partition: i32) {
-        self.outbox = Some(partition);
-        self.status_direct = true;
+    /// From now on, status changes of applied events go where `changes`
+    /// says.
+    pub(crate) fn send_status_changes(&mut self, changes: StatusChanges) {
+        self.status_changes = changes;
     }
 
     /// The relay published (and the broker acknowledged) every outbox record
@@ -282,22 +294,21 @@ impl<E: Entity> PartitionState<E> {
                         outcome.version_gaps += 1;
                     }
                     self.applied_at.push(event.occurred_at);
-                    let Some(partition) = self.outbox else {
-                        self.apply_one(event, now_ms, retention_ms);
+                    let Some(partition) = self.status_changes.partition() else {
+                        self.apply_one(event, now_ms, retention_ms, None);
                         continue;
                     };
                     let from_status = state.and_then(|s| E::status(&s.data));
-                    let (event_id, key, version, occurred_at) = (
-                        status_event_id(&event.event_id),
-                        event.key.clone(),
+                    // The change's id is formatted only if the status changes.
+                    let (id_hash, version, occurred_at) = (
+                        status_id_hash(&event.event_id),
                         event.version,
                         event.occurred_at,
                     );
-                    let to_status = self.apply_one(event, now_ms, retention_ms);
-                    if let Some(to_status) = to_status.filter(|to| from_status.as_ref() != Some(to))
-                    {
+                    let changed = self.apply_one(event, now_ms, retention_ms, Some(&from_status));
+                    if let Some((to_status, key)) = changed {
                         self.new_outbox.push(OutboxRecord {
-                            event_id,
+                            event_id: status_id_of_hash(id_hash),
                             key,
                             version,
                             from_status,
@@ -348,13 +359,21 @@ impl<E: Entity> PartitionState<E> {
         }
     }
 
-    /// Applies one event; returns the entity's status after it.
+    /// Applies one event. With `watch` (the status before it), returns the
+    /// status after it and the key when the status changed.
     fn apply_one(
         &mut self,
         event: Event<E::Body>,
         now_ms: i64,
         retention_ms: i64,
-    ) -> Option<E::Status> {
+        watch: Option<&Option<E::Status>>,
+    ) -> Option<(E::Status, String)> {
+        let changed = |state: &State<E>| {
+            let from = watch?;
+            E::status(&state.data)
+                .filter(|to| from.as_ref() != Some(to))
+                .map(|to| (to, state.key.clone()))
+        };
         match self.cache.get_mut(event.key.as_str()) {
             Some(cached) => {
                 let spill = apply_in_place(&mut cached.state, event, now_ms, retention_ms);
@@ -369,7 +388,7 @@ impl<E: Entity> PartitionState<E> {
                     cached.dirty = true;
                     self.dirty_bytes += cached.bytes;
                 }
-                E::status(&cached.state.data)
+                changed(&cached.state)
             }
             None => {
                 let key = event.key.clone();
@@ -385,9 +404,9 @@ impl<E: Entity> PartitionState<E> {
                 cached.bytes = cached.measure(key.len());
                 self.cached_bytes += cached.bytes;
                 self.dirty_bytes += cached.bytes;
-                let status = E::status(&cached.state.data);
+                let change = changed(&cached.state);
                 self.cache.insert(key, cached);
-                status
+                change
             }
         }
     }
@@ -432,7 +451,7 @@ impl<E: Entity> PartitionState<E> {
             }
         }
         let mut status = Vec::new();
-        if self.status_direct {
+        if let StatusChanges::WithWriteOut { .. } = self.status_changes {
             status = self.new_outbox.clone();
         } else {
             for record in &self.new_outbox {

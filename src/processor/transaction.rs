@@ -138,7 +138,6 @@ pub(super) struct Round<'a, S> {
 
 /// The partition's transactional producer and where its records go.
 pub(crate) struct TxnWriter<E: Entity> {
-    scope: TxnScope,
     producer: FutureProducer,
     transactional_id: String,
     partition: i32,
@@ -164,7 +163,6 @@ impl<E: Entity> TxnWriter<E> {
     /// writes can land after the restore read the changelog.
     pub(super) async fn open(
         config: &Config,
-        scope: TxnScope,
         partition: i32,
         changelog_topic: String,
         output: Option<(String, Arc<OutboxEncoder<E>>)>,
@@ -215,7 +213,6 @@ impl<E: Entity> TxnWriter<E> {
         }
         info!(partition, transactional_id = %transactional_id, "transactional producer ready (earlier producers of the partition fenced)");
         Ok(TxnWriter {
-            scope,
             producer,
             transactional_id,
             partition,
@@ -224,11 +221,6 @@ impl<E: Entity> TxnWriter<E> {
             dlq_topic: config.kafka.dlq_topic.clone(),
             output,
         })
-    }
-
-    /// What this partition's transactions hold.
-    pub(crate) fn scope(&self) -> TxnScope {
-        self.scope
     }
 
     /// Commits one round; returns the changelog offset after its checkpoint

@@ -10,6 +10,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use tracing::{debug, info, warn};
 
 use super::live::Live;
+use super::mode::WriteOutMode;
 use crate::codec::DecodeError;
 use crate::entity::Event;
 use crate::fault::{self, Point};
@@ -18,7 +19,6 @@ use crate::outcomes::Outcomes;
 use crate::partition_state::{BatchOutcome, Decoded, Sourced};
 use crate::processor::context::OrderlyContext;
 use crate::processor::dlq::{DeadLetter, HeldLetter};
-use crate::processor::transaction::TxnScope;
 use crate::processor::ProcessError;
 use crate::retry::Backoff;
 use crate::store::next_offset_after;
@@ -91,18 +91,10 @@ impl<E: Entity> Live<E> {
                 cause: dominant_cause(&letters),
             });
         }
-        if !letters.is_empty()
-            && self
-                .task
-                .txn
-                .as_ref()
-                .is_some_and(|t| t.scope() == TxnScope::Everything)
-        {
+        if let WriteOutMode::Everything { held_letters, .. } = &mut self.task.mode {
             // exactly_once: the letters commit with the write-out that
             // moves the checkpoint past their records.
-            self.task
-                .held_letters
-                .extend(letters.iter().map(HeldLetter::hold));
+            held_letters.extend(letters.iter().map(HeldLetter::hold));
         } else if !letters.is_empty() {
             // A permanent failure stops the processor before this batch is
             // decided: nothing moves past a record whose letter is not durable.

@@ -10,14 +10,15 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::Consumer;
 use tracing::{debug, info, warn};
 
+use super::mode::WriteOutMode;
 use super::{PartitionTask, Reply};
 use crate::config::OutboxDelivery;
 use crate::event::OutboxRecord;
 use crate::fault::{self, Point};
 use crate::outbox::direct::{Floor, PublishError, StatusOutput};
-use crate::partition_state::{PartitionState, PreparedWrite};
+use crate::partition_state::{PartitionState, PreparedWrite, StatusChanges};
 use crate::processor::flusher::FlushMsg;
-use crate::processor::transaction::{Round, TxnError, TxnScope};
+use crate::processor::transaction::{Round, TxnError};
 use crate::processor::ProcessError;
 use crate::retry::Backoff;
 use crate::telemetry::errors::{Kind, Stage};
@@ -80,19 +81,17 @@ impl<E: Entity> Live<E> {
         let Some(setup) = &self.task.shared.outbox else {
             return Ok(());
         };
-        if self
-            .task
-            .txn
-            .as_ref()
-            .is_some_and(|t| t.scope() == TxnScope::Everything)
-        {
+        let with_write_out = StatusChanges::WithWriteOut {
+            partition: self.task.partition,
+        };
+        if self.task.mode.status_in_transaction() {
             // exactly_once: status changes go out in each write-out's
             // transaction; no outbox rows, no relay.
-            self.task.state.send_status_directly(self.task.partition);
+            self.task.state.send_status_changes(with_write_out);
             return Ok(());
         }
         if self.task.shared.config.outbox.delivery == OutboxDelivery::WriteOut {
-            self.task.state.send_status_directly(self.task.partition);
+            self.task.state.send_status_changes(with_write_out);
             let (left, _) = self.task.state.store().outbox_backlog::<E::Status>()?;
             if left == 0 {
                 return Ok(());
@@ -102,7 +101,9 @@ impl<E: Entity> Live<E> {
                 left, "the store holds outbox rows left by relay delivery; relaying them, new status changes go with the write-outs"
             );
         } else {
-            self.task.state.enable_outbox(self.task.partition);
+            self.task.state.send_status_changes(StatusChanges::Stored {
+                partition: self.task.partition,
+            });
         }
         let written_at = self
             .task
@@ -382,29 +383,33 @@ impl<E: Entity> Live<E> {
         let changes = prepared.write.changes.take().unwrap_or_default();
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
-            let Some(txn) = &self.task.txn else {
-                return Err(ProcessError::Partition {
-                    partition: self.task.partition,
-                    stage: Stage::Transaction,
-                    message: "no transactional producer".into(),
-                });
-            };
-            let group = match txn.scope() {
-                TxnScope::Changelog => None,
-                TxnScope::Everything => Some(
-                    self.task
-                        .consumer
-                        .upgrade()
-                        .and_then(|c| c.group_metadata())
-                        .ok_or_else(|| ProcessError::Partition {
-                            partition: self.task.partition,
-                            stage: Stage::Transaction,
-                            message: "the consumer is closed".into(),
-                        })?,
+            let (txn, letters, group) = match &self.task.mode {
+                WriteOutMode::Changelog(txn) => (txn, &[][..], None),
+                WriteOutMode::Everything { txn, held_letters } => (
+                    txn,
+                    &held_letters[..],
+                    Some(
+                        self.task
+                            .consumer
+                            .upgrade()
+                            .and_then(|c| c.group_metadata())
+                            .ok_or_else(|| ProcessError::Partition {
+                                partition: self.task.partition,
+                                stage: Stage::Transaction,
+                                message: "the consumer is closed".into(),
+                            })?,
+                    ),
                 ),
+                WriteOutMode::Unopened | WriteOutMode::StoreOnly => {
+                    return Err(ProcessError::Partition {
+                        partition: self.task.partition,
+                        stage: Stage::Transaction,
+                        message: "no transactional producer".into(),
+                    })
+                }
             };
             let round = Round {
-                letters: &self.task.held_letters,
+                letters,
                 changes: &changes,
                 checkpoint: &prepared.checkpoint_bytes,
                 covers: prepared.checkpoint.next_offset,
@@ -414,7 +419,9 @@ impl<E: Entity> Live<E> {
             };
             match txn.commit(round).await {
                 Ok(position) => {
-                    self.task.held_letters.clear();
+                    if let WriteOutMode::Everything { held_letters, .. } = &mut self.task.mode {
+                        held_letters.clear();
+                    }
                     return Ok(position);
                 }
                 Err(TxnError::Aborted { cause, .. }) => {

@@ -33,6 +33,7 @@
 mod batch;
 mod draining;
 mod live;
+pub(crate) mod mode;
 mod processing;
 mod restoring;
 mod schedule;
@@ -48,14 +49,14 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{error, info, warn};
 
 use super::context::OrderlyContext;
-use super::dlq::HeldLetter;
-use super::transaction::{TxnError, TxnWriter};
+use super::transaction::TxnError;
 use super::{ProcessError, Shared};
 use crate::breaker::Breaker;
 use crate::partition_state::PartitionState;
 use crate::store::Checkpoint;
 use crate::telemetry::errors::Stage;
 use crate::telemetry::{PartitionStatus, Phase};
+use mode::WriteOutMode;
 
 use processing::{Ended, Processing};
 use restoring::{Restored, Restoring};
@@ -101,13 +102,10 @@ pub(crate) struct PartitionTask<E: Entity> {
     /// The offset the partition was assigned at (the stored checkpoint);
     /// `None`: the group's committed offset.
     pub(crate) assigned_at: Option<i64>,
-    /// With a changelog: the partition's transactional producer, opened
-    /// (fencing the previous owner's) before the restore; every write-out
-    /// is one of its transactions.
-    pub(crate) txn: Option<TxnWriter<E>>,
-    /// exactly_once: dead letters decided since the last write-out, sent in
-    /// its transaction.
-    pub(crate) held_letters: Vec<HeldLetter>,
+    /// How write-outs reach Kafka: with a changelog, through the
+    /// partition's transactional producer, opened (fencing the previous
+    /// owner's) before the restore.
+    pub(crate) mode: WriteOutMode<E>,
     /// Stops the partition when it dead-letters too much.
     pub breaker: Breaker,
     /// The offset of the first record this task took on a partition its
@@ -168,8 +166,7 @@ impl<E: Entity> PartitionTask<E> {
     async fn after_fence(mut self, cause: TxnError) -> Result<Option<Self>, ProcessError> {
         let partition = self.partition;
         let written = self.state.written();
-        self.txn = None;
-        self.held_letters.clear();
+        self.mode = WriteOutMode::Unopened;
         self.state = PartitionState::new(self.state.store().clone(), written);
         self.status.seed(written.as_ref());
         self.breaker = Breaker::new(self.shared.config.processing.breaker_limits());

@@ -115,7 +115,7 @@ impl<E: Entity> Processing<E> {
                     self.live.task.shared.config.kafka.session_timeout_ms,
                 ),
                 pause_hold: PAUSE_HOLD,
-                hold_pauses: self.live.task.txn.is_none(),
+                hold_pauses: self.live.task.mode.unfenced(),
             },
             tokio::time::Instant::now(),
         );

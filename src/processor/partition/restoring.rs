@@ -12,6 +12,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
+use super::mode::WriteOutMode;
 use super::{Command, PartitionTask, Reply};
 use crate::changelog::restore::Restore;
 use crate::config::{Guarantee, OutboxDelivery};
@@ -54,6 +55,7 @@ impl<E: Entity> Restoring<E> {
     /// store without a changelog holds the partition's state.
     pub(super) async fn run(mut self) -> Result<Restored<E>, ProcessError> {
         let Some(changelog) = self.task.shared.changelog.clone() else {
+            self.task.mode = WriteOutMode::StoreOnly;
             self.check_without_changelog().await?;
             return Ok(Restored::Ready(self.task));
         };
@@ -76,8 +78,16 @@ impl<E: Entity> Restoring<E> {
             }
         };
         let output = output.map(|o| (o.topic.clone(), o.encoder.clone()));
-        match TxnWriter::open(config, scope, task.partition, changelog.clone(), output).await {
-            Ok(txn) => task.txn = Some(txn),
+        match TxnWriter::open(config, task.partition, changelog.clone(), output).await {
+            Ok(txn) => {
+                task.mode = match scope {
+                    TxnScope::Everything => WriteOutMode::Everything {
+                        txn,
+                        held_letters: Vec::new(),
+                    },
+                    TxnScope::Changelog => WriteOutMode::Changelog(txn),
+                }
+            }
             Err(cause @ TxnError::Fenced { .. }) => {
                 return Ok(Restored::Fenced {
                     task: self.task,
