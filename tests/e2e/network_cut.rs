@@ -190,6 +190,11 @@ fn network_cut(guarantee: &str, seed: u64) {
         cut_for.as_secs_f64(),
         window.len()
     );
+    assert!(
+        held > 0,
+        "the cut held a's requests (heartbeats, its write-out) until the heal: its clients reach the broker through \
+         the proxy"
+    );
     assert_eq!(
         visible, 0,
         "nothing a held through the cut became visible in the changelog"
