@@ -6,8 +6,9 @@
 //! start --proxy-listener`) and member a reaches it only through a
 //! [`CutProxy`]: its consumer, its partitions' transactional producers and
 //! its other clients all bootstrap at the proxy, and the broker advertises
-//! the proxy's address to them. Member b and the test's own clients use the
-//! broker's normal listener.
+//! the proxy's address to them (its schema registry, the test's double, it
+//! reaches directly). Member b and the test's own clients use the broker's
+//! normal listener.
 //!
 //! a holds its third write-out with the records handed to its producer and
 //! not yet acknowledged (fault point `stop_queued`: the process stops
