@@ -25,7 +25,7 @@ use crate::support::{end_offsets, signal, wait_until, Instance, Reaper};
 use crate::world::{stop, tail, World};
 use crate::{required_env, PARTITIONS};
 
-const EXACTLY_ONCE: &str = "guarantee = \"exactly_once\"\n";
+pub(crate) const EXACTLY_ONCE: &str = "guarantee = \"exactly_once\"\n";
 
 #[test]
 fn a_member_paused_with_its_write_out_queued_moves_no_state_back() {
@@ -546,7 +546,7 @@ fn late_write(guarantee: &str, point: &str, seed: u64) {
 /// Waits until the broker compacted the changelog, then restores every
 /// partition into a member with an empty store and checks it against the
 /// input: state, counters, dead letters, the output topic.
-fn restore_fresh_and_verify(
+pub(crate) fn restore_fresh_and_verify(
     world: &World,
     changelog: &str,
     settings: &str,

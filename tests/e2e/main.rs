@@ -3,8 +3,10 @@
 //!
 //! It takes the bootstrap address of a shared broker from
 //! `ORDERLY_E2E_BOOTSTRAP`: Apache Kafka 4.4 from `kafka/broker run` in CI
-//! and on a laptop. The broker-restart test starts a broker of its own with
-//! `kafka/broker start --dir`, so it can stop and start it with its data.
+//! and on a laptop. The broker-restart tests start a broker of their own
+//! with `kafka/broker start --dir`, so they can stop and start it with its
+//! data; the network-cut tests one with a proxy listener
+//! (`--proxy-listener`), so one member reaches it through a proxy they cut.
 //! `.ci/run` sets the variable and turns on the `e2e` feature; without the
 //! feature these tests are not compiled, and with it but without the
 //! variable they fail and say how to run them.
@@ -16,6 +18,9 @@
 //! * [`exactly_once`]: transactions: each record once, a fenced zombie;
 //! * [`late_writes`]: a member paused at each point of a write-out: no
 //!   state moves back, after a fresh restore from a compacted changelog;
+//! * [`network_cut`]: one member cut off the broker (a [`proxy`] that
+//!   stops forwarding, sockets left open) with a write-out queued, healed
+//!   after its partitions moved: no state moves back;
 //! * [`group`]: several instances in one group, restores from the changelog;
 //! * [`replay`]: `orderly replay` on one instance and on a group's stores;
 //! * [`outbox`]: the outbox while its output topic is missing;
@@ -37,10 +42,12 @@ mod exactly_once;
 mod group;
 mod kafka_native;
 mod late_writes;
+mod network_cut;
 mod observe;
 mod operator;
 mod outbox;
 mod pauses;
+mod proxy;
 mod redrive;
 mod replay;
 mod secured;

@@ -1,6 +1,7 @@
 //! One test's world: a fresh input topic, dead-letter topic, group and
 //! registry double on the shared broker; producing planned records; the
-//! final exact checks; a nisshi broker a test can stop and start.
+//! final exact checks; an Apache Kafka broker a test can stop and start
+//! (or reach through a proxy it can cut).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -87,8 +88,14 @@ impl World {
     }
 
     pub fn instance(&self, extra: &str) -> Instance {
+        self.instance_at(&self.bootstrap, extra)
+    }
+
+    /// An instance whose clients bootstrap at `bootstrap` (the same broker
+    /// through another listener: a proxy a test can cut).
+    pub fn instance_at(&self, bootstrap: &str, extra: &str) -> Instance {
         Instance::new(&Setup {
-            bootstrap: &self.bootstrap,
+            bootstrap,
             registry_url: &self.registry.url,
             group: &self.group,
             topic: &self.topic,
@@ -434,6 +441,30 @@ impl Broker {
         };
         broker.restart();
         broker
+    }
+
+    /// A broker with a proxy listener (`kafka/broker start
+    /// --proxy-listener`): [`Self::proxy_listener`] is where a proxy
+    /// forwards to, [`Self::proxy_advertised`] where it must listen.
+    pub fn start_with_proxy_listener(dir: PathBuf) -> Self {
+        let mut broker = Broker {
+            dir,
+            bootstrap: String::new(),
+            running: false,
+            printed: BTreeMap::new(),
+        };
+        broker.start_with(&["--proxy-listener"]);
+        broker
+    }
+
+    /// The address the proxy listener is bound to.
+    pub fn proxy_listener(&self) -> &str {
+        &self.printed["KAFKA_PROXY_LISTENER"]
+    }
+
+    /// The address the proxy listener is advertised at.
+    pub fn proxy_advertised(&self) -> &str {
+        &self.printed["KAFKA_PROXY_ADVERTISED"]
     }
 
     /// A broker in secured mode (`kafka/broker start --secure`): SASL_SSL,
