@@ -43,7 +43,8 @@
 //!
 //! * [`entity`]: the seam between the engine and a domain: the [`Entity`]
 //!   trait, the decoded [`Event`] and the stored [`State`].
-//! * [`domains`]: the built-in entities: orders, stock.
+//! * [`domains`]: the built-in entities: orders, stock, and latest (any Avro
+//!   topic, no code: the newest event per key, fields named by `[entity]`).
 //! * [`decide`]: the pure core: one event against one entity's state
 //!   → apply, duplicate or stale. No I/O.
 //! * [`partition_state`]: one partition's order cache (read through from
@@ -142,6 +143,7 @@ pub mod store;
 pub mod telemetry;
 pub mod workload;
 
+pub use domains::latest::Latest;
 pub use domains::orders::Orders;
 pub use domains::stock::Stock;
 pub use entity::{Entity, Event, State};

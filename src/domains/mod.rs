@@ -1,5 +1,6 @@
 //! The built-in entities: implementations of [`crate::entity::Entity`].
 
+pub mod latest;
 pub mod orders;
 pub mod stock;
 
