@@ -1,0 +1,540 @@
+//! The no-code entity (`entity.kind = "latest"`) through the whole engine
+//! on librdkafka's mock cluster, on a schema that is neither orders nor
+//! stock: shipment events (an `int` version, a nullable enum status, a
+//! nested record, two writer schema versions), with redeliveries, stale
+//! out-of-order events and poison records; then a fresh store restored from
+//! the changelog; each checked against what the planned stream implies.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use apache_avro::types::Value;
+use apache_avro::Schema;
+use orderly::codec::wire;
+use orderly::config::{EntityConfig, EntityKind};
+use orderly::demo::covers;
+use orderly::domains::latest::{Latest, LatestEvent};
+use orderly::entity::State;
+use orderly::load::produce_planned;
+use orderly::processor::Processor;
+use orderly::registry::Registry;
+use orderly::store::Store;
+use orderly::workload::PlannedRecord;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rdkafka::consumer::Consumer;
+use serde_json::json;
+use support::mock::{self, config, producer};
+
+const PARTITIONS: i32 = 4;
+
+const SHIPMENT_V1: &str = r#"{
+  "type": "record", "name": "ShipmentEvent", "namespace": "com.example.logistics",
+  "fields": [
+    {"name": "id", "type": "string"},
+    {"name": "shipment_id", "type": ["null", "string"], "default": null},
+    {"name": "seq", "type": "int"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "status", "type": ["null", {"type": "enum", "name": "ShipmentStatus",
+      "symbols": ["LABEL_CREATED", "IN_TRANSIT", "OUT_FOR_DELIVERY", "DELIVERED", "EXCEPTION"]}],
+     "default": null},
+    {"name": "destination", "type": {"type": "record", "name": "Address", "fields": [
+      {"name": "city", "type": "string"}, {"name": "country", "type": "string"}]}},
+    {"name": "weight_grams", "type": "long"}
+  ]
+}"#;
+
+/// v1 with a field added (with a default): read as written, so a v2 event's
+/// state has it and a v1 event's does not.
+const SHIPMENT_V2: &str = r#"{
+  "type": "record", "name": "ShipmentEvent", "namespace": "com.example.logistics",
+  "fields": [
+    {"name": "id", "type": "string"},
+    {"name": "shipment_id", "type": ["null", "string"], "default": null},
+    {"name": "seq", "type": "int"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "status", "type": ["null", {"type": "enum", "name": "ShipmentStatus",
+      "symbols": ["LABEL_CREATED", "IN_TRANSIT", "OUT_FOR_DELIVERY", "DELIVERED", "EXCEPTION"]}],
+     "default": null},
+    {"name": "destination", "type": {"type": "record", "name": "Address", "fields": [
+      {"name": "city", "type": "string"}, {"name": "country", "type": "string"}]}},
+    {"name": "weight_grams", "type": "long"},
+    {"name": "signed_by", "type": ["null", "string"], "default": null}
+  ]
+}"#;
+
+/// Another team's events on the same topic, without the key field: poison.
+const PARCEL_SCAN: &str = r#"{
+  "type": "record", "name": "ParcelScan", "namespace": "com.example.depot",
+  "fields": [
+    {"name": "id", "type": "string"},
+    {"name": "seq", "type": "int"},
+    {"name": "parcel", "type": "string"}
+  ]
+}"#;
+
+const STATUSES: [&str; 5] = [
+    "LABEL_CREATED",
+    "IN_TRANSIT",
+    "OUT_FOR_DELIVERY",
+    "DELIVERED",
+    "EXCEPTION",
+];
+const CITIES: [(&str, &str); 3] = [("Lyon", "FR"), ("Porto", "PT"), ("Graz", "AT")];
+
+fn entity_config() -> EntityConfig {
+    EntityConfig {
+        kind: EntityKind::Latest,
+        key_field: "shipment_id".into(),
+        version_field: "seq".into(),
+        event_id_field: "id".into(),
+        occurred_at_field: "at".into(),
+        status_field: "status".into(),
+    }
+}
+
+struct Schemas {
+    v1: (Schema, u32),
+    v2: (Schema, u32),
+    parcel: (Schema, u32),
+}
+
+impl Schemas {
+    async fn register(registry: &Registry, topic: &str) -> Schemas {
+        let subject = format!("{topic}-value");
+        let mut ids = Vec::new();
+        for (subject, text) in [
+            (subject.as_str(), SHIPMENT_V1),
+            (subject.as_str(), SHIPMENT_V2),
+            ("depot-scans-value", PARCEL_SCAN),
+        ] {
+            let id = registry.register(subject, text).await.expect("register");
+            ids.push((Schema::parse_str(text).expect("schema"), id));
+        }
+        let parcel = ids.pop().expect("parcel");
+        let v2 = ids.pop().expect("v2");
+        let v1 = ids.pop().expect("v1");
+        Schemas { v1, v2, parcel }
+    }
+}
+
+fn encode((schema, id): &(Schema, u32), fields: Vec<(&str, Value)>) -> Vec<u8> {
+    let record = Value::Record(fields.into_iter().map(|(n, v)| (n.into(), v)).collect());
+    #[allow(deprecated)]
+    let body = apache_avro::to_avro_datum(schema, record).expect("encode");
+    wire(*id, &body)
+}
+
+/// One shipment event as the producer writes it.
+#[derive(Clone)]
+struct Shipment {
+    key: Option<String>,
+    seq: i32,
+    id: String,
+    at: i64,
+    status: Option<usize>,
+    city: usize,
+    weight: i64,
+    /// `Some`: written with v2 (its `signed_by`, maybe null).
+    signed_by: Option<Option<String>>,
+}
+
+impl Shipment {
+    fn encode(&self, schemas: &Schemas) -> Vec<u8> {
+        let nullable = |s: &Option<String>| match s {
+            None => Value::Union(0, Box::new(Value::Null)),
+            Some(s) => Value::Union(1, Box::new(Value::String(s.clone()))),
+        };
+        let (city, country) = CITIES[self.city];
+        let mut fields = vec![
+            ("id", Value::String(self.id.clone())),
+            ("shipment_id", nullable(&self.key)),
+            ("seq", Value::Int(self.seq)),
+            ("at", Value::TimestampMillis(self.at)),
+            (
+                "status",
+                match self.status {
+                    None => Value::Union(0, Box::new(Value::Null)),
+                    Some(i) => {
+                        Value::Union(1, Box::new(Value::Enum(i as u32, STATUSES[i].to_string())))
+                    }
+                },
+            ),
+            (
+                "destination",
+                Value::Record(vec![
+                    ("city".into(), Value::String(city.into())),
+                    ("country".into(), Value::String(country.into())),
+                ]),
+            ),
+            ("weight_grams", Value::Long(self.weight)),
+        ];
+        match &self.signed_by {
+            None => encode(&schemas.v1, fields),
+            Some(signed_by) => {
+                fields.push(("signed_by", nullable(signed_by)));
+                encode(&schemas.v2, fields)
+            }
+        }
+    }
+
+    /// The event's fields as the state shows them, written independently
+    /// of the entity's converter.
+    fn json(&self) -> serde_json::Value {
+        let (city, country) = CITIES[self.city];
+        let mut fields = json!({
+            "id": self.id,
+            "shipment_id": self.key,
+            "seq": self.seq,
+            "at": self.at,
+            "status": self.status.map(|i| STATUSES[i]),
+            "destination": {"city": city, "country": country},
+            "weight_grams": self.weight,
+        });
+        if let Some(signed_by) = &self.signed_by {
+            fields["signed_by"] = json!(signed_by);
+        }
+        fields
+    }
+}
+
+/// What the planned stream implies, per key and in total.
+#[derive(Default)]
+struct Oracle {
+    /// Per shipment: its newest event (version, id, time, fields) and the
+    /// status its last status change names.
+    newest: HashMap<String, (i64, String, i64, serde_json::Value, String)>,
+    applied: u64,
+    duplicates: u64,
+    stale: u64,
+    dead_lettered: u64,
+}
+
+/// `keys` shipments of 3 to 20 events each (the first with a status, later
+/// ones sometimes without one; v1 and v2 writers mixed), about one event in
+/// six delivered again later in the stream (a producer retry or a replay),
+/// about one shipment in four followed by an older event under a new id
+/// (stale: a late event from a migrated topic), and poison: garbage, a
+/// schema without the key field, a null key, version 0.
+fn plan(schemas: &Schemas, keys: usize, seed: u64) -> (Vec<PlannedRecord>, Oracle) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut records: Vec<(f64, PlannedRecord)> = Vec::new();
+    let mut oracle = Oracle::default();
+    for k in 0..keys {
+        let key = format!("shp-{k:05}");
+        let events = rng.gen_range(3..=20);
+        let mut at = rng.gen_range(0.0..1.0);
+        let mut last_status = String::new();
+        let mut newest = None;
+        for seq in 1..=events {
+            let shipment = Shipment {
+                key: Some(key.clone()),
+                seq,
+                id: format!("{key}-{seq}-{:08x}", rng.gen::<u32>()),
+                at: 1_764_547_200_000 + i64::from(seq) * 60_000,
+                status: if seq == 1 {
+                    Some(0)
+                } else if rng.gen_bool(0.7) {
+                    Some(rng.gen_range(1..STATUSES.len()))
+                } else {
+                    None
+                },
+                city: rng.gen_range(0..CITIES.len()),
+                weight: rng.gen_range(100..30_000),
+                signed_by: if rng.gen_bool(0.5) {
+                    Some(
+                        rng.gen_bool(0.5)
+                            .then(|| format!("courier-{}", rng.gen_range(0..9))),
+                    )
+                } else {
+                    None
+                },
+            };
+            if let Some(i) = shipment.status {
+                last_status = STATUSES[i].to_string();
+            }
+            let payload = shipment.encode(schemas);
+            at += rng.gen_range(0.0..0.01);
+            records.push((
+                at,
+                PlannedRecord {
+                    key: key.clone(),
+                    payload: payload.clone(),
+                },
+            ));
+            oracle.applied += 1;
+            if rng.gen_bool(1.0 / 6.0) {
+                records.push((
+                    at + rng.gen_range(0.0..0.2),
+                    PlannedRecord {
+                        key: key.clone(),
+                        payload,
+                    },
+                ));
+                oracle.duplicates += 1;
+            }
+            newest = Some(shipment);
+        }
+        if rng.gen_bool(0.25) {
+            // An older version under a new id, after the newest: stale.
+            let late = Shipment {
+                seq: rng.gen_range(1..=events),
+                id: format!("{key}-late-{:08x}", rng.gen::<u32>()),
+                status: Some(4),
+                ..newest.clone().expect("an event")
+            };
+            records.push((
+                at + 0.3,
+                PlannedRecord {
+                    key: key.clone(),
+                    payload: late.encode(schemas),
+                },
+            ));
+            oracle.stale += 1;
+        }
+        let newest = newest.expect("an event");
+        oracle.newest.insert(
+            key,
+            (
+                i64::from(newest.seq),
+                newest.id.clone(),
+                newest.at,
+                newest.json(),
+                last_status,
+            ),
+        );
+    }
+    for i in 0..6 {
+        let shipment = |key: Option<&str>, seq| Shipment {
+            key: key.map(String::from),
+            seq,
+            id: format!("poison-{i}"),
+            at: 0,
+            status: None,
+            city: 0,
+            weight: 1,
+            signed_by: None,
+        };
+        let payload = match i {
+            // Garbage under a schema id the registry does not know.
+            0 | 1 => vec![0, 0, 0, 0, 99, 1, 2, 3],
+            // Another schema, without the key field.
+            2 | 3 => encode(
+                &schemas.parcel,
+                vec![
+                    ("id", Value::String(format!("scan-{i}"))),
+                    ("seq", Value::Int(1)),
+                    ("parcel", Value::String("p".into())),
+                ],
+            ),
+            // A null key.
+            4 => shipment(None, 1).encode(schemas),
+            // Version 0.
+            _ => shipment(Some("shp-poison-5"), 0).encode(schemas),
+        };
+        records.push((
+            rng.gen_range(0.0..1.0),
+            PlannedRecord {
+                key: format!("shp-poison-{i}"),
+                payload,
+            },
+        ));
+        oracle.dead_lettered += 1;
+    }
+    // A stable sort keeps each shipment's events in version order (their
+    // times increase); a redelivered copy lands after its original, a late
+    // event after the shipment's newest.
+    records.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (records.into_iter().map(|(_, r)| r).collect(), oracle)
+}
+
+async fn process_until_caught_up(
+    config: orderly::config::Config,
+    store: Store,
+    registry: Registry,
+    ends: BTreeMap<i32, i64>,
+) {
+    let watcher = store.clone();
+    let caught_up = async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        while !covers(&watcher, &ends) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "processor did not catch up"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let entity = Latest::from_config(&config.entity).expect("a latest entity");
+    Processor::for_entity(entity, config, store, registry)
+        .run(caught_up)
+        .await
+        .expect("processor run");
+}
+
+/// The engine's fields and the data of every state, by key.
+type Snapshot = BTreeMap<String, (i64, String, i64, LatestEvent)>;
+
+fn assert_newest(store: &Store, oracle: &Oracle) -> Snapshot {
+    let stats = store.stats().expect("stats");
+    let total = |f: fn(&orderly::store::Checkpoint) -> u64| {
+        stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
+    };
+    assert_eq!(total(|c| c.applied), oracle.applied, "applied");
+    assert_eq!(total(|c| c.duplicates), oracle.duplicates, "duplicates");
+    assert_eq!(total(|c| c.stale), oracle.stale, "stale");
+    assert_eq!(
+        total(|c| c.dead_lettered),
+        oracle.dead_lettered,
+        "dead letters"
+    );
+    let mut snapshot = Snapshot::new();
+    let mut wrong = Vec::new();
+    store
+        .for_each::<Latest>(|state: State<Latest>| {
+            let view = state.view();
+            let got = (
+                state.version,
+                state.event_id.clone(),
+                state.occurred_at,
+                view["event"].clone(),
+                state.data.status.clone().unwrap_or_default(),
+            );
+            let want = oracle.newest.get(&state.key);
+            let fields_right =
+                want.is_some_and(|w| (w.0, &w.1, w.2, &w.3) == (got.0, &got.1, got.2, &got.3));
+            // The state's own status is its newest event's (maybe none).
+            let status_right = want.is_some_and(|w| {
+                let newest = w.3["status"].as_str().unwrap_or_default();
+                got.4 == newest && (newest.is_empty() || newest == w.4)
+            });
+            let view_right = view["shipment_id"] == json!(state.key)
+                && view["version"] == json!(state.version)
+                && view["event_id"] == json!(state.event_id);
+            if !(fields_right && status_right && view_right) {
+                wrong.push((state.key.clone(), got, want.cloned()));
+            }
+            snapshot.insert(
+                state.key.clone(),
+                (
+                    state.version,
+                    state.event_id.clone(),
+                    state.occurred_at,
+                    state.data.clone(),
+                ),
+            );
+        })
+        .expect("scan");
+    assert!(
+        wrong.is_empty(),
+        "{} shipments off, first: {:?}",
+        wrong.len(),
+        wrong.first()
+    );
+    assert_eq!(
+        snapshot.len(),
+        oracle.newest.len(),
+        "every shipment has a state"
+    );
+    snapshot
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_avro_topic_keeps_its_newest_event_per_key_through_redeliveries_and_a_restore() {
+    let c = mock::cluster(PARTITIONS, true);
+    let registry = Registry::memory();
+    let schemas = Schemas::register(&registry, &c.topic).await;
+    let (records, oracle) = plan(&schemas, 300, 29);
+    assert!(
+        oracle.stale > 20 && oracle.duplicates > 100,
+        "the plan covers every outcome"
+    );
+    let (first, second) = records.split_at(records.len() / 2);
+    let producer = producer(&c.bootstrap);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = config(&c, &dir.path().join("a"));
+    config.entity = entity_config();
+    let store = Store::open(&config.store.path, 16).expect("store a");
+    let ends = produce_planned(&producer, &c.topic, first)
+        .await
+        .expect("produce first half");
+    process_until_caught_up(config.clone(), store.clone(), registry.clone(), ends).await;
+    // A restart on the same store in between: nothing applied twice.
+    let ends = produce_planned(&producer, &c.topic, second)
+        .await
+        .expect("produce second half");
+    process_until_caught_up(
+        config.clone(),
+        store.clone(),
+        registry.clone(),
+        ends.clone(),
+    )
+    .await;
+    let before = assert_newest(&store, &oracle);
+
+    // A fresh store in the same group: restored from the changelog, the
+    // same states.
+    let mut fresh = config.clone();
+    fresh.store.path = dir.path().join("b");
+    let restored = Store::open(&fresh.store.path, 16).expect("store b");
+    process_until_caught_up(fresh, restored.clone(), registry, ends).await;
+    let after = assert_newest(&restored, &oracle);
+    assert!(before == after, "the restored store holds the same states");
+
+    // The outbox published status changes under the latest schema: the
+    // last one per shipment names its last status.
+    let output = format!("{}-status", c.topic);
+    let status_schema = Schema::parse_str(orderly::domains::latest::STATUS_SCHEMA).expect("schema");
+    let watermarks: rdkafka::consumer::BaseConsumer =
+        support::client(&c.bootstrap).create().expect("consumer");
+    let mut published = Vec::new();
+    for partition in 0..PARTITIONS {
+        let (low, high) = watermarks
+            .fetch_watermarks(&output, partition, Duration::from_secs(10))
+            .expect("watermarks");
+        published.extend(support::read_range(
+            &c.bootstrap,
+            &output,
+            partition,
+            low,
+            high,
+        ));
+    }
+    let mut last: HashMap<String, (i64, String)> = HashMap::new();
+    for message in published {
+        let payload = message.payload.expect("payload");
+        #[allow(deprecated)]
+        let value = apache_avro::from_avro_datum(&status_schema, &mut &payload[5..], None)
+            .expect("a status change");
+        let Value::Record(fields) = value else {
+            panic!("a record")
+        };
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        let (Some(Value::String(key)), Some(Value::Long(version)), Some(Value::String(to))) =
+            (field("key"), field("version"), field("to_status"))
+        else {
+            panic!("fields of {fields:?}")
+        };
+        let entry = last.entry(key).or_insert((0, String::new()));
+        if version >= entry.0 {
+            *entry = (version, to);
+        }
+    }
+    assert!(!last.is_empty(), "status changes were published");
+    for (key, (.., last_status)) in &oracle.newest {
+        assert_eq!(
+            last.get(key).map(|(_, s)| s.as_str()),
+            Some(last_status.as_str()),
+            "{key}"
+        );
+    }
+    assert_eq!(last.len(), oracle.newest.len(), "no status for poison keys");
+    drop(c.mock);
+}
