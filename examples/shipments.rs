@@ -39,7 +39,7 @@ impl Entity for Shipments {
     fn status(scan: &Scan) -> Option<String> {
         Some(scan.status.clone())
     }
-    fn view(s: &State<Self>) -> serde_json::Value {
+    fn view(&self, s: &State<Self>) -> serde_json::Value {
         serde_json::json!({ "shipment_id": s.key, "version": s.version, "status": s.data.status,
             "location": s.data.location, "scan_id": s.event_id, "at": s.occurred_at })
     }

@@ -43,7 +43,7 @@ pub struct Event<B> {
 /// The associated functions are the pure domain logic (no I/O, no clock);
 /// the methods taking `&self` decode records, and may depend on
 /// configuration (a no-code entity reads field names from it).
-pub trait Entity: Send + Sync + 'static {
+pub trait Entity: Clone + Send + Sync + 'static {
     /// What an event carries beyond the engine's fields.
     type Body: Debug + Clone + Send + Sync + 'static;
     /// What the store keeps for one entity beside the engine's fields. Its
@@ -70,13 +70,14 @@ pub trait Entity: Send + Sync + 'static {
     /// The status of `data` whose changes are published, if the entity has one.
     fn status(data: &Self::Data) -> Option<Self::Status>;
 
-    /// The view of a state.
-    fn view(state: &State<Self>) -> Self::View
+    /// The view of a state (it may depend on configuration: a no-code
+    /// entity names the key as configured).
+    fn view(&self, state: &State<Self>) -> Self::View
     where
         Self: Sized;
 
     /// `state get`'s line for a state (by default its view as JSON).
-    fn describe(state: &State<Self>) -> String
+    fn describe(&self, state: &State<Self>) -> String
     where
         Self: Sized,
     {
@@ -85,7 +86,7 @@ pub trait Entity: Send + Sync + 'static {
             Self::NAME,
             state.key,
             state.version,
-            serde_json::to_string(&Self::view(state)).unwrap_or_default(),
+            serde_json::to_string(&self.view(state)).unwrap_or_default(),
             state.inbox.len()
         )
     }
@@ -173,11 +174,6 @@ impl<E: Entity> PartialEq for State<E> {
 }
 
 impl<E: Entity> State<E> {
-    /// What `state get` shows.
-    pub fn view(&self) -> E::View {
-        E::view(self)
-    }
-
     /// Rough heap and inline bytes, for the cache budget.
     pub(crate) fn approx_bytes(&self) -> usize {
         std::mem::size_of::<Self>()

@@ -16,6 +16,7 @@ use crate::codec::Encoder;
 use crate::config::EntityKind;
 use crate::config::{Config, ConfigError, ENV_PREFIX};
 use crate::demo::{run_demo, DemoOptions};
+use crate::domains::latest::Latest;
 use crate::domains::orders::Orders;
 use crate::domains::stock::Stock;
 use crate::entity::Entity;
@@ -633,7 +634,9 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
                 Chosen::Configured => match config.entity.kind {
                     EntityKind::Orders => run(Orders, config, shutdown).await,
                     EntityKind::Stock => run(Stock, config, shutdown).await,
-                    EntityKind::Latest => bail!("entity.kind = \"latest\" is not wired yet"),
+                    EntityKind::Latest => {
+                        run(Latest::from_config(&config.entity)?, config, shutdown).await
+                    }
                 },
             }
         }
@@ -791,11 +794,13 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
             let config = load_config()?;
             let store = open_existing_store(&config)?;
             match chosen {
-                Chosen::Given(_) => state_command::<E>(&store, command),
+                Chosen::Given(entity) => state_command(&entity, &store, command),
                 Chosen::Configured => match config.entity.kind {
-                    EntityKind::Orders => state_command::<Orders>(&store, command),
-                    EntityKind::Stock => state_command::<Stock>(&store, command),
-                    EntityKind::Latest => bail!("entity.kind = \"latest\" is not wired yet"),
+                    EntityKind::Orders => state_command(&Orders, &store, command),
+                    EntityKind::Stock => state_command(&Stock, &store, command),
+                    EntityKind::Latest => {
+                        state_command(&Latest::from_config(&config.entity)?, &store, command)
+                    }
                 },
             }
         }
@@ -988,7 +993,7 @@ fn show_config(config: &Config, file: Option<&Path>) -> Result<String> {
     ))
 }
 
-fn state_command<E: Entity>(store: &Store, command: StateCommand) -> Result<Exit> {
+fn state_command<E: Entity>(entity: &E, store: &Store, command: StateCommand) -> Result<Exit> {
     match command {
         StateCommand::Get { order_id, json } => match store.find::<E>(&order_id)? {
             None => {
@@ -996,13 +1001,13 @@ fn state_command<E: Entity>(store: &Store, command: StateCommand) -> Result<Exit
                 Ok(Exit::NotFound)
             }
             Some(state) if json => {
-                let mut body = serde_json::to_value(state.view())?;
+                let mut body = serde_json::to_value(entity.view(&state))?;
                 body["inbox"] = serde_json::to_value(&state.inbox)?;
                 println!("{body}");
                 Ok(Exit::Success)
             }
             Some(state) => {
-                println!("{}", E::describe(&state));
+                println!("{}", entity.describe(&state));
                 Ok(Exit::Success)
             }
         },
@@ -1013,7 +1018,7 @@ fn state_command<E: Entity>(store: &Store, command: StateCommand) -> Result<Exit
             let mut failure = None;
             store.for_each_in_partition::<E>(|partition, state| {
                 if failure.is_none() {
-                    let line = serde_json::to_value(state.view()).map(|mut v| {
+                    let line = serde_json::to_value(entity.view(&state)).map(|mut v| {
                         v["partition"] = serde_json::json!(partition);
                         v
                     });

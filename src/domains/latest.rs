@@ -49,8 +49,8 @@ pub enum LatestConfigError {
 }
 
 /// One event, and so one key's state: every field of the event as JSON
-/// text, the configured status, and the name of the key field (for the
-/// view). The serde (bincode) layout is the stored layout.
+/// text and the configured status. The serde (bincode) layout is the
+/// stored layout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LatestEvent {
     /// The event's fields, a JSON object (text: the stored layout is
@@ -59,9 +59,6 @@ pub struct LatestEvent {
     /// The status field's value (`None`: no status field configured, or
     /// null in this event).
     pub status: Option<String>,
-    /// `entity.key_field` when the event was read: what the view calls the
-    /// key.
-    pub key_field: String,
 }
 
 /// A writer schema, read as it is (no resolution).
@@ -111,15 +108,11 @@ impl Entity for Latest {
         data.status.clone()
     }
 
-    fn view(state: &State<Self>) -> serde_json::Value {
+    fn view(&self, state: &State<Self>) -> serde_json::Value {
         let event = serde_json::from_str(&state.data.event)
             .unwrap_or_else(|_| serde_json::Value::String(state.data.event.clone()));
-        let key_field = match state.data.key_field.as_str() {
-            "" => Self::KEY_FIELD,
-            name => name,
-        };
         let mut view = serde_json::Map::new();
-        view.insert(key_field.to_string(), state.key.clone().into());
+        view.insert(self.key_field.clone(), state.key.clone().into());
         view.insert("version".into(), state.version.into());
         view.insert("event_id".into(), state.event_id.clone().into());
         view.insert("occurred_at".into(), state.occurred_at.into());
@@ -128,9 +121,7 @@ impl Entity for Latest {
     }
 
     fn data_heap_bytes(data: &LatestEvent) -> usize {
-        data.event.capacity()
-            + data.status.as_ref().map_or(0, String::capacity)
-            + data.key_field.capacity()
+        data.event.capacity() + data.status.as_ref().map_or(0, String::capacity)
     }
 
     fn reader_schema(&self) -> Option<&Schema> {
@@ -217,11 +208,7 @@ impl Entity for Latest {
             key,
             version,
             occurred_at,
-            body: LatestEvent {
-                event,
-                status,
-                key_field: self.key_field.clone(),
-            },
+            body: LatestEvent { event, status },
         })
     }
 
@@ -503,7 +490,6 @@ mod tests {
         assert_eq!(event.event_id, "ev-3");
         assert_eq!(event.occurred_at, 1_764_547_200_003);
         assert_eq!(event.body.status.as_deref(), Some("IN_TRANSIT"));
-        assert_eq!(event.body.key_field, "shipment_id");
         let fields: serde_json::Value = serde_json::from_str(&event.body.event).unwrap();
         assert_eq!(
             fields,
@@ -526,7 +512,7 @@ mod tests {
         let (decision, state, _) = step::<Latest>(None, event, 0, 86_400_000, |_| None);
         assert_eq!(decision, Decision::Apply);
         let state = state.unwrap();
-        let view = state.view();
+        let view = Latest::from_config(&entity_config()).unwrap().view(&state);
         assert_eq!(view["shipment_id"], "shp-1");
         assert_eq!(view["version"], 3);
         assert_eq!(view["event_id"], "ev-3");

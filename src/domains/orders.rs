@@ -31,7 +31,7 @@ impl Entity for Orders {
         Some(data.status)
     }
 
-    fn view(state: &State<Self>) -> StateView {
+    fn view(&self, state: &State<Self>) -> StateView {
         StateView {
             order_id: state.key.clone(),
             version: state.version,
@@ -43,7 +43,7 @@ impl Entity for Orders {
         }
     }
 
-    fn describe(state: &State<Self>) -> String {
+    fn describe(&self, state: &State<Self>) -> String {
         format!(
             "order {}: version {}, status {}, amount {} {}, event {}, occurred_at {}, {} event ids in inbox",
             state.key,
@@ -109,5 +109,12 @@ impl From<Event<Order>> for OrderEvent {
             currency: event.body.currency,
             occurred_at: event.occurred_at,
         }
+    }
+}
+
+impl State<Orders> {
+    /// What `state get` shows of an order.
+    pub fn view(&self) -> StateView {
+        Orders.view(self)
     }
 }

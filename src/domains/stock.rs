@@ -163,7 +163,7 @@ impl Entity for Stock {
         Some(Stock::status_of(data))
     }
 
-    fn view(state: &State<Self>) -> StockView {
+    fn view(&self, state: &State<Self>) -> StockView {
         StockView {
             sku: state.key.clone(),
             version: state.version,
@@ -327,7 +327,7 @@ mod tests {
                 reserved: 5
             }
         );
-        assert_eq!(state.view().available, 5);
+        assert_eq!(Stock.view(&state).available, 5);
         assert_eq!(
             decisions,
             [

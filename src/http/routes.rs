@@ -36,21 +36,24 @@ pub struct HttpContext {
 }
 
 /// One entity's view (JSON) and inbox entries, from a partition's tree.
-type StateLookup = fn(
-    &crate::store::PartitionStore,
-    &str,
-) -> Result<Option<(serde_json::Value, usize)>, crate::store::StoreError>;
+type StateLookup = Arc<
+    dyn Fn(
+            &crate::store::PartitionStore,
+            &str,
+        ) -> Result<Option<(serde_json::Value, usize)>, crate::store::StoreError>
+        + Send
+        + Sync,
+>;
 
-fn lookup<E: Entity>(
-    tree: &crate::store::PartitionStore,
-    key: &str,
-) -> Result<Option<(serde_json::Value, usize)>, crate::store::StoreError> {
-    Ok(tree.get::<E>(key)?.map(|state| {
-        (
-            serde_json::to_value(state.view()).unwrap_or_default(),
-            state.inbox.len(),
-        )
-    }))
+fn lookup<E: Entity>(entity: E) -> StateLookup {
+    Arc::new(move |tree, key| {
+        Ok(tree.get::<E>(key)?.map(|state| {
+            (
+                serde_json::to_value(entity.view(&state)).unwrap_or_default(),
+                state.inbox.len(),
+            )
+        }))
+    })
 }
 
 impl HttpContext {
@@ -72,14 +75,14 @@ impl HttpContext {
             stall_limit,
             guard: Guard::default(),
             registry,
-            lookup: lookup::<crate::domains::orders::Orders>,
+            lookup: lookup(crate::domains::orders::Orders),
         }
     }
 
-    /// The same context reading `E`'s states.
-    fn of_entity<E: Entity>(self) -> Self {
+    /// The same context reading `entity`'s states.
+    fn of_entity<E: Entity>(self, entity: E) -> Self {
         HttpContext {
-            lookup: lookup::<E>,
+            lookup: lookup(entity),
             ..self
         }
     }
@@ -124,7 +127,7 @@ impl HttpContext {
             processor.owners(),
             stall_limit,
         )
-        .of_entity::<E>()
+        .of_entity(processor.entity().clone())
         .guarded(guard))
     }
 }
@@ -297,7 +300,7 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
         ctx.identity.topic.clone(),
         order_id.clone(),
     );
-    let read = ctx.lookup;
+    let read = ctx.lookup.clone();
     let found =
         tokio::task::spawn_blocking(move || read(&store.partition(&topic, partition)?, &id)).await;
     match found {

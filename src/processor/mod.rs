@@ -350,6 +350,11 @@ impl<E: Entity> Processor<E> {
         &self.config
     }
 
+    /// The entity it processes.
+    pub fn entity(&self) -> &E {
+        &self.entity
+    }
+
     pub fn store(&self) -> &Store {
         &self.store
     }
