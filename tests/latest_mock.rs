@@ -8,25 +8,23 @@
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
 use orderly::codec::wire;
 use orderly::config::{EntityConfig, EntityKind};
-use orderly::demo::covers;
 use orderly::domains::latest::{Latest, LatestEvent};
-use orderly::entity::State;
+use orderly::entity::{Entity, State};
 use orderly::load::produce_planned;
-use orderly::processor::Processor;
 use orderly::registry::Registry;
 use orderly::store::Store;
 use orderly::workload::PlannedRecord;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rdkafka::consumer::Consumer;
 use serde_json::json;
-use support::mock::{self, config, producer};
+use support::mock::{
+    self, assert_counters, config, last_status_changes, process_until_caught_up, producer,
+};
 
 const PARTITIONS: i32 = 4;
 
@@ -350,51 +348,28 @@ fn plan(schemas: &Schemas, keys: usize, seed: u64) -> (Vec<PlannedRecord>, Oracl
     (records.into_iter().map(|(_, r)| r).collect(), oracle)
 }
 
-async fn process_until_caught_up(
-    config: orderly::config::Config,
-    store: Store,
-    registry: Registry,
-    ends: BTreeMap<i32, i64>,
-) {
-    let watcher = store.clone();
-    let caught_up = async move {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        while !covers(&watcher, &ends) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "processor did not catch up"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    let entity = Latest::from_config(&config.entity).expect("a latest entity");
-    Processor::for_entity(entity, config, store, registry)
-        .run(caught_up)
-        .await
-        .expect("processor run");
-}
-
 /// The engine's fields and the data of every state, by key.
 type Snapshot = BTreeMap<String, (i64, String, i64, LatestEvent)>;
 
+/// The entity of [`entity_config`].
+fn latest() -> Latest {
+    Latest::from_config(&entity_config()).expect("a latest entity")
+}
+
 fn assert_newest(store: &Store, oracle: &Oracle) -> Snapshot {
-    let stats = store.stats().expect("stats");
-    let total = |f: fn(&orderly::store::Checkpoint) -> u64| {
-        stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
-    };
-    assert_eq!(total(|c| c.applied), oracle.applied, "applied");
-    assert_eq!(total(|c| c.duplicates), oracle.duplicates, "duplicates");
-    assert_eq!(total(|c| c.stale), oracle.stale, "stale");
-    assert_eq!(
-        total(|c| c.dead_lettered),
+    let entity = latest();
+    assert_counters(
+        store,
+        oracle.applied,
+        oracle.duplicates,
+        oracle.stale,
         oracle.dead_lettered,
-        "dead letters"
     );
     let mut snapshot = Snapshot::new();
     let mut wrong = Vec::new();
     store
         .for_each::<Latest>(|state: State<Latest>| {
-            let view = state.view();
+            let view = entity.view(&state);
             let got = (
                 state.version,
                 state.event_id.clone(),
@@ -460,12 +435,20 @@ async fn any_avro_topic_keeps_its_newest_event_per_key_through_redeliveries_and_
     let ends = produce_planned(&producer, &c.topic, first)
         .await
         .expect("produce first half");
-    process_until_caught_up(config.clone(), store.clone(), registry.clone(), ends).await;
+    process_until_caught_up(
+        latest(),
+        config.clone(),
+        store.clone(),
+        registry.clone(),
+        ends,
+    )
+    .await;
     // A restart on the same store in between: nothing applied twice.
     let ends = produce_planned(&producer, &c.topic, second)
         .await
         .expect("produce second half");
     process_until_caught_up(
+        latest(),
         config.clone(),
         store.clone(),
         registry.clone(),
@@ -479,7 +462,7 @@ async fn any_avro_topic_keeps_its_newest_event_per_key_through_redeliveries_and_
     let mut fresh = config.clone();
     fresh.store.path = dir.path().join("b");
     let restored = Store::open(&fresh.store.path, 16).expect("store b");
-    process_until_caught_up(fresh, restored.clone(), registry, ends).await;
+    process_until_caught_up(latest(), fresh, restored.clone(), registry, ends).await;
     let after = assert_newest(&restored, &oracle);
     assert!(before == after, "the restored store holds the same states");
 
@@ -487,46 +470,7 @@ async fn any_avro_topic_keeps_its_newest_event_per_key_through_redeliveries_and_
     // last one per shipment names its last status.
     let output = format!("{}-status", c.topic);
     let status_schema = Schema::parse_str(orderly::domains::latest::STATUS_SCHEMA).expect("schema");
-    let watermarks: rdkafka::consumer::BaseConsumer =
-        support::client(&c.bootstrap).create().expect("consumer");
-    let mut published = Vec::new();
-    for partition in 0..PARTITIONS {
-        let (low, high) = watermarks
-            .fetch_watermarks(&output, partition, Duration::from_secs(10))
-            .expect("watermarks");
-        published.extend(support::read_range(
-            &c.bootstrap,
-            &output,
-            partition,
-            low,
-            high,
-        ));
-    }
-    let mut last: HashMap<String, (i64, String)> = HashMap::new();
-    for message in published {
-        let payload = message.payload.expect("payload");
-        #[allow(deprecated)]
-        let value = apache_avro::from_avro_datum(&status_schema, &mut &payload[5..], None)
-            .expect("a status change");
-        let Value::Record(fields) = value else {
-            panic!("a record")
-        };
-        let field = |name: &str| {
-            fields
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone())
-        };
-        let (Some(Value::String(key)), Some(Value::Long(version)), Some(Value::String(to))) =
-            (field("key"), field("version"), field("to_status"))
-        else {
-            panic!("fields of {fields:?}")
-        };
-        let entry = last.entry(key).or_insert((0, String::new()));
-        if version >= entry.0 {
-            *entry = (version, to);
-        }
-    }
+    let last = last_status_changes(&c.bootstrap, &output, PARTITIONS, &status_schema, "key");
     assert!(!last.is_empty(), "status changes were published");
     for (key, (.., last_status)) in &oracle.newest {
         assert_eq!(

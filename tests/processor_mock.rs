@@ -9,13 +9,11 @@ use std::time::Duration;
 
 use orderly::codec::{Encoder, WriterVersion};
 use orderly::config::Config;
-use orderly::demo::covers;
 use orderly::event::{EventType, OrderEvent};
 use orderly::headers::{
     HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
 };
 use orderly::load::produce_planned;
-use orderly::processor::Processor;
 use orderly::registry::Registry;
 use orderly::store::Store;
 use orderly::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
@@ -29,56 +27,24 @@ fn cluster() -> Cluster {
     mock::cluster(PARTITIONS, true)
 }
 
-/// Runs the processor in-process until the store covers `ends`.
+/// Runs the order processor in-process until the store covers `ends`.
 async fn process_until_caught_up(
     config: Config,
     store: Store,
     registry: Registry,
     ends: BTreeMap<i32, i64>,
 ) {
-    let watcher = store.clone();
-    let caught_up = async move {
-        let ok = wait_async(Duration::from_secs(120), || covers(&watcher, &ends)).await;
-        assert!(ok, "processor did not catch up");
-    };
-    Processor::new(config, store, registry)
-        .run(caught_up)
-        .await
-        .expect("processor run");
-}
-
-async fn wait_async(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    check()
+    mock::process_until_caught_up(orderly::Orders, config, store, registry, ends).await
 }
 
 fn assert_store_matches(store: &Store, expected: &Expectation) {
-    let stats = store.stats().expect("stats");
-    let total = |f: fn(&orderly::store::Checkpoint) -> u64| {
-        stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
-    };
-    assert_eq!(total(|c| c.applied), expected.applied, "applied");
-    assert_eq!(total(|c| c.duplicates), expected.duplicates, "duplicates");
-    assert_eq!(total(|c| c.stale), expected.stale, "stale");
-    assert_eq!(
-        total(|c| c.dead_lettered),
+    mock::assert_counters(
+        store,
+        expected.applied,
+        expected.duplicates,
+        expected.stale,
         expected.dead_lettered,
-        "dead-lettered"
     );
-    for s in &stats {
-        assert_eq!(
-            s.checkpoint.outcomes() as i64,
-            s.checkpoint.consumed(),
-            "partition {}",
-            s.partition
-        );
-    }
     let mut mismatches = Vec::new();
     for (order_id, want) in &expected.states {
         let got = store

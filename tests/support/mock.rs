@@ -67,3 +67,101 @@ pub fn config(c: &Cluster, store: &Path) -> Config {
     config.store.path = store.to_path_buf();
     config
 }
+
+/// Runs `entity`'s processor in process until the store covers `ends`
+/// (within two minutes), then stops it.
+pub async fn process_until_caught_up<E: orderly::Entity>(
+    entity: E,
+    config: Config,
+    store: orderly::store::Store,
+    registry: orderly::registry::Registry,
+    ends: std::collections::BTreeMap<i32, i64>,
+) {
+    let watcher = store.clone();
+    let caught_up = async move {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+        while !orderly::demo::covers(&watcher, &ends) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "processor did not catch up"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    orderly::processor::Processor::for_entity(entity, config, store, registry)
+        .run(caught_up)
+        .await
+        .expect("processor run");
+}
+
+/// The store's durable counters, summed over its partitions, are these;
+/// each partition's add up to the records it consumed.
+pub fn assert_counters(
+    store: &orderly::store::Store,
+    applied: u64,
+    duplicates: u64,
+    stale: u64,
+    dead_lettered: u64,
+) {
+    let stats = store.stats().expect("stats");
+    let total = |f: fn(&orderly::store::Checkpoint) -> u64| {
+        stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
+    };
+    assert_eq!(total(|c| c.applied), applied, "applied");
+    assert_eq!(total(|c| c.duplicates), duplicates, "duplicates");
+    assert_eq!(total(|c| c.stale), stale, "stale");
+    assert_eq!(total(|c| c.dead_lettered), dead_lettered, "dead-lettered");
+    for s in &stats {
+        assert_eq!(
+            s.checkpoint.outcomes() as i64,
+            s.checkpoint.consumed(),
+            "partition {}",
+            s.partition
+        );
+    }
+}
+
+/// The newest status change per key (by version) on every partition of
+/// `topic`, decoded with `schema`: key -> (version, to_status).
+pub fn last_status_changes(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    schema: &apache_avro::Schema,
+    key_field: &str,
+) -> std::collections::HashMap<String, (i64, String)> {
+    use apache_avro::types::Value;
+    use rdkafka::consumer::Consumer;
+    let watermarks: rdkafka::consumer::BaseConsumer =
+        super::client(bootstrap).create().expect("consumer");
+    let mut last = std::collections::HashMap::new();
+    for partition in 0..partitions {
+        let (low, high) = watermarks
+            .fetch_watermarks(topic, partition, std::time::Duration::from_secs(10))
+            .expect("watermarks");
+        for message in super::read_range(bootstrap, topic, partition, low, high) {
+            let payload = message.payload.expect("payload");
+            #[allow(deprecated)]
+            let value = apache_avro::from_avro_datum(schema, &mut &payload[5..], None)
+                .expect("a status change");
+            let Value::Record(fields) = value else {
+                panic!("a record")
+            };
+            let field = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+            let (Some(Value::String(key)), Some(Value::Long(version)), Some(to)) =
+                (field(key_field), field("version"), field("to_status"))
+            else {
+                panic!("fields of {fields:?}")
+            };
+            let to = match to {
+                Value::String(s) | Value::Enum(_, s) => s.clone(),
+                other => panic!("to_status {other:?}"),
+            };
+            let entry = last.entry(key.clone()).or_insert((0, String::new()));
+            if *version >= entry.0 {
+                *entry = (*version, to);
+            }
+        }
+    }
+    last
+}
