@@ -775,20 +775,21 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
                 .await
                 .with_context(|| format!("registering schemas at {}", config.registry.url))?;
             let (records, expected) = plan(&spec, &encoder)?;
-            if let Some(path) = &expect_out {
-                std::fs::write(path, serde_json::to_vec(&expected)?)
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
-            let producer: FutureProducer =
-                producer_config(&config).set("linger.ms", "5").create()?;
-            let ends = produce_planned(&producer, &config.kafka.input_topic, &records).await?;
-            println!(
-                "{}",
-                serde_json::json!({ "records": records.len(), "end_offsets": ends, "expected": {
-                    "applied": expected.applied, "duplicates": expected.duplicates,
-                    "stale": expected.stale, "dead_lettered": expected.dead_lettered } })
-            );
-            Ok(Exit::Success)
+            let counts = crate::outcomes::Outcomes {
+                applied: expected.applied,
+                duplicates: expected.duplicates,
+                stale: expected.stale,
+                dead_lettered: expected.dead_lettered,
+            };
+            let expectation = serde_json::to_vec(&expected)?;
+            produce_records(
+                &config,
+                &records,
+                counts,
+                expect_out.as_deref(),
+                &expectation,
+            )
+            .await
         }
         Command::State { command } => {
             let config = load_config()?;
@@ -879,12 +880,31 @@ async fn produce_stock(
         .await
         .with_context(|| format!("registering the stock schema at {}", config.registry.url))?;
     let (records, expected) = plan(&spec, &encoder)?;
+    let counts = crate::outcomes::Outcomes {
+        applied: expected.applied,
+        duplicates: expected.duplicates,
+        stale: expected.stale,
+        dead_lettered: expected.dead_lettered,
+    };
+    let expectation = serde_json::to_vec(&expected)?;
+    produce_records(config, &records, counts, expect_out, &expectation).await
+}
+
+/// Produces `records` to the input topic, each acknowledged, after writing
+/// `expectation` to `expect_out` (when given); prints what was sent and
+/// the outcomes it implies.
+async fn produce_records(
+    config: &Config,
+    records: &[crate::workload::PlannedRecord],
+    expected: crate::outcomes::Outcomes,
+    expect_out: Option<&Path>,
+    expectation: &[u8],
+) -> Result<Exit> {
     if let Some(path) = expect_out {
-        std::fs::write(path, serde_json::to_vec(&expected)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, expectation).with_context(|| format!("writing {}", path.display()))?;
     }
     let producer: FutureProducer = producer_config(config).set("linger.ms", "5").create()?;
-    let ends = produce_planned(&producer, &config.kafka.input_topic, &records).await?;
+    let ends = produce_planned(&producer, &config.kafka.input_topic, records).await?;
     println!(
         "{}",
         serde_json::json!({ "records": records.len(), "end_offsets": ends, "expected": {
