@@ -184,6 +184,12 @@ impl Instance {
 
     /// `orderly state dump` as order_id -> state JSON.
     pub fn dump(&self) -> BTreeMap<String, serde_json::Value> {
+        self.dump_keyed("order_id")
+    }
+
+    /// `orderly state dump` as key -> state JSON, each line's key read from
+    /// its field `key_field` (`order_id` for orders, `sku` for stock).
+    pub fn dump_keyed(&self, key_field: &str) -> BTreeMap<String, serde_json::Value> {
         let out = self
             .command(&["state", "dump"])
             .output()
@@ -197,7 +203,8 @@ impl Instance {
             .lines()
             .map(|line| {
                 let v: serde_json::Value = serde_json::from_str(line).expect("dump line JSON");
-                (v["order_id"].as_str().expect("order_id").to_string(), v)
+                let key = v[key_field].as_str().expect(key_field).to_string();
+                (key, v)
             })
             .collect()
     }
