@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use orderly::workload::WorkloadSpec;
+use orderly::workload::{PlannedRecord, WorkloadSpec};
 
-use crate::support::{end_offsets, signal, wait_exit, wait_until};
-use crate::world::{tail, Broker, World};
+use crate::support::{end_offsets, signal, wait_exit, wait_until, Instance};
+use crate::world::{tail, Broker, Counts, World};
 use crate::{required_env, PARTITIONS, SESSION_TIMEOUT_MS};
 
 /// 100,000+ events over 4 partitions; the processor is killed with SIGKILL
@@ -30,7 +30,17 @@ fn crash_drill() {
         "after_batch:5",
         "after_flush:4",
     ];
-    let (_instance, expected) = drill(&world, &spec, "", &faults, 22, 100_000);
+    let (records, expected) = world.plan(&spec);
+    assert!(records.len() >= 100_000, "{} records", records.len());
+    let _instance = drill(
+        &world,
+        &records,
+        Counts::from(&expected),
+        "",
+        &faults,
+        22,
+        |instance| world.verify_state(instance, &expected),
+    );
     world.verify_outbox(&expected, true);
 }
 
@@ -57,31 +67,36 @@ fn crash_drill_exactly_once() {
         "torn_changelog:3",
         "after_batch:3",
     ];
-    let (_instance, expected) = drill(
+    let (records, expected) = world.plan(&spec);
+    assert!(records.len() >= 60_000, "{} records", records.len());
+    let _instance = drill(
         &world,
-        &spec,
+        &records,
+        Counts::from(&expected),
         "guarantee = \"exactly_once\"\n",
         &faults,
         15,
-        60_000,
+        |instance| world.verify_state(instance, &expected),
     );
     world.verify_exactly_once(&expected);
 }
 
-/// Produces `spec` in chunks while one instance (`settings` before the
-/// drill's own) runs, aborting it at each of `faults` and SIGKILLing it
-/// `kills` times at random moments, then runs it to the end. Returns the
-/// instance and the expectation for the final checks.
-fn drill(
+/// Produces `records` (of any entity the world's instances process) in
+/// chunks while one instance (`settings` before the drill's own) runs,
+/// aborting it at each of `faults` and SIGKILLing it `kills` times at random
+/// moments, then runs it to the end and checks it with `verify` (which
+/// asserts, and returns the state mismatches it found, for the summary).
+/// `expected` is what the records imply, for the summary. Returns the
+/// instance, for further checks.
+pub fn drill(
     world: &World,
-    spec: &WorkloadSpec,
+    records: &[PlannedRecord],
+    expected: Counts,
     settings: &str,
     faults: &[&str],
     kills: usize,
-    min_records: usize,
-) -> (crate::support::Instance, orderly::workload::Expectation) {
-    let (records, expected) = world.plan(spec);
-    assert!(records.len() >= min_records, "{} records", records.len());
+    verify: impl FnOnce(&Instance) -> usize,
+) -> Instance {
     // Frequent write-outs, so the crash points and kills land between many
     // of them.
     let instance = world.instance(&format!(
@@ -170,7 +185,7 @@ fn drill(
     }
     let finish = world.finish(&instance);
     restarts += 1;
-    let mismatches = world.verify_state(&instance, &expected);
+    let mismatches = verify(&instance);
     let aborted_points = instance
         .log()
         .matches("fault injection: aborting at")
@@ -192,7 +207,7 @@ fn drill(
         "only {mid_work_kills} of {sigkills} SIGKILLs landed while records were left to process"
     );
     assert_eq!(aborted_points, faults.len());
-    (instance, expected)
+    instance
 }
 
 /// SIGTERM during load: exits 0 within the configured deadline, and what it

@@ -50,6 +50,51 @@ pub struct World {
     pub group: String,
     /// `[kafka]` lines of every instance (the group protocol).
     pub kafka_extra: String,
+    /// The `[entity]` section of every instance (`""`: the default, orders).
+    pub entity_section: String,
+}
+
+/// The counters a workload implies: what `state stats` must show at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub applied: u64,
+    pub duplicates: u64,
+    pub stale: u64,
+    pub dead_lettered: u64,
+}
+
+impl From<&Expectation> for Counts {
+    fn from(e: &Expectation) -> Self {
+        Counts {
+            applied: e.applied,
+            duplicates: e.duplicates,
+            stale: e.stale,
+            dead_lettered: e.dead_lettered,
+        }
+    }
+}
+
+impl From<&orderly::domains::stock_workload::StockExpectation> for Counts {
+    fn from(e: &orderly::domains::stock_workload::StockExpectation) -> Self {
+        Counts {
+            applied: e.applied,
+            duplicates: e.duplicates,
+            stale: e.stale,
+            dead_lettered: e.dead_lettered,
+        }
+    }
+}
+
+/// One record of the output topic, decoded: the entity's key, the version
+/// and event id of the change, and the status it changed to (its Avro enum
+/// symbol or string).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub key: String,
+    pub version: i64,
+    pub event_id: String,
+    pub from_status: Option<String>,
+    pub to_status: String,
 }
 
 impl World {
@@ -84,6 +129,7 @@ impl World {
             dlq,
             group: unique("group"),
             kafka_extra: String::new(),
+            entity_section: String::new(),
         }
     }
 
@@ -94,6 +140,9 @@ impl World {
     /// An instance whose clients bootstrap at `bootstrap` (the same broker
     /// through another listener: a proxy a test can cut).
     pub fn instance_at(&self, bootstrap: &str, extra: &str) -> Instance {
+        // `extra` ends the file's `[processing]` section: a section after
+        // it is a section of its own.
+        let extra = format!("{extra}\n{}", self.entity_section);
         Instance::new(&Setup {
             bootstrap,
             registry_url: &self.registry.url,
@@ -102,7 +151,7 @@ impl World {
             dlq_topic: &self.dlq,
             session_timeout_ms: SESSION_TIMEOUT_MS,
             kafka_extra: &self.kafka_extra,
-            extra,
+            extra: &extra,
         })
     }
 
@@ -113,6 +162,18 @@ impl World {
         self
     }
 
+    /// Every instance of this world processes the entity `kind` names
+    /// (`entity.kind`: "orders", "stock", ...).
+    pub fn with_entity(mut self, kind: &str) -> Self {
+        self.entity_section = format!("[entity]\nkind = \"{kind}\"\n");
+        self
+    }
+
+    /// A client of this world's registry (to register schemas and plan).
+    pub fn registry_client(&self) -> Registry {
+        Registry::http(&self.registry.url, Duration::from_secs(5)).expect("registry client")
+    }
+
     pub fn create_output_topic(&self) {
         create_topics(
             &self.bootstrap,
@@ -121,11 +182,9 @@ impl World {
     }
 
     pub fn plan(&self, spec: &WorkloadSpec) -> (Vec<PlannedRecord>, Expectation) {
-        let registry =
-            Registry::http(&self.registry.url, Duration::from_secs(5)).expect("registry client");
         let encoder = self
             .runtime
-            .block_on(Encoder::register(&registry, &self.topic))
+            .block_on(Encoder::register(&self.registry_client(), &self.topic))
             .expect("register schemas");
         plan(spec, &encoder).expect("plan")
     }
@@ -188,6 +247,24 @@ impl World {
         took
     }
 
+    /// A fresh instance (an empty store, `settings`, the same group) that
+    /// joins, restores every partition from the changelog and is stopped
+    /// (SIGTERM, exit 0) once it has; for the final checks on its store.
+    pub fn restore_fresh(&self, settings: &str) -> Instance {
+        let fresh = self.instance(settings);
+        let mut child = fresh.spawn_run(None);
+        let restored = wait_until(Duration::from_secs(120), || {
+            fresh.log().matches("restore finished").count() >= PARTITIONS as usize
+        });
+        stop(&mut child, &fresh);
+        assert!(
+            restored,
+            "a fresh store restores every partition\n{}",
+            tail(&fresh.log())
+        );
+        fresh
+    }
+
     /// The final checks: exact counters, every order's state, committed
     /// offsets at the end, dead letters for exactly the poison records.
     pub fn verify(&self, instance: &Instance, expected: &Expectation) -> usize {
@@ -199,16 +276,46 @@ impl World {
     /// Every record of the output topic (the outbox), per partition in
     /// offset order: (order id, version, event id).
     pub fn outbox_records(&self) -> BTreeMap<i32, Vec<(String, i64, String)>> {
+        let schema = apache_avro::Schema::parse_str(orderly::outbox::SCHEMA)
+            .expect("the order output schema");
+        self.output_records(&schema, "order_id")
+            .into_iter()
+            .map(|(partition, list)| {
+                let list = list
+                    .into_iter()
+                    .map(|r| (r.key, r.version, r.event_id))
+                    .collect();
+                (partition, list)
+            })
+            .collect()
+    }
+
+    /// Every record of the output topic, read `read_committed`, per
+    /// partition in offset order, decoded with the entity's output `schema`
+    /// whose key is the field `key_field`.
+    pub fn output_records(
+        &self,
+        schema: &apache_avro::Schema,
+        key_field: &str,
+    ) -> BTreeMap<i32, Vec<Published>> {
+        use apache_avro::types::Value;
         use rdkafka::consumer::{BaseConsumer, Consumer};
         use rdkafka::Message;
         let topic = format!("{}-status", self.topic);
-        let decoder = orderly::outbox::OutboxEncoder::with_id(0, "");
         let consumer: BaseConsumer = crate::support::client(&self.bootstrap)
             .set("group.id", unique("outbox-reader"))
             .set("isolation.level", "read_committed")
             .set("enable.auto.commit", "false")
             .create()
             .expect("consumer");
+        // A status: an enum symbol or a string, maybe in a union with null.
+        fn status(value: Value) -> Option<String> {
+            match value {
+                Value::Enum(_, symbol) | Value::String(symbol) => Some(symbol),
+                Value::Union(_, inner) => status(*inner),
+                _ => None,
+            }
+        }
         let mut out = BTreeMap::new();
         for partition in 0..PARTITIONS {
             let (low, high) = consumer
@@ -235,29 +342,48 @@ impl World {
                     continue;
                 };
                 next = m.offset() + 1;
-                let Ok(apache_avro::types::Value::Record(fields)) =
-                    decoder.decode(m.payload().unwrap_or_default())
-                else {
+                let payload = m.payload().unwrap_or_default();
+                #[allow(deprecated)]
+                let decoded = apache_avro::from_avro_datum(
+                    schema,
+                    &mut payload.get(5..).unwrap_or_default(),
+                    None,
+                );
+                let Ok(Value::Record(mut fields)) = decoded else {
                     panic!(
                         "output record at {partition}/{} does not decode",
                         m.offset()
                     )
                 };
-                let get = |name: &str| {
+                let mut take = |name: &str| {
                     fields
                         .iter()
-                        .find(|(n, _)| n == name)
-                        .map(|(_, v)| v.clone())
+                        .position(|(n, _)| n == name)
+                        .map(|at| fields.swap_remove(at).1)
                 };
                 let (
-                    Some(apache_avro::types::Value::String(order)),
-                    Some(apache_avro::types::Value::Long(version)),
-                    Some(apache_avro::types::Value::String(id)),
-                ) = (get("order_id"), get("version"), get("event_id"))
+                    Some(Value::String(key)),
+                    Some(Value::Long(version)),
+                    Some(Value::String(event_id)),
+                    Some(from),
+                    Some(Some(to_status)),
+                ) = (
+                    take(key_field),
+                    take("version"),
+                    take("event_id"),
+                    take("from_status"),
+                    take("to_status").map(status),
+                )
                 else {
-                    panic!("output record without order_id, version or event_id")
+                    panic!("output record without {key_field}, version, event_id or statuses")
                 };
-                records.push((order, version, id));
+                records.push(Published {
+                    key,
+                    version,
+                    event_id,
+                    from_status: status(from),
+                    to_status,
+                });
             }
             assert!(
                 next >= high,
@@ -319,16 +445,34 @@ impl World {
             expected.status_changes.len(),
             "each status change exactly once on the output topic"
         );
+        self.verify_one_letter_each(expected.dead_lettered);
+    }
+
+    /// exactly_once's promise on the dead-letter topic, read
+    /// `read_committed`: `expected` letters, one per poison record.
+    pub fn verify_one_letter_each(&self, expected: u64) {
         let letters = read_all(&self.bootstrap, &self.dlq);
         assert_eq!(
             letters.len() as u64,
-            expected.dead_lettered,
+            expected,
             "exactly one dead letter per poison record"
         );
     }
 
     /// The final state checks without the outbox's.
     pub fn verify_state(&self, instance: &Instance, expected: &Expectation) -> usize {
+        self.verify_counts(instance, Counts::from(expected));
+        let mismatches = compare_states(&instance.dump(), &expected.states, |v| {
+            serde_json::from_value::<StateView>(v.clone()).expect("state JSON")
+        });
+        assert_eq!(mismatches, 0, "final state mismatches");
+        self.verify_dead_letters(expected.dead_lettered);
+        mismatches
+    }
+
+    /// Committed offsets at the topic's end, and the store's counters
+    /// (`state stats`) exactly `expected`, adding up to the records consumed.
+    pub fn verify_counts(&self, instance: &Instance, expected: Counts) {
         let ends = end_offsets(&self.bootstrap, &self.topic, PARTITIONS);
         assert_eq!(
             self.committed(),
@@ -338,42 +482,21 @@ impl World {
         let stats = instance.stats();
         let totals = &stats["totals"];
         let consumed: i64 = ends.values().sum();
+        let got = |name: &str| totals[name].as_u64();
+        assert_eq!(got("consumed"), Some(consumed as u64), "{stats}");
+        assert_eq!(got("applied"), Some(expected.applied), "{stats}");
+        assert_eq!(got("duplicates"), Some(expected.duplicates), "{stats}");
+        assert_eq!(got("stale"), Some(expected.stale), "{stats}");
         assert_eq!(
-            totals["consumed"].as_u64(),
-            Some(consumed as u64),
-            "{stats}"
-        );
-        assert_eq!(
-            totals["applied"].as_u64(),
-            Some(expected.applied),
-            "{stats}"
-        );
-        assert_eq!(
-            totals["duplicates"].as_u64(),
-            Some(expected.duplicates),
-            "{stats}"
-        );
-        assert_eq!(totals["stale"].as_u64(), Some(expected.stale), "{stats}");
-        assert_eq!(
-            totals["dead_lettered"].as_u64(),
+            got("dead_lettered"),
             Some(expected.dead_lettered),
             "{stats}"
         );
-        let dump = instance.dump();
-        let mut mismatches = 0usize;
-        for (order_id, want) in &expected.states {
-            let got: Option<StateView> = dump
-                .get(order_id)
-                .map(|v| serde_json::from_value(v.clone()).expect("state JSON"));
-            if got.as_ref() != Some(want) {
-                mismatches += 1;
-                if mismatches < 5 {
-                    eprintln!("mismatch {order_id}: got {got:?}, want {want:?}");
-                }
-            }
-        }
-        mismatches += dump.len().saturating_sub(expected.states.len());
-        assert_eq!(mismatches, 0, "final state mismatches");
+    }
+
+    /// The dead-letter topic holds letters for exactly `expected` distinct
+    /// source records of this world's input topic.
+    pub fn verify_dead_letters(&self, expected: u64) {
         let letters = read_all(&self.bootstrap, &self.dlq);
         let mut sources: Vec<(String, String, String)> = letters
             .iter()
@@ -390,11 +513,32 @@ impl World {
         sources.dedup();
         assert_eq!(
             sources.len() as u64,
-            expected.dead_lettered,
+            expected,
             "each poison record dead-lettered at least once, nothing else"
         );
-        mismatches
     }
+}
+
+/// How many keys of `dump` (`state dump`, by key) differ from `expected`
+/// (each line read with `parse`), or are missing or extra; the first few
+/// are logged.
+pub fn compare_states<'a, T: PartialEq + std::fmt::Debug + 'a>(
+    dump: &BTreeMap<String, serde_json::Value>,
+    expected: impl IntoIterator<Item = (&'a String, &'a T)>,
+    parse: impl Fn(&serde_json::Value) -> T,
+) -> usize {
+    let (mut mismatches, mut found) = (0usize, 0usize);
+    for (key, want) in expected {
+        let got = dump.get(key).map(&parse);
+        found += usize::from(got.is_some());
+        if got.as_ref() != Some(want) {
+            mismatches += 1;
+            if mismatches < 5 {
+                eprintln!("mismatch {key}: got {got:?}, want {want:?}");
+            }
+        }
+    }
+    mismatches + (dump.len() - found)
 }
 
 /// Stops `orderly run` with SIGTERM and asserts it exits 0 within 30 s.
