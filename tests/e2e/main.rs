@@ -28,6 +28,8 @@
 //! * [`kafka_native`]: Kafka's own tools beside orderly, commit metadata,
 //!   `offsets_for_times`, a compacted changelog, a real schema registry
 //!   (`ORDERLY_E2E_REGISTRY`, from `registry/apicurio run`);
+//! * [`stock`]: the second domain, stock levels, through the crash drill in
+//!   each guarantee and a fresh restore: every level exact;
 //! * [`secured`]: a SASL_SSL broker with ACLs: every command as a least-privileged user;
 //! * [`operator`]: what an operator sees: no warning on a fresh broker's
 //!   first start;
@@ -52,6 +54,7 @@ mod redrive;
 mod replay;
 mod secured;
 mod status_page;
+mod stock;
 #[path = "../support/mod.rs"]
 mod support;
 mod world;
