@@ -33,6 +33,9 @@ pub struct HttpContext {
     registry: prometheus_client::registry::Registry,
     /// Reads one entity's state as `/state/{key}` shows it.
     lookup: StateLookup,
+    /// What `/state/{key}`'s answers call the entity and its key
+    /// ([`Entity::NAME`], [`Entity::KEY_FIELD`]).
+    entity: (&'static str, &'static str),
 }
 
 /// One entity's view (JSON) and inbox entries, from a partition's tree.
@@ -56,6 +59,10 @@ fn lookup<E: Entity>(entity: E) -> StateLookup {
     })
 }
 
+fn entity_words<E: Entity>() -> (&'static str, &'static str) {
+    (E::NAME, E::KEY_FIELD)
+}
+
 impl HttpContext {
     pub fn new(
         telemetry: Arc<Telemetry>,
@@ -76,6 +83,7 @@ impl HttpContext {
             guard: Guard::default(),
             registry,
             lookup: lookup(crate::domains::orders::Orders),
+            entity: entity_words::<crate::domains::orders::Orders>(),
         }
     }
 
@@ -83,6 +91,7 @@ impl HttpContext {
     fn of_entity<E: Entity>(self, entity: E) -> Self {
         HttpContext {
             lookup: lookup(entity),
+            entity: entity_words::<E>(),
             ..self
         }
     }
@@ -263,6 +272,7 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
             json!({ "error": "not connected to the input topic yet" }),
         );
     }
+    let (name, key_field) = ctx.entity;
     let partition = ctx.partitioner.partition(order_id.as_bytes(), partitions);
     let Some(owned) = ctx.telemetry.partition(partition) else {
         let owners = ctx.owners.clone();
@@ -278,8 +288,8 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
         return json_error(
             StatusCode::MISDIRECTED_REQUEST,
             json!({
-                "error": "this instance does not own the order's partition",
-                "order_id": order_id,
+                "error": format!("this instance does not own the {name}'s partition"),
+                key_field: order_id,
                 "partition": partition,
                 "owner": owner,
             }),
@@ -288,7 +298,7 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
     if owned.phase() == Phase::Restoring {
         let mut response = json_error(
             StatusCode::SERVICE_UNAVAILABLE,
-            json!({ "error": "the order's partition is restoring from the changelog; retry shortly", "partition": partition }),
+            json!({ "error": format!("the {name}'s partition is restoring from the changelog; retry shortly"), "partition": partition }),
         );
         response
             .headers_mut()
@@ -313,7 +323,7 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
         }
         Ok(Ok(None)) => json_error(
             StatusCode::NOT_FOUND,
-            json!({ "error": "no such order in this instance's store", "order_id": order_id, "partition": partition }),
+            json!({ "error": format!("no such {name} in this instance's store"), key_field: order_id, "partition": partition }),
         ),
         Ok(Err(error)) => json_error(
             StatusCode::INTERNAL_SERVER_ERROR,
