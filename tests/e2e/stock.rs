@@ -10,14 +10,16 @@
 //! availability now (under `exactly_once`, read `read_committed`, each once).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use orderly::domains::stock::{Stock, StockEncoder, STATUS_SCHEMA};
 use orderly::domains::stock_workload::{plan, StockExpectation, StockSpec};
 use orderly::entity::Entity;
 
 use crate::drills::drill;
+use crate::observe::http_get;
 use crate::required_env;
-use crate::support::Instance;
+use crate::support::{wait_until, Instance};
 use crate::world::{compare_states, Counts, Published, World};
 
 /// 1,600 SKUs (about 37,000 records: 5% of the events sent twice, a few
@@ -97,7 +99,7 @@ fn stock_drill(settings: &str, spec: StockSpec, faults: &[&str], kills: usize) {
         kills,
         |instance| verify_levels(&world, instance, &expected),
     );
-    let fresh = world.restore_fresh(settings);
+    let fresh = world.restore_fresh(settings, |fresh| ask_over_http(fresh, &expected));
     verify_levels(&world, &fresh, &expected);
     eprintln!(
         "fresh store: every partition restored from the changelog, {} SKUs exact",
@@ -108,6 +110,45 @@ fn stock_drill(settings: &str, spec: StockSpec, faults: &[&str], kills: usize) {
         world.verify_one_letter_each(expected.dead_lettered);
     }
     verify_availability(&world, &expected, exactly_once);
+}
+
+/// `/state/{sku}` on a running instance: a SKU's level as expected, and an
+/// unknown SKU's 404 in the entity's words.
+fn ask_over_http(instance: &Instance, expected: &StockExpectation) {
+    let address = instance.wait_http(0);
+    let (sku, (version, level)) = expected.levels.iter().next().expect("a SKU");
+    let mut answer = (0, String::new());
+    let found = wait_until(Duration::from_secs(30), || {
+        answer = http_get(&address, &format!("/state/{sku}")).unwrap_or_default();
+        answer.0 == 200
+    });
+    assert!(found, "/state/{sku}: {answer:?}");
+    let body: serde_json::Value = serde_json::from_str(&answer.1).expect("JSON");
+    assert_eq!(
+        (
+            &body["sku"],
+            &body["version"],
+            &body["on_hand"],
+            &body["reserved"]
+        ),
+        (
+            &serde_json::json!(sku),
+            &serde_json::json!(version),
+            &serde_json::json!(level.on_hand),
+            &serde_json::json!(level.reserved)
+        ),
+        "{body}"
+    );
+    let (status, body) = http_get(&address, "/state/no-such-sku").expect("answer");
+    let body: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["sku"], "no-such-sku", "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no such SKU")),
+        "{body}"
+    );
 }
 
 /// Every SKU's version, on hand, reserved and available exactly as

@@ -248,14 +248,18 @@ impl World {
     }
 
     /// A fresh instance (an empty store, `settings`, the same group) that
-    /// joins, restores every partition from the changelog and is stopped
-    /// (SIGTERM, exit 0) once it has; for the final checks on its store.
-    pub fn restore_fresh(&self, settings: &str) -> Instance {
+    /// joins, restores every partition from the changelog, is handed to
+    /// `running` and then stopped (SIGTERM, exit 0); for the final checks on
+    /// its store.
+    pub fn restore_fresh(&self, settings: &str, running: impl FnOnce(&Instance)) -> Instance {
         let fresh = self.instance(settings);
         let mut child = fresh.spawn_run(None);
         let restored = wait_until(Duration::from_secs(120), || {
             fresh.log().matches("restore finished").count() >= PARTITIONS as usize
         });
+        if restored {
+            running(&fresh);
+        }
         stop(&mut child, &fresh);
         assert!(
             restored,
