@@ -14,8 +14,9 @@
 //! * [`drills`]: one instance under crashes (at each guarantee), SIGTERM
 //!   and a broker restart;
 //! * [`exactly_once`]: transactions: each record once, a fenced zombie;
-//! * [`late_writes`]: a member paused at each point of a write-out: no
-//!   state moves back, after a fresh restore from a compacted changelog;
+//! * [`late_writes`]: a member paused at each point of a write-out, three
+//!   members through repeated pauses and broker restarts: no state moves
+//!   back, after a fresh restore from a compacted changelog;
 //! * [`group`]: several instances in one group, restores from the changelog;
 //! * [`replay`]: `orderly replay` on one instance and on a group's stores;
 //! * [`outbox`]: the outbox while its output topic is missing;
