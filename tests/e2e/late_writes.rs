@@ -12,7 +12,9 @@
 //! from the compacted changelog: its state, its durable counters and the
 //! dead letters are exactly what the input implies, and the output topic
 //! holds no status change behind a newer one of its order except a
-//! redelivery of one already published.
+//! redelivery of one already published. The scenarios run three members
+//! through a schedule of such pauses (and, with a broker of their own,
+//! broker restarts) with the same final checks.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -22,7 +24,7 @@ use orderly::workload::WorkloadSpec;
 use crate::kafka_native::{compaction_removed, create_compacting_topic, make_compacting};
 use crate::observe::{http_get, scrape};
 use crate::support::{end_offsets, signal, wait_until, Instance, Reaper};
-use crate::world::{stop, tail, World};
+use crate::world::{stop, tail, Broker, World};
 use crate::{required_env, PARTITIONS};
 
 pub(crate) const EXACTLY_ONCE: &str = "guarantee = \"exactly_once\"\n";
@@ -288,13 +290,7 @@ fn through_broker_restart(guarantee: &str, kill: bool, seed: u64) {
         a.log().contains("stopping at stop_queued")
     });
     assert!(stopped, "a stopped itself\n{}", tail(&a.log()));
-    if kill {
-        broker.kill();
-    } else {
-        broker.stop();
-    }
-    std::thread::sleep(Duration::from_secs(3));
-    broker.restart();
+    restart(&mut broker, kill, 3);
     let b = world.instance(settings);
     let mut run_b = reaper.watch(b.spawn_run(None));
     world.produce(second);
@@ -337,21 +333,137 @@ fn through_broker_restart(guarantee: &str, kill: bool, seed: u64) {
 /// timeout (SIGSTOP, wherever its write-outs stand), another, the first
 /// again; the changelog compacted by the broker from then on. Then a fresh
 /// member restores every partition from the compacted changelog: exact
-/// state, counters, dead letters and output topic. (Broker restarts are not
-/// in it: on this single-replica broker they left transactions hanging,
-/// see docs/exactly-once.md, "Hanging transactions".)
+/// state, counters, dead letters and output topic.
 #[test]
 fn three_members_through_repeated_pauses_end_exact() {
-    scenario("", 421);
+    scenario("", 421, &PAUSES, None, None);
 }
 
 #[test]
 fn three_members_through_repeated_pauses_end_exact_under_exactly_once() {
-    scenario(EXACTLY_ONCE, 422);
+    scenario(EXACTLY_ONCE, 422, &PAUSES, None, None);
 }
 
-fn scenario(guarantee: &str, seed: u64) {
-    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+/// The same three members, on a broker of the test's own, through a
+/// seeded random schedule of broker restarts (graceful and killed, each
+/// down a few seconds), member pauses and a member paused across a
+/// restart, the input trickling in throughout; then the same fresh restore
+/// and exact checks. The schedule's seed is printed; set
+/// `ORDERLY_E2E_FAULT_SEED` to replay one.
+#[test]
+fn three_members_through_repeated_broker_restarts_and_pauses_end_exact() {
+    through_restarts("", 423);
+}
+
+#[test]
+fn three_members_through_repeated_broker_restarts_and_pauses_end_exact_under_exactly_once() {
+    through_restarts(EXACTLY_ONCE, 424);
+}
+
+/// The fixed schedule of the pauses-only scenario.
+const PAUSES: [Fault; 3] = [Fault::Pause(0), Fault::Pause(1), Fault::Pause(0)];
+
+/// One step of a scenario's fault schedule.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// A member stopped (SIGSTOP) past its session timeout, then resumed.
+    Pause(usize),
+    /// The broker stopped (SIGTERM: a controlled shutdown) or killed
+    /// (SIGKILL), down for `down_s` seconds, then started on its data.
+    Restart { kill: bool, down_s: u64 },
+    /// A member stopped, the broker restarted meanwhile, the member resumed
+    /// once the broker is back and the group moved on.
+    PausedThroughRestart {
+        member: usize,
+        kill: bool,
+        down_s: u64,
+    },
+}
+
+/// A schedule for [`through_restarts`]: two broker kills, a pause,
+/// another, a member paused across a kill, in a random order, members and
+/// downtimes drawn from `seed`. Kills only: a graceful (controlled)
+/// shutdown of this single-node broker can complete a transaction without
+/// writing its markers (docs/exactly-once.md, "Hanging transactions"), a
+/// broker defect no client avoids; the graceful case is
+/// `a_member_paused_with_its_write_out_queued_through_a_graceful_broker_restart`. With it, the
+/// member of the first pause and the write-out it stops itself in
+/// ([`scenario`]'s `armed`).
+fn restart_schedule(seed: u64) -> (Vec<Fault>, (usize, u32)) {
+    use rand::seq::SliceRandom;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut schedule = vec![
+        Fault::Restart {
+            kill: true,
+            down_s: rng.gen_range(2..=5),
+        },
+        Fault::Restart {
+            kill: true,
+            down_s: rng.gen_range(2..=5),
+        },
+        Fault::Pause(rng.gen_range(0..3)),
+        Fault::Pause(rng.gen_range(0..3)),
+        Fault::PausedThroughRestart {
+            member: rng.gen_range(0..3),
+            kill: true,
+            down_s: rng.gen_range(2..=5),
+        },
+    ];
+    schedule.shuffle(&mut rng);
+    let member = schedule
+        .iter()
+        .find_map(|fault| match *fault {
+            Fault::Pause(member) | Fault::PausedThroughRestart { member, .. } => Some(member),
+            Fault::Restart { .. } => None,
+        })
+        .expect("the schedule pauses a member");
+    (schedule, (member, rng.gen_range(3..=12)))
+}
+
+fn through_restarts(guarantee: &str, workload_seed: u64) {
+    let seed = std::env::var("ORDERLY_E2E_FAULT_SEED")
+        .ok()
+        .map(|s| s.parse().expect("ORDERLY_E2E_FAULT_SEED is a number"))
+        .unwrap_or_else(|| rand::random::<u32>() as u64);
+    let (schedule, armed) = restart_schedule(seed);
+    eprintln!(
+        "fault schedule (ORDERLY_E2E_FAULT_SEED={seed} replays it): {schedule:?}; member {} stops itself \
+         inside its write-out {} (stop_queued)",
+        armed.0, armed.1
+    );
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut broker = crate::world::Broker::start(data.path().join("kafka"));
+    scenario(
+        guarantee,
+        workload_seed,
+        &schedule,
+        Some(armed),
+        Some(&mut broker),
+    );
+    eprintln!("fault schedule was ORDERLY_E2E_FAULT_SEED={seed}");
+}
+
+/// Three members run through `schedule` (broker restarts need `broker`,
+/// the broker `World` is on), the input produced in waves before, during
+/// and after each step; the changelog made compacting after the second
+/// step; then every partition processed to the end and a fresh member's
+/// restore checked against the input. `armed` (member, n): that member
+/// also stops itself inside its n-th write-out, its records queued
+/// (`stop_queued`), and stays stopped until a step resumes it (or the end,
+/// once the group moved on): a late write-out for certain, where a SIGSTOP
+/// lands wherever the member is.
+fn scenario(
+    guarantee: &str,
+    seed: u64,
+    schedule: &[Fault],
+    armed: Option<(usize, u32)>,
+    mut broker: Option<&mut Broker>,
+) {
+    let world = World::new(match &broker {
+        Some(broker) => broker.bootstrap.clone(),
+        None => required_env("ORDERLY_E2E_BOOTSTRAP"),
+    });
     let changelog = format!("{}-changelog", world.topic);
     let (records, expected) = world.plan(&WorkloadSpec {
         orders: 3_000,
@@ -359,7 +471,8 @@ fn scenario(guarantee: &str, seed: u64) {
         seed,
         ..Default::default()
     });
-    let mut waves = records.chunks(records.len() / 12 + 1);
+    let wave_count = 3 * schedule.len() + 3;
+    let mut waves = records.chunks(records.len() / wave_count + 1);
     let mut next_wave = || {
         if let Some(wave) = waves.next() {
             world.produce(wave);
@@ -373,7 +486,13 @@ fn scenario(guarantee: &str, seed: u64) {
     next_wave();
     let mut runs: Vec<std::process::Child> = members
         .iter()
-        .map(|m| reaper.watch(m.spawn_run(None)))
+        .enumerate()
+        .map(|(i, m)| {
+            let fault = armed
+                .filter(|(member, _)| *member == i)
+                .map(|(_, n)| format!("stop_queued:{n}"));
+            reaper.watch(m.spawn_run(fault.as_deref()))
+        })
         .collect();
     let progressed = wait_until(Duration::from_secs(90), || world.committed_total() > 0);
     assert!(
@@ -381,37 +500,120 @@ fn scenario(guarantee: &str, seed: u64) {
         "the group makes progress\n{}",
         tail(&members[0].log())
     );
-    let pause = |run: &std::process::Child, next_wave: &mut dyn FnMut()| {
+    let started = std::time::Instant::now();
+    for (step, fault) in schedule.iter().enumerate() {
+        eprintln!(
+            "scenario: step {step} at {:.0} s: {fault:?}",
+            started.elapsed().as_secs_f64()
+        );
         next_wave();
-        signal(run, "STOP");
-        std::thread::sleep(Duration::from_millis(3_000));
-        next_wave();
-        std::thread::sleep(Duration::from_millis(5_000));
-        signal(run, "CONT");
+        match *fault {
+            Fault::Pause(member) => {
+                signal(&runs[member], "STOP");
+                std::thread::sleep(Duration::from_millis(3_000));
+                next_wave();
+                std::thread::sleep(Duration::from_millis(5_000));
+                moved_on(&world);
+                signal(&runs[member], "CONT");
+            }
+            Fault::Restart { kill, down_s } => {
+                let broker = broker.as_deref_mut().expect("a broker of the test's own");
+                restart(broker, kill, down_s);
+                next_wave();
+            }
+            Fault::PausedThroughRestart {
+                member,
+                kill,
+                down_s,
+            } => {
+                signal(&runs[member], "STOP");
+                let broker = broker.as_deref_mut().expect("a broker of the test's own");
+                restart(broker, kill, down_s);
+                next_wave();
+                std::thread::sleep(Duration::from_millis(8_000));
+                moved_on(&world);
+                signal(&runs[member], "CONT");
+            }
+        }
         std::thread::sleep(Duration::from_secs(2));
-    };
-    pause(&runs[0], &mut next_wave);
-    next_wave();
-    pause(&runs[1], &mut next_wave);
-    // The changelog (created by orderly) is compacted from here on: the
-    // waves still to come roll its segments.
-    make_compacting(&world.bootstrap, &changelog);
-    next_wave();
-    pause(&runs[0], &mut next_wave);
-    for _ in 0..12 {
+        if step == 1 {
+            // The changelog (created by orderly) is compacted from here
+            // on: the waves still to come roll its segments.
+            make_compacting(&world.bootstrap, &changelog);
+        }
+        next_wave();
+    }
+    if armed.is_some() {
+        // A member still stopped at its fault point resumes now.
+        moved_on(&world);
+        for run in &runs {
+            signal(run, "CONT");
+        }
+    }
+    eprintln!(
+        "scenario: schedule done at {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    for _ in 0..wave_count {
         next_wave();
     }
     let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let settled = wait_until(Duration::from_secs(240), || world.committed() == ends);
+    let stopped_on_open_transaction = || {
+        members
+            .iter()
+            .any(|m| m.log().contains("did not end in 60 s"))
+    };
+    let settled = wait_until(Duration::from_secs(240), || {
+        world.committed() == ends || stopped_on_open_transaction()
+    }) && world.committed() == ends;
+    if !settled {
+        // Kafka's single-node hang (docs/exactly-once.md, "Hanging
+        // transactions"): the transaction coordinator completed a
+        // transaction without writing its marker to a changelog partition
+        // that had no leader, so the partition holds a transaction no
+        // coordinator tracks any more. Said, then failed below: the
+        // schedule has no controlled shutdown, where it was seen.
+        let open = open_transactions(&world.bootstrap, &changelog);
+        let untracked = !open.is_empty()
+            && open.iter().all(|t| {
+                matches!(
+                    t.coordinator_state.as_str(),
+                    "Empty" | "CompleteCommit" | "CompleteAbort"
+                )
+            });
+        if broker.is_some() && untracked && stopped_on_open_transaction() {
+            for t in &open {
+                eprintln!(
+                    "scenario: STOPPED ON KAFKA'S HANGING TRANSACTION (not orderly's): changelog \
+                     partition {} holds a transaction of producer {} open since offset {} while its \
+                     coordinator says {}; the restore waited, then stopped naming it",
+                    t.partition, t.producer_id, t.start, t.coordinator_state
+                );
+            }
+        }
+    }
     assert!(
         settled,
-        "the group caught up\n{}",
+        "the group caught up (committed {:?}, ends {ends:?})\n{}",
+        world.committed(),
         members
             .iter()
             .map(|m| tail(&m.log()))
             .collect::<Vec<_>>()
             .join("\n---\n")
     );
+    eprintln!(
+        "scenario: every partition processed to the end at {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    if armed.is_some() {
+        // A member that reached its fault point only now resumes too: its
+        // write-out lands after the group processed everything.
+        for run in &runs {
+            signal(run, "CONT");
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    }
     std::thread::sleep(Duration::from_secs(1));
     for (run, member) in runs.iter_mut().zip(&members) {
         stop(run, member);
@@ -428,8 +630,22 @@ fn scenario(guarantee: &str, seed: u64) {
         .iter()
         .map(|m| m.log().matches("starting it over").count())
         .sum();
+    let self_stopped: usize = members
+        .iter()
+        .map(|m| m.log().matches("stopping at stop_queued").count())
+        .sum();
+    let waited: usize = members
+        .iter()
+        .map(|m| {
+            m.log()
+                .matches("a transaction is open on the changelog partition")
+                .count()
+        })
+        .sum();
     eprintln!(
-        "scenario: {fenced} fenced partitions ({started_over} started over), {lost} lost revokes across the members"
+        "scenario: {fenced} fenced partitions ({started_over} started over), {lost} lost revokes, \
+         {waited} restores that waited for an open transaction across the members; \
+         {self_stopped} member(s) stopped at stop_queued"
     );
     if show_output_regressions(&world) {
         for member in &members {
@@ -458,6 +674,94 @@ fn scenario(guarantee: &str, seed: u64) {
     restore_fresh_and_verify(
         &world, &changelog, &settings, guarantee, &expected, "scenario",
     );
+}
+
+/// A transaction open on a changelog partition, as Kafka's own tool shows
+/// it: the partition, where it starts, its producer id, and what the
+/// transaction coordinator says of that producer's transactional id.
+struct OpenTransaction {
+    partition: i32,
+    start: i64,
+    producer_id: i64,
+    coordinator_state: String,
+}
+
+/// Runs `kafka-transactions.sh` (`kafka/broker tool transactions`),
+/// printing what it says, and returns the transactions open on the
+/// changelog's partitions.
+fn open_transactions(bootstrap: &str, changelog: &str) -> Vec<OpenTransaction> {
+    let tool = |args: &[&str]| {
+        let out = std::process::Command::new(crate::world::broker_script())
+            .args(["tool", "transactions", "--bootstrap-server", bootstrap])
+            .args(args)
+            .output()
+            .expect("kafka/broker tool transactions");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        eprintln!(
+            "kafka-transactions {}:\n{text}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let rows = |text: &str| -> Vec<Vec<String>> {
+        text.lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .filter(|r: &Vec<String>| !r.is_empty())
+            .collect()
+    };
+    // TransactionalId, Coordinator, ProducerId, TransactionState.
+    let states: HashMap<i64, String> = rows(&tool(&["list"]))
+        .into_iter()
+        .filter(|r| r.len() >= 4)
+        .filter_map(|r| Some((r[2].parse().ok()?, r[3].clone())))
+        .collect();
+    let mut open = Vec::new();
+    for partition in 0..PARTITIONS {
+        let text = tool(&[
+            "describe-producers",
+            "--topic",
+            changelog,
+            "--partition",
+            &partition.to_string(),
+        ]);
+        // ProducerId, ProducerEpoch, LatestCoordinatorEpoch, LastSequence,
+        // LastTimestamp, CurrentTransactionStartOffset.
+        for row in rows(&text).into_iter().filter(|r| r.len() >= 6) {
+            let (Ok(producer_id), Ok(start)) = (row[0].parse::<i64>(), row[5].parse::<i64>())
+            else {
+                continue;
+            };
+            open.push(OpenTransaction {
+                partition,
+                start,
+                producer_id,
+                coordinator_state: states.get(&producer_id).cloned().unwrap_or_default(),
+            });
+        }
+    }
+    open
+}
+
+/// Waits (up to 30 s) until the group has processed every record so far
+/// without the paused member: a write-out it still holds, if it lands when
+/// it resumes, then lands behind newer states of its keys (what fencing
+/// must keep from becoming visible).
+fn moved_on(world: &World) {
+    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
+    wait_until(Duration::from_secs(30), || world.committed() == ends);
+}
+
+/// The broker stopped (or killed), down `down_s` seconds, started again.
+fn restart(broker: &mut Broker, kill: bool, down_s: u64) {
+    if kill {
+        broker.kill();
+    } else {
+        broker.stop();
+    }
+    std::thread::sleep(Duration::from_secs(down_s));
+    broker.restart();
 }
 
 /// See the module doc. `point` is the fault point the first member stops

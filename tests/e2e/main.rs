@@ -16,8 +16,9 @@
 //! * [`drills`]: one instance under crashes (at each guarantee), SIGTERM
 //!   and a broker restart;
 //! * [`exactly_once`]: transactions: each record once, a fenced zombie;
-//! * [`late_writes`]: a member paused at each point of a write-out: no
-//!   state moves back, after a fresh restore from a compacted changelog;
+//! * [`late_writes`]: a member paused at each point of a write-out, three
+//!   members through repeated pauses and broker kills: no state moves
+//!   back, after a fresh restore from a compacted changelog;
 //! * [`network_cut`]: one member cut off the broker (a [`proxy`] that
 //!   stops forwarding, sockets left open) with a write-out queued, healed
 //!   after its partitions moved: no state moves back;
