@@ -26,7 +26,8 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 
 use orderly::codec::{Decoder, Encoder, WriterVersion};
 use orderly::decide::{apply, decide, step};
-use orderly::event::{EventType, InboxEntry, OrderEvent, OrderState};
+use orderly::domains::orders::OrderState;
+use orderly::event::{EventType, InboxEntry, OrderEvent};
 use orderly::registry::Registry;
 use orderly::store::{BatchWrite, Checkpoint, Store};
 use std::collections::HashMap;

@@ -181,8 +181,9 @@ pub fn step<E: Entity>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domains::orders::OrderState;
     use crate::domains::orders::Orders;
-    use crate::event::{EventType, OrderEvent, OrderState};
+    use crate::event::{EventType, OrderEvent};
     use proptest::prelude::*;
     use std::collections::HashMap;
 

@@ -225,12 +225,6 @@ pub struct Order {
     pub currency: String,
 }
 
-/// What the store keeps for one order: the engine's fields around the
-/// order's domain fields ([`Order`]). The stored (bincode) layout is the one
-/// of the flat struct it once was: `order_id`, `version`, the three domain
-/// fields, `event_id`, `occurred_at`, the inbox.
-pub type OrderState = crate::entity::State<crate::domains::orders::Orders>;
-
 /// An order's state without its inbox: what `state get` prints and what
 /// expectations compare.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -262,6 +256,7 @@ impl StateView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domains::orders::OrderState;
 
     /// The stored layout did not move when the domain fields were grouped:
     /// a state encodes to the bytes of the flat struct it used to be.

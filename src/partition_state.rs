@@ -17,7 +17,6 @@ use std::collections::HashMap;
 use crate::decide::{
     apply, apply_in_place, decide, needs, recent_entry, Decision, InboxSpill, Needs,
 };
-use crate::domains::orders::Orders;
 use crate::entity::{Entity, Event, State};
 use crate::event::{status_id_hash, status_id_of_hash, InboxEntry, OutboxRecord};
 use crate::outcomes::Outcomes;
@@ -82,7 +81,7 @@ impl<E: Entity> Cached<E> {
 }
 
 /// One partition's entity cache, pending checkpoint and store tree.
-pub struct PartitionState<E: Entity = Orders> {
+pub struct PartitionState<E: Entity> {
     store: PartitionStore,
     cache: HashMap<String, Cached<E>>,
     /// Covers every record decided so far (in memory until written).
@@ -571,11 +570,12 @@ fn record_spill<E: Entity>(cached: &mut Cached<E>, spill: InboxSpill) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domains::orders::Orders;
 
     /// The batch of `events` between `first` and `next`, each sourced at
     /// `first` (these tests do not look at source offsets).
     fn apply(
-        p: &mut PartitionState,
+        p: &mut PartitionState<Orders>,
         events: Vec<OrderEvent>,
         dead: u64,
         first: i64,

@@ -8,7 +8,7 @@
 //! Keys of a partition tree:
 //!
 //! * `\x00checkpoint`: the [`Checkpoint`];
-//! * `o` + order id: the [`OrderState`] (bincode);
+//! * `o` + key: the entity's [`crate::entity::State`] (bincode);
 //! * `i` + order id length (u32, big-endian) + order id + first version
 //!   (i64, big-endian): a chunk of [`INBOX_CHUNK`](crate::event::INBOX_CHUNK)
 //!   inbox entries.
@@ -827,8 +827,9 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domains::orders::OrderState;
     use crate::domains::orders::Orders;
-    use crate::event::{event_id_hash, EventType, Inbox, InboxEntry, Order, OrderState};
+    use crate::event::{event_id_hash, EventType, Inbox, InboxEntry, Order};
 
     fn state(order: &str, version: i64) -> OrderState {
         OrderState {

@@ -221,7 +221,7 @@ fn unknown_schema_letters_are_applied_exactly_once_after_the_schema_is_registere
         .runtime
         .block_on(registry.register(
             &format!("{}-status-value", w.topic),
-            orderly::outbox::SCHEMA,
+            orderly::domains::orders::STATUS_SCHEMA,
         ))
         .expect("register the outbox schema");
     assert_eq!(outbox_id, 3);

@@ -11,7 +11,6 @@ use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
 use apache_avro::Schema;
 
-use crate::domains::orders::Orders;
 use crate::entity::{Entity, Event};
 use crate::event::{EventType, OrderEvent, DEFAULT_CURRENCY};
 use crate::registry::{Registry, RegistryError};
@@ -178,7 +177,7 @@ pub fn resolving_reader(
 /// Writers the plan does not cover live for the rest of the process (they
 /// are leaked to get a `'static` generic reader): one per such schema id, a
 /// few KiB each. Unknown ids are not cached.
-pub struct Decoder<E: Entity = Orders> {
+pub struct Decoder<E: Entity> {
     entity: E,
     registry: Registry,
     writers: RwLock<HashMap<u32, Resolved<E::Reader>>>,
@@ -198,13 +197,6 @@ const REGISTRY_REMINDER: std::time::Duration = std::time::Duration::from_secs(30
 
 /// Unknown schema ids warned about, at most (garbage records can carry any).
 const MAX_UNKNOWN_WARNED: usize = 100;
-
-impl Decoder<Orders> {
-    /// An order decoder.
-    pub fn new(registry: Registry) -> Self {
-        Self::for_entity(Orders, registry)
-    }
-}
 
 impl<E: Entity> Decoder<E> {
     /// A decoder of `entity`'s events.
@@ -609,6 +601,7 @@ pub fn wire(schema_id: u32, body: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domains::orders::Orders;
 
     fn sample(currency: &str) -> OrderEvent {
         OrderEvent {
@@ -622,7 +615,7 @@ mod tests {
         }
     }
 
-    async fn setup() -> (Decoder, Encoder) {
+    async fn setup() -> (Decoder<Orders>, Encoder) {
         let registry = Registry::memory();
         let encoder = Encoder::register(&registry, "orders").await.unwrap();
         (Decoder::new(registry), encoder)
@@ -709,7 +702,7 @@ mod tests {
         assert!(decoder.decode_cached(Some(&v1)).is_some(), "cache is warm");
     }
 
-    async fn poison_kind(decoder: &Decoder, bytes: &[u8]) -> PoisonKind {
+    async fn poison_kind(decoder: &Decoder<Orders>, bytes: &[u8]) -> PoisonKind {
         match decoder.decode(Some(bytes)).await {
             Err(DecodeError::Poison { kind, .. }) => kind,
             other => panic!("expected poison, got {other:?}"),

@@ -9,6 +9,15 @@ use crate::codec::{DecodeError, OrderReader};
 use crate::entity::{Entity, Event, State};
 use crate::event::{EventType, Order, OrderEvent, StateView};
 
+/// The order output schema, registered under `<output_topic>-value`.
+pub const STATUS_SCHEMA: &str = include_str!("../../schemas/order_status_changed_v1.avsc");
+
+/// What the store keeps for one order: the engine's fields around the
+/// order's domain fields ([`Order`]). The stored (bincode) layout is the one
+/// of the flat struct it once was: `order_id`, `version`, the three domain
+/// fields, `event_id`, `occurred_at`, the inbox.
+pub type OrderState = State<Orders>;
+
 /// The order entity (a marker: orders need no configuration).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Orders;
@@ -78,7 +87,7 @@ impl Entity for Orders {
     }
 
     fn status_schema(&self) -> &str {
-        crate::outbox::SCHEMA
+        STATUS_SCHEMA
     }
 }
 
@@ -116,5 +125,42 @@ impl State<Orders> {
     /// What `state get` shows of an order.
     pub fn view(&self) -> StateView {
         Orders.view(self)
+    }
+}
+
+impl crate::codec::Decoder<Orders> {
+    /// An order decoder.
+    pub fn new(registry: crate::registry::Registry) -> Self {
+        Self::for_entity(Orders, registry)
+    }
+}
+
+impl crate::processor::Processor<Orders> {
+    /// An order processor.
+    pub fn new(
+        config: crate::config::Config,
+        store: crate::store::Store,
+        registry: crate::registry::Registry,
+    ) -> Self {
+        Self::for_entity(Orders, config, store, registry)
+    }
+}
+
+impl crate::outbox::OutboxEncoder<Orders> {
+    /// Registers the order output schema under `<output_topic>-value`.
+    pub async fn register(
+        registry: &crate::registry::Registry,
+        output_topic: &str,
+        source_topic: &str,
+    ) -> Result<Self, crate::registry::RegistryError> {
+        Self::register_for(&Orders, registry, output_topic, source_topic).await
+    }
+
+    /// An order encoder whose schema is registered as `schema_id`.
+    pub fn with_id(schema_id: u32, source_topic: &str) -> Self {
+        // Compiled in and covered by tests: failing to parse it is a build defect.
+        #[allow(clippy::expect_used)]
+        let schema = Schema::parse_str(STATUS_SCHEMA).expect("compiled-in schema parses");
+        Self::with_schema(schema, schema_id, source_topic)
     }
 }

@@ -28,13 +28,9 @@ use apache_avro::types::Value;
 use apache_avro::Schema;
 
 use crate::codec::{wire, EncodeError};
-use crate::domains::orders::Orders;
 use crate::entity::Entity;
 pub use crate::event::{status_event_id, OutboxRecord};
 use crate::registry::{Registry, RegistryError};
-
-/// The output schema, registered under `<output_topic>-value`.
-pub const SCHEMA: &str = include_str!("../../schemas/order_status_changed_v1.avsc");
 
 /// The output schema of an entity whose status is a string: the fields
 /// of `OrderStatusChanged` with the entity's key field (`key_field`) and
@@ -92,28 +88,11 @@ pub(crate) fn status_headers<S>(
 
 /// Encodes an entity's outbox records in its output schema
 /// (`OrderStatusChanged` for orders) in the wire format.
-pub struct OutboxEncoder<E: Entity = Orders> {
+pub struct OutboxEncoder<E: Entity> {
     schema: Schema,
     schema_id: u32,
     source_topic: String,
     entity: std::marker::PhantomData<fn() -> E>,
-}
-
-impl OutboxEncoder<Orders> {
-    /// Registers the order output schema under `<output_topic>-value`.
-    pub async fn register(
-        registry: &Registry,
-        output_topic: &str,
-        source_topic: &str,
-    ) -> Result<Self, RegistryError> {
-        Self::register_for(&Orders, registry, output_topic, source_topic).await
-    }
-
-    pub fn with_id(schema_id: u32, source_topic: &str) -> Self {
-        #[allow(clippy::expect_used)]
-        let schema = Schema::parse_str(SCHEMA).expect("compiled-in schema parses");
-        Self::with_schema(schema, schema_id, source_topic)
-    }
 }
 
 impl<E: Entity> OutboxEncoder<E> {
@@ -135,7 +114,8 @@ impl<E: Entity> OutboxEncoder<E> {
         Ok(Self::with_schema(schema, schema_id, source_topic))
     }
 
-    fn with_schema(schema: Schema, schema_id: u32, source_topic: &str) -> Self {
+    /// An encoder of `schema`, registered as `schema_id`.
+    pub fn with_schema(schema: Schema, schema_id: u32, source_topic: &str) -> Self {
         OutboxEncoder {
             schema,
             schema_id,

@@ -18,7 +18,6 @@ mod partition;
 mod supervisor;
 mod transaction;
 
-use crate::domains::orders::Orders;
 use crate::entity::Entity;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -310,7 +309,7 @@ pub struct RunReport {
 }
 
 /// A consumer-group member processing `E`'s events (orders by default).
-pub struct Processor<E: Entity = Orders> {
+pub struct Processor<E: Entity> {
     entity: E,
     config: Config,
     store: Store,
@@ -318,13 +317,6 @@ pub struct Processor<E: Entity = Orders> {
     telemetry: Arc<Telemetry>,
     /// Who owns each partition, once the consumer exists (for `/state`).
     owners: Arc<owners::OwnersSlot>,
-}
-
-impl Processor<Orders> {
-    /// An order processor.
-    pub fn new(config: Config, store: Store, registry: Registry) -> Self {
-        Self::for_entity(Orders, config, store, registry)
-    }
 }
 
 impl<E: Entity> Processor<E> {

@@ -280,7 +280,7 @@ impl World {
     /// Every record of the output topic (the outbox), per partition in
     /// offset order: (order id, version, event id).
     pub fn outbox_records(&self) -> BTreeMap<i32, Vec<(String, i64, String)>> {
-        let schema = apache_avro::Schema::parse_str(orderly::outbox::SCHEMA)
+        let schema = apache_avro::Schema::parse_str(orderly::domains::orders::STATUS_SCHEMA)
             .expect("the order output schema");
         self.output_records(&schema, "order_id")
             .into_iter()

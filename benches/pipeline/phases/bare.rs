@@ -34,7 +34,7 @@ pub fn read_discard(
 pub fn read_decode(
     args: &Args,
     load: &LoadInfo,
-    decoder: &Decoder,
+    decoder: &Decoder<orderly::Orders>,
     runtime: &tokio::runtime::Runtime,
     broker_pid: Option<u32>,
     timeout: Duration,

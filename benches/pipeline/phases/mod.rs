@@ -107,7 +107,7 @@ pub fn read_all(
 /// Decodes one v1 and one v2 record so the schema cache is warm.
 pub fn warm(
     runtime: &tokio::runtime::Runtime,
-    decoder: &Decoder,
+    decoder: &Decoder<orderly::Orders>,
     encoder: &Encoder,
 ) -> anyhow::Result<()> {
     let event = OrderEvent {

@@ -30,7 +30,7 @@ use crate::Args;
 pub fn run(
     args: &Args,
     load: &LoadInfo,
-    decoder: &Decoder,
+    decoder: &Decoder<orderly::Orders>,
     runtime: &tokio::runtime::Runtime,
     broker_pid: Option<u32>,
     timeout: Duration,
@@ -158,7 +158,7 @@ fn store_alone(
     let mut parts = Vec::new();
     for (p, batches) in partitions {
         parts.push((
-            <PartitionState>::new(store.partition(topic, p)?, None),
+            PartitionState::<orderly::Orders>::new(store.partition(topic, p)?, None),
             batches.into_iter(),
         ));
     }
