@@ -101,7 +101,7 @@ fn verify_newest(world: &World, instance: &Instance, oracle: &Oracle) -> usize {
     assert_eq!(
         mismatches,
         0,
-        "{mismatches} of {} shipments not at their newest event",
+        "{mismatches} keys not at their newest event, missing or extra ({} shipments planned)",
         want.len()
     );
     world.verify_counts(instance, counts(oracle));
