@@ -31,6 +31,9 @@
 //!   (`ORDERLY_E2E_REGISTRY`, from `registry/apicurio run`);
 //! * [`stock`]: the second domain, stock levels, through the crash drill in
 //!   each guarantee and a fresh restore: every level exact;
+//! * [`latest`]: the no-code entity (`entity.kind = "latest"`) on shipment
+//!   events through the crash drill and a fresh restore: each key's newest
+//!   event, every field;
 //! * [`secured`]: a SASL_SSL broker with ACLs: every command as a least-privileged user;
 //! * [`operator`]: what an operator sees: no warning on a fresh broker's
 //!   first start;
@@ -45,6 +48,7 @@ mod exactly_once;
 mod group;
 mod kafka_native;
 mod late_writes;
+mod latest;
 mod network_cut;
 mod observe;
 mod operator;

@@ -169,6 +169,15 @@ impl World {
         self
     }
 
+    /// Every instance of this world processes the entity `entity` describes:
+    /// its kind and the field names a `latest` entity reads (the whole
+    /// `[entity]` section).
+    pub fn with_entity_config(mut self, entity: &orderly::config::EntityConfig) -> Self {
+        let section = toml::to_string(entity).expect("[entity] as TOML");
+        self.entity_section = format!("[entity]\n{section}");
+        self
+    }
+
     /// A client of this world's registry (to register schemas and plan).
     pub fn registry_client(&self) -> Registry {
         Registry::http(&self.registry.url, Duration::from_secs(5)).expect("registry client")

@@ -7,6 +7,7 @@
 pub mod late_schema;
 pub mod mock;
 pub mod registry_double;
+pub mod shipments;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
