@@ -20,7 +20,7 @@ use apache_avro::Schema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::DecodeError;
+use crate::codec::error::DecodeError;
 use crate::event::Inbox;
 
 /// One decoded event: the fields the engine reads, around the domain's body.

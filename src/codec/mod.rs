@@ -15,7 +15,9 @@ use crate::entity::{Entity, Event};
 use crate::event::{EventType, OrderEvent, DEFAULT_CURRENCY};
 use crate::registry::{Registry, RegistryError};
 
+pub mod error;
 pub mod guard;
+pub use error::{DecodeError, PoisonKind};
 /// Public so the differential fuzz test (`tests/fuzz_read_plan.rs`) can
 /// drive it directly; the decoder is the API.
 pub mod plan;
@@ -23,50 +25,6 @@ use plan::Plan;
 
 pub const SCHEMA_V1: &str = include_str!("../../schemas/order_event_v1.avsc");
 pub const SCHEMA_V2: &str = include_str!("../../schemas/order_event_v2.avsc");
-
-/// Why a record is poison. The set is small and fixed: it labels DLQ headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PoisonKind {
-    EmptyPayload,
-    BadMagicByte,
-    UnknownSchema,
-    BadSchema,
-    Undecodable,
-    Invalid,
-}
-
-impl PoisonKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PoisonKind::EmptyPayload => "empty_payload",
-            PoisonKind::BadMagicByte => "bad_magic_byte",
-            PoisonKind::UnknownSchema => "unknown_schema",
-            PoisonKind::BadSchema => "bad_schema",
-            PoisonKind::Undecodable => "undecodable",
-            PoisonKind::Invalid => "invalid",
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
-    /// Deterministic: this record will never decode. Dead-letter it.
-    #[error("{}: {message}", kind.as_str())]
-    Poison { kind: PoisonKind, message: String },
-    /// The registry is unreachable: retry later, do not move past the record.
-    #[error("transient: {0}")]
-    Transient(String),
-}
-
-impl DecodeError {
-    /// A record that can never be decoded: it is dead-lettered.
-    pub fn poison(kind: PoisonKind, message: impl Into<String>) -> Self {
-        DecodeError::Poison {
-            kind,
-            message: message.into(),
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum EncodeError {
