@@ -143,6 +143,18 @@ pub struct Expectation {
     pub status_changes: HashSet<String>,
 }
 
+impl Expectation {
+    /// The four outcomes the records imply.
+    pub fn outcomes(&self) -> crate::outcomes::Outcomes {
+        crate::outcomes::Outcomes {
+            applied: self.applied,
+            duplicates: self.duplicates,
+            stale: self.stale,
+            dead_lettered: self.dead_lettered,
+        }
+    }
+}
+
 /// Generates the records in send order and their expected outcome.
 ///
 /// Per order, the event sequence is built first (lifecycle, reorderings,

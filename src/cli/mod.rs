@@ -775,12 +775,7 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
                 .await
                 .with_context(|| format!("registering schemas at {}", config.registry.url))?;
             let (records, expected) = plan(&spec, &encoder)?;
-            let counts = crate::outcomes::Outcomes {
-                applied: expected.applied,
-                duplicates: expected.duplicates,
-                stale: expected.stale,
-                dead_lettered: expected.dead_lettered,
-            };
+            let counts = expected.outcomes();
             let expectation = serde_json::to_vec(&expected)?;
             produce_records(
                 &config,
@@ -880,12 +875,7 @@ async fn produce_stock(
         .await
         .with_context(|| format!("registering the stock schema at {}", config.registry.url))?;
     let (records, expected) = plan(&spec, &encoder)?;
-    let counts = crate::outcomes::Outcomes {
-        applied: expected.applied,
-        duplicates: expected.duplicates,
-        stale: expected.stale,
-        dead_lettered: expected.dead_lettered,
-    };
+    let counts = expected.outcomes();
     let expectation = serde_json::to_vec(&expected)?;
     produce_records(config, &records, counts, expect_out, &expectation).await
 }

@@ -41,6 +41,18 @@ pub struct StockExpectation {
     pub levels: BTreeMap<String, (i64, StockLevel)>,
 }
 
+impl StockExpectation {
+    /// The four outcomes the records imply.
+    pub fn outcomes(&self) -> crate::outcomes::Outcomes {
+        crate::outcomes::Outcomes {
+            applied: self.applied,
+            duplicates: self.duplicates,
+            stale: self.stale,
+            dead_lettered: self.dead_lettered,
+        }
+    }
+}
+
 /// The records of `spec`, in the order to produce them, and what they imply.
 pub fn plan(
     spec: &StockSpec,
