@@ -136,7 +136,8 @@ enum Command {
     /// fixes each.
     ///
     /// While it runs it serves HTTP on http.address (default 127.0.0.1:9898; "" is off): GET /metrics
-    /// (Prometheus), /healthz, /readyz, /state/{order_id} and the status page at /.
+    /// (Prometheus), /healthz, /readyz, /state/{key} (the entity key: an order id by default)
+    /// and the status page at /.
     Run,
     /// Run the processor over a generated workload on an in-process mock Kafka cluster (no external service);
     /// uses the processing and store settings of --config, not its Kafka or registry settings
