@@ -24,12 +24,14 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
-use orderly::codec::{Decoder, Encoder, WriterVersion};
-use orderly::decide::{apply, decide, step};
+use orderly::domains::orders::codec::{Encoder, WriterVersion};
+use orderly::domains::orders::event::{EventType, OrderEvent};
 use orderly::domains::orders::OrderState;
-use orderly::event::{EventType, InboxEntry, OrderEvent};
+use orderly::engine::codec::Decoder;
+use orderly::engine::decide::{apply, decide, step};
+use orderly::engine::inbox::InboxEntry;
+use orderly::engine::store::{BatchWrite, Checkpoint, Store};
 use orderly::registry::Registry;
-use orderly::store::{BatchWrite, Checkpoint, Store};
 use std::collections::HashMap;
 
 const DAY_MS: i64 = 86_400_000;

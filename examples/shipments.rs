@@ -4,7 +4,7 @@
 //! `state`, `config`) and HTTP endpoint: `cargo run --example shipments -- --help`.
 
 use apache_avro::{reader::datum::GenericDatumReader, types::Value, Schema};
-use orderly::codec::{read_value, resolving_reader, DecodeError, Fields};
+use orderly::engine::codec::{read_value, resolving_reader, DecodeError, Fields};
 use orderly::{Entity, Event, State};
 use serde::{Deserialize, Serialize};
 
@@ -72,9 +72,9 @@ impl Entity for Shipments {
 
 fn main() -> std::process::ExitCode {
     match Schema::parse_str(SCHEMA) {
-        Ok(schema) => orderly::cli::main_with(Shipments(
+        Ok(schema) => orderly::ops::cli::main_with(Shipments(
             Box::leak(Box::new(schema)),
-            orderly::outbox::string_status_schema(
+            orderly::processor::outbox::string_status_schema(
                 "ShipmentStatusChanged",
                 "example",
                 "shipment_id",

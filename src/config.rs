@@ -265,7 +265,7 @@ pub struct RegistryConfig {
     /// trusted instead of the system's CAs (`""`: the system's).
     pub ca_location: String,
     /// What `run` does when a registered writer schema of the input subject
-    /// cannot be read ([`crate::codec::guard`]).
+    /// cannot be read ([`crate::engine::codec::guard`]).
     pub schema_guard: SchemaGuard,
 }
 
@@ -422,23 +422,12 @@ pub struct ProcessingConfig {
     /// a partition writes early; also bounds the clean entries kept cached.
     pub cache_max_bytes: u64,
     pub shutdown_timeout_ms: u64,
-    /// The dead-letter breaker ([`crate::breaker`]): dead letters in a row
+    /// The dead-letter breaker ([`crate::engine::breaker`]): dead letters in a row
     /// that stop a partition (0: off).
     pub dead_letter_max_consecutive: u64,
     /// ...or the share of dead letters in a window of records (0: off).
     pub dead_letter_max_ratio: f64,
     pub(crate) dead_letter_ratio_window: u64,
-}
-
-impl ProcessingConfig {
-    /// The dead-letter breaker's limits.
-    pub(crate) fn breaker_limits(&self) -> crate::breaker::Limits {
-        crate::breaker::Limits {
-            max_consecutive: self.dead_letter_max_consecutive,
-            max_ratio: self.dead_letter_max_ratio,
-            window: self.dead_letter_ratio_window,
-        }
-    }
 }
 
 impl Config {

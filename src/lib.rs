@@ -41,109 +41,61 @@
 //!
 //! ## Module map
 //!
-//! * [`entity`]: the seam between the engine and a domain: the [`Entity`]
-//!   trait, the decoded [`Event`] and the stored [`State`].
-//! * [`domains`]: the built-in entities: orders, stock, and latest (any Avro
-//!   topic, no code: the newest event per key, fields named by `[entity]`).
-//! * [`decide`]: the pure core: one event against one entity's state
-//!   → apply, duplicate or stale. No I/O.
-//! * [`partition_state`]: one partition's order cache (read through from
-//!   its store): decide each event in memory, write each changed order once
-//!   per commit interval with the checkpoint, atomically.
-//! * [`event`]: the event and state model.
-//! * [`codec`]: Avro in the Confluent wire format; poison classification.
-//! * [`registry`]: schema registry client (HTTP with its credentials and CA, or
-//!   in-process for the demo).
-//! * [`store`]: sled layout: a tree per partition with states (recent inbox
-//!   entries inside), older inbox chunks and the checkpoint (next offset and
-//!   counters), written as one batch.
-//! * [`changelog`]: the changelog topic: restoring a partition's tree from
-//!   it, replay markers, creating the topic (write-outs are transactions of
-//!   `processor::transaction`).
-//! * [`outbox`]: status changes to the output topic: published with the
-//!   write-out that makes them durable (`direct`), or stored with the state
-//!   they come from and relayed (`relay`).
-//! * [`processor`]: the consumer-group member: poll thread, the partition
-//!   supervisor and its partition tasks (restoring, processing, draining),
-//!   dead letters, group flush and offset commits.
-//! * [`replay`]: `orderly replay`: move partitions to a new offset on every
-//!   instance (a changelog marker, or the local store) and the group's
-//!   committed offsets.
-//! * [`config`]: layered configuration with validation.
-//! * `group_members`: a consumer group's members and assignments under
-//!   either group protocol (librdkafka's DescribeConsumerGroups).
-//! * `processor::transaction`: the per-partition transactional producer
-//!   (either guarantee; it fences a partition's previous owner) and its
-//!   write-out round.
-//! * [`kafka`]: librdkafka client settings (consumer, producers, admin):
-//!   pass-through first, then the settings the guarantees depend on.
-//! * [`partition_reader`]: one partition of a topic read by assignment up
-//!   to a known end (the changelog, the relay's read-back of the output
-//!   topic, the dead-letter topic and the re-drive log).
-//! * [`redrive`]: `orderly dlq list|replay`: the dead-letter topic read
-//!   back, and letters re-published to the input topic after a fix, each
-//!   once, with a re-drive count that stops a record failing forever.
-//! * [`telemetry`]: per-partition status, outcome counters and latency
-//!   histograms, exposed as Prometheus metrics and the status page's JSON.
-//! * [`http`]: the `run` process's HTTP endpoint: `/metrics`, `/healthz`,
-//!   `/readyz`, `/state/{order_id}` and the built-in status page.
-//! * `partitioner`: which partition an `order_id` hashes to (librdkafka's
-//!   and the Java client's partitioners).
-//! * [`acl`]: the ACLs `run` needs, compared with the operations the
-//!   broker says the principal may perform (checked before consuming).
-//! * [`preflight`]: start-up checks (store, broker, topics, registry) for
-//!   `config check` and `run`.
-//! * [`workload`]: the load generator and its independently computed
-//!   expected outcome.
-//! * [`demo`]: the embedded default run on librdkafka's mock cluster.
-//! * [`load`]: producing a planned workload, every record acknowledged.
+//! The folders are the layers; each imports only from the layers below it.
+//!
+//! * [`ops`]: the operator surface: the command line ([`ops::cli`], the
+//!   same for `orderly` and a user's binary), the HTTP endpoint
+//!   ([`ops::http`]: `/metrics`, `/healthz`, `/readyz`, `/state/{key}`, the
+//!   status page), `demo`, `replay`, `dlq` ([`ops::redrive`]), the checks of
+//!   `config check` ([`ops::preflight`]) and producing a workload.
+//! * [`domains`]: the built-in entities: orders (the binary's default, with
+//!   its event model, Avro codec, compiled read plan and load generator),
+//!   stock (an accumulating state) and latest (any Avro topic, no code: the
+//!   newest event per key, fields named by `[entity]`).
+//! * [`processor`]: the consumer-group member, generic over the entity: the
+//!   poll thread, the partition supervisor and its tasks (restoring,
+//!   processing, draining), the write-out modes and their transactions,
+//!   dead letters, the group flush and offset commits; the changelog topic
+//!   ([`processor::changelog`]: restore, replay markers) and the status
+//!   changes ([`processor::outbox`]: sent with the write-out, or relayed).
+//! * [`observe`]: per-partition status, outcome counters, latency
+//!   histograms, the Prometheus exposition, the broker connection's log.
+//! * [`engine`]: no Kafka client in it: the [`Entity`] seam, the pure
+//!   `decide` core (one event against one entity's state → apply, duplicate
+//!   or stale), a partition's cache (decide each batch in memory, write each
+//!   changed entity once per write-out with the checkpoint, atomically), the
+//!   sled store, the inbox, the four outcomes, the dead-letter breaker and
+//!   the Avro codec in the Confluent wire format.
+//! * [`kafka`]: librdkafka client settings (pass-through first, then the
+//!   settings the guarantees depend on), a partition read by assignment up
+//!   to a known end, a group's members under either protocol, the ACLs
+//!   `run` needs, the record headers orderly writes, backoff.
+//! * [`registry`]: the schema registry client (HTTP with its credentials and
+//!   CA, or in-process for the demo and the tests).
+//! * [`config`]: layered configuration (`config/default.toml`, `--config`,
+//!   `ORDERLY_*`) with validation; `partitioner`: which partition a key
+//!   hashes to (librdkafka's and the Java client's partitioners);
+//!   [`error_chain`]: an error and its causes on one line.
 //! * [`allocator`]: the global allocator and jemalloc's compiled options,
 //!   shared by the binary and the pipeline bench.
-//! * `fault`: crash points for the crash drill (compiled in with the
-//!   `fault-injection` feature only, which the tests turn on).
 //!
-//! What a library user (the binary, the tests, the benches, an embedding
-//! program) needs is `pub`; the rest is `pub(crate)` (the
-//! `unreachable_pub` lint keeps it that way), so the compiler reports dead
-//! code. The crate-private modules: `breaker`, `group_members`,
-//! `partitioner`, `retry`, `fault`.
+//! `docs/layout.md` maps every file.
 
 #![warn(unreachable_pub)]
 
-pub mod acl;
 pub mod allocator;
-pub(crate) mod breaker;
-pub mod changelog;
-pub mod cli;
-pub mod codec;
 pub mod config;
-pub mod decide;
-pub mod demo;
 pub mod domains;
-pub mod entity;
-pub mod event;
-pub(crate) mod fault;
-pub(crate) mod group_members;
-pub mod headers;
-pub mod http;
+pub mod engine;
+pub mod error_chain;
 pub mod kafka;
-pub mod load;
-pub mod outbox;
-pub mod outcomes;
-pub mod partition_reader;
-pub mod partition_state;
+pub mod observe;
+pub mod ops;
 pub(crate) mod partitioner;
-pub mod preflight;
 pub mod processor;
-pub mod redrive;
 pub mod registry;
-pub mod replay;
-pub(crate) mod retry;
-pub mod store;
-pub mod telemetry;
-pub mod workload;
 
 pub use domains::latest::Latest;
 pub use domains::orders::Orders;
 pub use domains::stock::Stock;
-pub use entity::{Entity, Event, State};
+pub use engine::entity::{Entity, Event, State};

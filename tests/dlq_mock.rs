@@ -19,16 +19,16 @@ use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 use serde_json::Value;
 
-use orderly::codec::Encoder;
 use orderly::config::Config;
-use orderly::demo::covers;
-use orderly::event::EventType;
-use orderly::headers::{HEADER_REDRIVE_COUNT, HEADER_REDRIVE_SOURCE};
-use orderly::load::produce_planned;
+use orderly::domains::orders::codec::Encoder;
+use orderly::domains::orders::event::EventType;
+use orderly::engine::store::Store;
+use orderly::kafka::headers::{HEADER_REDRIVE_COUNT, HEADER_REDRIVE_SOURCE};
+use orderly::ops::demo::covers;
+use orderly::ops::load::produce_planned;
+use orderly::ops::redrive::{self, ReplayRequest, Selection, SourcePos};
 use orderly::processor::Processor;
-use orderly::redrive::{self, ReplayRequest, Selection, SourcePos};
 use orderly::registry::Registry;
-use orderly::store::Store;
 use support::late_schema::{self, schema_v3, STUBBORN};
 use support::{committed, end_offsets, read_range, unique, Instance, Setup};
 
@@ -173,7 +173,7 @@ fn code(out: &Output) -> i32 {
 /// Totals of the store's durable counters.
 fn totals(store: &Store) -> (u64, u64, u64, u64) {
     let stats = store.stats().expect("stats");
-    let sum = |f: fn(&orderly::store::Checkpoint) -> u64| {
+    let sum = |f: fn(&orderly::engine::store::Checkpoint) -> u64| {
         stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
     };
     for s in &stats {

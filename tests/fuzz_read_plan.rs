@@ -1,5 +1,5 @@
 //! Differential fuzzing of the hand-written Avro read plan
-//! (`src/codec/plan.rs`) against apache-avro's generic decoder, resolved
+//! (`src/domains/orders/plan.rs`) against apache-avro's generic decoder, resolved
 //! against the same reader schema.
 //!
 //! Each case takes a valid record of one of several writer schemas (the two
@@ -41,8 +41,8 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use orderly::codec::plan::Plan;
-use orderly::codec::{decode_generic, reader_schema, SCHEMA_V1, SCHEMA_V2};
+use orderly::domains::orders::codec::{decode_generic, reader_schema, SCHEMA_V1, SCHEMA_V2};
+use orderly::domains::orders::plan::Plan;
 
 /// Cases run by `cargo test` unless `PROPTEST_CASES` says otherwise.
 const DEFAULT_CASES: u32 = 3_000;

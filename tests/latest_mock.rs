@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 
 use apache_avro::Schema;
 use orderly::domains::latest::{Latest, LatestEvent};
-use orderly::entity::{Entity, State};
-use orderly::load::produce_planned;
+use orderly::engine::entity::{Entity, State};
+use orderly::engine::store::Store;
+use orderly::ops::load::produce_planned;
 use orderly::registry::Registry;
-use orderly::store::Store;
 use serde_json::json;
 use support::mock::{
     self, assert_counters, config, last_status_changes, process_until_caught_up, producer,

@@ -6,11 +6,11 @@
 
 mod support;
 
+use orderly::domains::stock::workload::{plan, StockExpectation, StockSpec};
 use orderly::domains::stock::{Availability, Stock, StockEncoder};
-use orderly::domains::stock_workload::{plan, StockExpectation, StockSpec};
-use orderly::load::produce_planned;
+use orderly::engine::store::Store;
+use orderly::ops::load::produce_planned;
 use orderly::registry::Registry;
-use orderly::store::Store;
 use support::mock::{
     self, assert_counters, config, last_status_changes, process_until_caught_up, producer,
 };

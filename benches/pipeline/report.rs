@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use orderly::workload::{IdFormat, Shape};
+use orderly::domains::orders::workload::{IdFormat, Shape};
 
 use crate::figures::{Counts, FullPipeline, Phase, StorageOut};
 

@@ -20,9 +20,9 @@ use apache_avro::Schema;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{read_value, DecodeError, PoisonKind};
 use crate::config::EntityConfig;
-use crate::entity::{Entity, Event, State};
+use crate::engine::codec::{read_value, DecodeError, PoisonKind};
+use crate::engine::entity::{Entity, Event, State};
 
 /// The output schema of status changes.
 pub const STATUS_SCHEMA: &str = include_str!("../../schemas/latest_status_changed_v1.avsc");
@@ -366,9 +366,9 @@ pub fn to_json(value: Value) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::{wire, Decoder};
     use crate::config::EntityKind;
-    use crate::decide::{step, Decision};
+    use crate::engine::codec::{wire, Decoder};
+    use crate::engine::decide::{step, Decision};
     use crate::registry::Registry;
 
     const SHIPMENT: &str = r#"{

@@ -1,4 +1,4 @@
-//! The built-in entities: implementations of [`crate::entity::Entity`].
+//! The built-in entities: implementations of [`crate::engine::entity::Entity`].
 
 pub mod latest;
 pub mod orders;
@@ -12,9 +12,8 @@ pub fn reader_schema_for(
 ) -> Option<&'static apache_avro::Schema> {
     use crate::config::EntityKind;
     match config.kind {
-        EntityKind::Orders => Some(crate::codec::reader_schema()),
+        EntityKind::Orders => Some(crate::domains::orders::codec::reader_schema()),
         EntityKind::Stock => Some(stock::event_schema()),
         EntityKind::Latest => None,
     }
 }
-pub mod stock_workload;

@@ -31,7 +31,7 @@ impl ClientContext for OrderlyContext {
     /// Connection failures fold into the connection's lines (lost, still
     /// lost, back); other errors are logged once a minute at most.
     fn error(&self, error: KafkaError, reason: &str) {
-        crate::telemetry::kafka_link::client_error(&error, reason);
+        crate::observe::kafka_link::client_error(&error, reason);
     }
 }
 
@@ -56,7 +56,7 @@ impl ConsumerContext for OrderlyContext {
                 };
                 if let Err(e) = result {
                     self.owner.fatal(super::ProcessError::Process {
-                        stage: crate::telemetry::errors::Stage::Poll,
+                        stage: crate::observe::errors::Stage::Poll,
                         message: format!("assign failed: {e}"),
                     });
                 }

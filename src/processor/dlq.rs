@@ -19,10 +19,10 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tracing::{debug, warn};
 
-use crate::codec::PoisonKind;
-use crate::retry::Backoff;
+use crate::engine::codec::PoisonKind;
+use crate::kafka::retry::Backoff;
 
-use crate::headers::{
+use crate::kafka::headers::{
     HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_REDRIVE_COUNT,
     HEADER_TOPIC,
 };
@@ -151,7 +151,7 @@ pub struct DeadLetters {
     dlq_topic: String,
     source_topic: String,
     /// Where transient failures are counted (`orderly_errors_total`).
-    errors: Option<std::sync::Arc<crate::telemetry::Telemetry>>,
+    errors: Option<std::sync::Arc<crate::observe::Telemetry>>,
 }
 
 impl DeadLetters {
@@ -167,7 +167,7 @@ impl DeadLetters {
     /// Counts transient failures in `telemetry`.
     pub(crate) fn counting_into(
         mut self,
-        telemetry: std::sync::Arc<crate::telemetry::Telemetry>,
+        telemetry: std::sync::Arc<crate::observe::Telemetry>,
     ) -> Self {
         self.errors = Some(telemetry);
         self
@@ -243,8 +243,8 @@ impl DeadLetters {
             if let Some(error) = transient {
                 if let Some(t) = &self.errors {
                     t.errors.record(
-                        crate::telemetry::errors::Stage::DeadLetter,
-                        crate::telemetry::errors::Kind::Retryable,
+                        crate::observe::errors::Stage::DeadLetter,
+                        crate::observe::errors::Kind::Retryable,
                     );
                 }
                 if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {

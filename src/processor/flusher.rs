@@ -3,7 +3,7 @@
 //! commits them to Kafka in one call. It is the only place offsets are
 //! committed, so commits never go backwards.
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +16,8 @@ use tracing::{debug, info, warn};
 use super::context::OrderlyContext;
 use super::ProcessError;
 use super::Shared;
-use crate::fault::{self, Point};
-use crate::telemetry::errors::{Kind, Stage};
+use crate::engine::fault::{self, Point};
+use crate::observe::errors::{Kind, Stage};
 
 pub(crate) enum FlushMsg {
     /// A write-out covering everything before `next_offset` was written;

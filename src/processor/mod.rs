@@ -10,6 +10,9 @@
 //!   -> flusher (one flush for many batches, then one offset commit)
 //! ```
 
+pub mod changelog;
+pub mod outbox;
+
 mod context;
 mod dlq;
 mod flusher;
@@ -18,7 +21,7 @@ mod partition;
 mod supervisor;
 mod transaction;
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -29,18 +32,18 @@ use tokio::sync::{mpsc, Notify};
 use tracing::{error, info, warn};
 
 pub use crate::kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
-pub use crate::telemetry::Phase;
+pub use crate::observe::Phase;
 pub use dlq::{DeadLetter, DeadLetterError, DeadLetters};
 
-use crate::codec::Decoder;
 use crate::config::Config;
-use crate::outcomes::{AtomicOutcomes, Outcomes};
+use crate::engine::codec::Decoder;
+use crate::engine::outcomes::{AtomicOutcomes, Outcomes};
+use crate::engine::store::{Binding, Store, StoreError};
+use crate::kafka::retry::Backoff;
+use crate::observe::errors::{Failure, Kind, Stage};
+use crate::observe::kafka_link as link;
+use crate::observe::Telemetry;
 use crate::registry::Registry;
-use crate::retry::Backoff;
-use crate::store::{Binding, Store, StoreError};
-use crate::telemetry::errors::{Failure, Kind, Stage};
-use crate::telemetry::kafka_link as link;
-use crate::telemetry::Telemetry;
 use context::OrderlyContext;
 use flusher::{FlushMsg, Flusher};
 use supervisor::PartitionSupervisor;
@@ -61,18 +64,18 @@ pub enum ProcessError {
     #[error("kafka client setup failed: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error(transparent)]
-    Changelog(#[from] crate::changelog::ChangelogError),
+    Changelog(#[from] crate::processor::changelog::ChangelogError),
     #[error(transparent)]
     Txn(#[from] transaction::TxnError),
     #[error(transparent)]
-    Status(#[from] crate::outbox::direct::PublishError),
+    Status(#[from] crate::processor::outbox::direct::PublishError),
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("partition {partition} stopped at offset {offset} by the dead-letter breaker: {trip}; {cause}")]
     DeadLetterBreaker {
         partition: i32,
         offset: i64,
-        trip: crate::breaker::Trip,
+        trip: crate::engine::breaker::Trip,
         /// What the dead letters of the batch that tripped it had in common:
         /// the most frequent error kind, with an example.
         cause: String,
@@ -206,7 +209,7 @@ impl Counters {
 }
 
 /// (p50, p99) of a histogram, in milliseconds (0 without observations).
-fn percentiles_ms(histogram: &crate::telemetry::histogram::Histogram) -> (f64, f64) {
+fn percentiles_ms(histogram: &crate::observe::histogram::Histogram) -> (f64, f64) {
     let snapshot = histogram.snapshot();
     let at = |q| snapshot.quantile(q).unwrap_or(0.0) * 1000.0;
     (at(0.5), at(0.99))
@@ -215,7 +218,7 @@ fn percentiles_ms(histogram: &crate::telemetry::histogram::Histogram) -> (f64, f
 /// What each partition's outbox relay is built from.
 pub struct OutboxSetup<E: Entity> {
     pub topic: String,
-    pub encoder: Arc<crate::outbox::OutboxEncoder<E>>,
+    pub encoder: Arc<crate::processor::outbox::OutboxEncoder<E>>,
     pub producer_config: rdkafka::ClientConfig,
     /// One producer for every partition's relay.
     pub producer: Arc<Mutex<Option<FutureProducer>>>,
@@ -334,7 +337,7 @@ impl<E: Entity> Processor<E> {
 
     /// Who in the group owns a partition: answers once [`Processor::run`]
     /// has created its consumer (before that, an error saying so).
-    pub fn owners(&self) -> Arc<dyn crate::telemetry::GroupOwners> {
+    pub fn owners(&self) -> Arc<dyn crate::observe::GroupOwners> {
         self.owners.clone()
     }
 
@@ -558,8 +561,11 @@ fn poll_loop<E: Entity>(
         // anyway; say so before joining the group.
         let changelog = match &shared.changelog {
             Some(writer) => {
-                let ensure =
-                    crate::changelog::topic::ensure(&shared.config, writer, input_partitions);
+                let ensure = crate::processor::changelog::topic::ensure(
+                    &shared.config,
+                    writer,
+                    input_partitions,
+                );
                 supervisor
                     .runtime()
                     .block_on(ensure)
@@ -850,14 +856,19 @@ async fn register_outbox_schema<E: Entity>(
     registry: &crate::registry::Registry,
     topic: &str,
     source_topic: &str,
-) -> Result<crate::outbox::OutboxEncoder<E>, ProcessError> {
+) -> Result<crate::processor::outbox::OutboxEncoder<E>, ProcessError> {
     let mut backoff =
-        crate::retry::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        crate::kafka::retry::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let started = std::time::Instant::now();
     let mut said: Option<std::time::Instant> = None;
     loop {
-        match crate::outbox::OutboxEncoder::register_for(entity, registry, topic, source_topic)
-            .await
+        match crate::processor::outbox::OutboxEncoder::register_for(
+            entity,
+            registry,
+            topic,
+            source_topic,
+        )
+        .await
         {
             Ok(encoder) => {
                 if said.is_some() {

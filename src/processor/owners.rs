@@ -9,7 +9,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::context::OrderlyContext;
 use crate::config::Config;
-use crate::telemetry::{GroupOwners, Member, OwnersError};
+use crate::observe::{GroupOwners, Member, OwnersError};
 
 /// How long one reading of the group's members is reused.
 const CACHE_FOR: Duration = Duration::from_secs(5);
@@ -58,7 +58,7 @@ impl ConsumerOwners {
             }
         }
         let consumer = self.consumer.upgrade().ok_or(OwnersError::Closed)?;
-        let members = crate::group_members::describe_group(
+        let members = crate::kafka::group_members::describe_group(
             consumer.client(),
             &self.group,
             Duration::from_secs(2),

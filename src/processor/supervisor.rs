@@ -10,7 +10,7 @@
 //! acknowledged first), the flusher flushes and commits, and only then is
 //! the partition given up; every wait has the configured deadline.
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
@@ -30,9 +30,9 @@ use super::flusher::FlushMsg;
 use super::partition::{Command, PartitionInput, PartitionTask};
 use super::transaction::TxnError;
 use super::{ProcessError, Shared};
-use crate::partition_state::PartitionState;
-use crate::telemetry::errors::Stage;
-use crate::telemetry::PartitionStatus;
+use crate::engine::partition_state::PartitionState;
+use crate::observe::errors::Stage;
+use crate::observe::PartitionStatus;
 
 struct PartitionHandle {
     tx: mpsc::Sender<Command>,
@@ -166,7 +166,9 @@ impl<E: Entity> PartitionSupervisor<E> {
                 consumer: Arc::downgrade(&consumer),
                 assigned_at: checkpoint.map(|c| c.next_offset),
                 mode: super::partition::mode::WriteOutMode::Unopened,
-                breaker: crate::breaker::Breaker::new(shared.config.processing.breaker_limits()),
+                breaker: crate::engine::breaker::Breaker::new(crate::engine::breaker::Limits::of(
+                    &shared.config.processing,
+                )),
                 first_offset: None,
                 rewind: None,
                 fences: Vec::new(),

@@ -38,7 +38,7 @@
 //! crash after it leaves a store at or behind the changelog, which the
 //! restore brings up to date.
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,10 +50,10 @@ use tracing::{info, warn};
 
 use super::dlq::{letter_record, HeldLetter};
 use crate::config::Config;
-use crate::fault::{self, Point};
-use crate::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
-use crate::outbox::{OutboxEncoder, OutboxRecord};
-use crate::store::{changelog_checkpoint_key, ChangeRecord};
+use crate::engine::fault::{self, Point};
+use crate::engine::store::{changelog_checkpoint_key, ChangeRecord};
+use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
+use crate::processor::outbox::{OutboxEncoder, OutboxRecord};
 
 /// How long `init_transactions`, `send_offsets_to_transaction` and
 /// `commit_transaction` may take.
@@ -81,17 +81,15 @@ pub enum TxnError {
     Aborted { partition: i32, cause: KafkaError },
 }
 
-impl crate::telemetry::errors::Failure for TxnError {
-    fn stage(&self) -> crate::telemetry::errors::Stage {
-        crate::telemetry::errors::Stage::Transaction
+impl crate::observe::errors::Failure for TxnError {
+    fn stage(&self) -> crate::observe::errors::Stage {
+        crate::observe::errors::Stage::Transaction
     }
 
-    fn kind(&self) -> crate::telemetry::errors::Kind {
+    fn kind(&self) -> crate::observe::errors::Kind {
         match self {
-            TxnError::Aborted { .. } => crate::telemetry::errors::Kind::Retryable,
-            TxnError::Fenced { .. } | TxnError::Open(_) => {
-                crate::telemetry::errors::Kind::Permanent
-            }
+            TxnError::Aborted { .. } => crate::observe::errors::Kind::Retryable,
+            TxnError::Fenced { .. } | TxnError::Open(_) => crate::observe::errors::Kind::Permanent,
         }
     }
 }
@@ -175,11 +173,11 @@ impl<E: Entity> TxnWriter<E> {
                     TxnError::Open(Box::new(OpenFailure {
                         partition,
                         transactional_id: transactional_id.clone(),
-                        principal: crate::acl::principal(config),
+                        principal: crate::kafka::acl::principal(config),
                         cause,
                     }))
                 })?;
-        crate::fault::hit(crate::fault::Point::StopInit);
+        crate::engine::fault::hit(crate::engine::fault::Point::StopInit);
         let init = producer.clone();
         let result = tokio::task::spawn_blocking(move || init.init_transactions(CALL_TIMEOUT))
             .await
@@ -206,7 +204,7 @@ impl<E: Entity> TxnWriter<E> {
                 TxnError::Open(Box::new(OpenFailure {
                     partition,
                     transactional_id,
-                    principal: crate::acl::principal(config),
+                    principal: crate::kafka::acl::principal(config),
                     cause,
                 }))
             });
@@ -339,7 +337,7 @@ impl<E: Entity> TxnWriter<E> {
                     .partition(self.partition)
                     .key(status.key.as_str())
                     .payload(&payload)
-                    .headers(crate::outbox::status_headers(
+                    .headers(crate::processor::outbox::status_headers(
                         &self.source_topic,
                         self.partition,
                         status,

@@ -277,7 +277,7 @@ pub(crate) fn is_tls_verification(error: &(dyn std::error::Error + 'static)) -> 
 
 /// `error` and its causes on one line, each stated once.
 pub(crate) fn chain_text(error: &(dyn std::error::Error + 'static)) -> String {
-    crate::preflight::error_text(error)
+    crate::error_chain::error_text(error)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use orderly::workload::{PlannedRecord, WorkloadSpec};
+use orderly::domains::orders::workload::{PlannedRecord, WorkloadSpec};
 
 use crate::support::{end_offsets, signal, wait_exit, wait_until, Instance};
 use crate::world::{tail, Broker, Counts, World};

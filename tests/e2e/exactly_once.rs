@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use orderly::workload::WorkloadSpec;
+use orderly::domains::orders::workload::WorkloadSpec;
 
 use crate::observe::{http_get, scrape};
 use crate::support::{end_offsets, signal, wait_exit, wait_until, Reaper};
@@ -183,7 +183,7 @@ fn zombie(guarantee: &str) -> Zombie {
 
 struct Zombie {
     world: World,
-    expected: orderly::workload::Expectation,
+    expected: orderly::domains::orders::workload::Expectation,
     a_log: String,
     /// The new owner, holding every partition at the end.
     b: crate::support::Instance,

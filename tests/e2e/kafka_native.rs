@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use orderly::workload::WorkloadSpec;
+use orderly::domains::orders::workload::WorkloadSpec;
 
 use crate::observe::http_get;
 use crate::support::{client_id_of, end_offsets, wait_exit, wait_until, Instance, Reaper};

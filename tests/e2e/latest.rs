@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use orderly::domains::latest::{Latest, STATUS_SCHEMA};
-use orderly::entity::Entity;
+use orderly::engine::entity::Entity;
 
 use crate::drills::drill;
 use crate::observe::http_get;

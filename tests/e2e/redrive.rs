@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use orderly::codec::Encoder;
-use orderly::event::{EventType, StateView};
+use orderly::domains::orders::codec::Encoder;
+use orderly::domains::orders::event::{EventType, StateView};
 use orderly::registry::Registry;
 
 use crate::support::late_schema::{self, schema_v3, STUBBORN};
@@ -103,7 +103,7 @@ fn unknown_schema_letters_are_applied_exactly_once_after_two_replays() {
         FIXABLE as i64 + 1,
         "{input_before:?} -> {input_after:?}"
     );
-    let group = orderly::redrive::redrive_group(
+    let group = orderly::ops::redrive::redrive_group(
         &orderly::config::Config::load(Some(&instance.config_path)).expect("config"),
     );
     assert_eq!(
@@ -197,9 +197,9 @@ fn unknown_schema_letters_are_applied_exactly_once_after_two_replays() {
 #[test]
 #[ignore]
 fn large_dlq_timing() {
-    use orderly::codec::WriterVersion;
-    use orderly::event::EventType;
-    use orderly::headers::{
+    use orderly::domains::orders::codec::WriterVersion;
+    use orderly::domains::orders::event::EventType;
+    use orderly::kafka::headers::{
         HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
     };
     use rdkafka::message::{Header, OwnedHeaders};

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 
 use rdkafka::producer::FutureProducer;
 
-use orderly::codec::Encoder;
-use orderly::event::StateView;
-use orderly::headers::{HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
-use orderly::load::produce_planned;
+use orderly::domains::orders::codec::Encoder;
+use orderly::domains::orders::event::StateView;
+use orderly::domains::orders::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
+use orderly::kafka::headers::{HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use orderly::ops::load::produce_planned;
 use orderly::registry::Registry;
-use orderly::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
 
 use crate::support::registry_double::RegistryDouble;
 use crate::support::{
@@ -74,8 +74,8 @@ impl From<&Expectation> for Counts {
     }
 }
 
-impl From<&orderly::domains::stock_workload::StockExpectation> for Counts {
-    fn from(e: &orderly::domains::stock_workload::StockExpectation) -> Self {
+impl From<&orderly::domains::stock::workload::StockExpectation> for Counts {
+    fn from(e: &orderly::domains::stock::workload::StockExpectation) -> Self {
         Counts {
             applied: e.applied,
             duplicates: e.duplicates,
@@ -416,7 +416,7 @@ impl World {
         let wanted: std::collections::HashSet<String> = expected
             .status_changes
             .iter()
-            .map(|id| orderly::outbox::status_event_id(id))
+            .map(|id| orderly::processor::outbox::status_event_id(id))
             .collect();
         let got: std::collections::HashSet<String> = records
             .values()

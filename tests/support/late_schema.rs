@@ -5,9 +5,10 @@
 
 use serde_json::Value;
 
-use orderly::codec::{wire, Encoder, WriterVersion, SCHEMA_V2};
-use orderly::event::{EventType, OrderEvent};
-use orderly::workload::PlannedRecord;
+use orderly::domains::orders::codec::{Encoder, WriterVersion, SCHEMA_V2};
+use orderly::domains::orders::event::{EventType, OrderEvent};
+use orderly::domains::orders::workload::PlannedRecord;
+use orderly::engine::codec::wire;
 
 /// A schema id no registry will ever know.
 pub const NEVER: u32 = 999_999;

@@ -73,14 +73,14 @@ pub fn config(c: &Cluster, store: &Path) -> Config {
 pub async fn process_until_caught_up<E: orderly::Entity>(
     entity: E,
     config: Config,
-    store: orderly::store::Store,
+    store: orderly::engine::store::Store,
     registry: orderly::registry::Registry,
     ends: std::collections::BTreeMap<i32, i64>,
 ) {
     let watcher = store.clone();
     let caught_up = async move {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
-        while !orderly::demo::covers(&watcher, &ends) {
+        while !orderly::ops::demo::covers(&watcher, &ends) {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "processor did not catch up"
@@ -97,14 +97,14 @@ pub async fn process_until_caught_up<E: orderly::Entity>(
 /// The store's durable counters, summed over its partitions, are these;
 /// each partition's add up to the records it consumed.
 pub fn assert_counters(
-    store: &orderly::store::Store,
+    store: &orderly::engine::store::Store,
     applied: u64,
     duplicates: u64,
     stale: u64,
     dead_lettered: u64,
 ) {
     let stats = store.stats().expect("stats");
-    let total = |f: fn(&orderly::store::Checkpoint) -> u64| {
+    let total = |f: fn(&orderly::engine::store::Checkpoint) -> u64| {
         stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
     };
     assert_eq!(total(|c| c.applied), applied, "applied");

@@ -11,10 +11,10 @@ use std::collections::HashMap;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
-use orderly::codec::wire;
 use orderly::config::{EntityConfig, EntityKind};
+use orderly::domains::orders::workload::PlannedRecord;
+use orderly::engine::codec::wire;
 use orderly::registry::Registry;
-use orderly::workload::PlannedRecord;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 
 use orderly::config::Config;
+use orderly::engine::store::{PartitionStore, Store};
 use orderly::processor::{Processor, RunReport};
 use orderly::registry::Registry;
-use orderly::store::{PartitionStore, Store};
 
 use super::passthrough;
 use crate::figures::{Counts, FullPipeline, Phase};
@@ -155,9 +155,9 @@ pub async fn run(
     let disk_at_start = dir_size(&store_path);
     let processor = Processor::new(config, store.clone(), registry);
     let (http_address, http_server) = if args.http || args.http_load {
-        let listener = orderly::http::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let listener = orderly::ops::http::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
         let address = listener.local_addr()?;
-        let server = orderly::http::serve(listener, &processor)?;
+        let server = orderly::ops::http::serve(listener, &processor)?;
         eprintln!(
             "pipeline: ({key}) http endpoint at http://{address}/{}",
             if args.http_load {

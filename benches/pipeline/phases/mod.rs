@@ -16,9 +16,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use orderly::codec::{Decoder, Encoder, WriterVersion};
 use orderly::config::Config;
-use orderly::event::{EventType, OrderEvent};
+use orderly::domains::orders::codec::{Encoder, WriterVersion};
+use orderly::domains::orders::event::{EventType, OrderEvent};
+use orderly::engine::codec::Decoder;
 use orderly::processor::consumer_config;
 
 use crate::loader::LoadInfo;

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use orderly::changelog::restore::Restore;
 use orderly::config::Config;
-use orderly::store::Store;
+use orderly::engine::store::Store;
+use orderly::processor::changelog::restore::Restore;
 
 use super::passthrough;
 use crate::figures::Phase;

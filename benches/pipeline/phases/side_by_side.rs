@@ -50,7 +50,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Serialize;
 
-use orderly::event::StateView;
+use orderly::domains::orders::event::StateView;
 
 use crate::figures::{Counts, Phase};
 use crate::loader::LoadInfo;

@@ -2,7 +2,7 @@
 //! retried, poison dead-lettered), checked by the dead-letter breaker, and
 //! applied against the order cache. Used by processing and draining alike.
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::base_consumer::PartitionQueue;
@@ -11,18 +11,18 @@ use tracing::{debug, info, warn};
 
 use super::live::Live;
 use super::mode::WriteOutMode;
-use crate::codec::DecodeError;
-use crate::entity::Event;
-use crate::fault::{self, Point};
-use crate::headers::HEADER_REDRIVE_COUNT;
-use crate::outcomes::Outcomes;
-use crate::partition_state::{BatchOutcome, Decoded, Sourced};
+use crate::engine::codec::DecodeError;
+use crate::engine::entity::Event;
+use crate::engine::fault::{self, Point};
+use crate::engine::outcomes::Outcomes;
+use crate::engine::partition_state::{BatchOutcome, Decoded, Sourced};
+use crate::engine::store::next_offset_after;
+use crate::kafka::headers::HEADER_REDRIVE_COUNT;
+use crate::kafka::retry::Backoff;
+use crate::observe::errors::{Kind, Stage};
 use crate::processor::context::OrderlyContext;
 use crate::processor::dlq::{DeadLetter, HeldLetter};
 use crate::processor::ProcessError;
-use crate::retry::Backoff;
-use crate::store::next_offset_after;
-use crate::telemetry::errors::{Kind, Stage};
 
 impl<E: Entity> Live<E> {
     /// Processes one batch: everything in it ends applied, duplicate, stale
@@ -158,7 +158,7 @@ impl<E: Entity> Live<E> {
     async fn decode(
         &self,
         message: &BorrowedMessage<'_>,
-    ) -> Result<Event<E::Body>, (crate::codec::PoisonKind, String)> {
+    ) -> Result<Event<E::Body>, (crate::engine::codec::PoisonKind, String)> {
         let decoder = &self.task.shared.decoder;
         if let Some(result) = decoder.decode_cached(message.payload()) {
             return result.map_err(poison_parts);
@@ -220,7 +220,7 @@ fn redrive_count<'m>(message: &'m BorrowedMessage<'_>) -> Option<&'m [u8]> {
 /// The most frequent error kind among `letters`, with an example message
 /// and, for a kind with a usual cause, that cause.
 fn dominant_cause(letters: &[DeadLetter<'_>]) -> String {
-    let mut counts: Vec<(crate::codec::PoisonKind, usize, &str)> = Vec::new();
+    let mut counts: Vec<(crate::engine::codec::PoisonKind, usize, &str)> = Vec::new();
     for letter in letters {
         match counts.iter_mut().find(|(kind, ..)| *kind == letter.kind) {
             Some((_, n, _)) => *n += 1,
@@ -231,11 +231,11 @@ fn dominant_cause(letters: &[DeadLetter<'_>]) -> String {
         return "no dead letter in the last batch".into();
     };
     let usual = match kind {
-        crate::codec::PoisonKind::UnknownSchema => {
+        crate::engine::codec::PoisonKind::UnknownSchema => {
             " (the records carry schema ids the registry does not know: was it restarted with in-memory storage, \
              or is registry.url another registry than the producers'?)"
         }
-        crate::codec::PoisonKind::BadMagicByte | crate::codec::PoisonKind::EmptyPayload => {
+        crate::engine::codec::PoisonKind::BadMagicByte | crate::engine::codec::PoisonKind::EmptyPayload => {
             " (the records are not in the Confluent wire format: a producer that does not use the schema registry?)"
         }
         _ => "",
@@ -247,11 +247,11 @@ fn dominant_cause(letters: &[DeadLetter<'_>]) -> String {
     )
 }
 
-fn poison_parts(error: DecodeError) -> (crate::codec::PoisonKind, String) {
+fn poison_parts(error: DecodeError) -> (crate::engine::codec::PoisonKind, String) {
     match error {
         DecodeError::Poison { kind, message } => (kind, message),
         // Unreachable by construction (transient errors are retried), but a
         // typed answer beats a panic.
-        DecodeError::Transient(message) => (crate::codec::PoisonKind::Undecodable, message),
+        DecodeError::Transient(message) => (crate::engine::codec::PoisonKind::Undecodable, message),
     }
 }

@@ -3,16 +3,16 @@
 //! relay gets its share of the shutdown deadline to publish what was
 //! written, and the drain is answered with the written checkpoint.
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::message::BorrowedMessage;
 
 use super::batch::take_available;
 use super::live::Live;
 use super::Reply;
+use crate::observe::Phase;
 use crate::processor::context::OrderlyContext;
 use crate::processor::ProcessError;
-use crate::telemetry::Phase;
 
 /// A partition task finishing its work before the release.
 pub(super) struct Draining<E: Entity> {

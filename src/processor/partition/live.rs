@@ -2,7 +2,7 @@
 //! task with its outbox relay, and the write-out every one of those phases
 //! ends its work with.
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,15 +13,15 @@ use tracing::{debug, info, warn};
 use super::mode::WriteOutMode;
 use super::{PartitionTask, Reply};
 use crate::config::OutboxDelivery;
-use crate::event::OutboxRecord;
-use crate::fault::{self, Point};
-use crate::outbox::direct::{Floor, PublishError, StatusOutput};
-use crate::partition_state::{PartitionState, PreparedWrite, StatusChanges};
+use crate::engine::fault::{self, Point};
+use crate::engine::outbox_record::OutboxRecord;
+use crate::engine::partition_state::{PartitionState, PreparedWrite, StatusChanges};
+use crate::kafka::retry::Backoff;
+use crate::observe::errors::{Kind, Stage};
 use crate::processor::flusher::FlushMsg;
+use crate::processor::outbox::direct::{Floor, PublishError, StatusOutput};
 use crate::processor::transaction::{Round, TxnError};
 use crate::processor::ProcessError;
-use crate::retry::Backoff;
-use crate::telemetry::errors::{Kind, Stage};
 
 /// The partition task's end of its outbox relay. Dropping it stops the
 /// relay (a task that ends with an error, fenced among them, must not leave
@@ -119,7 +119,7 @@ impl<E: Entity> Live<E> {
             .outbox
             .get_or_init(Default::default)
             .clone();
-        let relay = crate::outbox::relay::Relay {
+        let relay = crate::processor::outbox::relay::Relay {
             tree: self.task.state.store().clone(),
             partition: self.task.partition,
             producer_config: setup.producer_config.clone(),
@@ -190,7 +190,10 @@ impl<E: Entity> Live<E> {
     }
 
     /// True when the relay published every outbox row written so far.
-    fn relay_caught_up(&self, relay: &RelayHandle) -> Result<bool, crate::store::StoreError> {
+    fn relay_caught_up(
+        &self,
+        relay: &RelayHandle,
+    ) -> Result<bool, crate::engine::store::StoreError> {
         let limit = self
             .task
             .state

@@ -39,7 +39,7 @@ mod restoring;
 mod schedule;
 mod stopped;
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -51,11 +51,11 @@ use tracing::{error, info, warn};
 use super::context::OrderlyContext;
 use super::transaction::TxnError;
 use super::{ProcessError, Shared};
-use crate::breaker::Breaker;
-use crate::partition_state::PartitionState;
-use crate::store::Checkpoint;
-use crate::telemetry::errors::Stage;
-use crate::telemetry::{PartitionStatus, Phase};
+use crate::engine::breaker::Breaker;
+use crate::engine::partition_state::PartitionState;
+use crate::engine::store::Checkpoint;
+use crate::observe::errors::Stage;
+use crate::observe::{PartitionStatus, Phase};
 use mode::WriteOutMode;
 
 use processing::{Ended, Processing};
@@ -169,7 +169,9 @@ impl<E: Entity> PartitionTask<E> {
         self.mode = WriteOutMode::Unopened;
         self.state = PartitionState::new(self.state.store().clone(), written);
         self.status.seed(written.as_ref());
-        self.breaker = Breaker::new(self.shared.config.processing.breaker_limits());
+        self.breaker = Breaker::new(crate::engine::breaker::Limits::of(
+            &self.shared.config.processing,
+        ));
         let grace = Duration::from_millis(self.shared.config.kafka.session_timeout_ms);
         warn!(
             partition,

@@ -2,7 +2,7 @@
 //! changelog setting, chosen when the partition's producer is opened (before
 //! its restore), instead of flags each stage checks.
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use crate::processor::dlq::HeldLetter;
 use crate::processor::transaction::TxnWriter;
 

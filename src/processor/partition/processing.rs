@@ -5,7 +5,7 @@
 //! one once the partition has read everything its input holds. Ends when
 //! the partition is drained, lost, or stopped by the dead-letter breaker.
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use std::ffi::CString;
 use std::time::Duration;
 
@@ -20,11 +20,11 @@ use super::live::Live;
 use super::schedule::{Settings, Wake, WriteSchedule};
 use super::stopped::Stopped;
 use super::{Command, PartitionTask};
+use crate::observe::Phase;
 use crate::processor::context::OrderlyContext;
 use crate::processor::flusher::FlushMsg;
 use crate::processor::transaction::TxnError;
 use crate::processor::ProcessError;
-use crate::telemetry::Phase;
 
 /// How long a task that was paused past the session timeout holds its
 /// write-outs: several heartbeat intervals (500 ms), time for the

@@ -3,7 +3,7 @@
 //! refuses a partition whose state is elsewhere. No input record is
 //! processed meanwhile.
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,13 +14,13 @@ use tracing::{info, warn};
 
 use super::mode::WriteOutMode;
 use super::{Command, PartitionTask, Reply};
-use crate::changelog::restore::Restore;
 use crate::config::{Guarantee, OutboxDelivery};
-use crate::partition_state::PartitionState;
+use crate::engine::partition_state::PartitionState;
+use crate::observe::errors::Stage;
+use crate::observe::Phase;
+use crate::processor::changelog::restore::Restore;
 use crate::processor::transaction::{TxnError, TxnScope, TxnWriter};
 use crate::processor::ProcessError;
-use crate::telemetry::errors::Stage;
-use crate::telemetry::Phase;
 
 /// A partition task before its first record.
 pub(super) struct Restoring<E: Entity> {
@@ -116,12 +116,12 @@ impl<E: Entity> Restoring<E> {
                     remaining,
                 }
                 .run_with_retries();
-                remaining.store(crate::telemetry::UNKNOWN, Ordering::Relaxed);
+                remaining.store(crate::observe::UNKNOWN, Ordering::Relaxed);
                 let restored = restored?;
                 if restored.restored {
                     shared.store.flush()?;
                 }
-                Ok::<_, crate::changelog::ChangelogError>(restored)
+                Ok::<_, crate::processor::changelog::ChangelogError>(restored)
             })
         };
         tokio::pin!(job);

@@ -3,16 +3,16 @@
 //! dead-lettered, decided or committed; the partition only answers the
 //! rebalance (or shutdown) that releases it.
 
-use crate::entity::Entity;
+use crate::engine::entity::Entity;
 use std::sync::atomic::Ordering;
 
 use tracing::error;
 
 use super::live::Live;
 use super::Command;
+use crate::observe::errors::{Kind, Stage};
+use crate::observe::Phase;
 use crate::processor::ProcessError;
-use crate::telemetry::errors::{Kind, Stage};
-use crate::telemetry::Phase;
 
 /// A partition task stopped by the dead-letter breaker.
 pub(super) struct Stopped<E: Entity> {

@@ -11,7 +11,7 @@ import org.apache.kafka.streams.processor.api.RecordMetadata;
 import org.apache.kafka.streams.state.KeyValueStore;
 
 /**
- * orderly's decide + apply (src/decide.rs, src/partition_state.rs::apply_sourced) per record, against the
+ * orderly's decide + apply (src/engine/decide.rs, src/engine/partition_state.rs::apply_sourced) per record, against the
  * task's `orders` and `inbox-chunks` stores:
  * <ul>
  *   <li>no state, or version greater than the stored one: Apply (the event's carried state, its id appended

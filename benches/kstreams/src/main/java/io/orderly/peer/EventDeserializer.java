@@ -19,7 +19,7 @@ import org.apache.kafka.common.serialization.Deserializer;
 /**
  * The source node's value deserializer: Confluent wire format (magic byte 0, 4-byte big-endian schema id,
  * Avro binary), writer schema fetched from the registry by id and cached, resolved against the v2 reader
- * schema. The same rules and poison kinds as orderly's src/codec/mod.rs (split_wire, decode_body, validate).
+ * schema. The same rules and poison kinds as orderly's src/domains/orders/codec.rs (split_wire, decode_body, validate).
  *
  * <p>One instance serves every task of every stream thread (the topology shares the serde), so the writer
  * cache is concurrent and the Avro readers and decoders are per thread.

@@ -1,0 +1,7 @@
+//! The engine's unit tests that need an entity, run with orders: they live
+//! here so that the engine never names a domain (tests included).
+
+mod decide;
+mod outbox;
+mod partition_state;
+mod store;

@@ -1,0 +1,199 @@
+//! The tests of `engine::partition_state`, with orders as the entity.
+
+use crate::domains::orders::Orders;
+use crate::engine::partition_state::*;
+use crate::engine::store::{Checkpoint, StoreError};
+
+/// The batch of `events` between `first` and `next`, each sourced at
+/// `first` (these tests do not look at source offsets).
+fn apply(
+    p: &mut PartitionState<Orders>,
+    events: Vec<OrderEvent>,
+    dead: u64,
+    first: i64,
+    next: i64,
+    now: i64,
+    retention: i64,
+) -> Result<BatchOutcome, StoreError> {
+    let events = events
+        .into_iter()
+        .map(|value| Sourced {
+            offset: first,
+            value: value.into(),
+        })
+        .collect();
+    p.apply(
+        Decoded {
+            events,
+            dead_lettered: dead,
+            first_offset: first,
+            next_offset: next,
+        },
+        now,
+        retention,
+    )
+}
+use crate::domains::orders::event::{EventType, OrderEvent};
+use crate::engine::store::Store;
+
+const DAY_MS: i64 = 86_400_000;
+
+fn event(order: &str, version: i64, id: &str) -> OrderEvent {
+    OrderEvent {
+        event_id: id.into(),
+        order_id: order.into(),
+        version,
+        event_type: EventType::Shipped,
+        amount: version,
+        currency: "EUR".into(),
+        occurred_at: version,
+    }
+}
+
+fn open() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), 8).unwrap();
+    (dir, store)
+}
+
+#[test]
+fn an_order_touched_many_times_is_written_once_per_write_out() {
+    let (_dir, store) = open();
+    let mut p = PartitionState::new(store.partition("t", 0).unwrap(), None);
+    let events: Vec<OrderEvent> = (1..=50)
+        .flat_map(|v| {
+            [
+                event("a", v, &format!("a{v}")),
+                event("b", v, &format!("b{v}")),
+            ]
+        })
+        .collect();
+    let out = apply(&mut p, events, 0, 100, 200, 1000, DAY_MS).unwrap();
+    assert_eq!(out.outcomes.applied, 100);
+    assert!(p.dirty_bytes() > 0);
+    assert_eq!(
+        store.partition("t", 0).unwrap().checkpoint().unwrap(),
+        None,
+        "nothing written before the write-out"
+    );
+    let written = p
+        .write_out(usize::MAX)
+        .unwrap()
+        .expect("something to write");
+    // 2 states + 1 full chunk each + checkpoint.
+    assert_eq!(written.orders, 2);
+    assert_eq!(written.keys, 2 + 2 + 1);
+    assert_eq!(written.checkpoint.next_offset, 200);
+    assert_eq!(written.checkpoint.start_offset, 100);
+    assert_eq!(p.dirty_bytes(), 0);
+    assert_eq!(p.write_out(usize::MAX).unwrap(), None, "nothing new");
+    let tree = store.partition("t", 0).unwrap();
+    assert_eq!(tree.get::<Orders>("a").unwrap().unwrap().version, 50);
+    assert_eq!(tree.checkpoint().unwrap().unwrap().applied, 100);
+}
+
+#[test]
+fn redeliveries_are_found_after_the_cache_is_dropped() {
+    let (_dir, store) = open();
+    let tree = store.partition("t", 0).unwrap();
+    let mut p = PartitionState::new(tree.clone(), None);
+    let events: Vec<OrderEvent> = (1..=70)
+        .map(|v| event("a", v, &format!("id-{v}")))
+        .collect();
+    apply(&mut p, events, 0, 0, 70, 1000, DAY_MS).unwrap();
+    p.write_out(0).unwrap();
+    assert_eq!(
+        p.cached_orders(),
+        0,
+        "over budget: forgotten after the write-out"
+    );
+    // A fresh state over the same tree, as after a restart.
+    let mut p = PartitionState::new(tree.clone(), tree.checkpoint().unwrap());
+    let again: Vec<OrderEvent> = [1, 32, 33, 64, 65, 70]
+        .iter()
+        .map(|v| event("a", *v, &format!("id-{v}")))
+        .collect();
+    let out = apply(&mut p, again, 0, 70, 76, 2000, DAY_MS).unwrap();
+    assert_eq!(
+        (
+            out.outcomes.duplicates,
+            out.outcomes.stale,
+            out.outcomes.applied
+        ),
+        (6, 0, 0)
+    );
+    assert_eq!(
+        out.chunk_reads, 4,
+        "versions 1, 32, 33 and 64 are in chunks"
+    );
+    let other = apply(
+        &mut p,
+        vec![event("a", 5, "not-id-5")],
+        0,
+        76,
+        77,
+        2000,
+        DAY_MS,
+    )
+    .unwrap();
+    assert_eq!(other.outcomes.stale, 1);
+    let cp = p.write_out(usize::MAX).unwrap().unwrap().checkpoint;
+    assert_eq!(cp.outcomes() as i64, cp.next_offset - cp.start_offset);
+}
+
+#[test]
+fn a_write_out_for_the_changelog_carries_the_same_changes() {
+    let (_dir, store) = open();
+    let tree = store.partition("t", 0).unwrap();
+    let mut p = PartitionState::new(tree.clone(), None);
+    let events: Vec<OrderEvent> = (1..=40)
+        .map(|v| event("a", v, &format!("a{v}")))
+        .chain([event("b", 1, "b1")])
+        .collect();
+    apply(&mut p, events, 0, 0, 41, 1000, DAY_MS).unwrap();
+    let mut prepared = p.prepare_write_out(true).unwrap().expect("changes");
+    let changes = prepared.write.changes.take().expect("collected");
+    // Two states and a's first full inbox chunk; the checkpoint goes separately.
+    assert_eq!(changes.len(), 3);
+    assert_eq!(changes.len(), prepared.write.keys);
+    let mut keys: Vec<&[u8]> = changes.iter().map(|c| c.key.as_slice()).collect();
+    keys.sort();
+    assert_eq!(&keys[..2], &[b"a".as_slice(), b"b".as_slice()]);
+    assert_eq!(
+        keys[2][0],
+        crate::engine::store::CHANGELOG_RESERVED,
+        "the chunk's key is reserved"
+    );
+    assert_eq!(
+        Checkpoint::decode(&prepared.checkpoint_bytes)
+            .unwrap()
+            .next_offset,
+        41
+    );
+    assert_eq!(
+        tree.checkpoint().unwrap(),
+        None,
+        "nothing written before finish"
+    );
+    let written = p.finish_write_out(prepared, Some(7), usize::MAX).unwrap();
+    assert_eq!(written.checkpoint.changelog_next, Some(7));
+    assert_eq!(tree.checkpoint().unwrap().unwrap().changelog_next, Some(7));
+    assert!(!p.has_unwritten());
+}
+
+#[test]
+fn version_gaps_are_counted() {
+    let (_dir, store) = open();
+    let mut p = PartitionState::new(store.partition("t", 0).unwrap(), None);
+    let out = apply(
+        &mut p,
+        vec![event("a", 1, "1"), event("a", 3, "3"), event("b", 2, "b2")],
+        0,
+        0,
+        3,
+        0,
+        DAY_MS,
+    )
+    .unwrap();
+    assert_eq!(out.version_gaps, 2);
+}

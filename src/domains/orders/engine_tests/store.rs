@@ -1,0 +1,328 @@
+//! The tests of `engine::store`, with orders as the entity.
+
+use crate::domains::orders::event::{EventType, Order};
+use crate::domains::orders::OrderState;
+use crate::domains::orders::Orders;
+use crate::engine::inbox::{event_id_hash, Inbox, InboxEntry};
+use crate::engine::outbox_record::OutboxRecord;
+use crate::engine::store::*;
+
+fn state(order: &str, version: i64) -> OrderState {
+    OrderState {
+        key: order.into(),
+        version,
+        data: Order {
+            status: EventType::Paid,
+            amount: 10,
+            currency: "EUR".into(),
+        },
+        event_id: format!("{order}-{version}"),
+        occurred_at: 1,
+        inbox: Inbox {
+            recent: vec![InboxEntry {
+                version,
+                id_hash: event_id_hash(&format!("{order}-{version}")),
+                applied_at_ms: 5,
+            }],
+            chunks: Vec::new(),
+        },
+    }
+}
+
+/// The bytes orderly stores and writes to its changelog (state, inbox
+/// chunk, outbox row, checkpoint), pinned: stores and changelogs written
+/// by an earlier build must stay readable. A change that alters them
+/// fails here; `ORDERLY_BLESS_GOLDEN=1` rewrites the file only for a
+/// deliberate format change (with a migration).
+#[test]
+fn stored_and_changelog_bytes_are_pinned() {
+    let mut order = state("ord-golden-1", 33);
+    let entries: Vec<InboxEntry> = (1..=32)
+        .map(|v| InboxEntry {
+            version: v,
+            id_hash: event_id_hash(&format!("ord-golden-1-{v}")),
+            applied_at_ms: 1_700_000_000_000 + v,
+        })
+        .collect();
+    order.inbox.chunks.push(crate::engine::inbox::ChunkRef {
+        first_version: 1,
+        last_applied_at_ms: 1_700_000_000_032,
+    });
+    order.occurred_at = 1_700_000_000_033;
+    let outbox = OutboxRecord {
+        event_id: "ord-golden-1-33".into(),
+        key: "ord-golden-1".into(),
+        version: 33,
+        from_status: Some(EventType::Created),
+        to_status: EventType::Paid,
+        occurred_at: 1_700_000_000_033,
+        source_partition: 2,
+        source_offset: 4_242,
+        created_ms: 1_700_000_000_040,
+        epoch: 1,
+    };
+    let mut write = BatchWrite::with_changelog();
+    write.put_state(&order).unwrap();
+    write.put_chunk("ord-golden-1", &entries).unwrap();
+    write.put_outbox(&outbox).unwrap();
+    write.delete_chunk("ord-golden-0", 1);
+    let checkpoint = Checkpoint {
+        start_offset: 7,
+        next_offset: 4_243,
+        applied: 4_000,
+        duplicates: 120,
+        stale: 80,
+        dead_lettered: 36,
+        changelog_next: Some(9_001),
+        replayed: 3,
+        skipped: 2,
+        epoch: 1,
+    };
+    let mut lines: Vec<String> = write
+        .changes
+        .take()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {}",
+                hex(&c.key),
+                c.value.as_ref().map_or("-".to_string(), |v| hex(v))
+            )
+        })
+        .collect();
+    lines.push(format!(
+        "{} {}",
+        hex(&changelog_checkpoint_key()),
+        hex(&checkpoint.encode().unwrap())
+    ));
+    let now = lines.join("\n") + "\n";
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/stored-bytes.txt");
+    if std::env::var_os("ORDERLY_BLESS_GOLDEN").is_some() {
+        std::fs::write(&path, &now).unwrap();
+    }
+    let pinned = std::fs::read_to_string(&path).expect("tests/golden/stored-bytes.txt");
+    assert_eq!(
+        now, pinned,
+        "the stored bytes changed: stores and changelogs written before would not read"
+    );
+    // And the pinned bytes read back as the values they were made from.
+    let values: Vec<Vec<u8>> = pinned
+        .lines()
+        .map(|l| unhex(l.split(' ').nth(1).unwrap()))
+        .collect();
+    let read: OrderState = bincode::deserialize(&values[0]).unwrap();
+    assert_eq!(read, order);
+    let read: Vec<InboxEntry> = bincode::deserialize(&values[1]).unwrap();
+    assert_eq!(read, entries);
+    let read: OutboxRecord<crate::domains::orders::event::EventType> =
+        bincode::deserialize(&values[2]).unwrap();
+    assert_eq!(read, outbox);
+    assert_eq!(Checkpoint::decode(&values[4]).unwrap(), checkpoint);
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    if text == "-" {
+        return Vec::new();
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+#[test]
+fn batch_and_checkpoint_round_trip_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path(), 8).unwrap();
+        let p = store.partition("orders", 3).unwrap();
+        let mut write = BatchWrite::default();
+        write.put_state(&state("a", 1)).unwrap();
+        write.put_state(&state("b", 2)).unwrap();
+        let chunk: Vec<InboxEntry> = (1..=3)
+            .map(|v| InboxEntry {
+                version: v,
+                id_hash: v as u64,
+                applied_at_ms: v,
+            })
+            .collect();
+        write.put_chunk("b", &chunk).unwrap();
+        let cp = Checkpoint {
+            start_offset: 0,
+            next_offset: 2,
+            applied: 2,
+            ..Default::default()
+        };
+        p.commit_batch(write, &cp).unwrap();
+        store.flush().unwrap();
+    }
+    // sled's background flusher lets go of the directory lock shortly
+    // after the last handle drops; within one process, wait for it.
+    let store = (0..100)
+        .find_map(|_| {
+            Store::open(dir.path(), 8).ok().or_else(|| {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                None
+            })
+        })
+        .expect("reopen within 5 s");
+    assert_eq!(store.partitions(), vec![("orders".to_string(), 3)]);
+    let p = store.partition("orders", 3).unwrap();
+    assert_eq!(p.checkpoint().unwrap().unwrap().next_offset, 2);
+    assert_eq!(store.find::<Orders>("b").unwrap().unwrap().version, 2);
+    assert_eq!(p.get_chunk("b", 1).unwrap().unwrap().len(), 3);
+    assert_eq!(p.get_chunk("b", 2).unwrap(), None);
+    let stats = store.stats().unwrap();
+    assert_eq!(stats[0].orders, 2, "chunks are not orders");
+    assert_eq!(stats[0].checkpoint.outcomes(), 2);
+}
+
+#[test]
+fn a_restore_write_keeps_the_newest_record_of_each_key_and_counts_only_what_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), 8).unwrap();
+    let p = store.partition("orders", 0).unwrap();
+    let key = |order: &str| to_changelog_key(&order_key(order));
+    let value = |order: &str, version: i64| encode(&state(order, version)).unwrap();
+    let mut write = RestoreWrite::default();
+    write.restore(&key("a"), Some(&value("a", 1)));
+    let one = write.bytes();
+    write.restore(&key("a"), Some(&value("a", 2)));
+    write.restore(&key("b"), Some(&value("b", 1)));
+    write.restore(&key("a"), Some(&value("a", 3)));
+    assert_eq!(write.keys(), 2);
+    // "a" at versions 1 to 3 encodes to the same length: held once.
+    assert_eq!(write.bytes(), 2 * one, "replaced values no longer count");
+    // A deletion replaces a value too, and then holds only its key.
+    write.restore(&key("b"), None);
+    assert_eq!(write.bytes(), one + key("b").len());
+    p.begin_restore().unwrap();
+    p.tree
+        .insert(order_key("b"), encode(&state("b", 1)).unwrap())
+        .unwrap();
+    let cp = Checkpoint {
+        start_offset: 0,
+        next_offset: 7,
+        changelog_next: Some(5),
+        ..Default::default()
+    };
+    p.finish_restore(write, &cp).unwrap();
+    assert!(
+        !p.restoring().unwrap(),
+        "the mark is cleared with the checkpoint"
+    );
+    assert_eq!(
+        p.get::<Orders>("a").unwrap().unwrap().version,
+        3,
+        "the newest record is written"
+    );
+    assert_eq!(
+        p.get::<Orders>("b").unwrap(),
+        None,
+        "a restored deletion removes the key"
+    );
+    assert_eq!(p.checkpoint().unwrap(), Some(cp));
+}
+
+#[test]
+fn changelog_keys_round_trip_and_never_collide_with_an_order_id() {
+    for order_id in ["a", "order-1", "\u{7f}", "ÿ", "\u{10FFFF}", ""] {
+        let key = order_key(order_id);
+        let changelog = to_changelog_key(&key);
+        assert_eq!(
+            changelog,
+            order_id.as_bytes(),
+            "an order's changelog key is its id"
+        );
+        assert_eq!(from_changelog_key(&changelog), key);
+    }
+    for key in [
+        CHECKPOINT_KEY.to_vec(),
+        chunk_key("o", 33),
+        RESTORING_KEY.to_vec(),
+    ] {
+        let changelog = to_changelog_key(&key);
+        assert_eq!(changelog[0], CHANGELOG_RESERVED);
+        assert!(
+            std::str::from_utf8(&changelog).is_err(),
+            "no valid order_id equals a reserved key"
+        );
+        assert_eq!(from_changelog_key(&changelog), key);
+    }
+}
+
+#[test]
+fn a_store_is_refused_for_another_group_or_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), 8).unwrap();
+    let built = Binding {
+        group: "g".into(),
+        input_topic: "orders".into(),
+        changelog_topic: "g-changelog".into(),
+    };
+    store.bind(&built).unwrap();
+    store.bind(&built).unwrap();
+    let other = Binding {
+        group: "h".into(),
+        ..built.clone()
+    };
+    let err = store.bind(&other).unwrap_err();
+    assert!(matches!(err, StoreError::Binding { .. }));
+    let text = err.to_string();
+    assert!(
+        text.contains("group g,") && text.contains("group h,"),
+        "{text}"
+    );
+    let off = Binding {
+        changelog_topic: String::new(),
+        ..built
+    };
+    assert!(store
+        .bind(&off)
+        .unwrap_err()
+        .to_string()
+        .contains("no changelog"));
+}
+
+#[test]
+fn unopenable_path_is_named_in_the_error() {
+    // (A store held by another process is covered end to end in
+    // tests/processor_mock.rs.)
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let err = Store::open(&file, 8).err().expect("a file is not a store");
+    assert!(err.to_string().contains("not-a-dir"), "{err}");
+}
+
+#[test]
+fn a_store_of_another_layout_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("partition/orders/0")
+            .unwrap()
+            .insert("x", "y")
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let store = (0..100).find_map(|_| match Store::open(dir.path(), 8) {
+        Err(StoreError::Open { .. }) => {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            None
+        }
+        other => Some(other),
+    });
+    let err = store
+        .expect("lock released")
+        .err()
+        .expect("old layout refused");
+    assert!(matches!(err, StoreError::Format { .. }), "{err}");
+    assert!(err.to_string().contains("rebuild"), "{err}");
+}

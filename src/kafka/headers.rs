@@ -1,0 +1,39 @@
+//! Every record header orderly writes or reads, in one place: on dead
+//! letters, on changelog records, on status changes, on re-driven records.
+//! Values are decimal or plain text.
+
+/// Dead letters and status changes: the topic of the input record.
+pub const HEADER_TOPIC: &str = "orderly.source.topic";
+/// Dead letters and status changes: the input record's partition.
+pub const HEADER_PARTITION: &str = "orderly.source.partition";
+/// Dead letters and status changes: the input record's offset.
+pub const HEADER_OFFSET: &str = "orderly.source.offset";
+/// Dead letters: why the record is poison (a [`crate::engine::codec::PoisonKind`]).
+pub const HEADER_ERROR_KIND: &str = "orderly.error.kind";
+/// Dead letters: the error, in words.
+pub const HEADER_ERROR_MESSAGE: &str = "orderly.error.message";
+/// How many times `orderly dlq replay` re-published this record (absent: never).
+/// A re-published record carries the letter's count + 1; when it fails again,
+/// its new letter carries the same header, copied from the input record, so
+/// the count survives each round and `dlq replay --max-redrives` can stop it.
+pub const HEADER_REDRIVE_COUNT: &str = "orderly.redrive.count";
+/// On a re-published record: the source position (`partition:offset`) of
+/// the letter it re-drives, for tracing it back.
+pub const HEADER_REDRIVE_SOURCE: &str = "orderly.redrive.source";
+/// Marked a re-drive record in the dead-letter topic, as orderly wrote them
+/// before the re-drive log ([`crate::ops::redrive::log`]); still read, never written.
+pub(crate) const HEADER_REDRIVE_DONE: &str = "orderly.redrive.done";
+
+/// Header of every changelog record: the input offset (decimal text) the
+/// write-out it belongs to covers, i.e. its checkpoint's `next_offset`.
+pub const HEADER_COVERS: &str = "orderly.covers";
+/// Changelog records and status changes: the partition's state epoch
+/// (decimal text; absent means 0). `orderly replay --reset-state` starts a
+/// new epoch with its marker; a restore applies only records of the epoch of
+/// the checkpoint it ends at, so no state from before a reset comes back,
+/// even after compaction removed the tombstones.
+pub(crate) const HEADER_EPOCH: &str = "orderly.epoch";
+/// Header of every write-out's changelog records: the client id of the
+/// process that wrote them (`orderly-<host>-<pid>`), to tell writers apart
+/// when reading a changelog back (a late writer, an operator's question).
+pub(crate) const HEADER_WRITER: &str = "orderly.writer";

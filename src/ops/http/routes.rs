@@ -1,0 +1,337 @@
+//! The endpoint's routes and what they answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+
+use super::guard::Guard;
+use super::order_id;
+use crate::engine::entity::Entity;
+use crate::engine::store::Store;
+use crate::observe::status::{self, Identity};
+use crate::observe::{exposition, GroupOwners, Phase, Telemetry};
+use crate::partitioner::{Partitioner, UnknownPartitioner};
+
+/// What the routes read.
+pub struct HttpContext {
+    pub telemetry: Arc<Telemetry>,
+    pub store: Store,
+    pub identity: Identity,
+    pub(crate) partitioner: Partitioner,
+    pub owners: Arc<dyn GroupOwners>,
+    /// The poll loop may be blocked this long by a revoke's drain and still
+    /// be healthy.
+    pub(crate) stall_limit: Duration,
+    /// Who may read what (`http.bearer_token`).
+    pub guard: Guard,
+    registry: prometheus_client::registry::Registry,
+    /// Reads one entity's state as `/state/{key}` shows it.
+    lookup: StateLookup,
+    /// What `/state/{key}`'s answers call the entity and its key
+    /// ([`Entity::NAME`], [`Entity::KEY_FIELD`]).
+    entity: (&'static str, &'static str),
+}
+
+/// One entity's view (JSON) and inbox entries, from a partition's tree.
+type StateLookup = Arc<
+    dyn Fn(
+            &crate::engine::store::PartitionStore,
+            &str,
+        ) -> Result<Option<(serde_json::Value, usize)>, crate::engine::store::StoreError>
+        + Send
+        + Sync,
+>;
+
+fn lookup<E: Entity>(entity: E) -> StateLookup {
+    Arc::new(move |tree, key| {
+        Ok(tree.get::<E>(key)?.map(|state| {
+            (
+                serde_json::to_value(entity.view(&state)).unwrap_or_default(),
+                state.inbox.len(),
+            )
+        }))
+    })
+}
+
+fn entity_words<E: Entity>() -> (&'static str, &'static str) {
+    (E::NAME, E::KEY_FIELD)
+}
+
+impl HttpContext {
+    pub fn new(
+        telemetry: Arc<Telemetry>,
+        store: Store,
+        identity: Identity,
+        partitioner: Partitioner,
+        owners: Arc<dyn GroupOwners>,
+        stall_limit: Duration,
+    ) -> Self {
+        let registry = exposition::registry(telemetry.clone());
+        HttpContext {
+            telemetry,
+            store,
+            identity,
+            partitioner,
+            owners,
+            stall_limit,
+            guard: Guard::default(),
+            registry,
+            lookup: lookup(crate::domains::orders::Orders),
+            entity: entity_words::<crate::domains::orders::Orders>(),
+        }
+    }
+
+    /// The same context reading `entity`'s states.
+    fn of_entity<E: Entity>(self, entity: E) -> Self {
+        HttpContext {
+            lookup: lookup(entity),
+            entity: entity_words::<E>(),
+            ..self
+        }
+    }
+
+    /// The same context behind `guard`.
+    pub fn guarded(self, guard: Guard) -> Self {
+        HttpContext { guard, ..self }
+    }
+
+    /// What the routes read of `processor`, whose telemetry and owners fill
+    /// in as it runs.
+    pub fn of<E: Entity>(
+        processor: &crate::processor::Processor<E>,
+    ) -> Result<Self, UnknownPartitioner> {
+        let config = processor.config();
+        // Validated with the configuration; checked again, as the routes depend on it.
+        let partitioner = Partitioner::named(&config.kafka.input_partitioner)?;
+        let identity = Identity {
+            group: config.kafka.group_id.clone(),
+            topic: config.kafka.input_topic.clone(),
+            instance: format!("{}/{}", crate::kafka::hostname(), std::process::id()),
+            outbox_enabled: config.output_topic().is_some(),
+            outbox_delivery: if config.status_in_write_outs() {
+                "write_out"
+            } else {
+                "relay"
+            },
+        };
+        // A revoke blocks the poll loop for up to the shutdown deadline.
+        let stall_limit =
+            Duration::from_millis(config.processing.shutdown_timeout_ms) + Duration::from_secs(10);
+        let guard = Guard::new(
+            &config.http.bearer_token,
+            config.http.open_probes,
+            config.http.open_metrics,
+        );
+        Ok(HttpContext::new(
+            processor.telemetry(),
+            processor.store().clone(),
+            identity,
+            partitioner,
+            processor.owners(),
+            stall_limit,
+        )
+        .of_entity(processor.entity().clone())
+        .guarded(guard))
+    }
+}
+
+type Ctx = State<Arc<HttpContext>>;
+
+const STATUS_PAGE: &str = include_str!("status.html");
+
+pub(crate) fn router(context: Arc<HttpContext>) -> Router {
+    let guard = context.guard.clone();
+    Router::new()
+        .route("/", get(page))
+        .route("/api/status", get(api_status))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/state", get(state))
+        .route("/state/", get(state))
+        .route("/state/{*rest}", get(state))
+        .fallback(not_found)
+        .with_state(context)
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            super::guard::check,
+        ))
+}
+
+fn text(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+fn json_error(status: StatusCode, body: serde_json::Value) -> Response {
+    (status, Json(body)).into_response()
+}
+
+async fn not_found(uri: Uri) -> Response {
+    text(
+        StatusCode::NOT_FOUND,
+        format!("no such page: {}\nendpoints: / /api/status /metrics /healthz /readyz /state/{{order_id}}\n", uri.path()),
+    )
+}
+
+async fn page() -> Response {
+    let mut response = (StatusCode::OK, STATUS_PAGE).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+async fn api_status(State(ctx): Ctx) -> Response {
+    let mut response = Json(status::snapshot(&ctx.telemetry, &ctx.identity)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+async fn metrics(State(ctx): Ctx) -> Response {
+    match exposition::render(&ctx.registry) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, exposition::CONTENT_TYPE)],
+            body,
+        )
+            .into_response(),
+        Err(_) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot encode the metrics\n".into(),
+        ),
+    }
+}
+
+async fn healthz(State(ctx): Ctx) -> Response {
+    let stalled = ctx.telemetry.since_poll();
+    if stalled > ctx.stall_limit {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the poll loop has not turned for {:.1} s (limit {:.1} s)\n",
+                stalled.as_secs_f64(),
+                ctx.stall_limit.as_secs_f64()
+            ),
+        );
+    }
+    text(StatusCode::OK, "ok\n".into())
+}
+
+async fn readyz(State(ctx): Ctx) -> Response {
+    match status::not_ready(&ctx.telemetry) {
+        Some(reason) => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        ),
+        None => text(
+            StatusCode::OK,
+            format!(
+                "ready: {} partitions consuming\n",
+                ctx.telemetry.partitions().len()
+            ),
+        ),
+    }
+}
+
+/// `GET /state/{order_id}`: see `config/default.toml`, `[http]`.
+async fn state(State(ctx): Ctx, uri: Uri) -> Response {
+    let segment = uri
+        .path()
+        .strip_prefix("/state")
+        .unwrap_or_default()
+        .trim_start_matches('/');
+    let order_id = match order_id::parse(segment) {
+        Ok(id) => id,
+        Err(error) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                json!({ "error": error.to_string() }),
+            )
+        }
+    };
+    let partitions = ctx.telemetry.input_partitions();
+    if partitions == 0 {
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": "not connected to the input topic yet" }),
+        );
+    }
+    let (name, key_field) = ctx.entity;
+    let partition = ctx.partitioner.partition(order_id.as_bytes(), partitions);
+    let Some(owned) = ctx.telemetry.partition(partition) else {
+        let owners = ctx.owners.clone();
+        let owner = tokio::task::spawn_blocking(move || owners.owner(partition)).await;
+        let owner = match owner {
+            Ok(Ok(member)) => member,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "group metadata lookup failed");
+                None
+            }
+            Err(_) => None,
+        };
+        return json_error(
+            StatusCode::MISDIRECTED_REQUEST,
+            json!({
+                "error": format!("this instance does not own the {name}'s partition"),
+                key_field: order_id,
+                "partition": partition,
+                "owner": owner,
+            }),
+        );
+    };
+    if owned.phase() == Phase::Restoring {
+        let mut response = json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": format!("the {name}'s partition is restoring from the changelog; retry shortly"), "partition": partition }),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    }
+    let (store, topic, id) = (
+        ctx.store.clone(),
+        ctx.identity.topic.clone(),
+        order_id.clone(),
+    );
+    let read = ctx.lookup.clone();
+    let found =
+        tokio::task::spawn_blocking(move || read(&store.partition(&topic, partition)?, &id)).await;
+    match found {
+        Ok(Ok(Some((mut body, inbox_entries)))) => {
+            if let Some(object) = body.as_object_mut() {
+                object.insert("partition".into(), json!(partition));
+                object.insert("inbox_entries".into(), json!(inbox_entries));
+            }
+            Json(body).into_response()
+        }
+        Ok(Ok(None)) => json_error(
+            StatusCode::NOT_FOUND,
+            json!({ "error": format!("no such {name} in this instance's store"), key_field: order_id, "partition": partition }),
+        ),
+        Ok(Err(error)) => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({ "error": format!("store: {error}") }),
+        ),
+        Err(_) => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({ "error": "the store lookup failed" }),
+        ),
+    }
+}

@@ -1,0 +1,796 @@
+//! Pre-flight checks: what `orderly config check` reports, one [`Check`] per
+//! line, and what `run` can verify before it joins the group. Each check says
+//! what it found or, when it fails, what to do.
+//!
+//! Order of [`check_all`]: store directory, HTTP address, broker, input
+//! topic, dead-letter topic, changelog, output topic, schema registry. It stops at the first failure (the later checks
+//! depend on the earlier ones, and the operator fixes one thing at a time).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::metadata::Metadata;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::ClientConfig;
+
+use crate::config::Config;
+pub use crate::error_chain::error_text;
+
+/// The outcome of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// What was checked: "store", "broker", "input topic", "dlq topic", "changelog",
+    /// "registry".
+    pub name: &'static str,
+    pub ok: bool,
+    /// What was found; on a failure, also what to do.
+    pub(crate) detail: String,
+}
+
+impl Check {
+    pub fn ok(name: &'static str, detail: impl Into<String>) -> Self {
+        Check {
+            name,
+            ok: true,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn fail(name: &'static str, detail: impl Into<String>) -> Self {
+        Check {
+            name,
+            ok: false,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = if self.ok { "ok" } else { "FAIL" };
+        write!(f, "{status:<5}{:<13}{}", self.name, self.detail)
+    }
+}
+
+/// Runs every check in order and stops after the first failure, which is
+/// then the last element.
+pub async fn check_all(config: &Config, timeout: Duration) -> Vec<Check> {
+    check_all_reporting(config, timeout, |_| {}).await
+}
+
+/// [`check_all`], handing each check to `report` as soon as it is done.
+pub async fn check_all_reporting(
+    config: &Config,
+    timeout: Duration,
+    mut report: impl FnMut(&Check),
+) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let mut push = |check: Check, checks: &mut Vec<Check>| {
+        report(&check);
+        let ok = check.ok;
+        checks.push(check);
+        ok
+    };
+    let _ = push(check_store(config), &mut checks)
+        && push(check_http(config), &mut checks)
+        && push(check_security(config), &mut checks)
+        && push(check_broker(config, timeout).await, &mut checks)
+        && push(check_input_topic(config, timeout).await, &mut checks)
+        && push(check_group(config, timeout).await, &mut checks)
+        && push(check_dlq_topic(config, timeout).await, &mut checks)
+        && push(check_changelog_topic(config, timeout).await, &mut checks)
+        && push(check_output_topic(config, timeout).await, &mut checks)
+        && push(check_acls(config, timeout).await, &mut checks)
+        && push(check_registry(config).await, &mut checks)
+        && push(check_schemas(config).await, &mut checks);
+    checks
+}
+
+/// `path` made absolute against the current directory (without resolving
+/// links, and without requiring it to exist).
+pub fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// True when `path` holds a sled store: sled 0.34 writes `conf` and `db`
+/// into its directory when it creates the store.
+pub fn store_present(path: &Path) -> bool {
+    path.join("conf").is_file() && path.join("db").is_file()
+}
+
+/// `store.path`: an existing store, or a place where `run` can create one.
+pub(crate) fn check_store(config: &Config) -> Check {
+    let path = absolute(&config.store.path);
+    let shown = path.display();
+    if store_present(&path) {
+        return Check::ok("store", format!("existing store at {shown}"));
+    }
+    if path.is_file() {
+        return Check::fail(
+            "store",
+            format!("{shown} is a file: set store.path to a directory"),
+        );
+    }
+    match std::fs::read_dir(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Check::ok(
+            "store",
+            format!("no store yet at {shown}; `orderly run` creates it"),
+        ),
+        Err(e) => Check::fail(
+            "store",
+            format!("cannot read {shown}: {e}: fix its permissions or set store.path"),
+        ),
+        Ok(mut entries) => {
+            if entries.next().is_none() {
+                Check::ok(
+                    "store",
+                    format!("{shown} is empty; `orderly run` creates the store there"),
+                )
+            } else {
+                Check::fail(
+                    "store",
+                    format!(
+                        "{shown} holds files but no store (no sled `conf` and `db`): set store.path to a store or to a new directory"
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// The HTTP endpoint's address can be bound (nothing else listens there).
+pub(crate) fn check_http(config: &Config) -> Check {
+    match config.http_address() {
+        Ok(None) => Check::ok("http", "off (http.address = \"\")"),
+        // Bound as `run` binds it, then released.
+        Ok(Some(address)) => match crate::ops::http::bind(address) {
+            Ok(_) => Check::ok("http", format!("{address} is free: /metrics, /healthz, /readyz, /state/{{order_id}}, / will be served there")),
+            Err(e) => Check::fail("http", e.to_string()),
+        },
+        Err(e) => Check::fail("http", e.to_string()),
+    }
+}
+
+/// The security protocol and SASL mechanism configured are ones this
+/// build's librdkafka has (its `builtin.features`).
+pub(crate) fn check_security(config: &Config) -> Check {
+    let setting = |name: &str| {
+        config
+            .librdkafka_passthrough()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value)
+    };
+    let protocol = setting("security.protocol")
+        .unwrap_or_else(|| "plaintext".into())
+        .to_ascii_uppercase();
+    let mechanism = setting("sasl.mechanism")
+        .or_else(|| setting("sasl.mechanisms"))
+        .unwrap_or_else(|| "GSSAPI".into())
+        .to_ascii_uppercase();
+    let features = ClientConfig::new()
+        .create_native_config()
+        .ok()
+        .and_then(|native| native.get("builtin.features").ok())
+        .unwrap_or_default();
+    let has = |feature: &str| features.split(',').any(|f| f == feature);
+    let mut needed = Vec::new();
+    if protocol.contains("SSL") {
+        needed.push("ssl");
+    }
+    if protocol.starts_with("SASL") {
+        needed.push(match mechanism.as_str() {
+            "SCRAM-SHA-256" | "SCRAM-SHA-512" => "sasl_scram",
+            "OAUTHBEARER" => "sasl_oauthbearer",
+            "PLAIN" => "sasl_plain",
+            _ => "sasl_gssapi",
+        });
+    }
+    let version = rdkafka::util::get_rdkafka_version().1;
+    let what = if protocol.starts_with("SASL") {
+        format!("{protocol}, {mechanism}")
+    } else {
+        protocol.clone()
+    };
+    match needed.iter().find(|f| !has(f)) {
+        None => Check::ok("security", format!("{what} (librdkafka {version}, built with {features})")),
+        Some(missing) => Check::fail(
+            "security",
+            format!(
+                "{what} needs librdkafka's {missing}, which this build lacks (librdkafka {version}, built with {features}); \
+                 choose another security.protocol or sasl.mechanism"
+            ),
+        ),
+    }
+}
+
+/// The broker answers a metadata request within `timeout`.
+pub(crate) async fn check_broker(config: &Config, timeout: Duration) -> Check {
+    let servers = config.kafka.bootstrap_servers.clone();
+    let started = Instant::now();
+    match metadata(config, None, timeout).await {
+        Ok(meta) => Check::ok(
+            "broker",
+            format!(
+                "{servers}: {} broker(s) answered metadata in {} ms",
+                meta.brokers().len(),
+                started.elapsed().as_millis()
+            ),
+        ),
+        Err(e) => match crate::kafka::acl::AclError::from_failure(config, e.clone()) {
+            refused if refused.is_refusal() => Check::fail("broker", refused.to_string()),
+            _ => Check::fail(
+                "broker",
+                format!(
+                    "no metadata from {servers} within {} ms ({e}): check kafka.bootstrap_servers, that the brokers run \
+                     and are reachable from here, and the security settings in [kafka.librdkafka]",
+                    timeout.as_millis()
+                ),
+            ),
+        },
+    }
+}
+
+/// The principal may perform every operation `run` needs on the topics
+/// and the group ([`crate::kafka::acl`]).
+pub(crate) async fn check_acls(config: &Config, timeout: Duration) -> Check {
+    let checked = config.clone();
+    let found =
+        tokio::task::spawn_blocking(move || crate::kafka::acl::check(&checked, timeout)).await;
+    match found {
+        Ok(Ok(missing)) if missing.is_empty() => Check::ok(
+            "acls",
+            format!(
+                "{} may perform every operation run needs on the topics and the group (the transactional ids are \
+                 checked as each partition starts)",
+                crate::kafka::acl::principal(config)
+            ),
+        ),
+        Ok(Ok(missing)) => Check::fail(
+            "acls",
+            crate::kafka::acl::AclError::Missing {
+                principal: crate::kafka::acl::principal(config),
+                bootstrap: config.kafka.bootstrap_servers.clone(),
+                missing,
+            }
+            .to_string(),
+        ),
+        Ok(Err(e @ crate::kafka::acl::AclError::Unsupported { .. })) => Check::ok("acls", e.to_string()),
+        Ok(Err(e)) => Check::fail("acls", e.to_string()),
+        Err(e) => Check::fail("acls", format!("acl check task failed: {e}")),
+    }
+}
+
+/// The input topic exists; reports its partition count.
+pub(crate) async fn check_input_topic(config: &Config, timeout: Duration) -> Check {
+    let topic = &config.kafka.input_topic;
+    match topic_partitions(config, topic, timeout).await {
+        Ok(Some(n)) => Check::ok("input topic", format!("{topic}: {n} partition(s)")),
+        Ok(None) => Check::fail(
+            "input topic",
+            format!(
+                "{topic} does not exist: create it (one partition per instance you may run, or more) or set kafka.input_topic"
+            ),
+        ),
+        Err(e) => Check::fail("input topic", format!("cannot describe {topic}: {e}{}", acl_hint(config, &e, "Read --operation Describe", &format!("--topic {topic}")))),
+    }
+}
+
+/// The consumer group may be used: its committed offsets of the input
+/// topic can be read (Describe on the group; `run` also needs Read).
+pub(crate) async fn check_group(config: &Config, timeout: Duration) -> Check {
+    let group = config.kafka.group_id.clone();
+    let partitions = match input_partitions(config, timeout, "group").await {
+        Ok(n) => n,
+        Err(failed) => return failed,
+    };
+    let mut client = crate::kafka::metadata_client_config(config);
+    // read_uncommitted: a read_committed OffsetFetch waits for pending
+    // transactional offset commits (exactly_once after a crash).
+    client
+        .set("group.id", &group)
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted");
+    let topic = config.kafka.input_topic.clone();
+    let fetched = tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer<ProbeContext> = client
+            .create_with_context(ProbeContext::default())
+            .map_err(|e| error_text(&e))?;
+        let mut tpl = rdkafka::TopicPartitionList::with_capacity(partitions);
+        for partition in 0..partitions {
+            tpl.add_partition(&topic, partition as i32);
+        }
+        // A group's coordinator that is still loading (a fresh broker, or
+        // the first use of the offsets topic) answers "not coordinator" for
+        // a moment: asked again until the timeout.
+        let deadline = Instant::now() + timeout;
+        loop {
+            match consumer.committed_offsets(tpl.clone(), timeout) {
+                Ok(committed) => {
+                    let count = committed
+                        .elements()
+                        .iter()
+                        .filter(|e| matches!(e.offset(), rdkafka::Offset::Offset(_)))
+                        .count();
+                    return Ok::<_, String>(count);
+                }
+                Err(e) if coordinator_not_ready(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(200))
+                }
+                Err(e) => {
+                    // The coordinator lookup's refusal (an ACL) comes as a
+                    // client error event, the call itself only times out.
+                    let _ = consumer.poll(Duration::from_millis(50));
+                    let last = consumer
+                        .context()
+                        .last_error
+                        .lock()
+                        .ok()
+                        .and_then(|l| l.clone());
+                    return Err(match last {
+                        Some(reason) => format!("{}; last client error: {reason}", error_text(&e)),
+                        None => error_text(&e),
+                    });
+                }
+            }
+        }
+    })
+    .await;
+    match fetched {
+        Ok(Ok(count)) => Check::ok(
+            "group",
+            format!("{group}: committed offsets of {count} of {partitions} partition(s)"),
+        ),
+        Ok(Err(text)) => {
+            let hint = acl_hint(
+                config,
+                &text,
+                "Read --operation Describe --resource-pattern-type prefixed",
+                &format!("--group {group}"),
+            );
+            Check::fail(
+                "group",
+                format!("cannot read the committed offsets of group {group}: {text}{hint}"),
+            )
+        }
+        Err(e) => Check::fail("group", format!("group check task failed: {e}")),
+    }
+}
+
+/// A coordinator that is still being chosen or loading its state.
+pub(crate) fn coordinator_not_ready(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::NotCoordinator
+                | RDKafkaErrorCode::CoordinatorLoadInProgress
+                | RDKafkaErrorCode::CoordinatorNotAvailable
+        )
+    )
+}
+
+/// When `error` is an authorization failure: the ACL that grants
+/// `operations` on `resource` to the configured principal, as a
+/// `kafka-acls` command (docs/operating.md, "A secured cluster", lists
+/// them all).
+fn acl_hint(config: &Config, error: &str, operations: &str, resource: &str) -> String {
+    if !error.to_ascii_lowercase().contains("authorization") {
+        return String::new();
+    }
+    let principal = crate::kafka::acl::principal(config);
+    format!(
+        ". The principal lacks an ACL; grant it with: kafka-acls.sh --bootstrap-server {} --command-config <admin.properties> \
+         --add --allow-principal {principal} --operation {operations} {resource} (docs/operating.md, \"A secured cluster\")",
+        config.kafka.bootstrap_servers
+    )
+}
+
+/// The dead-letter topic exists; if not, says how to create it.
+pub(crate) async fn check_dlq_topic(config: &Config, timeout: Duration) -> Check {
+    let topic = &config.kafka.dlq_topic;
+    match topic_partitions(config, topic, timeout).await {
+        Ok(Some(n)) => Check::ok("dlq topic", format!("{topic}: {n} partition(s)")),
+        Ok(None) => Check::fail(
+            "dlq topic",
+            format!(
+                "{topic} does not exist: create it before `orderly run` (poison records go there), e.g. \
+                 kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions 1; or set kafka.dlq_topic",
+                config.kafka.bootstrap_servers
+            ),
+        ),
+        Err(e) => Check::fail("dlq topic", format!("cannot describe {topic}: {e}{}", acl_hint(config, &e, "Write --operation Describe --operation Read", &format!("--topic {topic}")))),
+    }
+}
+
+/// The changelog topic: off, present with the input topic's partition
+/// count, or missing (then `run` creates it).
+pub(crate) async fn check_changelog_topic(config: &Config, timeout: Duration) -> Check {
+    let Some(topic) = config.changelog_topic() else {
+        return Check::ok(
+            "changelog",
+            "off (kafka.changelog_topic = \"\"): run a single instance only",
+        );
+    };
+    let input = match input_partitions(config, timeout, "changelog").await {
+        Ok(n) => n,
+        Err(failed) => return failed,
+    };
+    match topic_partitions(config, &topic, timeout).await {
+        Ok(Some(n)) if n == input => Check::ok("changelog", format!("{topic}: {n} partition(s), as the input topic")),
+        Ok(Some(n)) => Check::fail(
+            "changelog",
+            format!(
+                "{topic} has {n} partition(s) and the input topic has {input}; they must match: set another \
+                 kafka.changelog_topic or recreate it"
+            ),
+        ),
+        Ok(None) => Check::ok(
+            "changelog",
+            format!("{topic} does not exist yet; `orderly run` creates it ({input} partitions, cleanup.policy=compact)"),
+        ),
+        Err(e) => Check::fail(
+            "changelog",
+            format!(
+                "cannot describe {topic}: {e}{}",
+                acl_hint(config, &e, "Read --operation Write --operation Describe --operation Create --operation DescribeConfigs", &format!("--topic {topic}"))
+            ),
+        ),
+    }
+}
+
+/// The input topic's partition count, or the failed check `name` reports.
+async fn input_partitions(
+    config: &Config,
+    timeout: Duration,
+    name: &'static str,
+) -> Result<usize, Check> {
+    match topic_partitions(config, &config.kafka.input_topic, timeout).await {
+        Ok(Some(n)) => Ok(n),
+        Ok(None) => Err(Check::fail(
+            name,
+            format!(
+                "the input topic {} does not exist",
+                config.kafka.input_topic
+            ),
+        )),
+        Err(e) => Err(Check::fail(
+            name,
+            format!("cannot describe {}: {e}", config.kafka.input_topic),
+        )),
+    }
+}
+
+/// The output topic (the outbox's status changes): off, or present with at
+/// least the input topic's partition count (each input partition publishes
+/// into its own number). orderly never creates it.
+pub(crate) async fn check_output_topic(config: &Config, timeout: Duration) -> Check {
+    let Some(topic) = config.output_topic() else {
+        return Check::ok(
+            "output topic",
+            "off (kafka.output_topic = \"\"): no status changes are published",
+        );
+    };
+    let input = match input_partitions(config, timeout, "output topic").await {
+        Ok(n) => n,
+        Err(failed) => return failed,
+    };
+    match topic_partitions(config, &topic, timeout).await {
+        Ok(Some(n)) if n >= input => Check::ok("output topic", format!("{topic}: {n} partition(s)")),
+        Ok(Some(n)) => Check::fail(
+            "output topic",
+            format!(
+                "{topic} has {n} partition(s), fewer than the input topic's {input}: status changes of input partition P \
+                 go to its partition P; add partitions (kafka-topics.sh --bootstrap-server {} --alter --topic {topic} \
+                 --partitions {input}) or set kafka.output_topic",
+                config.kafka.bootstrap_servers
+            ),
+        ),
+        Ok(None) => Check::fail(
+            "output topic",
+            format!(
+                "{topic} does not exist: create it before `orderly run` (status changes are published there), e.g. \
+                 kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions {input}; or set \
+                 kafka.output_topic = \"\" to turn the outbox off",
+                config.kafka.bootstrap_servers
+            ),
+        ),
+        Err(e) => Check::fail("output topic", format!("cannot describe {topic}: {e}")),
+    }
+}
+
+/// The registry answers like a Confluent schema registry: `GET
+/// {url}/subjects` returns a JSON array of subject names. Asked with the
+/// client every registry call of orderly uses (its credentials and CA).
+pub(crate) async fn check_registry(config: &Config) -> Check {
+    let shown_url = config.redacted().registry.url;
+    let base = config.registry.url.trim_end_matches('/');
+    let url = format!("{base}/subjects");
+    let shown = format!("{}/subjects", shown_url.trim_end_matches('/'));
+    let endpoint = crate::registry::Endpoint::from_config(&config.registry);
+    let client = match endpoint.http_client() {
+        Ok(client) => client,
+        Err(e) => return Check::fail("registry", e.to_string()),
+    };
+    let response = match client
+        .get(&url)
+        .header(
+            "Accept",
+            "application/vnd.schemaregistry.v1+json, application/json",
+        )
+        .send()
+        .await
+    {
+        Ok(response) => response,
+        Err(e) if crate::registry::is_tls_verification(&e) => {
+            return Check::fail(
+                "registry",
+                endpoint.tls_failure(&error_text(&e)).to_string(),
+            )
+        }
+        Err(e) => {
+            return Check::fail(
+                "registry",
+                format!(
+                    "GET {shown} failed ({}): check registry.url and that the registry runs",
+                    endpoint.scrub(&error_text(&e))
+                ),
+            )
+        }
+    };
+    let status = response.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+        return Check::fail(
+            "registry",
+            endpoint.refused(status.as_u16(), "").to_string(),
+        );
+    }
+    let body = match response.bytes().await {
+        Ok(body) => body,
+        Err(e) => {
+            return Check::fail(
+                "registry",
+                format!("GET {shown}: cannot read the answer ({})", error_text(&e)),
+            )
+        }
+    };
+    let not_registry = "this is not a Confluent-compatible schema registry: set registry.url to the registry's base URL";
+    if !status.is_success() {
+        return Check::fail(
+            "registry",
+            format!(
+                "GET {shown} answered {status} {}: {not_registry}",
+                endpoint.scrub(&snippet(&body))
+            ),
+        );
+    }
+    match serde_json::from_slice::<Vec<String>>(&body) {
+        Ok(subjects) => {
+            let subject = format!("{}-value", config.kafka.input_topic);
+            let note = if subjects.contains(&subject) {
+                "registered"
+            } else {
+                "not registered yet (producers register it)"
+            };
+            let clear_text = if endpoint.sends_credentials_in_clear_text() {
+                "; warning: registry.url is http:// and credentials are set, they travel in clear text (use https://)"
+            } else {
+                ""
+            };
+            Check::ok(
+                "registry",
+                format!(
+                    "{shown_url}: {} subject(s); {subject} {note}{clear_text}",
+                    subjects.len()
+                ),
+            )
+        }
+        Err(_) => Check::fail(
+            "registry",
+            format!(
+                "GET {shown} answered {status} but not a JSON array of subjects {}: {not_registry}",
+                endpoint.scrub(&snippet(&body))
+            ),
+        ),
+    }
+}
+
+/// Every registered writer schema of the input subject is readable (what
+/// `run`'s schema guard checks).
+pub(crate) async fn check_schemas(config: &Config) -> Check {
+    let registry = match crate::registry::Registry::from_config(&config.registry) {
+        Ok(registry) => registry,
+        Err(e) => return Check::fail("schemas", e.to_string()),
+    };
+    let reader = crate::domains::reader_schema_for(&config.entity);
+    match crate::engine::codec::guard::guard(&registry, &config.kafka.input_topic, reader).await {
+        Ok(report) if report.incompatible.is_empty() => Check::ok("schemas", report.summary()),
+        Ok(report) => Check::fail(
+            "schemas",
+            format!(
+                "{}; `orderly run` refuses to start (registry.schema_guard = \"refuse\")",
+                report.summary()
+            ),
+        ),
+        Err(e) => Check::fail(
+            "schemas",
+            format!(
+                "cannot list the versions of {}-value: {e}",
+                config.kafka.input_topic
+            ),
+        ),
+    }
+}
+
+/// The start of an HTTP body, on one line, for an error message.
+fn snippet(body: &[u8]) -> String {
+    let text: String = String::from_utf8_lossy(body)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if text.is_empty() {
+        return "(empty body)".into();
+    }
+    let mut short: String = text.chars().take(120).collect();
+    if short.len() < text.len() {
+        short.push_str("...");
+    }
+    format!("({short})")
+}
+
+/// Keeps the last error librdkafka reported (e.g. "Connect to ... failed:
+/// Connection refused"), which says more than a metadata timeout does.
+#[derive(Default)]
+struct ProbeContext {
+    last_error: Mutex<Option<String>>,
+}
+
+impl ProbeContext {
+    fn record(&self, reason: &str) {
+        if let Ok(mut last) = self.last_error.lock() {
+            *last = Some(reason.to_string());
+        }
+    }
+}
+
+impl ClientContext for ProbeContext {
+    fn log(&self, level: RDKafkaLogLevel, _fac: &str, log_message: &str) {
+        if (level as i32) <= (RDKafkaLogLevel::Warning as i32) {
+            self.record(log_message);
+        }
+    }
+
+    fn error(&self, _error: KafkaError, reason: &str) {
+        self.record(reason);
+    }
+}
+
+impl ConsumerContext for ProbeContext {}
+
+/// A client for metadata only: the pass-through settings (security) and the
+/// bootstrap servers, no group.
+fn metadata_client(config: &Config) -> Result<BaseConsumer<ProbeContext>, KafkaError> {
+    crate::kafka::metadata_client_config(config).create_with_context(ProbeContext::default())
+}
+
+/// Cluster metadata (of one topic, or of every topic), off the async workers.
+async fn metadata(
+    config: &Config,
+    topic: Option<&str>,
+    timeout: Duration,
+) -> Result<Metadata, String> {
+    let consumer = metadata_client(config).map_err(|e| error_text(&e))?;
+    let topic = topic.map(str::to_string);
+    tokio::task::spawn_blocking(move || {
+        consumer
+            .fetch_metadata(topic.as_deref(), timeout)
+            .map_err(|e| {
+                // Client errors are delivered as events: serve them (no
+                // subscription, so no records) to learn the last one.
+                let _ = consumer.poll(Duration::from_millis(50));
+                let last = consumer
+                    .context()
+                    .last_error
+                    .lock()
+                    .ok()
+                    .and_then(|l| l.clone());
+                match last {
+                    Some(reason) => format!("{}; last client error: {reason}", error_text(&e)),
+                    None => error_text(&e),
+                }
+            })
+    })
+    .await
+    .map_err(|e| format!("metadata request task failed: {e}"))?
+}
+
+/// The partition count of `topic`, or `None` when it does not exist.
+async fn topic_partitions(
+    config: &Config,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<usize>, String> {
+    let meta = metadata(config, Some(topic), timeout).await?;
+    let Some(found) = meta.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(None);
+    };
+    match found.error() {
+        Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => Ok(None),
+        Some(code) => Err(RDKafkaErrorCode::from(code).to_string()),
+        None if found.partitions().is_empty() => Ok(None),
+        None => Ok(Some(found.partitions().len())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {source}")]
+    struct Repeats {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_security_setting_this_build_lacks_is_named() {
+        let mut config = Config::defaults().expect("defaults");
+        assert!(check_security(&config).ok, "plaintext");
+        let set = |config: &mut Config, key: &str, value: &str| {
+            config
+                .kafka
+                .librdkafka
+                .insert(key.into(), toml::Value::String(value.into()));
+        };
+        set(&mut config, "security.protocol", "SASL_SSL");
+        set(&mut config, "sasl.mechanism", "SCRAM-SHA-512");
+        let check = check_security(&config);
+        assert!(
+            check.ok && check.detail.contains("ssl") && check.detail.contains("sasl_scram"),
+            "{check}"
+        );
+        set(&mut config, "sasl.mechanism", "GSSAPI");
+        let check = check_security(&config);
+        assert!(!check.ok && check.detail.contains("sasl_gssapi"), "{check}");
+    }
+
+    #[test]
+    fn error_text_states_each_cause_once() {
+        let err = Repeats {
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "gone"),
+        };
+        assert_eq!(error_text(&err), "outer: gone");
+        let wrapped = anyhow::Error::new(err).context("loading");
+        assert_eq!(error_text(wrapped.as_ref()), "loading: outer: gone");
+    }
+
+    #[test]
+    fn a_new_sled_store_is_recognised_by_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        assert!(!store_present(&path));
+        {
+            let _store = crate::engine::store::Store::open(&path, 8).unwrap();
+        }
+        assert!(
+            store_present(&path),
+            "sled wrote conf and db: {:?}",
+            std::fs::read_dir(&path).map(|d| d.count())
+        );
+        assert!(!store_present(dir.path()));
+    }
+
+    #[test]
+    fn store_check_refuses_a_directory_of_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
+        let mut config = Config::defaults().unwrap();
+        config.store.path = dir.path().to_path_buf();
+        assert!(!check_store(&config).ok);
+        config.store.path = dir.path().join("new");
+        assert!(check_store(&config).ok);
+    }
+}

@@ -1,0 +1,424 @@
+//! Restore: brings one partition's tree up to its changelog partition before
+//! any input record of it is processed.
+//!
+//! 1. The tree's recorded changelog position (`changelog_next`), or the
+//!    changelog's start without one, is compared with the changelog's end:
+//!    its last stable offset once no transaction is open on it
+//!    ([`ChangelogReader::settled_watermarks`]: a restore that stopped at an
+//!    open transaction would miss what was committed after it). Not below
+//!    it: nothing to do.
+//! 2. The last checkpoint record after that position is found by reading
+//!    the changelog's tail backwards in growing windows (a write-out ends
+//!    with its checkpoint record, so it is usually in the first window).
+//!    None there: only a torn tail follows the position; nothing to apply.
+//! 3. Records from the position up to that checkpoint record, those it
+//!    covers only (`covers <= next_offset`), are gathered newest-per-key
+//!    and written to the tree key by key in batches, with the tree marked
+//!    as restoring; after the last batch one atomic sled batch writes the
+//!    checkpoint (with its changelog position) and clears the mark. A crash
+//!    or a revoke mid-restore leaves the mark, and the next restore starts
+//!    again from the recorded position: records are re-applied in log
+//!    order, so the result is the same.
+//! 4. A restore that fails on the broker's side (no leader, no broker
+//!    reachable, a timeout) is started again after a wait, up to
+//!    `RESTORE_TRIES` in all ([`Restore::run_with_retries`]).
+//!
+//! Runs on a blocking thread with its own consumer (no group), so the poll
+//! thread and the other partitions go on meanwhile.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::message::Message;
+use tracing::{info, warn};
+
+use super::reader::ChangelogReader;
+use super::ChangelogError;
+use crate::config::Config;
+use crate::engine::store::{changelog_checkpoint_key, Checkpoint, PartitionStore, RestoreWrite};
+use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH};
+use crate::kafka::retry::Backoff;
+
+/// Keys held before they are written to sled while restoring, at most, and
+/// the bytes of those keys and their values: a batch keeps one write per key
+/// (the newest), so the larger it is, the fewer sled writes an uncompacted
+/// changelog costs (a state rewritten by every write-out is written once
+/// per batch); the bounds cap its memory (each partition's restore holds
+/// one). Replaced values do not count: 10k orders' state restores in one
+/// batch per partition however many versions the changelog holds.
+const RESTORE_BATCH_KEYS: usize = 100_000;
+const RESTORE_BATCH_BYTES: usize = 8 << 20;
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// Restores of a partition started, at most, when the broker's failures
+/// pass ([`ChangelogError::is_transient`]), and the wait before the
+/// second, doubling for each one after it (each jittered by ±25%): with the watermarks' own 10 s
+/// of tries, about a minute of an unreachable or leaderless changelog
+/// before the partition's task (and the process) fails.
+const RESTORE_TRIES: u32 = 4;
+const FIRST_RETRY_WAIT: Duration = Duration::from_secs(2);
+const PROGRESS_CHECK_EVERY: u64 = 1024;
+
+/// What a restore did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Restored {
+    /// True when the tree was changed (a checkpoint was restored).
+    pub restored: bool,
+    /// The tree's checkpoint afterwards.
+    pub checkpoint: Option<Checkpoint>,
+    /// Changelog records read and applied.
+    pub applied: u64,
+    /// Records read and not applied: beyond the checkpoint that ends the
+    /// restore (a torn or obsolete write-out).
+    pub skipped: u64,
+    pub elapsed: Duration,
+    /// The part of `elapsed` spent before the first record was read: the
+    /// watermarks and the search for the last checkpoint record.
+    pub located: Duration,
+    /// The part of `elapsed` spent writing the store (sled's inserts, the
+    /// last batch and the checkpoint included); the rest after `located`
+    /// was spent reading the changelog and keeping each key's newest value.
+    pub store_write: Duration,
+}
+
+/// One partition's restore.
+pub struct Restore<'a> {
+    pub config: &'a Config,
+    pub topic: &'a str,
+    pub partition: i32,
+    pub tree: &'a PartitionStore,
+    /// Set when the partition is revoked: the restore stops at its next poll.
+    pub cancel: &'a AtomicBool,
+    /// Changelog records still to read, kept current while restoring (for
+    /// the metrics and the status page).
+    pub remaining: &'a AtomicI64,
+}
+
+impl Restore<'_> {
+    /// [`Restore::run`], started again after a wait when the broker's
+    /// failure passes (no leader, no broker reachable, a timeout), up to
+    /// [`RESTORE_TRIES`] in all. A restore stopped half-way keeps the tree's
+    /// restoring mark; the next one starts from the recorded position and
+    /// re-applies the records in log order, to the same result.
+    pub fn run_with_retries(&self) -> Result<Restored, ChangelogError> {
+        // The cap never binds: RESTORE_TRIES - 1 waits of 2, 4 and 8 s.
+        let mut backoff = Backoff::new(FIRST_RETRY_WAIT, FIRST_RETRY_WAIT * 4);
+        let mut tries = 1;
+        loop {
+            match self.run() {
+                Err(error) if error.is_transient() && tries < RESTORE_TRIES => {
+                    let wait = backoff.next_wait();
+                    warn!(
+                        partition = self.partition,
+                        %error,
+                        try_number = tries,
+                        retry_in_s = wait.as_secs_f64(),
+                        "restore failed on the broker's side; starting it again"
+                    );
+                    self.sleep_unless_cancelled(wait)?;
+                    tries += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn sleep_unless_cancelled(&self, wait: Duration) -> Result<(), ChangelogError> {
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(ChangelogError::Cancelled {
+                    partition: self.partition,
+                });
+            }
+            std::thread::sleep(
+                until
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(100)),
+            );
+        }
+        Ok(())
+    }
+
+    /// Restores the tree when it is behind the changelog (see the module doc).
+    pub fn run(&self) -> Result<Restored, ChangelogError> {
+        let started = Instant::now();
+        let local = self.tree.checkpoint()?;
+        let marked = self.tree.restoring()?;
+        let reader = ChangelogReader::new(self.config, self.topic, self.partition, self.cancel)?;
+        let (low, high) = reader.settled_watermarks()?;
+        let recorded = local.and_then(|c| c.changelog_next);
+        if let Some(position) = recorded {
+            if position > high {
+                return Err(ChangelogError::StoreAhead {
+                    topic: self.topic.into(),
+                    partition: self.partition,
+                    local: position,
+                    end: high,
+                });
+            }
+        }
+        let from = recorded.unwrap_or(low).max(low);
+        let unchanged = Restored {
+            checkpoint: local,
+            elapsed: started.elapsed(),
+            ..Default::default()
+        };
+        if from >= high {
+            return Ok(unchanged);
+        }
+        let Some((at, checkpoint)) = reader.last_checkpoint(from, high)? else {
+            if marked {
+                warn!(
+                    partition = self.partition,
+                    "a restore was interrupted and no checkpoint record follows its position"
+                );
+            }
+            info!(
+                partition = self.partition,
+                from,
+                end = high,
+                "changelog holds no complete write-out past the store's position"
+            );
+            return Ok(unchanged);
+        };
+        // A checkpoint of another epoch (`replay --reset-state` ran since
+        // this store was written): the store's state is from before the
+        // reset. Clear it and restore the new epoch from the start.
+        let mut from = from;
+        if local.is_some_and(|l| l.epoch != checkpoint.epoch) {
+            info!(
+                partition = self.partition,
+                store_epoch = local.map(|l| l.epoch),
+                changelog_epoch = checkpoint.epoch,
+                "the changelog was reset by a replay since this store was written; clearing it"
+            );
+            self.tree.clear()?;
+            from = low;
+        }
+        info!(
+            partition = self.partition,
+            from,
+            to = at + 1,
+            records = at + 1 - from,
+            next_offset = checkpoint.next_offset,
+            "restoring from the changelog"
+        );
+        self.remaining.store(at + 1 - from, Ordering::Relaxed);
+        // Watermarks and the search for the last checkpoint record: time
+        // spent on the broker before the first record is restored.
+        let located = started.elapsed();
+        self.tree.begin_restore()?;
+        let mut write = RestoreWrite::default();
+        let (mut applied, mut skipped, mut batches) = (0u64, 0u64, 1u64);
+        let mut last_log = Instant::now();
+        let mut last_applied = 0u64;
+        // Time spent writing the store, and its value at the last progress
+        // line: the rest of an interval was spent waiting for fetched records.
+        let mut store_write = Duration::ZERO;
+        let mut store_write_at_log = Duration::ZERO;
+        let checkpoint_key = changelog_checkpoint_key();
+        reader.scan(from, at + 1, |message| {
+            self.remaining
+                .store(at - message.offset(), Ordering::Relaxed);
+            if message.offset() == at {
+                return Ok(());
+            }
+            let key = message.key().unwrap_or_default();
+            if key == checkpoint_key.as_slice() {
+                return Ok(());
+            }
+            // Only records of the checkpoint's epoch, and only those it covers.
+            if reader.header(message, HEADER_EPOCH)?.unwrap_or(0) != i64::from(checkpoint.epoch)
+                || reader
+                    .header(message, HEADER_COVERS)?
+                    .ok_or_else(|| reader.corrupt(message, format!("no {HEADER_COVERS} header")))?
+                    > checkpoint.next_offset
+            {
+                skipped += 1;
+                return Ok(());
+            }
+            write.restore(key, message.payload());
+            applied += 1;
+            if write.keys() >= RESTORE_BATCH_KEYS || write.bytes() >= RESTORE_BATCH_BYTES {
+                let writing = Instant::now();
+                self.tree.restore_batch(std::mem::take(&mut write))?;
+                store_write += writing.elapsed();
+                batches += 1;
+            }
+            // The clock is read every PROGRESS_CHECK_EVERY records, not per record.
+            if applied % PROGRESS_CHECK_EVERY != 0 {
+                return Ok(());
+            }
+            let interval = last_log.elapsed();
+            if interval >= PROGRESS_EVERY {
+                let rate = (applied - last_applied) as f64 / interval.as_secs_f64();
+                let store_share =
+                    (store_write - store_write_at_log).as_secs_f64() / interval.as_secs_f64();
+                info!(
+                    partition = self.partition,
+                    restored = applied,
+                    to_go = at - message.offset(),
+                    per_second = rate.round() as u64,
+                    store_write_share = format!("{:.0}%", store_share * 100.0),
+                    "restoring; waiting mostly on {}",
+                    if store_share >= 0.5 {
+                        "the store (sled writes)"
+                    } else {
+                        "the broker (changelog fetches)"
+                    }
+                );
+                last_log = Instant::now();
+                last_applied = applied;
+                store_write_at_log = store_write;
+            }
+            Ok(())
+        })?;
+        let checkpoint = Checkpoint {
+            changelog_next: Some(at + 1),
+            ..checkpoint
+        };
+        let last_batch_keys = write.keys();
+        let writing = Instant::now();
+        self.tree.finish_restore(write, &checkpoint)?;
+        let store_write = store_write + writing.elapsed();
+        let elapsed = started.elapsed();
+        let read = (applied + skipped) as f64;
+        info!(
+            partition = self.partition,
+            restored = applied,
+            skipped,
+            last_batch_keys,
+            batches,
+            next_offset = checkpoint.next_offset,
+            seconds = elapsed.as_secs_f64(),
+            locate_seconds = located.as_secs_f64(),
+            store_write_seconds = store_write.as_secs_f64(),
+            per_second = (applied as f64 / elapsed.as_secs_f64().max(1e-6)).round() as u64,
+            read_per_second = (read / (elapsed - located).as_secs_f64().max(1e-6)).round() as u64,
+            "restore finished (locate_seconds: watermarks and the search for the last checkpoint; store_write_seconds: \
+             sled's writes; read_per_second: records read, applied or skipped, after locating)"
+        );
+        Ok(Restored {
+            restored: true,
+            checkpoint: Some(checkpoint),
+            applied,
+            skipped,
+            elapsed,
+            located,
+            store_write,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicI64};
+
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    use super::*;
+    use crate::engine::store::Store;
+
+    /// A changelog partition whose leader stays unknown for longer than the
+    /// watermarks' own 10 s of tries: the restore is started again after a
+    /// wait instead of failing the partition's task (and the process).
+    #[test]
+    fn a_restore_that_finds_no_leader_for_longer_than_its_tries_starts_again() {
+        let cluster: MockCluster<'static, DefaultProducerContext> =
+            MockCluster::new(1).expect("mock cluster");
+        cluster
+            .create_topic("state-changelog", 1, 1)
+            .expect("topic");
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .create()
+            .expect("producer");
+        let checkpoint = Checkpoint::starting_at(5)
+            .encode()
+            .expect("checkpoint encodes");
+        let key = changelog_checkpoint_key();
+        producer
+            .send(
+                BaseRecord::to("state-changelog")
+                    .partition(0)
+                    .key(&key)
+                    .payload(&checkpoint),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+        producer.flush(Duration::from_secs(10)).expect("flush");
+
+        let mut config = Config::defaults().expect("config");
+        config.kafka.bootstrap_servers = cluster.bootstrap_servers();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&dir.path().join("store"), 16).expect("store");
+        let tree = store.partition("orders", 0).expect("tree");
+        let (cancel, remaining) = (AtomicBool::new(false), AtomicI64::new(-1));
+        let restore = Restore {
+            config: &config,
+            topic: "state-changelog",
+            partition: 0,
+            tree: &tree,
+            cancel: &cancel,
+            remaining: &remaining,
+        };
+        // More "not leader" answers than one restore's watermark tries take
+        // in their 10 s (two offset requests per try, nine tries at most).
+        cluster.request_errors(
+            RDKafkaApiKey::ListOffsets,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; 30],
+        );
+        let restored = restore
+            .run_with_retries()
+            .expect("restored once the leader is known");
+        assert!(restored.restored);
+        assert_eq!(
+            restored
+                .checkpoint
+                .map(|c| (c.next_offset, c.changelog_next)),
+            Some((5, Some(1)))
+        );
+        assert_eq!(
+            tree.checkpoint()
+                .expect("checkpoint read")
+                .map(|c| c.next_offset),
+            Some(5)
+        );
+        assert!(
+            !tree.restoring().expect("mark read"),
+            "the restore finished"
+        );
+    }
+
+    #[test]
+    fn only_the_brokers_passing_failures_are_transient() {
+        let corrupt = ChangelogError::Corrupt {
+            topic: "t".into(),
+            partition: 0,
+            offset: 1,
+            message: "bad".into(),
+        };
+        assert!(!corrupt.is_transient());
+        let ahead = ChangelogError::StoreAhead {
+            topic: "t".into(),
+            partition: 0,
+            local: 5,
+            end: 1,
+        };
+        assert!(!ahead.is_transient());
+        let watermarks = |code| ChangelogError::Read {
+            cause: crate::kafka::partition_reader::ReadError::Watermarks {
+                topic: "t".into(),
+                partition: 0,
+                cause: rdkafka::error::KafkaError::MetadataFetch(code),
+            },
+        };
+        assert!(watermarks(rdkafka::types::RDKafkaErrorCode::LeaderNotAvailable).is_transient());
+        assert!(watermarks(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).is_transient());
+        assert!(
+            !watermarks(rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed).is_transient()
+        );
+    }
+}
