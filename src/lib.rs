@@ -82,20 +82,54 @@
 //! `docs/layout.md` maps every file.
 
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
+// The public API: what a binary of its own entity, or a program embedding
+// the processor, uses. Everything else is the crate's own.
+
+// The seam between the engine and a domain.
+pub use engine::entity::{Entity, Event, State};
+// The applied event ids a [`State`] remembers.
+pub use engine::inbox::Inbox;
+
+// The built-in entities.
+pub use domains::{latest::Latest, orders::Orders, stock::Stock};
+
+// The command line: `orderly`'s own, and a binary of its own entity's.
+pub use ops::cli::{main, main_with};
+
+// What an entity's [`Entity::reader`] and [`Entity::read`] use.
+pub use engine::codec::{read_value, resolving_reader, DecodeError, Fields, PoisonKind};
+// The output schema of an entity whose status is a string.
+pub use processor::outbox::string_status_schema;
+
+// Embedding the processor in a program of its own.
+pub use config::Config;
+pub use engine::store::Store;
+pub use processor::{Processor, RunReport};
+pub use registry::Registry;
+
+// The crate's insides: public only so that its own integration tests and
+// benches reach them (they are not part of the API, and change without
+// notice).
+#[doc(hidden)]
 pub mod allocator;
+#[doc(hidden)]
 pub mod config;
+#[doc(hidden)]
 pub mod domains;
+#[doc(hidden)]
 pub mod engine;
+#[doc(hidden)]
 pub mod error_chain;
+#[doc(hidden)]
 pub mod kafka;
+#[doc(hidden)]
 pub mod observe;
+#[doc(hidden)]
 pub mod ops;
 pub(crate) mod partitioner;
+#[doc(hidden)]
 pub mod processor;
+#[doc(hidden)]
 pub mod registry;
-
-pub use domains::latest::Latest;
-pub use domains::orders::Orders;
-pub use domains::stock::Stock;
-pub use engine::entity::{Entity, Event, State};
