@@ -9,14 +9,15 @@ use orderly::domains::orders::workload::{PlannedRecord, WorkloadSpec};
 
 use crate::support::{end_offsets, signal, wait_exit, wait_until, Instance};
 use crate::world::{tail, Broker, Counts, World};
-use crate::{required_env, PARTITIONS, SESSION_TIMEOUT_MS};
+use crate::{required_env, PARTITIONS, SESSION_TIMEOUT_MS, SHORT_SESSION_TIMEOUT_MS};
 
 /// 100,000+ events over 4 partitions; the processor is killed with SIGKILL
 /// at random moments at least 20 times while it works, and aborted at each
 /// chosen crash point; restarted each time. The end state is exact.
 #[test]
 fn crash_drill() {
-    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"))
+        .with_session_timeout(SHORT_SESSION_TIMEOUT_MS);
     let spec = WorkloadSpec {
         orders: 33_000,
         poison_rate: 0.002,
@@ -51,7 +52,8 @@ fn crash_drill() {
 /// read `read_committed`, every expected status change exactly once.
 #[test]
 fn crash_drill_exactly_once() {
-    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"))
+        .with_session_timeout(SHORT_SESSION_TIMEOUT_MS);
     let spec = WorkloadSpec {
         orders: 20_000,
         poison_rate: 0.002,
@@ -103,6 +105,10 @@ pub fn drill(
         "{settings}batch_max_records = 500\ncommit_interval_ms = 20"
     ));
     let drill_started = Instant::now();
+    // One producer for the whole drill: a producer made and dropped per
+    // piece costs about half a second each, which is most of a SIGKILL
+    // cycle's length and none of what it tests.
+    let producer = world.producer();
 
     // Chosen crash points first, then random SIGKILLs; records are produced
     // in chunks while the processor runs, so kills land mid-work.
@@ -125,7 +131,7 @@ pub fn drill(
         } else {
             part.split_at(part.len() / 2)
         };
-        world.produce(now);
+        world.produce_with(&producer, now);
         produced += now.len() as i64;
         match fault {
             Some(fault) => {
@@ -153,7 +159,7 @@ pub fn drill(
                 let in_flight = std::thread::scope(|scope| {
                     let feeding = scope.spawn(|| {
                         for piece in later.chunks(later.len().div_ceil(10).max(1)) {
-                            world.produce(piece);
+                            world.produce_with(&producer, piece);
                             std::thread::sleep(Duration::from_millis(30));
                         }
                     });
@@ -181,7 +187,7 @@ pub fn drill(
         );
     }
     for part in chunks {
-        world.produce(part);
+        world.produce_with(&producer, part);
     }
     let finish = world.finish(&instance);
     restarts += 1;

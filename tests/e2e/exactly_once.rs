@@ -9,7 +9,7 @@ use orderly::domains::orders::workload::WorkloadSpec;
 use crate::observe::{http_get, scrape};
 use crate::support::{end_offsets, signal, wait_exit, wait_until, Reaper};
 use crate::world::{tail, World};
-use crate::{required_env, PARTITIONS};
+use crate::{required_env, PARTITIONS, SHORT_SESSION_TIMEOUT_MS};
 
 const EXACTLY_ONCE: &str = "guarantee = \"exactly_once\"\n";
 
@@ -47,7 +47,8 @@ fn decided(address: &str) -> f64 {
 /// partitions to a second member, which processes on. Then the first is
 /// resumed with SIGCONT. Returns what the final checks need.
 fn zombie(guarantee: &str) -> Zombie {
-    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"))
+        .with_session_timeout(SHORT_SESSION_TIMEOUT_MS);
     let (records, expected) = world.plan(&WorkloadSpec {
         orders: 4_000,
         poison_rate: 0.003,

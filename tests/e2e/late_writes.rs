@@ -25,7 +25,7 @@ use crate::kafka_native::{compaction_removed, create_compacting_topic, make_comp
 use crate::observe::{http_get, scrape};
 use crate::support::{end_offsets, signal, wait_until, Instance, Reaper};
 use crate::world::{stop, tail, Broker, World};
-use crate::{required_env, PARTITIONS};
+use crate::{required_env, PARTITIONS, SHORT_SESSION_TIMEOUT_MS};
 
 pub(crate) const EXACTLY_ONCE: &str = "guarantee = \"exactly_once\"\n";
 
@@ -63,7 +63,8 @@ fn a_member_paused_after_its_commit_moves_no_state_back_under_exactly_once() {
 /// owner handling the fence itself is pinned by the next test.
 #[test]
 fn a_late_partition_start_elsewhere_does_not_leave_the_owner_stuck() {
-    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"))
+        .with_session_timeout(SHORT_SESSION_TIMEOUT_MS);
     let changelog = format!("{}-changelog", world.topic);
     create_compacting_topic(&world.bootstrap, &changelog);
     let (records, expected) = world.plan(&WorkloadSpec {
@@ -166,7 +167,8 @@ fn a_late_partition_start_elsewhere_does_not_leave_the_owner_stuck() {
 /// input; a fresh member then restores exact state.
 #[test]
 fn an_owner_fenced_while_it_keeps_the_partition_starts_it_over() {
-    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"))
+        .with_session_timeout(SHORT_SESSION_TIMEOUT_MS);
     let changelog = format!("{}-changelog", world.topic);
     create_compacting_topic(&world.bootstrap, &changelog);
     let (records, expected) = world.plan(&WorkloadSpec {
@@ -260,9 +262,16 @@ fn a_member_paused_with_its_transaction_open_through_a_broker_kill_under_exactly
 }
 
 fn through_broker_restart(guarantee: &str, kill: bool, seed: u64) {
+    let started = std::time::Instant::now();
+    let at = |what: &str| {
+        eprintln!(
+            "broker restart: {what} at {:.1} s",
+            started.elapsed().as_secs_f64()
+        )
+    };
     let data = tempfile::tempdir().expect("tempdir");
     let mut broker = crate::world::Broker::start(data.path().join("kafka"));
-    let world = World::new(broker.bootstrap.clone());
+    let world = World::new(broker.bootstrap.clone()).with_session_timeout(SHORT_SESSION_TIMEOUT_MS);
     let changelog = format!("{}-changelog", world.topic);
     create_compacting_topic(&world.bootstrap, &changelog);
     let (records, expected) = world.plan(&WorkloadSpec {
@@ -290,7 +299,9 @@ fn through_broker_restart(guarantee: &str, kill: bool, seed: u64) {
         a.log().contains("stopping at stop_queued")
     });
     assert!(stopped, "a stopped itself\n{}", tail(&a.log()));
+    at("a stopped itself");
     restart(&mut broker, kill, 3);
+    at("the broker is back");
     let b = world.instance(settings);
     let mut run_b = reaper.watch(b.spawn_run(None));
     world.produce(second);
@@ -301,6 +312,7 @@ fn through_broker_restart(guarantee: &str, kill: bool, seed: u64) {
         "b caught up after the restart\n{}",
         tail(&b.log())
     );
+    at("b caught up");
     signal(&run_a, "CONT");
     std::thread::sleep(Duration::from_secs(3));
     world.produce(third);
@@ -312,9 +324,11 @@ fn through_broker_restart(guarantee: &str, kill: bool, seed: u64) {
         tail(&a.log()),
         tail(&b.log())
     );
+    at("the group caught up");
     std::thread::sleep(Duration::from_secs(1));
     stop(&mut run_a, &a);
     stop(&mut run_b, &b);
+    at("a and b stopped");
     restore_fresh_and_verify(
         &world,
         &changelog,
@@ -459,7 +473,11 @@ fn scenario(
     let world = World::new(match &broker {
         Some(broker) => broker.bootstrap.clone(),
         None => required_env("ORDERLY_E2E_BOOTSTRAP"),
-    });
+    })
+    .with_session_timeout(SHORT_SESSION_TIMEOUT_MS);
+    // A paused member stays stopped past its session timeout (4/3 of it in
+    // all), so the group moves its partitions on without it.
+    let session = Duration::from_millis(world.session_timeout_ms);
     let changelog = format!("{}-changelog", world.topic);
     let (records, expected) = world.plan(&WorkloadSpec {
         orders: 3_000,
@@ -506,9 +524,9 @@ fn scenario(
         match *fault {
             Fault::Pause(member) => {
                 signal(&runs[member], "STOP");
-                std::thread::sleep(Duration::from_millis(3_000));
+                std::thread::sleep(session / 2);
                 next_wave();
-                std::thread::sleep(Duration::from_millis(5_000));
+                std::thread::sleep(session * 5 / 6);
                 moved_on(&world);
                 signal(&runs[member], "CONT");
             }
@@ -526,7 +544,7 @@ fn scenario(
                 let broker = broker.as_deref_mut().expect("a broker of the test's own");
                 restart(broker, kill, down_s);
                 next_wave();
-                std::thread::sleep(Duration::from_millis(8_000));
+                std::thread::sleep(session * 4 / 3);
                 moved_on(&world);
                 signal(&runs[member], "CONT");
             }
@@ -766,7 +784,8 @@ fn restart(broker: &mut Broker, kill: bool, down_s: u64) {
 /// See the module doc. `point` is the fault point the first member stops
 /// at, on its third write-out.
 fn late_write(guarantee: &str, point: &str, seed: u64) {
-    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"))
+        .with_session_timeout(SHORT_SESSION_TIMEOUT_MS);
     let changelog = format!("{}-changelog", world.topic);
     create_compacting_topic(&world.bootstrap, &changelog);
     let (records, expected) = world.plan(&WorkloadSpec {
@@ -859,6 +878,7 @@ pub(crate) fn restore_fresh_and_verify(
 ) {
     let point = label;
     let mut counts = (0, 0);
+    let waited = std::time::Instant::now();
     let compacted = wait_until(Duration::from_secs(90), || {
         counts = compaction_removed(&world.bootstrap, changelog);
         counts.0 > 0
@@ -869,9 +889,12 @@ pub(crate) fn restore_fresh_and_verify(
         counts.0, counts.1
     );
     eprintln!(
-        "late write ({point}): compaction removed {} records over {} offsets",
-        counts.0, counts.1
+        "late write ({point}): compaction removed {} records over {} offsets (waited {:.1} s)",
+        counts.0,
+        counts.1,
+        waited.elapsed().as_secs_f64()
     );
+    let restoring = std::time::Instant::now();
 
     // c, with an empty store, restores every partition from the changelog.
     let reaper = Reaper::default();
@@ -888,6 +911,10 @@ pub(crate) fn restore_fresh_and_verify(
         tail(&c.log())
     );
     stop(&mut run_c, &c);
+    eprintln!(
+        "late write ({point}): c restored every partition and stopped in {:.1} s",
+        restoring.elapsed().as_secs_f64()
+    );
     world.verify_state(&c, expected);
     if guarantee == EXACTLY_ONCE {
         world.verify_exactly_once(expected);

@@ -19,10 +19,10 @@ use orderly::engine::entity::Entity;
 
 use crate::drills::drill;
 use crate::observe::http_get;
-use crate::required_env;
 use crate::support::shipments::{entity_config, plan, Oracle, Schemas};
 use crate::support::{wait_until, Instance};
 use crate::world::{compare_states, Counts, World};
+use crate::{required_env, SHORT_SESSION_TIMEOUT_MS};
 
 /// 600 shipments (about 8,000 records: one event in six sent again, one
 /// shipment in four followed by a late older event, six poison records)
@@ -30,8 +30,9 @@ use crate::world::{compare_states, Counts, World};
 /// and after its flush, and killed 4 times at random, in `at_least_once`.
 #[test]
 fn latest_crash_drill() {
-    let world =
-        World::new(required_env("ORDERLY_E2E_BOOTSTRAP")).with_entity_config(&entity_config());
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"))
+        .with_entity_config(&entity_config())
+        .with_session_timeout(SHORT_SESSION_TIMEOUT_MS);
     let schemas = world
         .runtime
         .block_on(Schemas::register(&world.registry_client(), &world.topic));

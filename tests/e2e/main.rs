@@ -66,6 +66,13 @@ mod world;
 
 pub const PARTITIONS: i32 = 4;
 pub const SESSION_TIMEOUT_MS: u64 = 6000;
+/// The session timeout of the tests that wait for the group to drop a
+/// member they killed, aborted or paused (the crash drills, the late
+/// write-outs, the network cut, the zombie): each such wait is about one
+/// session timeout, and what the tests prove does not depend on its length
+/// (a paused member is still paused past it). kafka/broker allows it
+/// (`group.min.session.timeout.ms`).
+pub const SHORT_SESSION_TIMEOUT_MS: u64 = 3000;
 
 pub fn required_env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {

@@ -35,7 +35,7 @@ use crate::observe::http_get;
 use crate::proxy::CutProxy;
 use crate::support::{end_offsets, signal, wait_until, Reaper};
 use crate::world::{stop, tail, Broker, World};
-use crate::PARTITIONS;
+use crate::{PARTITIONS, SHORT_SESSION_TIMEOUT_MS};
 
 #[test]
 fn a_member_cut_off_the_broker_with_its_write_out_queued_moves_no_state_back() {
@@ -60,7 +60,7 @@ fn network_cut(guarantee: &str, seed: u64) {
     let data = tempfile::tempdir().expect("tempdir");
     let broker = Broker::start_with_proxy_listener(data.path().join("kafka"));
     let proxy = CutProxy::start(broker.proxy_advertised(), broker.proxy_listener());
-    let world = World::new(broker.bootstrap.clone());
+    let world = World::new(broker.bootstrap.clone()).with_session_timeout(SHORT_SESSION_TIMEOUT_MS);
     let changelog = format!("{}-changelog", world.topic);
     create_compacting_topic(&world.bootstrap, &changelog);
     let (records, expected) = world.plan(&WorkloadSpec {

@@ -18,9 +18,9 @@ use orderly::engine::entity::Entity;
 
 use crate::drills::drill;
 use crate::observe::http_get;
-use crate::required_env;
 use crate::support::{wait_until, Instance};
 use crate::world::{compare_states, Counts, Published, World};
+use crate::{required_env, SHORT_SESSION_TIMEOUT_MS};
 
 /// 1,600 SKUs (about 37,000 records: 5% of the events sent twice, a few
 /// poison records) produced while the processor works; killed 8 times at
@@ -77,7 +77,9 @@ fn stock_crash_drill_exactly_once() {
 /// drilled store, on a fresh one restored from the changelog, and on the
 /// output topic.
 fn stock_drill(settings: &str, spec: StockSpec, faults: &[&str], kills: usize) {
-    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP")).with_entity("stock");
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"))
+        .with_entity("stock")
+        .with_session_timeout(SHORT_SESSION_TIMEOUT_MS);
     let encoder = world
         .runtime
         .block_on(StockEncoder::register(

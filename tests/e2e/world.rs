@@ -52,6 +52,9 @@ pub struct World {
     pub kafka_extra: String,
     /// The `[entity]` section of every instance (`""`: the default, orders).
     pub entity_section: String,
+    /// `kafka.session_timeout_ms` of every instance ([`SESSION_TIMEOUT_MS`]
+    /// unless [`Self::with_session_timeout`] says otherwise).
+    pub session_timeout_ms: u64,
 }
 
 /// The counters a workload implies: what `state stats` must show at the end.
@@ -130,6 +133,7 @@ impl World {
             group: unique("group"),
             kafka_extra: String::new(),
             entity_section: String::new(),
+            session_timeout_ms: SESSION_TIMEOUT_MS,
         }
     }
 
@@ -149,7 +153,7 @@ impl World {
             group: &self.group,
             topic: &self.topic,
             dlq_topic: &self.dlq,
-            session_timeout_ms: SESSION_TIMEOUT_MS,
+            session_timeout_ms: self.session_timeout_ms,
             kafka_extra: &self.kafka_extra,
             extra: &extra,
         })
@@ -159,6 +163,15 @@ impl World {
     /// (`kafka.group_protocol = "consumer"`).
     pub fn with_consumer_protocol(mut self) -> Self {
         self.kafka_extra = "group_protocol = \"consumer\"".into();
+        self
+    }
+
+    /// Every instance of this world has a session timeout of `ms` (and a
+    /// shutdown deadline of half that): a member that died leaves the group
+    /// that much sooner, so a restart's rebalance waits less for it. The
+    /// broker's `group.min.session.timeout.ms` (kafka/broker) allows it.
+    pub fn with_session_timeout(mut self, ms: u64) -> Self {
+        self.session_timeout_ms = ms;
         self
     }
 
