@@ -56,6 +56,7 @@ async fn stock_levels_are_exact_through_redeliveries_and_a_restore() {
         skus: 300,
         seed: 5,
         duplicate_rate: 1.0 / 6.0,
+        reorder_rate: 0.0,
         poison_rate: 0.001,
         sku_prefix: "sku".into(),
     };

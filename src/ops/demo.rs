@@ -1,8 +1,12 @@
 //! The embedded default: librdkafka's in-process mock cluster, an
 //! in-process schema registry, a generated workload, the processor over it,
 //! and a summary checked against the generator's expectation.
+//!
+//! One generic run ([`demo_of`]) for any entity; each built-in domain
+//! (orders, stock) brings its generator, its expectation and how a stored
+//! state is compared with it ([`run_demo`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,15 +20,29 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::domains::orders::codec::Encoder;
-use crate::domains::orders::workload::{plan, Expectation, WorkloadSpec};
+use crate::domains::orders::workload::{plan, PlannedRecord, WorkloadSpec};
+use crate::domains::orders::Orders;
+use crate::domains::stock::workload::StockSpec;
+use crate::domains::stock::{Stock, StockEncoder};
+use crate::engine::entity::{Entity, State};
+use crate::engine::outcomes::Outcomes;
 use crate::engine::store::Store;
 use crate::ops::load::produce_planned;
 use crate::processor::Processor;
 use crate::registry::Registry;
 
+/// What the demo generates and processes: the domain, with its workload.
+#[derive(Debug, Clone)]
+pub enum DemoWorkload {
+    /// Orders, the built-in domain (the default).
+    Orders(WorkloadSpec),
+    /// Per-SKU stock levels, an accumulating state.
+    Stock(StockSpec),
+}
+
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
-    pub workload: WorkloadSpec,
+    pub workload: DemoWorkload,
     pub partitions: i32,
     /// Keep the store here instead of a temporary directory.
     pub store_dir: Option<PathBuf>,
@@ -38,7 +56,7 @@ pub struct DemoOptions {
 impl Default for DemoOptions {
     fn default() -> Self {
         DemoOptions {
-            workload: WorkloadSpec::default(),
+            workload: DemoWorkload::Orders(WorkloadSpec::default()),
             partitions: 4,
             store_dir: None,
             timeout: Duration::from_secs(300),
@@ -51,7 +69,16 @@ impl Default for DemoOptions {
 /// generator's expectation, and whether they agree.
 #[derive(Debug, Clone, Serialize)]
 pub struct DemoSummary {
-    pub orders: usize,
+    /// The domain: `orders` or `stock`.
+    pub entity: &'static str,
+    /// Entities generated (orders, SKUs), each expected to end with a state.
+    pub keys: usize,
+    /// Orders generated (the order demo only; `keys` for every domain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orders: Option<usize>,
+    /// What one entity is called (`order`, `SKU`).
+    #[serde(skip)]
+    pub(crate) noun: &'static str,
     pub partitions: i32,
     pub consumed: u64,
     pub applied: u64,
@@ -64,8 +91,9 @@ pub struct DemoSummary {
     pub state_matches_expected: bool,
     pub(crate) state_mismatches: usize,
     pub(crate) dlq_topic_records: i64,
-    /// OrderStatusChanged records on the output topic (the outbox), their
-    /// distinct event ids, and the status changes the generator expects.
+    /// Status changes on the output topic (the outbox: OrderStatusChanged,
+    /// StockAvailabilityChanged), their distinct event ids, and the status
+    /// changes the generator expects.
     pub outbox_records: u64,
     pub(crate) outbox_distinct: u64,
     pub(crate) outbox_expected: u64,
@@ -104,11 +132,26 @@ struct Timing {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ExpectedCounts {
+    /// Keys (orders, SKUs) the generator expects a state for.
+    pub keys: usize,
     pub records: u64,
     pub applied: u64,
     pub duplicates: u64,
     pub stale: u64,
     pub dead_lettered: u64,
+}
+
+impl ExpectedCounts {
+    fn of(keys: usize, records: u64, outcomes: Outcomes) -> Self {
+        ExpectedCounts {
+            keys,
+            records,
+            applied: outcomes.applied,
+            duplicates: outcomes.duplicates,
+            stale: outcomes.stale,
+            dead_lettered: outcomes.dead_lettered,
+        }
+    }
 }
 
 impl DemoSummary {
@@ -174,25 +217,96 @@ pub(crate) fn check_mock_retention(
     Ok(())
 }
 
+/// One domain's part of the demo: its records and what they imply.
+struct Planned {
+    /// `orders`, `stock`: also the input topic (the dead-letter and output
+    /// topics are named after it).
+    entity: &'static str,
+    records: Vec<PlannedRecord>,
+    expected: ExpectedCounts,
+    /// The source event ids whose status changes the outbox must publish.
+    status_changes: Vec<String>,
+}
+
+impl Planned {
+    fn new<'a>(
+        entity: &'static str,
+        records: Vec<PlannedRecord>,
+        expected: ExpectedCounts,
+        status_changes: impl IntoIterator<Item = &'a String>,
+    ) -> Self {
+        Planned {
+            entity,
+            records,
+            expected,
+            status_changes: status_changes.into_iter().cloned().collect(),
+        }
+    }
+}
+
+/// Generates the chosen domain's workload, processes it on the mock
+/// cluster and checks the end against the generator's expectation.
 pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
-    let topic = "orders";
-    let dlq_topic = "orders.dlq";
+    let registry = Registry::memory();
+    match &options.workload {
+        DemoWorkload::Orders(spec) => {
+            let encoder = Encoder::register(&registry, "orders").await?;
+            let (records, expected) = plan(spec, &encoder)?;
+            let counts =
+                ExpectedCounts::of(expected.states.len(), expected.records, expected.outcomes());
+            let planned = Planned::new("orders", records, counts, &expected.status_changes);
+            let mut summary = demo_of(Orders, registry, planned, &options, |state| {
+                let want = expected.states.get(&state.key)?;
+                Some(state.view() == *want)
+            })
+            .await?;
+            summary.orders = Some(spec.orders);
+            Ok(summary)
+        }
+        DemoWorkload::Stock(spec) => {
+            let encoder = StockEncoder::register(&registry, "stock").await?;
+            let (records, expected) = crate::domains::stock::workload::plan(spec, &encoder)?;
+            let counts =
+                ExpectedCounts::of(expected.levels.len(), expected.records, expected.outcomes());
+            let planned = Planned::new("stock", records, counts, &expected.status_changes);
+            demo_of(Stock, registry, planned, &options, |state| {
+                expected
+                    .levels
+                    .get(&state.key)
+                    .map(|want| *want == (state.version, state.data))
+            })
+            .await
+        }
+    }
+}
+
+/// The demo of `entity` over `planned`: `matches` says whether a stored
+/// state is the one the generator expects for its key (`None`: a key the
+/// generator never made).
+async fn demo_of<E: Entity>(
+    entity: E,
+    registry: Registry,
+    mut planned: Planned,
+    options: &DemoOptions,
+    matches: impl Fn(&State<E>) -> Option<bool>,
+) -> Result<DemoSummary, DemoError> {
+    let topic = planned.entity;
+    let dlq_topic = &format!("{topic}.dlq");
     let cluster = MockCluster::new(1)?;
     cluster.create_topic(topic, options.partitions, 1)?;
     cluster.create_topic(dlq_topic, 1, 1)?;
     // The mock cluster has no CreateTopics: the changelog is created here.
     let changelog_topic = "orderly-demo-changelog";
     cluster.create_topic(changelog_topic, options.partitions, 1)?;
-    let output_topic = "orders.status";
+    let output_topic = &format!("{topic}.status");
     cluster.create_topic(output_topic, options.partitions, 1)?;
     let bootstrap = cluster.bootstrap_servers();
 
-    let registry = Registry::memory();
-    let encoder = Encoder::register(&registry, topic).await?;
-    let (records, expected) = plan(&options.workload, &encoder)?;
+    let records = std::mem::take(&mut planned.records);
     info!(
         records = records.len(),
-        orders = options.workload.orders,
+        keys = planned.expected.keys,
+        entity = E::NAME,
         "workload planned"
     );
     let producer: FutureProducer = ClientConfig::new()
@@ -231,7 +345,7 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     let (timing, caught_up) = watch_progress(store.clone(), ends, Instant::now(), options.timeout);
     let commit_interval_ms = config.processing.commit_interval_ms;
     let exactly_once = config.processing.guarantee == crate::config::Guarantee::ExactlyOnce;
-    let report = Processor::new(config, store.clone(), registry)
+    let report = Processor::for_entity(entity.clone(), config, store.clone(), registry)
         .run(caught_up)
         .await?;
     let timing = timing.lock().ok().and_then(|t| *t);
@@ -242,8 +356,9 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
 
     let mut summary = summarize(
         &store,
-        &expected,
-        options.workload.orders,
+        &planned,
+        E::NAME,
+        state_mismatches(&store, planned.expected.keys, matches)?,
         options.partitions,
         dlq_records(&bootstrap, dlq_topic)?,
         timing,
@@ -254,13 +369,13 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
         Duration::from_secs_f64(report.decide_seconds),
     );
     summary.commit_interval_ms = commit_interval_ms;
-    let published = outbox_event_ids(&bootstrap, output_topic, options.partitions)?;
-    let wanted: std::collections::HashSet<String> = expected
+    let published = outbox_event_ids(&entity, &bootstrap, output_topic, options.partitions)?;
+    let wanted: HashSet<String> = planned
         .status_changes
         .iter()
         .map(|id| crate::processor::outbox::status_event_id(id))
         .collect();
-    let distinct: std::collections::HashSet<&String> = published.iter().collect();
+    let distinct: HashSet<&String> = published.iter().collect();
     summary.outbox_records = published.len() as u64;
     summary.outbox_distinct = distinct.len() as u64;
     summary.outbox_expected = wanted.len() as u64;
@@ -340,10 +455,28 @@ pub fn covers(store: &Store, ends: &BTreeMap<i32, i64>) -> bool {
     })
 }
 
+/// Stored states that are not the generator's, plus the generator's keys
+/// without a stored state: `matches` compares a stored state with the one
+/// expected for its key (`None`: a key the generator never made).
+fn state_mismatches<E: Entity>(
+    store: &Store,
+    expected_states: usize,
+    matches: impl Fn(&State<E>) -> Option<bool>,
+) -> Result<usize, DemoError> {
+    let (mut matched, mut unexpected) = (0usize, 0usize);
+    store.for_each::<E>(|state| match matches(&state) {
+        Some(true) => matched += 1,
+        Some(false) => {}
+        None => unexpected += 1,
+    })?;
+    Ok(expected_states.saturating_sub(matched) + unexpected)
+}
+
 fn summarize(
     store: &Store,
-    expected: &Expectation,
-    orders: usize,
+    planned: &Planned,
+    noun: &'static str,
+    mismatches: usize,
     partitions: i32,
     dlq_topic_records: i64,
     timing: Timing,
@@ -362,19 +495,13 @@ fn summarize(
         sum(|c| c.stale),
         sum(|c| c.dead_lettered),
     );
-    let mut mismatches = 0usize;
-    for (order_id, want) in &expected.states {
-        match store.find::<crate::domains::orders::Orders>(order_id)? {
-            Some(state) if state.view() == *want => {}
-            _ => mismatches += 1,
-        }
-    }
-    let mut stored_orders = 0usize;
-    store.for_each::<crate::domains::orders::Orders>(|_| stored_orders += 1)?;
-    mismatches += stored_orders.saturating_sub(expected.states.len());
+    let expected = &planned.expected;
     let processing = timing.elapsed.saturating_sub(timing.join);
     Ok(DemoSummary {
-        orders,
+        entity: planned.entity,
+        keys: expected.keys,
+        orders: None,
+        noun,
         partitions,
         consumed,
         applied,
@@ -390,13 +517,7 @@ fn summarize(
                 expected.records,
             ),
         outcomes_add_up: applied + duplicates + stale + dead_lettered == consumed,
-        expected: ExpectedCounts {
-            records: expected.records,
-            applied: expected.applied,
-            duplicates: expected.duplicates,
-            stale: expected.stale,
-            dead_lettered: expected.dead_lettered,
-        },
+        expected: expected.clone(),
         state_matches_expected: mismatches == 0,
         state_mismatches: mismatches,
         dlq_topic_records,
@@ -425,14 +546,18 @@ fn rate(records: u64, over: Duration) -> f64 {
     }
 }
 
-/// The event ids of every record on the output topic.
-fn outbox_event_ids(
+/// The event ids of every record on the output topic (in `entity`'s
+/// output schema).
+fn outbox_event_ids<E: Entity>(
+    entity: &E,
     bootstrap: &str,
     topic: &str,
     partitions: i32,
 ) -> Result<Vec<String>, DemoError> {
     use rdkafka::Message;
-    let encoder = crate::processor::outbox::OutboxEncoder::with_id(0, "");
+    let schema = apache_avro::Schema::parse_str(entity.status_schema())
+        .map_err(|e| crate::engine::codec::EncodeError::Avro(e.to_string()))?;
+    let encoder = crate::processor::outbox::OutboxEncoder::<E>::with_schema(schema, 0, "");
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "orderly-demo-outbox-reader")
@@ -478,7 +603,7 @@ impl DemoSummary {
         let e = &self.expected;
         let mark = |ok: bool| if ok { "yes" } else { "NO" };
         format!(
-            "orderly demo: {orders} orders over {partitions} partitions (in-process mock Kafka cluster, {guarantee})\n\
+            "orderly demo: {keys} {noun}s over {partitions} partitions (in-process mock Kafka cluster, {guarantee})\n\
              \n\
              outcome         processor   expected\n\
              consumed     {consumed:>12} {records:>10}\n\
@@ -490,14 +615,15 @@ impl DemoSummary {
              \n\
              outcomes add up to consumed: {add_up}\n\
              counters match the generator: {counts}\n\
-             every order's state matches the generator: {states} ({mismatches} mismatches)\n\
+             every {noun}'s state matches the generator: {states} ({mismatches} mismatches)\n\
              every status change published, nothing else: {outbox_ok}\n\
              \n\
              processing: {eps:.0} events/s ({consumed} records decided in {decide_secs:.3} s, from the first \
              batch to the last); durable {proc_secs:.3} s after the first partition assignment (state is \
              written every {interval} ms under load, and soon after a partition has read all its input)\n\
              joining the group: {join_secs:.1} s before that ({eps_all:.0} events/s over {secs:.1} s with it)\n",
-            orders = self.orders,
+            keys = self.keys,
+            noun = self.noun,
             partitions = self.partitions,
             guarantee = self.guarantee,
             consumed = self.consumed,

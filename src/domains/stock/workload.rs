@@ -1,17 +1,20 @@
 //! The stock load generator and its independently computed outcome: per
 //! SKU a restock, then reservations, releases and restocks that never take
 //! availability below zero; some events sent twice (a producer retry, a
-//! replay), a few poison records. What the records imply (each SKU's final
-//! level and version, the four counters) is computed from the plan alone,
-//! for `orderly produce --expect-out` and the tests.
+//! replay), some sent after the SKU's next event (a reordering: the later
+//! one applies, the earlier one is stale and its delta lost), a few poison
+//! records. What the records imply (each SKU's final level and version, the
+//! four counters, the availability changes the outbox publishes) is
+//! computed from the send order alone, by the engine's documented rules,
+//! for `orderly produce --expect-out`, `orderly demo` and the tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::{StockChange, StockEncoder, StockEventKind, StockLevel};
+use super::{Stock, StockChange, StockEncoder, StockEventKind, StockLevel};
 use crate::domains::orders::workload::PlannedRecord;
 use crate::engine::codec::EncodeError;
 use crate::engine::entity::Event;
@@ -23,6 +26,9 @@ pub struct StockSpec {
     pub seed: u64,
     /// Chance an event is sent twice (the copy later in the stream).
     pub duplicate_rate: f64,
+    /// Chance an event is sent after the SKU's next one instead of before it
+    /// (0: every SKU's events in version order).
+    pub reorder_rate: f64,
     /// Poison records per good record.
     pub poison_rate: f64,
     /// Prefix of the SKUs (`<PREFIX>-00001` and on).
@@ -37,8 +43,14 @@ pub struct StockExpectation {
     pub duplicates: u64,
     pub stale: u64,
     pub dead_lettered: u64,
-    /// Per SKU: its last version and its level after every event.
+    /// Per SKU: its last applied version and its level after every applied
+    /// event.
     pub levels: BTreeMap<String, (i64, StockLevel)>,
+    /// The `event_id`s of applied events that changed their SKU's
+    /// availability (a SKU's first applied event included): what the outbox
+    /// must publish.
+    #[serde(default)]
+    pub status_changes: BTreeSet<String>,
 }
 
 impl StockExpectation {
@@ -53,20 +65,32 @@ impl StockExpectation {
     }
 }
 
+/// One good record as the generator wrote it: what deciding it needs.
+#[derive(Debug, Clone)]
+struct Sent {
+    event_id: String,
+    version: i64,
+    change: StockChange,
+}
+
 /// The records of `spec`, in the order to produce them, and what they imply.
 pub fn plan(
     spec: &StockSpec,
     encoder: &StockEncoder,
 ) -> Result<(Vec<PlannedRecord>, StockExpectation), EncodeError> {
     let mut rng = StdRng::seed_from_u64(spec.seed);
-    let mut timed: Vec<(f64, PlannedRecord)> = Vec::new();
-    let mut expected = StockExpectation::default();
+    // (send time, record, the event it carries; None: poison)
+    let mut timed: Vec<(f64, PlannedRecord, Option<Sent>)> = Vec::new();
+    let mut generated = 0u64;
     for s in 1..=spec.skus {
         let sku = format!("{}-{s:05}", spec.sku_prefix);
         let mut level = StockLevel::default();
         let events = rng.gen_range(5..40);
         let mut at = rng.gen_range(0.0..1.0);
+        // Where each version's first send is in `timed`.
+        let mut originals = Vec::with_capacity(events as usize);
         for version in 1..=events {
+            generated += 1;
             let change = next_change(&mut rng, version, level);
             level = level.after(change);
             let event = Event {
@@ -78,26 +102,41 @@ pub fn plan(
             };
             let payload = encoder.encode(&event)?;
             at += rng.gen_range(0.0..0.01);
-            expected.applied += 1;
+            let sent = Sent {
+                event_id: event.event_id,
+                version,
+                change,
+            };
             if rng.gen_bool(spec.duplicate_rate) {
                 let copy = PlannedRecord {
                     key: sku.clone(),
                     payload: payload.clone(),
                 };
-                timed.push((at + rng.gen_range(0.0..0.2), copy));
-                expected.duplicates += 1;
+                timed.push((at + rng.gen_range(0.0..0.2), copy, Some(sent.clone())));
             }
+            originals.push(timed.len());
             timed.push((
                 at,
                 PlannedRecord {
                     key: sku.clone(),
                     payload,
                 },
+                Some(sent),
             ));
         }
-        expected.levels.insert(sku, (events, level));
+        // A reordering swaps the send times of two consecutive versions (no
+        // draw at all without one, so such plans stay as they were).
+        if spec.reorder_rate > 0.0 {
+            for pair in originals.windows(2) {
+                if rng.gen_bool(spec.reorder_rate) {
+                    let earlier = timed[pair[0]].0;
+                    timed[pair[0]].0 = timed[pair[1]].0;
+                    timed[pair[1]].0 = earlier;
+                }
+            }
+        }
     }
-    let poison = (expected.applied as f64 * spec.poison_rate).round() as u64;
+    let poison = (generated as f64 * spec.poison_rate).round() as u64;
     for i in 0..poison {
         // A schema id no registry has: dead-lettered as unknown_schema.
         timed.push((
@@ -106,14 +145,53 @@ pub fn plan(
                 key: format!("{}-poison-{i}", spec.sku_prefix),
                 payload: vec![0, 0x7f, 0xff, 0xff, 0xff, 1, 2, 3],
             },
+            None,
         ));
-        expected.dead_lettered += 1;
     }
-    // A stable sort keeps each SKU's events in version order (their times
-    // increase); a copy lands after its original.
+    // A stable sort keeps each SKU's sends in time order: version order but
+    // for the reorderings, a copy after the send it copies was first timed.
     timed.sort_by(|a, b| a.0.total_cmp(&b.0));
-    expected.records = timed.len() as u64;
-    Ok((timed.into_iter().map(|(_, r)| r).collect(), expected))
+    let expected = expect(&timed);
+    Ok((timed.into_iter().map(|(_, r, _)| r).collect(), expected))
+}
+
+/// What the records, in send order, imply: each decided as the engine
+/// decides (newer than the SKU's version: applied; an id the SKU applied:
+/// duplicate; otherwise stale), each undecodable one dead-lettered.
+fn expect(sends: &[(f64, PlannedRecord, Option<Sent>)]) -> StockExpectation {
+    // Per SKU: version, level, applied event ids.
+    let mut skus: HashMap<&str, (i64, StockLevel, HashSet<&str>)> = HashMap::new();
+    let mut expected = StockExpectation {
+        records: sends.len() as u64,
+        ..StockExpectation::default()
+    };
+    for (_, record, sent) in sends {
+        let Some(sent) = sent else {
+            expected.dead_lettered += 1;
+            continue;
+        };
+        // Version 0: no event applied yet (versions start at 1).
+        let (version, level, applied) = skus.entry(record.key.as_str()).or_default();
+        if sent.version > *version {
+            let before = (*version > 0).then(|| Stock::status_of(level));
+            *level = level.after(sent.change);
+            if before != Some(Stock::status_of(level)) {
+                expected.status_changes.insert(sent.event_id.clone());
+            }
+            *version = sent.version;
+            applied.insert(sent.event_id.as_str());
+            expected.applied += 1;
+        } else if applied.contains(sent.event_id.as_str()) {
+            expected.duplicates += 1;
+        } else {
+            expected.stale += 1;
+        }
+    }
+    expected.levels = skus
+        .into_iter()
+        .map(|(sku, (version, level, _))| (sku.to_string(), (version, level)))
+        .collect();
+    expected
 }
 
 fn next_change(rng: &mut StdRng, version: i64, level: StockLevel) -> StockChange {
@@ -143,17 +221,27 @@ mod tests {
     use super::*;
     use crate::registry::Registry;
 
-    #[tokio::test]
-    async fn plans_are_deterministic_and_never_oversell() {
-        let registry = Registry::memory();
-        let encoder = StockEncoder::register(&registry, "stock").await.unwrap();
-        let spec = StockSpec {
-            skus: 50,
-            seed: 3,
+    async fn encoder() -> StockEncoder {
+        StockEncoder::register(&Registry::memory(), "stock")
+            .await
+            .unwrap()
+    }
+
+    fn spec(skus: usize, seed: u64, reorder_rate: f64) -> StockSpec {
+        StockSpec {
+            skus,
+            seed,
             duplicate_rate: 0.2,
+            reorder_rate,
             poison_rate: 0.01,
             sku_prefix: "sku".into(),
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn plans_are_deterministic_and_never_oversell() {
+        let encoder = encoder().await;
+        let spec = spec(50, 3, 0.0);
         let (a, expected) = plan(&spec, &encoder).unwrap();
         let (b, again) = plan(&spec, &encoder).unwrap();
         assert_eq!(a, b);
@@ -164,5 +252,26 @@ mod tests {
         );
         assert!(expected.duplicates > 0 && expected.dead_lettered > 0);
         assert!(expected.levels.values().all(|(_, l)| l.available() >= 0));
+    }
+
+    /// With reorderings, an event sent after its SKU's next one is stale and
+    /// its delta is not in the level; the expectation replays the engine's
+    /// rules over the send order, so the four outcomes still add up.
+    #[tokio::test]
+    async fn reordered_events_are_expected_stale_and_their_deltas_lost() {
+        let encoder = encoder().await;
+        let reordered = spec(200, 11, 0.1);
+        let (records, expected) = plan(&reordered, &encoder).unwrap();
+        assert_eq!(records.len() as u64, expected.records);
+        assert_eq!(
+            expected.records,
+            expected.applied + expected.duplicates + expected.stale + expected.dead_lettered
+        );
+        assert!(expected.stale > 0 && expected.duplicates > 0 && expected.dead_lettered > 0);
+        assert_eq!(expected.levels.len(), reordered.skus);
+        // Every SKU's first applied event publishes its availability.
+        assert!(expected.status_changes.len() >= reordered.skus);
+        let in_order = plan(&spec(200, 11, 0.0), &encoder).unwrap().1;
+        assert_eq!(in_order.stale, 0);
     }
 }

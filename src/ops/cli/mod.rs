@@ -21,7 +21,7 @@ use crate::domains::orders::Orders;
 use crate::domains::stock::Stock;
 use crate::engine::entity::Entity;
 use crate::engine::store::{Checkpoint, Store};
-use crate::ops::demo::{run_demo, DemoOptions};
+use crate::ops::demo::{run_demo, DemoOptions, DemoWorkload};
 use crate::ops::load::produce_planned;
 use crate::ops::preflight::{self, Check};
 use crate::ops::redrive::{self, ReplayRequest, Selection, SourcePos, DEFAULT_MAX_REDRIVES};
@@ -124,6 +124,13 @@ enum LogFormat {
     Json,
 }
 
+/// The built-in domains `demo` can generate.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DemoEntity {
+    Orders,
+    Stock,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Join the consumer group and process until SIGTERM/SIGINT, then drain, flush, commit and leave
@@ -141,7 +148,14 @@ enum Command {
     Run,
     /// Run the processor over a generated workload on an in-process mock Kafka cluster (no external service);
     /// uses the processing and store settings of --config, not its Kafka or registry settings
+    ///
+    /// The workload is orders, or with --entity stock (or entity.kind = "stock") per-SKU stock levels; either has
+    /// duplicates, reordered events and poison records. The counters, every key's final state and the status
+    /// changes published are checked against the generator's expectation (exit code 7 if anything disagrees).
     Demo {
+        /// The domain to generate and process: orders or stock (default: entity.kind, orders unless configured)
+        #[arg(long, value_enum, value_name = "ENTITY")]
+        entity: Option<DemoEntity>,
         /// Print the summary as one JSON object
         #[arg(long)]
         json: bool,
@@ -277,13 +291,14 @@ enum DlqCommand {
 
 #[derive(Args, Clone)]
 struct WorkloadArgs {
-    /// Number of orders (each 1 to 4 events); with entity.kind = "stock", of SKUs (each 5 to 39 events)
+    /// Number of orders (each 1 to 4 events); with entity.kind = "stock" or demo --entity stock, of SKUs (each 5 to
+    /// 39 events)
     #[arg(long, default_value_t = 5_000)]
     orders: usize,
     /// Chance an event is sent twice
     #[arg(long, default_value_t = 0.05)]
     duplicate_rate: f64,
-    /// Chance an event is swapped with its order's next event
+    /// Chance an event is swapped with its order's (or SKU's) next event
     #[arg(long, default_value_t = 0.02)]
     reorder_rate: f64,
     /// Poison records per good record
@@ -303,6 +318,24 @@ struct WorkloadArgs {
 }
 
 impl WorkloadArgs {
+    /// The stock generator's workload: `--orders` SKUs, `--duplicate-rate`,
+    /// `--reorder-rate`, `--poison-rate`, `--seed`, `--order-prefix` as the
+    /// SKU prefix (default sku-s<SEED>).
+    fn stock_spec(&self) -> Result<crate::domains::stock::workload::StockSpec> {
+        let checked = self.spec()?;
+        Ok(crate::domains::stock::workload::StockSpec {
+            skus: checked.orders,
+            seed: checked.seed,
+            duplicate_rate: checked.duplicate_rate,
+            reorder_rate: checked.reorder_rate,
+            poison_rate: checked.poison_rate,
+            sku_prefix: self
+                .order_prefix
+                .clone()
+                .unwrap_or_else(|| format!("sku-s{}", checked.seed)),
+        })
+    }
+
     fn spec(&self) -> Result<WorkloadSpec> {
         for (name, rate) in [
             ("--duplicate-rate", self.duplicate_rate),
@@ -714,6 +747,7 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
             Ok(Exit::Success)
         }
         Command::Demo {
+            entity,
             json,
             store_dir,
             partitions,
@@ -721,21 +755,48 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
         } => {
             if let Chosen::Given(_) = chosen {
                 return Err(UsageError(
-                    "demo runs the built-in order domain on an in-process cluster: run `orderly demo`".into(),
+                    "demo runs the built-in domains (orders, stock) on an in-process cluster: run `orderly demo`"
+                        .into(),
                 )
                 .into());
             }
             if !(1..=256).contains(&partitions) {
                 bail!("--partitions must be between 1 and 256");
             }
+            let config = load_config()?;
+            // Like `run`: the entity entity.kind names, unless --entity says.
+            let entity = match (entity, config.entity.kind) {
+                (Some(entity), _) => entity,
+                (None, EntityKind::Orders) => DemoEntity::Orders,
+                (None, EntityKind::Stock) => DemoEntity::Stock,
+                (None, EntityKind::Latest) => {
+                    return Err(UsageError(
+                        "demo generates orders or stock; entity.kind = \"latest\" has no generator: give --entity \
+                         orders or --entity stock"
+                            .into(),
+                    )
+                    .into())
+                }
+            };
             if !json {
-                eprintln!("orderly demo: generating {} orders and starting an in-process Kafka cluster...", workload.orders);
+                let what = match entity {
+                    DemoEntity::Orders => "orders",
+                    DemoEntity::Stock => "SKUs",
+                };
+                eprintln!(
+                    "orderly demo: generating {} {what} and starting an in-process Kafka cluster...",
+                    workload.orders
+                );
             }
+            let workload = match entity {
+                DemoEntity::Orders => DemoWorkload::Orders(workload.spec()?),
+                DemoEntity::Stock => DemoWorkload::Stock(workload.stock_spec()?),
+            };
             let options = DemoOptions {
-                workload: workload.spec()?,
+                workload,
                 partitions,
                 store_dir,
-                base_config: Some(load_config()?),
+                base_config: Some(config),
                 ..Default::default()
             };
             let summary = run_demo(options).await.context("demo")?;
@@ -858,26 +919,15 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
 }
 
 /// `produce` with `entity.kind = "stock"`: the stock generator's records
-/// (`--orders` SKUs, `--duplicate-rate`, `--poison-rate`, `--seed`,
-/// `--order-prefix` as the SKU prefix).
+/// ([`WorkloadArgs::stock_spec`]).
 async fn produce_stock(
     config: &Config,
     workload: &WorkloadArgs,
     expect_out: Option<&Path>,
 ) -> Result<Exit> {
-    use crate::domains::stock::workload::{plan, StockSpec};
+    use crate::domains::stock::workload::plan;
     use crate::domains::stock::StockEncoder;
-    let checked = workload.spec()?;
-    let spec = StockSpec {
-        skus: checked.orders,
-        seed: checked.seed,
-        duplicate_rate: checked.duplicate_rate,
-        poison_rate: checked.poison_rate,
-        sku_prefix: workload
-            .order_prefix
-            .clone()
-            .unwrap_or_else(|| format!("sku-s{}", checked.seed)),
-    };
+    let spec = workload.stock_spec()?;
     let registry = Registry::from_config(&config.registry)?;
     let encoder = StockEncoder::register(&registry, &config.kafka.input_topic)
         .await
