@@ -4,8 +4,7 @@
 //! `state`, `config`) and HTTP endpoint: `cargo run --example shipments -- --help`.
 
 use apache_avro::{reader::datum::GenericDatumReader, types::Value, Schema};
-use orderly::engine::codec::{read_value, resolving_reader, DecodeError, Fields};
-use orderly::{Entity, Event, State};
+use orderly::{read_value, resolving_reader, DecodeError, Entity, Event, Fields, State};
 use serde::{Deserialize, Serialize};
 
 const SCHEMA: &str = r#"{"type": "record", "name": "ShipmentScanned", "namespace": "example", "fields": [
@@ -72,13 +71,9 @@ impl Entity for Shipments {
 
 fn main() -> std::process::ExitCode {
     match Schema::parse_str(SCHEMA) {
-        Ok(schema) => orderly::ops::cli::main_with(Shipments(
+        Ok(schema) => orderly::main_with(Shipments(
             Box::leak(Box::new(schema)),
-            orderly::processor::outbox::string_status_schema(
-                "ShipmentStatusChanged",
-                "example",
-                "shipment_id",
-            ),
+            orderly::string_status_schema("ShipmentStatusChanged", "example", "shipment_id"),
         )),
         Err(e) => {
             eprintln!("error: the shipment schema does not parse: {e}");

@@ -279,7 +279,7 @@ impl RegistryConfig {
 
 /// A setting whose value is a secret (a password, a token): its `Debug`
 /// form never shows it, so a `{:?}` of the configuration cannot leak it.
-/// `config show` prints [`Config::redacted`], where it is [`REDACTED`].
+/// `config show` prints [`Config::redacted`], where it is `REDACTED`.
 #[derive(Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(transparent)]
 pub struct Secret(String);
@@ -422,7 +422,7 @@ pub struct ProcessingConfig {
     /// a partition writes early; also bounds the clean entries kept cached.
     pub cache_max_bytes: u64,
     pub shutdown_timeout_ms: u64,
-    /// The dead-letter breaker ([`crate::engine::breaker`]): dead letters in a row
+    /// The dead-letter breaker (`crate::engine::breaker`): dead letters in a row
     /// that stop a partition (0: off).
     pub dead_letter_max_consecutive: u64,
     /// ...or the share of dead letters in a window of records (0: off).
@@ -771,7 +771,7 @@ impl Config {
     /// A copy safe to print: secret librdkafka settings, the registry's
     /// password and bearer token, the endpoint's token (and a password in
     /// the registry URL, which validation refuses) replaced by
-    /// [`REDACTED`].
+    /// `REDACTED`.
     pub fn redacted(&self) -> Config {
         let mut config = self.clone();
         for (key, value) in config.kafka.librdkafka.iter_mut() {

@@ -39,6 +39,85 @@
 //!    a member fenced by a partition's new owner writes nothing visible for
 //!    it.
 //!
+//! ## Your own entity
+//!
+//! Implement [`Entity`] and hand it to [`main_with`]: the binary gets the
+//! whole command line (`run`, `replay`, `dlq`, `state`, `config`) and the
+//! HTTP endpoint, with every guarantee above. Here, a tally per account
+//! whose events each add an amount (an accumulating state, like stock):
+//!
+//! ```
+//! use apache_avro::{reader::datum::GenericDatumReader, types::Value, Schema};
+//! use orderly::{read_value, resolving_reader, DecodeError, Entity, Event, Fields, State};
+//!
+//! #[derive(Clone)]
+//! struct Tally(&'static Schema, String);
+//!
+//! impl Entity for Tally {
+//!     type Body = i64; // the amount an event adds
+//!     type Data = i64; // the running total
+//!     type Status = String; // "positive" or "negative", published on change
+//!     type View = serde_json::Value;
+//!     type Reader = GenericDatumReader<'static>;
+//!     const KEY_FIELD: &'static str = "account";
+//!
+//!     fn apply(total: Option<&i64>, amount: i64) -> i64 {
+//!         total.copied().unwrap_or(0) + amount
+//!     }
+//!     fn status(total: &i64) -> Option<String> {
+//!         Some(if *total < 0 { "negative" } else { "positive" }.into())
+//!     }
+//!     fn view(&self, s: &State<Self>) -> serde_json::Value {
+//!         serde_json::json!({ "account": s.key, "version": s.version, "total": s.data })
+//!     }
+//!     fn reader_schema(&self) -> Option<&Schema> {
+//!         Some(self.0)
+//!     }
+//!     fn reader(&self, id: u32, writer: Schema) -> Result<Self::Reader, DecodeError> {
+//!         resolving_reader(id, writer, self.0)
+//!     }
+//!     fn read(&self, reader: &Self::Reader, body: &[u8]) -> Result<Event<i64>, DecodeError> {
+//!         let f = Fields::of(read_value(reader, body)?)?;
+//!         Ok(Event {
+//!             event_id: f.string("id")?,
+//!             key: f.string("account")?,
+//!             version: f.long("seq")?,
+//!             occurred_at: f.long("at")?,
+//!             body: f.long("amount")?,
+//!         })
+//!     }
+//!     fn status_value(status: &String) -> Value {
+//!         Value::String(status.clone())
+//!     }
+//!     fn status_schema(&self) -> &str {
+//!         &self.1
+//!     }
+//! }
+//!
+//! // The domain logic is pure: the engine decides which events apply.
+//! let total = Tally::apply(None, 5);
+//! assert_eq!(Tally::apply(Some(&total), -8), -3);
+//! assert_eq!(Tally::status(&-3).as_deref(), Some("negative"));
+//!
+//! let schema = Schema::parse_str(
+//!     r#"{"type": "record", "name": "Added", "fields": [{"name": "id", "type": "string"},
+//!     {"name": "account", "type": "string"}, {"name": "seq", "type": "long"},
+//!     {"name": "at", "type": "long"}, {"name": "amount", "type": "long"}]}"#,
+//! )
+//! .expect("the schema parses");
+//! let status = orderly::string_status_schema("TallyStatusChanged", "example", "account");
+//! let tally = Tally(Box::leak(Box::new(schema)), status);
+//! # fn main_of(tally: Tally) -> std::process::ExitCode {
+//! // The whole `main` of the binary:
+//! orderly::main_with(tally)
+//! # }
+//! # let _ = main_of;
+//! # let _ = tally;
+//! ```
+//!
+//! `examples/shipments.rs` is the same as a program, and docs/entities.md
+//! says what each part means.
+//!
 //! ## Module map
 //!
 //! The folders are the layers; each imports only from the layers below it.

@@ -1,4 +1,4 @@
-//! The `orderly` binary: the command line of `orderly::ops::cli` for the entity
+//! The `orderly` binary: `orderly::main`: the command line for the entity
 //! `entity.kind` names (orders by default).
 
 // The allocator and jemalloc's compiled options (see src/allocator.rs and
@@ -6,5 +6,5 @@
 orderly::global_allocator!();
 
 fn main() -> std::process::ExitCode {
-    orderly::ops::cli::main()
+    orderly::main()
 }

@@ -52,9 +52,9 @@ pub struct ChunkRef {
 }
 
 /// An order's applied event ids within the retention window: the newest
-/// (fewer than [`INBOX_CHUNK`]) in the state value, older ones in chunks of
-/// [`INBOX_CHUNK`] under their own keys. Applying an event costs the same
-/// whatever the order's history: an append, and every [`INBOX_CHUNK`]
+/// (fewer than `INBOX_CHUNK`) in the state value, older ones in chunks of
+/// `INBOX_CHUNK` under their own keys. Applying an event costs the same
+/// whatever the order's history: an append, and every `INBOX_CHUNK`
 /// events one chunk written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inbox {

@@ -1,7 +1,7 @@
 //! The engine: what every entity gets, with no Kafka client in it. The
 //! [`entity::Entity`] seam, the pure [`decide`] core, a partition's cache
 //! ([`partition_state`]), the sled [`store`], the four [`outcomes`], the
-//! dead-letter [`breaker`], the Avro [`codec`] and the crash points.
+//! dead-letter `breaker`, the Avro [`codec`] and the crash points.
 
 pub(crate) mod breaker;
 pub mod codec;

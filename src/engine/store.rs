@@ -10,7 +10,7 @@
 //! * `\x00checkpoint`: the [`Checkpoint`];
 //! * `o` + key: the entity's [`crate::engine::entity::State`] (bincode);
 //! * `i` + order id length (u32, big-endian) + order id + first version
-//!   (i64, big-endian): a chunk of [`INBOX_CHUNK`](crate::engine::inbox::INBOX_CHUNK)
+//!   (i64, big-endian): a chunk of `INBOX_CHUNK`
 //!   inbox entries.
 //!
 //! * `x` + source offset (i64, big-endian): a pending [`OutboxRecord`]
@@ -21,7 +21,7 @@
 //! for (a store is refused for another).
 //!
 //! Every key but the format and binding has a changelog form
-//! ([`to_changelog_key`]): an order's key is its `order_id`, every other key
+//! (`to_changelog_key`): an order's key is its `order_id`, every other key
 //! is prefixed with `0xFF`, a byte no UTF-8 text (so no valid `order_id`)
 //! contains. The changelog value is the sled value, byte for byte.
 
@@ -432,7 +432,7 @@ pub struct ChangeRecord {
 /// Restored changelog records not yet written to the tree: the newest value
 /// of each key. A changelog that is not compacted yet holds many versions of
 /// an order's state; only the last one held here is written, so each key
-/// costs one sled write per [`PartitionStore::restore_batch`]. Keys are held
+/// costs one sled write per `PartitionStore::restore_batch`. Keys are held
 /// in their changelog form, so a key seen before costs no allocation, and a
 /// newer value of it reuses the buffer of the one it replaces. Held in a hash
 /// map (a B-tree's key comparisons were a fifth of a restore's CPU), sorted

@@ -222,7 +222,7 @@ pub fn is_connection_failure(text: &str) -> bool {
 
 /// An error a client reported (the processor's consumer context calls
 /// this): folded when it is about the connection, logged once per
-/// [`REPEAT_WINDOW`] otherwise.
+/// `REPEAT_WINDOW` otherwise.
 pub fn client_error(error: &rdkafka::error::KafkaError, reason: &str) {
     use rdkafka::types::RDKafkaErrorCode as C;
     let class = match error.rdkafka_error_code() {

@@ -4,8 +4,8 @@
 //! The partition tasks, the flusher and the poll thread write it with
 //! atomics; `/metrics`, `/readyz`, `/api/status` and the status page read it.
 //!
-//! * [`histogram`]: lock-free fixed-bucket histograms with percentiles.
-//! * [`exposition`]: the Prometheus (OpenMetrics) text of all of it.
+//! * `histogram`: lock-free fixed-bucket histograms with percentiles.
+//! * `exposition`: the Prometheus (OpenMetrics) text of all of it.
 //! * [`status`]: the JSON the status page shows, and readiness.
 
 pub mod errors;

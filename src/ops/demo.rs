@@ -2,7 +2,7 @@
 //! in-process schema registry, a generated workload, the processor over it,
 //! and a summary checked against the generator's expectation.
 //!
-//! One generic run ([`demo_of`]) for any entity; each built-in domain
+//! One generic run (`demo_of`) for any entity; each built-in domain
 //! (orders, stock) brings its generator, its expectation and how a stored
 //! state is compared with it ([`run_demo`]).
 

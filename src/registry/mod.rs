@@ -123,7 +123,7 @@ impl Registry {
     }
 
     /// A registry client for `endpoint` (its HTTP client from
-    /// [`Endpoint::http_client`]'s constructor). Warns when credentials
+    /// `Endpoint::http_client`'s constructor). Warns when credentials
     /// would travel over plain HTTP.
     pub fn connect(endpoint: Endpoint) -> Result<Self, RegistryError> {
         if endpoint.sends_credentials_in_clear_text() {

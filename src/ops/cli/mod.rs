@@ -2,6 +2,10 @@
 //! for the `orderly` binary ([`main`]: the entity `entity.kind` names) and
 //! for a binary of a user's own entity ([`main_with`]).
 
+// The doc comments of the commands and flags are clap's `--help` text,
+// where `<SEED>` is the usual placeholder, not an HTML tag.
+#![allow(rustdoc::invalid_html_tags)]
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -1,15 +1,15 @@
 //! The `run` process's HTTP endpoint: `/metrics`, `/healthz`, `/readyz`,
 //! `/state/{order_id}`, the status page at `/` and its JSON at
-//! `/api/status` (see [`routes`]).
+//! `/api/status` (see `routes`).
 //!
 //! It runs on a thread of its own with a single-threaded runtime, so a
 //! burst of requests competes with the pipeline for one thread at most and
 //! never queues behind partition tasks. Connections are bounded
-//! ([`MAX_CONNECTIONS`]; more wait in the listen backlog of
-//! [`LISTEN_BACKLOG`]), a client gets
-//! [`HEADER_TIMEOUT`] to send its request headers (a slow client cannot hold
-//! a connection open), request heads are capped at [`MAX_HEAD_BYTES`], and a
-//! connection is closed gracefully after [`CONNECTION_LIFETIME`].
+//! (`MAX_CONNECTIONS`; more wait in the listen backlog of
+//! `LISTEN_BACKLOG`), a client gets
+//! `HEADER_TIMEOUT` to send its request headers (a slow client cannot hold
+//! a connection open), request heads are capped at `MAX_HEAD_BYTES`, and a
+//! connection is closed gracefully after `CONNECTION_LIFETIME`.
 
 pub mod guard;
 mod order_id;

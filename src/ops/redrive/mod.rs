@@ -30,14 +30,14 @@
 //!   itself holds dead letters only: a Kafka UI, an alert on its growth or
 //!   another team's tool sees nothing but letters. (Before the log, re-drive
 //!   records were appended to the dead-letter partition, header
-//!   [`crate::kafka::headers::HEADER_REDRIVE_DONE`]; those are still read, never written.) The
+//!   `crate::kafka::headers::HEADER_REDRIVE_DONE`; those are still read, never written.) The
 //!   commit stays the fast path; the log makes `--source` and `--all` agree.
 //! * **Duplicate letters** (a crash of the processor after a letter was
 //!   produced and before its batch was written re-sends the letter) share a
 //!   source position: one run re-drives the first and skips the others.
 //!
 //! A crash between the acknowledgements and the re-drive record re-sends
-//! that chunk (at most [`CHUNK`] records) on the next run; the processor's
+//! that chunk (at most `CHUNK` records) on the next run; the processor's
 //! inbox drops a re-sent event as a duplicate, so it is still applied once.
 //! Run one replay at a time: two concurrent runs can both send a letter.
 

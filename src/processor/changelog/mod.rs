@@ -4,7 +4,7 @@
 //! store that is lost, is restored from it.
 //!
 //! A record's key is the changed key in its changelog form
-//! ([`crate::engine::store::to_changelog_key`]: an order's `order_id`, or a reserved
+//! (`crate::engine::store::to_changelog_key`: an order's `order_id`, or a reserved
 //! key no `order_id` can equal); its value is the store's value, byte for
 //! byte (`None`, a tombstone, for a deletion). Each write-out's records carry
 //! the header [`crate::kafka::headers::HEADER_COVERS`]: the input offset its checkpoint moves to.

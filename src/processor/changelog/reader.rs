@@ -1,5 +1,5 @@
 //! Reading one changelog partition: what the changelog adds to the shared
-//! [`PartitionReader`], the search for the last checkpoint record and the
+//! `PartitionReader`, the search for the last checkpoint record and the
 //! changelog's headers, with its errors in [`ChangelogError`]'s words. Used
 //! by restore and by `orderly replay`.
 

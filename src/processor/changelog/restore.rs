@@ -4,7 +4,7 @@
 //! 1. The tree's recorded changelog position (`changelog_next`), or the
 //!    changelog's start without one, is compared with the changelog's end:
 //!    its last stable offset once no transaction is open on it
-//!    ([`ChangelogReader::settled_watermarks`]: a restore that stopped at an
+//!    (`ChangelogReader::settled_watermarks`: a restore that stopped at an
 //!    open transaction would miss what was committed after it). Not below
 //!    it: nothing to do.
 //! 2. The last checkpoint record after that position is found by reading
