@@ -17,7 +17,7 @@ use orderly::ops::load::produce_planned;
 use orderly::registry::Registry;
 use support::mock::{self, producer};
 use support::registry_double::RegistryDouble;
-use support::{committed, signal, unique, wait_exit, wait_until, Instance, Setup};
+use support::{committed, signal, unique, wait_exit, wait_until};
 
 const PARTITIONS: i32 = 4;
 
@@ -110,16 +110,7 @@ fn a_users_own_binary_keeps_the_newest_scan_of_each_shipment() {
         .expect("produce");
 
     let group = unique("group");
-    let instance = Instance::new(&Setup {
-        kafka_extra: "",
-        bootstrap: &c.bootstrap,
-        registry_url: &registry.url,
-        group: &group,
-        topic: &c.topic,
-        dlq_topic: &c.dlq,
-        session_timeout_ms: 6000,
-        extra: "",
-    });
+    let instance = c.instance(&registry.url, &group, "");
     let shipments = |args: &[&str]| {
         let mut command = Command::new(&bin);
         command

@@ -898,16 +898,7 @@ fn a_registry_outage_is_not_taken_for_a_paused_process() {
     )
     .expect("plan");
     let group = unique("group");
-    let instance = Instance::new(&Setup {
-        kafka_extra: "",
-        bootstrap: &c.bootstrap,
-        registry_url: &registry.url,
-        group: &group,
-        topic: &c.topic,
-        dlq_topic: &c.dlq,
-        session_timeout_ms: 6000,
-        extra: "",
-    });
+    let instance = c.instance(&registry.url, &group, "");
     // Without a changelog: the pause check holds write-outs only there.
     let no_changelog = [
         ("ORDERLY_KAFKA__CHANGELOG_TOPIC", ""),
@@ -973,16 +964,7 @@ fn a_missing_output_topic_is_reported_once_with_the_partition_count() {
     let c = cluster();
     let registry = RegistryDouble::start();
     let group = unique("group");
-    let instance = Instance::new(&Setup {
-        kafka_extra: "",
-        bootstrap: &c.bootstrap,
-        registry_url: &registry.url,
-        group: &group,
-        topic: &c.topic,
-        dlq_topic: &c.dlq,
-        session_timeout_ms: 6000,
-        extra: "",
-    });
+    let instance = c.instance(&registry.url, &group, "");
     let missing = unique("missing-status");
     let mut child = instance.spawn_run_env(
         None,
@@ -1079,16 +1061,7 @@ fn an_unreachable_registry_at_start_up_is_waited_for_with_the_outbox_on() {
         .expect("a free port");
     let registry_url = format!("http://127.0.0.1:{port}");
     let group = unique("group");
-    let instance = Instance::new(&Setup {
-        kafka_extra: "",
-        bootstrap: &c.bootstrap,
-        registry_url: &registry_url,
-        group: &group,
-        topic: &c.topic,
-        dlq_topic: &c.dlq,
-        session_timeout_ms: 6000,
-        extra: "",
-    });
+    let instance = c.instance(&registry_url, &group, "");
     let reaper = support::Reaper::default();
     let mut child = reaper.watch(instance.spawn_run(None));
     let waiting = wait_until(Duration::from_secs(45), || {

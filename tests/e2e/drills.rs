@@ -7,9 +7,9 @@ use rand::Rng;
 
 use orderly::domains::orders::workload::{PlannedRecord, WorkloadSpec};
 
-use crate::support::{end_offsets, signal, wait_exit, wait_until, Instance};
+use crate::support::{signal, wait_exit, wait_until, Instance};
 use crate::world::{tail, Broker, Counts, World};
-use crate::{required_env, PARTITIONS, SESSION_TIMEOUT_MS, SHORT_SESSION_TIMEOUT_MS};
+use crate::{required_env, SESSION_TIMEOUT_MS, SHORT_SESSION_TIMEOUT_MS};
 
 /// 100,000+ events over 4 partitions; the processor is killed with SIGKILL
 /// at random moments at least 20 times while it works, and aborted at each
@@ -315,8 +315,7 @@ fn broker_restart_mid_load() {
     );
     broker.restart();
     world.produce(&records[half..]);
-    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let caught_up = wait_until(Duration::from_secs(240), || world.committed() == ends);
+    let caught_up = world.caught_up(Duration::from_secs(240));
     signal(&child, "TERM");
     let status = wait_exit(&mut child, Duration::from_secs(30));
     let log = instance.log();

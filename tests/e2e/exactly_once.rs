@@ -90,8 +90,7 @@ fn zombie(guarantee: &str) -> Zombie {
     let mut run_b = reaper.watch(b.spawn_run(None));
     let address_b = b.wait_http(0);
     world.produce(second);
-    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);
+    let caught_up = world.caught_up(Duration::from_secs(120));
     assert!(
         caught_up,
         "b caught up while a was stopped\n{}",
@@ -136,8 +135,7 @@ fn zombie(guarantee: &str) -> Zombie {
         window.len()
     );
     world.produce(third);
-    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let settled = wait_until(Duration::from_secs(120), || world.committed() == ends);
+    let settled = world.caught_up(Duration::from_secs(120));
     assert!(
         settled,
         "the group caught up after a resumed\n{}\n---\n{}",

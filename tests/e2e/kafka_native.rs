@@ -428,8 +428,7 @@ fn a_changelog_the_broker_compacted_restores_every_order_exactly() {
         world.produce(wave);
         std::thread::sleep(Duration::from_millis(700));
     }
-    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);
+    let caught_up = world.caught_up(Duration::from_secs(120));
     assert!(caught_up, "caught up\n{}", tail(&a.log()));
     stop(&mut run_a, &a);
 

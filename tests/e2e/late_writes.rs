@@ -305,8 +305,7 @@ fn through_broker_restart(guarantee: &str, kill: bool, seed: u64) {
     let b = world.instance(settings);
     let mut run_b = reaper.watch(b.spawn_run(None));
     world.produce(second);
-    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let caught_up = wait_until(Duration::from_secs(150), || world.committed() == ends);
+    let caught_up = world.caught_up(Duration::from_secs(150));
     assert!(
         caught_up,
         "b caught up after the restart\n{}",
@@ -316,8 +315,7 @@ fn through_broker_restart(guarantee: &str, kill: bool, seed: u64) {
     signal(&run_a, "CONT");
     std::thread::sleep(Duration::from_secs(3));
     world.produce(third);
-    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let settled = wait_until(Duration::from_secs(150), || world.committed() == ends);
+    let settled = world.caught_up(Duration::from_secs(150));
     assert!(
         settled,
         "the group caught up after a resumed\n{}\n---\n{}",
@@ -825,8 +823,7 @@ fn late_write(guarantee: &str, point: &str, seed: u64) {
     let b = world.instance(&settings);
     let mut run_b = reaper.watch(b.spawn_run(None));
     world.produce(second);
-    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);
+    let caught_up = world.caught_up(Duration::from_secs(120));
     assert!(
         caught_up,
         "b caught up while a was stopped\n{}",
@@ -842,8 +839,7 @@ fn late_write(guarantee: &str, point: &str, seed: u64) {
     assert!(resumed, "a resumed\n{}", tail(&a.log()));
     std::thread::sleep(Duration::from_secs(3));
     world.produce(third);
-    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let settled = wait_until(Duration::from_secs(120), || world.committed() == ends);
+    let settled = world.caught_up(Duration::from_secs(120));
     assert!(
         settled,
         "the group caught up after a resumed\n{}\n---\n{}",

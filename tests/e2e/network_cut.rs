@@ -111,8 +111,7 @@ fn network_cut(guarantee: &str, seed: u64) {
     let b = world.instance(&settings);
     let mut run_b = reaper.watch(b.spawn_run(None));
     world.produce(second);
-    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let caught_up = wait_until(Duration::from_secs(120), || world.committed() == ends);
+    let caught_up = world.caught_up(Duration::from_secs(120));
     assert!(
         caught_up,
         "b caught up while a was cut off\n{}",
@@ -203,8 +202,7 @@ fn network_cut(guarantee: &str, seed: u64) {
 
     // The last third, processed by the group; a carried on throughout.
     world.produce(third);
-    let ends = end_offsets(&world.bootstrap, &world.topic, PARTITIONS);
-    let settled = wait_until(Duration::from_secs(120), || world.committed() == ends);
+    let settled = world.caught_up(Duration::from_secs(120));
     assert!(
         settled,
         "the group caught up after the heal\n{}\n---\n{}",

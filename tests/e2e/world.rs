@@ -235,6 +235,13 @@ impl World {
         committed(&self.bootstrap, &self.group, &self.topic, PARTITIONS)
     }
 
+    /// Waits up to `within` until the group has committed every record the
+    /// input topic holds now.
+    pub fn caught_up(&self, within: Duration) -> bool {
+        let ends = end_offsets(&self.bootstrap, &self.topic, PARTITIONS);
+        wait_until(within, || self.committed() == ends)
+    }
+
     pub fn committed_total(&self) -> i64 {
         self.committed().values().filter(|o| **o > 0).sum()
     }

@@ -11,7 +11,7 @@ use rdkafka::ClientConfig;
 
 use orderly::config::Config;
 
-use super::unique;
+use super::{unique, Instance, Setup};
 
 pub struct Cluster {
     pub mock: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
@@ -19,6 +19,23 @@ pub struct Cluster {
     pub topic: String,
     pub dlq: String,
     pub changelog: String,
+}
+
+impl Cluster {
+    /// An `orderly` instance on this cluster's topics (session timeout 6 s),
+    /// in `group`, with the registry at `registry_url` and `extra` settings.
+    pub fn instance(&self, registry_url: &str, group: &str, extra: &str) -> Instance {
+        Instance::new(&Setup {
+            kafka_extra: "",
+            bootstrap: &self.bootstrap,
+            registry_url,
+            group,
+            topic: &self.topic,
+            dlq_topic: &self.dlq,
+            session_timeout_ms: 6000,
+            extra,
+        })
+    }
 }
 
 /// An input topic of `partitions` partitions, with its changelog and output
