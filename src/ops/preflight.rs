@@ -19,7 +19,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::ClientConfig;
 
 use crate::config::Config;
-pub use crate::error_chain::error_text;
+use crate::error_chain::error_text;
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -456,7 +456,7 @@ fn start<E: Entity + Clone>(chosen: Chosen<E>) -> std::process::ExitCode {
         Err(e) => {
             // Each cause once: a library error that prints its source is not
             // followed by that source again.
-            eprintln!("error: {}", preflight::error_text(e.as_ref()));
+            eprintln!("error: {}", crate::error_chain::error_text(e.as_ref()));
             exit_for(&e).into()
         }
     }
