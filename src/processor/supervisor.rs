@@ -173,7 +173,8 @@ impl<E: Entity> PartitionSupervisor<E> {
                 rewind: None,
                 fences: Vec::new(),
             };
-            let input = PartitionInput { queue, ready };
+            let input =
+                PartitionInput::new(queue, ready, Arc::downgrade(&consumer), &topic, partition);
             let span = info_span!("partition", topic = %topic, partition, group = %shared.config.kafka.group_id);
             let fatal = shared.clone();
             // Supervised: an error or a panic in the task stops the process
