@@ -32,7 +32,7 @@ impl<E: Entity> Draining<E> {
         mut fetched: Vec<S::Record<'q>>,
     ) -> Result<(), ProcessError> {
         let (max_records, partition) = (
-            self.live.task.shared.config.processing.batch_max_records,
+            self.live.task.settings.batch_max_records,
             self.live.task.partition,
         );
         loop {

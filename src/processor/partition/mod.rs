@@ -41,6 +41,7 @@ pub(crate) mod mode;
 mod processing;
 mod restoring;
 mod schedule;
+pub(crate) mod settings;
 pub(crate) mod source;
 mod stopped;
 #[cfg(test)]
@@ -63,6 +64,7 @@ use crate::engine::store::Checkpoint;
 use crate::observe::errors::Stage;
 use crate::observe::{PartitionStatus, Phase};
 use mode::WriteOutMode;
+use settings::TaskSettings;
 
 use processing::{Ended, Processing};
 use restoring::{Restored, Restoring};
@@ -105,6 +107,8 @@ pub(crate) struct PartitionTask<E: Entity> {
     /// partition's transactional producer, opened (fencing the previous
     /// owner's) before the restore.
     pub(crate) mode: WriteOutMode<E>,
+    /// What the task reads from the configuration, taken at assignment.
+    pub(crate) settings: TaskSettings,
     /// Stops the partition when it dead-letters too much.
     pub breaker: Breaker,
     /// The offset of the first record this task took on a partition its
@@ -165,10 +169,8 @@ impl<E: Entity> PartitionTask<E> {
         self.mode = WriteOutMode::Unopened;
         self.state = PartitionState::new(self.state.store().clone(), written);
         self.status.seed(written.as_ref());
-        self.breaker = Breaker::new(crate::engine::breaker::Limits::of(
-            &self.shared.config.processing,
-        ));
-        let grace = Duration::from_millis(self.shared.config.kafka.session_timeout_ms);
+        self.breaker = Breaker::new(self.settings.breaker);
+        let grace = self.settings.session_timeout;
         warn!(
             partition,
             error = %cause,

@@ -86,10 +86,9 @@ impl<E: Entity> Processing<E> {
         mut self,
         source: &'q S,
     ) -> Result<Ended<E, S::Record<'q>>, ProcessError> {
-        let config = &self.live.task.shared.config.processing;
-        let max_records = config.batch_max_records;
-        let max_wait = Duration::from_millis(config.batch_max_wait_ms);
-        let interval = Duration::from_millis(config.commit_interval_ms);
+        let settings = &self.live.task.settings;
+        let max_records = settings.batch_max_records;
+        let max_wait = settings.batch_max_wait;
         // Without a changelog, a task that did not run for longer than the
         // session timeout (the process was paused: SIGSTOP, a GC or VM
         // freeze) may have been presumed dead, its partition given to
@@ -100,14 +99,11 @@ impl<E: Entity> Processing<E> {
         // (a network cut, which no pause measures, is covered the same way).
         let mut schedule = WriteSchedule::new(
             Settings {
-                interval,
+                interval: settings.commit_interval,
                 // Caught up with the input: write out this soon after the
                 // last write-out instead of a whole interval later.
-                caught_up_after: (config.caught_up_write_ms > 0)
-                    .then(|| Duration::from_millis(config.caught_up_write_ms).min(interval)),
-                session: Duration::from_millis(
-                    self.live.task.shared.config.kafka.session_timeout_ms,
-                ),
+                caught_up_after: settings.caught_up_write,
+                session: settings.session_timeout,
                 pause_hold: PAUSE_HOLD,
                 hold_pauses: self.live.task.mode.unfenced(),
             },

@@ -11,10 +11,11 @@ use tokio::task::JoinHandle;
 
 use super::mode::WriteOutMode;
 use super::processing::{Ended, Processing};
+use super::settings::TaskSettings;
 use super::source::MemorySource;
 use super::{Command, PartitionTask};
 use crate::config::Config;
-use crate::engine::breaker::{Breaker, Limits};
+use crate::engine::breaker::Breaker;
 use crate::engine::codec::Decoder;
 use crate::engine::entity::Entity;
 use crate::engine::partition_state::PartitionState;
@@ -70,6 +71,7 @@ impl<E: Entity> Harness<E> {
         let checkpoint = tree.checkpoint().unwrap();
         let status = Arc::new(PartitionStatus::new(partition, checkpoint.as_ref()));
         let (commands, rx) = mpsc::channel(1);
+        let settings = TaskSettings::of(&shared.config);
         let task = PartitionTask {
             shared: shared.clone(),
             partition,
@@ -79,7 +81,8 @@ impl<E: Entity> Harness<E> {
             consumer: Weak::new(),
             assigned_at: checkpoint.map(|c| c.next_offset),
             mode: WriteOutMode::StoreOnly,
-            breaker: Breaker::new(Limits::of(&shared.config.processing)),
+            settings: settings.clone(),
+            breaker: Breaker::new(settings.breaker),
             first_offset: None,
             rewind: None,
             fences: Vec::new(),
