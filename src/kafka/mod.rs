@@ -362,11 +362,8 @@ where
 }
 
 /// The value of a record's header `name` (the first one), if any.
-pub fn header<'m>(
-    message: &'m rdkafka::message::BorrowedMessage<'_>,
-    name: &str,
-) -> Option<&'m [u8]> {
-    use rdkafka::message::{Headers, Message};
+pub fn header<'m>(message: &'m impl rdkafka::message::Message, name: &str) -> Option<&'m [u8]> {
+    use rdkafka::message::Headers;
     message
         .headers()?
         .iter()

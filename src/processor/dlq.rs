@@ -147,20 +147,57 @@ pub enum DeadLetterError {
 }
 
 pub struct DeadLetters {
-    producer: FutureProducer,
+    sink: Sink,
     dlq_topic: String,
     source_topic: String,
     /// Where transient failures are counted (`orderly_errors_total`).
     errors: Option<std::sync::Arc<crate::observe::Telemetry>>,
 }
 
+/// Where letters go: the dead-letter topic, or (tests) memory.
+enum Sink {
+    Kafka(FutureProducer),
+    #[cfg(test)]
+    Memory(std::sync::Mutex<Vec<(i64, PoisonKind)>>),
+}
+
+impl Sink {
+    fn producer(&self) -> Option<&FutureProducer> {
+        match self {
+            Sink::Kafka(producer) => Some(producer),
+            #[cfg(test)]
+            Sink::Memory(_) => None,
+        }
+    }
+}
+
 impl DeadLetters {
     pub fn new(producer: FutureProducer, dlq_topic: String, source_topic: String) -> Self {
         DeadLetters {
-            producer,
+            sink: Sink::Kafka(producer),
             dlq_topic,
             source_topic,
             errors: None,
+        }
+    }
+
+    /// Letters kept in memory, for tests without a broker.
+    #[cfg(test)]
+    pub(crate) fn in_memory(dlq_topic: String, source_topic: String) -> Self {
+        DeadLetters {
+            sink: Sink::Memory(Default::default()),
+            dlq_topic,
+            source_topic,
+            errors: None,
+        }
+    }
+
+    /// What an in-memory sink was sent: each letter's offset and kind.
+    #[cfg(test)]
+    pub(crate) fn sent(&self) -> Vec<(i64, PoisonKind)> {
+        match &self.sink {
+            Sink::Memory(sent) => sent.lock().map(|s| s.clone()).unwrap_or_default(),
+            Sink::Kafka(_) => Vec::new(),
         }
     }
 
@@ -181,8 +218,10 @@ impl DeadLetters {
     /// to create it (a metadata request for every topic never auto-creates).
     /// Blocking, up to `timeout`: call it from a thread that may block.
     pub fn check_topic(&self, timeout: Duration) -> Result<(), DeadLetterError> {
-        let metadata = self
-            .producer
+        let Some(producer) = self.sink.producer() else {
+            return Ok(());
+        };
+        let metadata = producer
             .client()
             .fetch_metadata(None, timeout)
             .map_err(|source| DeadLetterError::Metadata {
@@ -283,7 +322,17 @@ impl DeadLetters {
 
     async fn send_one(&self, letter: &DeadLetter<'_>) -> Result<(), KafkaError> {
         let record = letter_record(&self.dlq_topic, &self.source_topic, letter);
-        self.producer
+        #[cfg(test)]
+        if let Sink::Memory(sent) = &self.sink {
+            if let Ok(mut sent) = sent.lock() {
+                sent.push((letter.offset, letter.kind));
+            }
+            return Ok(());
+        }
+        let Some(producer) = self.sink.producer() else {
+            return Ok(());
+        };
+        producer
             .send(record, QUEUE_TIMEOUT)
             .await
             .map(|_| ())

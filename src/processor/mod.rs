@@ -15,11 +15,16 @@ pub mod outbox;
 
 mod context;
 mod dlq;
-mod flusher;
+pub(crate) mod flusher;
 mod owners;
 mod partition;
 mod supervisor;
 mod transaction;
+
+/// A partition task without a broker, for the tests that need an entity
+/// (`src/domains/orders/engine_tests/processing.rs`).
+#[cfg(test)]
+pub(crate) use partition::{source::MemorySource, testing::Harness};
 
 use crate::engine::entity::Entity;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

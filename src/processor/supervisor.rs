@@ -27,6 +27,7 @@ use tracing::{error, info, info_span, warn, Instrument};
 
 use super::context::{OrderlyContext, Rebalance};
 use super::flusher::FlushMsg;
+use super::partition::settings::TaskSettings;
 use super::partition::{Command, PartitionInput, PartitionTask};
 use super::transaction::TxnError;
 use super::{ProcessError, Shared};
@@ -101,6 +102,8 @@ impl<E: Entity> PartitionSupervisor<E> {
             return;
         };
         shared.telemetry.joined.store(true, Ordering::Relaxed);
+        // What the tasks read from the configuration, taken once.
+        let settings = TaskSettings::of(&shared.config);
         let mut assigned = Vec::new();
         for elem in tpl.elements() {
             assigned.push((elem.topic().to_string(), elem.partition()));
@@ -166,14 +169,14 @@ impl<E: Entity> PartitionSupervisor<E> {
                 consumer: Arc::downgrade(&consumer),
                 assigned_at: checkpoint.map(|c| c.next_offset),
                 mode: super::partition::mode::WriteOutMode::Unopened,
-                breaker: crate::engine::breaker::Breaker::new(crate::engine::breaker::Limits::of(
-                    &shared.config.processing,
-                )),
+                settings: settings.clone(),
+                breaker: crate::engine::breaker::Breaker::new(settings.breaker),
                 first_offset: None,
                 rewind: None,
                 fences: Vec::new(),
             };
-            let input = PartitionInput { queue, ready };
+            let input =
+                PartitionInput::new(queue, ready, Arc::downgrade(&consumer), &topic, partition);
             let span = info_span!("partition", topic = %topic, partition, group = %shared.config.kafka.group_id);
             let fatal = shared.clone();
             // Supervised: an error or a panic in the task stops the process

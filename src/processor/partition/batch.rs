@@ -5,12 +5,12 @@
 use crate::engine::entity::Entity;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rdkafka::consumer::base_consumer::PartitionQueue;
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::Message;
 use tracing::{debug, info, warn};
 
 use super::live::Live;
 use super::mode::WriteOutMode;
+use super::source::RecordSource;
 use crate::engine::codec::DecodeError;
 use crate::engine::entity::Event;
 use crate::engine::fault::{self, Point};
@@ -20,7 +20,6 @@ use crate::engine::store::next_offset_after;
 use crate::kafka::headers::HEADER_REDRIVE_COUNT;
 use crate::kafka::retry::Backoff;
 use crate::observe::errors::{Kind, Stage};
-use crate::processor::context::OrderlyContext;
 use crate::processor::dlq::{DeadLetter, HeldLetter};
 use crate::processor::ProcessError;
 
@@ -28,15 +27,15 @@ impl<E: Entity> Live<E> {
     /// Processes one batch: everything in it ends applied, duplicate, stale
     /// or dead-lettered, decided against the order cache; the pending
     /// checkpoint moves past it (written at the next write-out).
-    pub(super) async fn process(
+    pub(super) async fn process<M: Message + Sync>(
         &mut self,
-        batch: &[BorrowedMessage<'_>],
+        batch: &[M],
     ) -> Result<(), ProcessError> {
         let started = Instant::now();
         let expected = self.task.state.pending().map(|c| c.next_offset);
         // Records the checkpoint already covers were processed before a crash
         // or a rebalance: skip them, they are counted already.
-        let fresh: Vec<&BorrowedMessage<'_>> = batch
+        let fresh: Vec<&M> = batch
             .iter()
             .filter(|m| expected.is_none_or(|next| m.offset() >= next))
             .collect();
@@ -62,7 +61,7 @@ impl<E: Entity> Live<E> {
         let mut events: Vec<Sourced<Event<E::Body>>> = Vec::with_capacity(fresh.len());
         let mut letters: Vec<DeadLetter<'_>> = Vec::new();
         let mut dead: Vec<bool> = Vec::with_capacity(fresh.len());
-        for message in &fresh {
+        for &message in &fresh {
             let decoded = self.decode(message).await;
             dead.push(decoded.is_err());
             match decoded {
@@ -157,7 +156,7 @@ impl<E: Entity> Live<E> {
     /// not poison, it must not be skipped).
     async fn decode(
         &self,
-        message: &BorrowedMessage<'_>,
+        message: &impl Message,
     ) -> Result<Event<E::Body>, (crate::engine::codec::PoisonKind, String)> {
         let decoder = &self.task.shared.decoder;
         if let Some(result) = decoder.decode_cached(message.payload()) {
@@ -193,15 +192,15 @@ impl<E: Entity> Live<E> {
     }
 }
 
-/// Moves every record already in the queue into the batch, up to `max`.
-pub(super) fn take_available<'q>(
-    queue: &'q PartitionQueue<OrderlyContext>,
-    batch: &mut Vec<BorrowedMessage<'q>>,
+/// Moves every record already in the source into the batch, up to `max`.
+pub(super) fn take_available<'q, S: RecordSource>(
+    source: &'q S,
+    batch: &mut Vec<S::Record<'q>>,
     max: usize,
     partition: i32,
 ) {
     while batch.len() < max {
-        match queue.poll(Duration::ZERO) {
+        match source.poll() {
             Some(Ok(message)) => batch.push(message),
             Some(Err(error)) => {
                 warn!(partition, %error, "partition queue error (librdkafka retries on its own)")
@@ -213,7 +212,7 @@ pub(super) fn take_available<'q>(
 
 /// The record's re-drive count header, as it is: a letter of a re-driven
 /// record that fails again keeps the count `orderly dlq replay` gave it.
-fn redrive_count<'m>(message: &'m BorrowedMessage<'_>) -> Option<&'m [u8]> {
+fn redrive_count(message: &impl Message) -> Option<&[u8]> {
     crate::kafka::header(message, HEADER_REDRIVE_COUNT)
 }
 

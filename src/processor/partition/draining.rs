@@ -4,14 +4,12 @@
 //! written, and the drain is answered with the written checkpoint.
 
 use crate::engine::entity::Entity;
-use rdkafka::consumer::base_consumer::PartitionQueue;
-use rdkafka::message::BorrowedMessage;
 
 use super::batch::take_available;
 use super::live::Live;
+use super::source::RecordSource;
 use super::Reply;
 use crate::observe::Phase;
-use crate::processor::context::OrderlyContext;
 use crate::processor::ProcessError;
 
 /// A partition task finishing its work before the release.
@@ -28,17 +26,17 @@ impl<E: Entity> Draining<E> {
 
     /// Decides the `fetched` records and everything else already in the
     /// queue, writes them out, drains the outbox and replies.
-    pub(super) async fn run<'q>(
+    pub(super) async fn run<'q, S: RecordSource>(
         mut self,
-        queue: &'q PartitionQueue<OrderlyContext>,
-        mut fetched: Vec<BorrowedMessage<'q>>,
+        source: &'q S,
+        mut fetched: Vec<S::Record<'q>>,
     ) -> Result<(), ProcessError> {
         let (max_records, partition) = (
-            self.live.task.shared.config.processing.batch_max_records,
+            self.live.task.settings.batch_max_records,
             self.live.task.partition,
         );
         loop {
-            take_available(queue, &mut fetched, max_records, partition);
+            take_available(source, &mut fetched, max_records, partition);
             if fetched.is_empty() {
                 break;
             }

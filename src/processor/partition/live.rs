@@ -90,7 +90,7 @@ impl<E: Entity> Live<E> {
             self.task.state.send_status_changes(with_write_out);
             return Ok(());
         }
-        if self.task.shared.config.outbox.delivery == OutboxDelivery::WriteOut {
+        if self.task.settings.outbox_delivery == OutboxDelivery::WriteOut {
             self.task.state.send_status_changes(with_write_out);
             let (left, _) = self.task.state.store().outbox_backlog::<E::Status>()?;
             if left == 0 {
@@ -165,8 +165,7 @@ impl<E: Entity> Live<E> {
         let Some(relay) = self.relay.take() else {
             return Ok(());
         };
-        let deadline = Instant::now()
-            + Duration::from_millis(self.task.shared.config.processing.shutdown_timeout_ms / 2);
+        let deadline = Instant::now() + self.task.settings.shutdown_timeout / 2;
         loop {
             if self.relay_caught_up(&relay)? {
                 break;

@@ -21,6 +21,10 @@
 //! * [`stopped`]: the dead-letter breaker tripped; write out what came
 //!   before, then wait for the rebalance or shutdown that releases it.
 //!
+//! Processing and draining take their records from a
+//! [`source::RecordSource`]: the partition's librdkafka queue, or in the
+//! unit tests an in-memory source (the task then runs without a broker).
+//!
 //! A task whose transactional producer is fenced while the partition is
 //! still assigned to it (another producer of its transactional id
 //! initialised: a member paused while it started the partition, which
@@ -37,15 +41,18 @@ pub(crate) mod mode;
 mod processing;
 mod restoring;
 mod schedule;
+pub(crate) mod settings;
+pub(crate) mod source;
 mod stopped;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use crate::engine::entity::Entity;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::BaseConsumer;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info, warn};
 
 use super::context::OrderlyContext;
@@ -57,17 +64,11 @@ use crate::engine::store::Checkpoint;
 use crate::observe::errors::Stage;
 use crate::observe::{PartitionStatus, Phase};
 use mode::WriteOutMode;
+use settings::TaskSettings;
 
 use processing::{Ended, Processing};
 use restoring::{Restored, Restoring};
-
-/// The consumer side of one partition: its own librdkafka queue (split off
-/// the consumer's main queue, so records reach the task without a copy or a
-/// hand-off through the poll thread) and the signal that it became non-empty.
-pub(crate) struct PartitionInput {
-    pub queue: PartitionQueue<OrderlyContext>,
-    pub ready: Arc<Notify>,
-}
+pub(crate) use source::PartitionInput;
 
 /// What the rebalance callback tells a partition task.
 pub(super) enum Command {
@@ -106,6 +107,8 @@ pub(crate) struct PartitionTask<E: Entity> {
     /// partition's transactional producer, opened (fencing the previous
     /// owner's) before the restore.
     pub(crate) mode: WriteOutMode<E>,
+    /// What the task reads from the configuration, taken at assignment.
+    pub(crate) settings: TaskSettings,
     /// Stops the partition when it dead-letters too much.
     pub breaker: Breaker,
     /// The offset of the first record this task took on a partition its
@@ -127,20 +130,17 @@ const FENCE_WINDOW: Duration = Duration::from_secs(600);
 impl<E: Entity> PartitionTask<E> {
     /// Runs the partition through its phases until it is released.
     pub(super) async fn run(self, input: PartitionInput) -> Result<(), ProcessError> {
-        let PartitionInput { queue, ready } = input;
         let mut starting = self;
         loop {
             let (fenced, cause) = match Restoring::enter(starting).run().await? {
-                Restored::Ready(task) => {
-                    match Processing::enter(task).await?.run(&queue, &ready).await? {
-                        Ended::Drain { draining, fetched } => {
-                            return draining.run(&queue, fetched).await
-                        }
-                        Ended::Lost => return Ok(()),
-                        Ended::Stopped(stopped) => return stopped.run().await,
-                        Ended::Fenced { task, cause } => (task, cause),
+                Restored::Ready(task) => match Processing::enter(task).await?.run(&input).await? {
+                    Ended::Drain { draining, fetched } => {
+                        return draining.run(&input, fetched).await
                     }
-                }
+                    Ended::Lost => return Ok(()),
+                    Ended::Stopped(stopped) => return stopped.run().await,
+                    Ended::Fenced { task, cause } => (task, cause),
+                },
                 Restored::Released { task, reply } => {
                     // Revoked while restoring: nothing was processed.
                     task.reply(reply);
@@ -169,10 +169,8 @@ impl<E: Entity> PartitionTask<E> {
         self.mode = WriteOutMode::Unopened;
         self.state = PartitionState::new(self.state.store().clone(), written);
         self.status.seed(written.as_ref());
-        self.breaker = Breaker::new(crate::engine::breaker::Limits::of(
-            &self.shared.config.processing,
-        ));
-        let grace = Duration::from_millis(self.shared.config.kafka.session_timeout_ms);
+        self.breaker = Breaker::new(self.settings.breaker);
+        let grace = self.settings.session_timeout;
         warn!(
             partition,
             error = %cause,

@@ -6,22 +6,18 @@
 //! the partition is drained, lost, or stopped by the dead-letter breaker.
 
 use crate::engine::entity::Entity;
-use std::ffi::CString;
 use std::time::Duration;
 
-use rdkafka::consumer::base_consumer::PartitionQueue;
-use rdkafka::message::BorrowedMessage;
-use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use super::batch::take_available;
 use super::draining::Draining;
 use super::live::Live;
 use super::schedule::{Settings, Wake, WriteSchedule};
+use super::source::RecordSource;
 use super::stopped::Stopped;
 use super::{Command, PartitionTask};
 use crate::observe::Phase;
-use crate::processor::context::OrderlyContext;
 use crate::processor::flusher::FlushMsg;
 use crate::processor::transaction::TxnError;
 use crate::processor::ProcessError;
@@ -41,12 +37,12 @@ pub(super) struct Processing<E: Entity> {
 }
 
 /// How the processing phase ended.
-pub(super) enum Ended<'q, E: Entity> {
+pub(super) enum Ended<E: Entity, M> {
     /// A drain (revoke, shutdown, or the router gone), with the records
     /// fetched and not yet decided: they are decided before the release.
     Drain {
         draining: Draining<E>,
-        fetched: Vec<BorrowedMessage<'q>>,
+        fetched: Vec<M>,
     },
     /// The partition was lost: released, its unwritten work dropped.
     Lost,
@@ -86,16 +82,13 @@ impl<E: Entity> Processing<E> {
     }
 
     /// Processes until the partition is drained, lost or stopped.
-    pub(super) async fn run<'q>(
+    pub(super) async fn run<'q, S: RecordSource>(
         mut self,
-        queue: &'q PartitionQueue<OrderlyContext>,
-        ready: &Notify,
-    ) -> Result<Ended<'q, E>, ProcessError> {
-        let config = &self.live.task.shared.config.processing;
-        let max_records = config.batch_max_records;
-        let max_wait = Duration::from_millis(config.batch_max_wait_ms);
-        let interval = Duration::from_millis(config.commit_interval_ms);
-        let end = End::new(&self.live.task.shared.topic);
+        source: &'q S,
+    ) -> Result<Ended<E, S::Record<'q>>, ProcessError> {
+        let settings = &self.live.task.settings;
+        let max_records = settings.batch_max_records;
+        let max_wait = settings.batch_max_wait;
         // Without a changelog, a task that did not run for longer than the
         // session timeout (the process was paused: SIGSTOP, a GC or VM
         // freeze) may have been presumed dead, its partition given to
@@ -106,21 +99,18 @@ impl<E: Entity> Processing<E> {
         // (a network cut, which no pause measures, is covered the same way).
         let mut schedule = WriteSchedule::new(
             Settings {
-                interval,
+                interval: settings.commit_interval,
                 // Caught up with the input: write out this soon after the
                 // last write-out instead of a whole interval later.
-                caught_up_after: (config.caught_up_write_ms > 0)
-                    .then(|| Duration::from_millis(config.caught_up_write_ms).min(interval)),
-                session: Duration::from_millis(
-                    self.live.task.shared.config.kafka.session_timeout_ms,
-                ),
+                caught_up_after: settings.caught_up_write,
+                session: settings.session_timeout,
                 pause_hold: PAUSE_HOLD,
                 hold_pauses: self.live.task.mode.unfenced(),
             },
             tokio::time::Instant::now(),
         );
         loop {
-            let mut batch: Vec<BorrowedMessage<'_>> = Vec::with_capacity(max_records);
+            let mut batch: Vec<S::Record<'q>> = Vec::with_capacity(max_records);
             let mut drain = None;
             let mut deadline: Option<tokio::time::Instant> = None;
             loop {
@@ -148,7 +138,7 @@ impl<E: Entity> Processing<E> {
                     ),
                     Wake::Paused { held: false, .. } => {}
                 }
-                take_available(queue, &mut batch, max_records, self.live.task.partition);
+                take_available(source, &mut batch, max_records, self.live.task.partition);
                 if batch.len() >= max_records {
                     break;
                 }
@@ -158,7 +148,7 @@ impl<E: Entity> Processing<E> {
                 let mut wait_until =
                     deadline.unwrap_or_else(|| tokio::time::Instant::now() + IDLE_RECHECK);
                 let due = schedule.due(self.live.task.state.has_unwritten(), || {
-                    batch.is_empty() && end.reached(&self.live)
+                    batch.is_empty() && at_end(source, &self.live)
                 });
                 if let Some(due) = due {
                     if tokio::time::Instant::now() >= due {
@@ -173,7 +163,7 @@ impl<E: Entity> Processing<E> {
                         drain = Some(command.map(|Command::Drain { reply, lost }| (reply, lost)));
                         break;
                     }
-                    _ = ready.notified() => {}
+                    _ = source.ready().notified() => {}
                     _ = tokio::time::sleep_until(wait_until) => {
                         // How late the runtime woke this task: the batch wait
                         // and the write-out interval hold only this well.
@@ -226,7 +216,7 @@ impl<E: Entity> Processing<E> {
                 now,
                 state.has_unwritten(),
                 state.dirty_bytes() > self.live.task.shared.cache_share(),
-                || drained && end.reached(&self.live),
+                || drained && at_end(source, &self.live),
             ) {
                 match self.live.write_out().await {
                     Err(ProcessError::Txn(cause @ TxnError::Fenced { .. })) => {
@@ -243,36 +233,16 @@ impl<E: Entity> Processing<E> {
     }
 }
 
-/// The partition's end as the consumer last fetched it (its cached high
-/// watermark: no request to the broker), against the task's position.
-struct End {
-    /// The input topic, for librdkafka (`None`: a name it cannot take, so
-    /// never at the end: write-outs keep to the commit interval).
-    topic: Option<CString>,
-}
-
-impl End {
-    fn new(topic: &str) -> Self {
-        End {
-            topic: CString::new(topic).ok(),
-        }
-    }
-
-    /// True when every record up to the partition's end as last fetched is
-    /// decided, allowing one offset: a transactional producer's last
-    /// record is followed by its commit marker, which no consumer sees.
-    /// Under load the fetched end runs ahead of the position; a fetch state
-    /// older than the last batch (or one record not yet fetched) can make
-    /// this true early, which costs one early write-out (they stay
-    /// `caught_up_write_ms` apart), never a record.
-    fn reached<E: Entity>(&self, live: &Live<E>) -> bool {
-        let (Some(topic), Some(consumer)) = (&self.topic, live.task.consumer.upgrade()) else {
-            return false;
-        };
-        let Some(position) = live.task.state.pending().map(|c| c.next_offset) else {
-            return false;
-        };
-        crate::kafka::cached_high_watermark(&consumer, topic, live.task.partition)
-            .is_some_and(|end| position + 1 >= end)
-    }
+/// True when every record up to the partition's end as last fetched (its
+/// cached high watermark: no request to the broker) is decided, allowing
+/// one offset: a transactional producer's last record is followed by its
+/// commit marker, which no consumer sees. Under load the fetched end runs
+/// ahead of the position; a fetch state older than the last batch (or one
+/// record not yet fetched) can make this true early, which costs one early
+/// write-out (they stay `caught_up_write_ms` apart), never a record.
+fn at_end<E: Entity>(source: &impl RecordSource, live: &Live<E>) -> bool {
+    let Some(position) = live.task.state.pending().map(|c| c.next_offset) else {
+        return false;
+    };
+    source.fetched_end().is_some_and(|end| position + 1 >= end)
 }

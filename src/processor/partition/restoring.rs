@@ -66,11 +66,10 @@ impl<E: Entity> Restoring<E> {
         // Fence the partition's earlier producers first (under either
         // guarantee): after this, no write of a previous owner can become
         // visible behind the restore (see processor::transaction).
-        let config = &task.shared.config;
-        let (scope, output) = match config.processing.guarantee {
+        let (scope, output) = match task.settings.guarantee {
             Guarantee::ExactlyOnce => (TxnScope::Everything, task.shared.outbox.as_ref()),
             Guarantee::AtLeastOnce => {
-                let in_write_out = config.outbox.delivery == OutboxDelivery::WriteOut;
+                let in_write_out = task.settings.outbox_delivery == OutboxDelivery::WriteOut;
                 (
                     TxnScope::Changelog,
                     task.shared.outbox.as_ref().filter(|_| in_write_out),
@@ -78,7 +77,15 @@ impl<E: Entity> Restoring<E> {
             }
         };
         let output = output.map(|o| (o.topic.clone(), o.encoder.clone()));
-        match TxnWriter::open(config, task.partition, changelog.clone(), output).await {
+        // The producer's client settings come from the whole configuration.
+        match TxnWriter::open(
+            &task.shared.config,
+            task.partition,
+            changelog.clone(),
+            output,
+        )
+        .await
+        {
             Ok(txn) => {
                 task.mode = match scope {
                     TxnScope::Everything => WriteOutMode::Everything {

@@ -4,4 +4,5 @@
 mod decide;
 mod outbox;
 mod partition_state;
+mod processing;
 mod store;

@@ -1,0 +1,132 @@
+//! Test support: a partition task past its restore, in the store-only
+//! write-out mode, reading an in-memory [`MemorySource`] and reporting to a
+//! flusher channel the test holds: the processing and draining phases run
+//! with no broker. (The restore, the changelog and exactly-once
+//! transactions, the outbox relay and the flusher's commits need one.)
+
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+
+use super::mode::WriteOutMode;
+use super::processing::{Ended, Processing};
+use super::settings::TaskSettings;
+use super::source::MemorySource;
+use super::{Command, PartitionTask};
+use crate::config::Config;
+use crate::engine::breaker::Breaker;
+use crate::engine::codec::Decoder;
+use crate::engine::entity::Entity;
+use crate::engine::partition_state::PartitionState;
+use crate::engine::store::{Checkpoint, PartitionStore, Store};
+use crate::observe::{PartitionStatus, Telemetry};
+use crate::processor::dlq::DeadLetters;
+use crate::processor::flusher::FlushMsg;
+use crate::processor::{Counters, ProcessError, Shared};
+
+/// A running partition task over `source`, and what a test looks at.
+pub(crate) struct Harness<E: Entity> {
+    pub shared: Arc<Shared<E>>,
+    pub status: Arc<PartitionStatus>,
+    /// The partition's tree, as the task writes it.
+    pub store: PartitionStore,
+    /// What the task handed to the flusher.
+    pub flushes: mpsc::Receiver<FlushMsg>,
+    commands: mpsc::Sender<Command>,
+    join: JoinHandle<Result<(), ProcessError>>,
+}
+
+impl<E: Entity> Harness<E> {
+    /// Starts partition `partition`'s task on `source` (processing, then
+    /// draining on a drain), from the checkpoint its tree holds.
+    pub(crate) fn start(
+        decoder: Decoder<E>,
+        store: Store,
+        config: Config,
+        partition: i32,
+        source: Arc<MemorySource>,
+    ) -> Self {
+        let topic = config.kafka.input_topic.clone();
+        let (flush_tx, flushes) = mpsc::channel(1024);
+        let shared = Arc::new(Shared {
+            dead_letters: DeadLetters::in_memory(config.kafka.dlq_topic.clone(), topic.clone()),
+            topic: topic.clone(),
+            changelog: None,
+            outbox: None,
+            store: store.clone(),
+            decoder,
+            retention: config.inbox_retention(),
+            counters: Counters::default(),
+            telemetry: Arc::new(Telemetry::default()),
+            assigned: std::sync::atomic::AtomicUsize::new(1),
+            config,
+            flush_tx,
+            fatal: Mutex::new(None),
+            fatal_notify: Notify::new(),
+        });
+        #[allow(clippy::unwrap_used)]
+        let tree = store.partition(&topic, partition).unwrap();
+        #[allow(clippy::unwrap_used)]
+        let checkpoint = tree.checkpoint().unwrap();
+        let status = Arc::new(PartitionStatus::new(partition, checkpoint.as_ref()));
+        let (commands, rx) = mpsc::channel(1);
+        let settings = TaskSettings::of(&shared.config);
+        let task = PartitionTask {
+            shared: shared.clone(),
+            partition,
+            state: PartitionState::new(tree.clone(), checkpoint),
+            rx,
+            status: status.clone(),
+            consumer: Weak::new(),
+            assigned_at: checkpoint.map(|c| c.next_offset),
+            mode: WriteOutMode::StoreOnly,
+            settings: settings.clone(),
+            breaker: Breaker::new(settings.breaker),
+            first_offset: None,
+            rewind: None,
+            fences: Vec::new(),
+        };
+        let join = tokio::spawn(async move {
+            match Processing::enter(task).await?.run(&*source).await? {
+                Ended::Drain { draining, fetched } => draining.run(&*source, fetched).await,
+                Ended::Stopped(stopped) => stopped.run().await,
+                Ended::Lost | Ended::Fenced { .. } => Ok(()),
+            }
+        });
+        Harness {
+            shared,
+            status,
+            store: tree,
+            flushes,
+            commands,
+            join,
+        }
+    }
+
+    /// Revokes the partition: the task finishes what its source holds,
+    /// writes it out and answers with the written checkpoint; then how the
+    /// task ended.
+    pub(crate) async fn drain(&mut self) -> (Option<Checkpoint>, Result<(), ProcessError>) {
+        let (reply, answer) = oneshot::channel();
+        let _ = self
+            .commands
+            .send(Command::Drain { reply, lost: false })
+            .await;
+        let checkpoint = answer.await.ok().flatten();
+        let ended = match (&mut self.join).await {
+            Ok(ended) => ended,
+            Err(panicked) => std::panic::resume_unwind(panicked.into_panic()),
+        };
+        (checkpoint, ended)
+    }
+
+    /// Every message the task handed to the flusher so far.
+    pub(crate) fn flushed(&mut self) -> Vec<FlushMsg> {
+        let mut all = Vec::new();
+        while let Ok(message) = self.flushes.try_recv() {
+            all.push(message);
+        }
+        all
+    }
+}
