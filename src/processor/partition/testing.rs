@@ -35,6 +35,44 @@ pub(crate) struct Harness<E: Entity> {
     pub flushes: mpsc::Receiver<FlushMsg>,
     commands: mpsc::Sender<Command>,
     join: JoinHandle<Result<(), ProcessError>>,
+    _watchdog: Watchdog,
+}
+
+/// Aborts the test process when a harness lives longer than
+/// [`Watchdog::LIMIT`] of real time. The tests run on tokio's paused clock,
+/// which only moves when every task waits: a task that spins would hang the
+/// test (and CI) rather than fail it, and no tokio timeout could fire.
+struct Watchdog(Arc<std::sync::atomic::AtomicBool>);
+
+impl Watchdog {
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+    fn arm(what: String) -> Self {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = done.clone();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            while started.elapsed() < Self::LIMIT {
+                if seen.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            eprintln!(
+                "{what}: still running after {:?} of real time (a task that spins \
+                 under the paused clock?): aborting",
+                Self::LIMIT
+            );
+            std::process::abort();
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl<E: Entity> Harness<E> {
@@ -101,6 +139,7 @@ impl<E: Entity> Harness<E> {
             flushes,
             commands,
             join,
+            _watchdog: Watchdog::arm(format!("partition {partition}'s task harness")),
         }
     }
 
