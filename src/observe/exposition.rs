@@ -139,9 +139,18 @@ impl Collector for TelemetryCollector {
             "orderly_restore_remaining_records",
             "Changelog records still to restore (only while the partition restores)",
             &partitions,
+            |p| p.restore.remaining(),
+        )?;
+        partition_gauge(
+            &mut encoder,
+            "orderly_restore_time_left_seconds",
+            "Estimated time a restore still takes, at its rate so far (only while a partition restores, once there is a rate to go by)",
+            &partitions,
             |p| {
-                let left = p.restore_remaining.load(Ordering::Relaxed);
-                (left >= 0).then_some(left)
+                p.restore
+                    .view()
+                    .and_then(|v| v.time_left())
+                    .map(|left| left.as_secs_f64())
             },
         )?;
         partition_gauge(
@@ -337,7 +346,8 @@ mod tests {
             );
         }
         assert!(
-            !text.contains("orderly_restore_remaining_records{"),
+            !text.contains("orderly_restore_remaining_records{")
+                && !text.contains("orderly_restore_time_left_seconds{"),
             "no restore series while not restoring"
         );
         assert!(text.ends_with("# EOF\n"));
@@ -349,7 +359,8 @@ mod tests {
     fn rules_and_dashboard_use_exposed_metrics() {
         let telemetry = Arc::new(Telemetry::default());
         let status = Arc::new(PartitionStatus::new(0, None));
-        status.restore_remaining.store(5, Ordering::Relaxed);
+        status.restore.begin(5);
+        status.restore.advance(0);
         status.end_offset.store(1, Ordering::Relaxed);
         status.position.store(0, Ordering::Relaxed);
         let _ = status.outbox.set(Default::default());

@@ -12,9 +12,11 @@ pub mod errors;
 pub(crate) mod exposition;
 pub(crate) mod histogram;
 pub mod kafka_link;
+pub mod restore_progress;
 pub mod status;
 pub(crate) mod vocabulary;
 
+pub use restore_progress::{RestoreProgress, RestoreView};
 pub use vocabulary::{Backlog, GroupOwners, Member, OwnersError, Phase};
 
 use std::collections::BTreeMap;
@@ -48,8 +50,8 @@ pub struct PartitionStatus {
     pub checkpoint: AtomicI64,
     /// The partition's high watermark, from the consumer's fetch state.
     pub end_offset: AtomicI64,
-    /// Changelog records still to read while restoring; [`UNKNOWN`] otherwise.
-    pub(crate) restore_remaining: AtomicI64,
+    /// How far a restore from the changelog has come, while one runs.
+    pub restore: RestoreProgress,
     /// The outbox relay's view, once it runs.
     pub outbox: OnceLock<Arc<Backlog>>,
     /// Why the dead-letter breaker stopped the partition, once it did.
@@ -68,7 +70,7 @@ impl PartitionStatus {
             position: AtomicI64::new(UNKNOWN),
             checkpoint: AtomicI64::new(UNKNOWN),
             end_offset: AtomicI64::new(UNKNOWN),
-            restore_remaining: AtomicI64::new(UNKNOWN),
+            restore: RestoreProgress::default(),
             outbox: OnceLock::new(),
             stopped: OnceLock::new(),
         };

@@ -81,6 +81,9 @@ pub struct PartitionRow {
     pub stale: u64,
     pub dead_lettered: u64,
     pub(crate) restore_remaining: Option<i64>,
+    /// The share of the restore's records read, 0 to 100.
+    pub(crate) restore_percent: Option<u8>,
+    pub(crate) restore_seconds_left: Option<f64>,
     pub outbox_pending: u64,
     pub(crate) outbox_oldest_age_seconds: f64,
 }
@@ -100,6 +103,7 @@ fn phase_name(phase: Phase) -> &'static str {
 
 fn row(p: &PartitionStatus) -> PartitionRow {
     let backlog = p.outbox.get();
+    let restore = p.restore.view();
     PartitionRow {
         partition: p.partition,
         phase: phase_name(p.phase()),
@@ -110,7 +114,11 @@ fn row(p: &PartitionStatus) -> PartitionRow {
         duplicate: p.outcomes.duplicates.load(Ordering::Relaxed),
         stale: p.outcomes.stale.load(Ordering::Relaxed),
         dead_lettered: p.outcomes.dead_lettered.load(Ordering::Relaxed),
-        restore_remaining: known(p.restore_remaining.load(Ordering::Relaxed)),
+        restore_remaining: restore.map(|v| v.remaining),
+        restore_percent: restore.map(|v| (v.done() * 100.0).floor() as u8),
+        restore_seconds_left: restore
+            .and_then(|v| v.time_left())
+            .map(|left| (left.as_secs_f64() * 10.0).round() / 10.0),
         outbox_pending: backlog
             .map(|b| b.pending.load(Ordering::Relaxed))
             .unwrap_or(0),
@@ -129,20 +137,22 @@ pub fn not_ready(t: &Telemetry) -> Option<String> {
     if !t.joined.load(Ordering::Relaxed) {
         return Some("waiting for the consumer group to assign partitions".into());
     }
-    for p in t.partitions() {
+    let partitions = t.partitions();
+    // Every restoring partition, each with its progress and time left.
+    let restoring: Vec<String> = partitions
+        .iter()
+        .filter(|p| p.phase() == Phase::Restoring)
+        .map(|p| match p.restore.view() {
+            Some(progress) => format!("partition {} is {}", p.partition, progress.describe()),
+            None => format!("partition {} is restoring from the changelog", p.partition),
+        })
+        .collect();
+    if !restoring.is_empty() {
+        return Some(restoring.join("; "));
+    }
+    for p in partitions {
         match p.phase() {
-            Phase::Processing => {}
-            Phase::Restoring => {
-                let left = p.restore_remaining.load(Ordering::Relaxed);
-                return Some(if left >= 0 {
-                    format!(
-                        "partition {} is restoring from the changelog ({left} records to go)",
-                        p.partition
-                    )
-                } else {
-                    format!("partition {} is restoring from the changelog", p.partition)
-                });
-            }
+            Phase::Processing | Phase::Restoring => {}
             Phase::Draining => {
                 return Some(format!(
                     "partition {} is draining (being released)",
@@ -230,5 +240,62 @@ pub fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
         }),
         outbox,
         partitions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::observe::{PartitionStatus, Telemetry};
+
+    fn joined_with(partitions: &[(i32, Phase)]) -> (Telemetry, Vec<Arc<PartitionStatus>>) {
+        let telemetry = Telemetry::default();
+        telemetry.joined.store(true, Ordering::Relaxed);
+        let statuses = partitions
+            .iter()
+            .map(|&(partition, phase)| {
+                let status = Arc::new(PartitionStatus::new(partition, None));
+                status.enter(phase);
+                telemetry.insert(status.clone());
+                status
+            })
+            .collect();
+        (telemetry, statuses)
+    }
+
+    #[test]
+    fn readiness_names_every_restoring_partition_with_its_progress() {
+        let (telemetry, statuses) = joined_with(&[
+            (0, Phase::Processing),
+            (1, Phase::Restoring),
+            (2, Phase::Restoring),
+        ]);
+        statuses[1].restore.begin(100_000);
+        statuses[1].restore.advance(60_000);
+        let reason = not_ready(&telemetry).expect("not ready");
+        assert!(
+            reason.starts_with(
+                "partition 1 is restoring from the changelog: 40% (60,000 of 100,000 records to go"
+            ),
+            "{reason}"
+        );
+        assert!(
+            reason.ends_with("; partition 2 is restoring from the changelog"),
+            "{reason}"
+        );
+
+        let rows: Vec<PartitionRow> = statuses.iter().map(|p| row(p)).collect();
+        assert_eq!(rows[1].restore_remaining, Some(60_000));
+        assert_eq!(rows[1].restore_percent, Some(40));
+        assert_eq!(rows[0].restore_remaining, None);
+        assert_eq!(rows[0].restore_percent, None);
+
+        for status in &statuses[1..] {
+            status.restore.end();
+            status.enter(Phase::Processing);
+        }
+        assert_eq!(not_ready(&telemetry), None);
     }
 }

@@ -72,14 +72,14 @@ pub fn run_topic(
                 scope.spawn(move || -> anyhow::Result<(u64, Instant, Duration)> {
                     let started = Instant::now();
                     let tree = store.partition(&load.topic, *partition)?;
-                    let remaining = std::sync::atomic::AtomicI64::new(-1);
+                    let progress = orderly::observe::RestoreProgress::default();
                     let restored = Restore {
                         config,
                         topic,
                         partition: *partition,
                         tree: &tree,
                         cancel,
-                        remaining: &remaining,
+                        progress: &progress,
                     }
                     .run()?;
                     if !restored.restored {

@@ -26,7 +26,7 @@
 //! Runs on a blocking thread with its own consumer (no group), so the poll
 //! thread and the other partitions go on meanwhile.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::message::Message;
@@ -38,6 +38,7 @@ use crate::config::Config;
 use crate::engine::store::{changelog_checkpoint_key, Checkpoint, PartitionStore, RestoreWrite};
 use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::kafka::retry::Backoff;
+use crate::observe::RestoreProgress;
 
 /// Keys held before they are written to sled while restoring, at most, and
 /// the bytes of those keys and their values: a batch keeps one write per key
@@ -88,9 +89,9 @@ pub struct Restore<'a> {
     pub tree: &'a PartitionStore,
     /// Set when the partition is revoked: the restore stops at its next poll.
     pub cancel: &'a AtomicBool,
-    /// Changelog records still to read, kept current while restoring (for
-    /// the metrics and the status page).
-    pub remaining: &'a AtomicI64,
+    /// How far the restore has come, kept current while restoring (for the
+    /// metrics, `/readyz` and the status page).
+    pub progress: &'a RestoreProgress,
 }
 
 impl Restore<'_> {
@@ -203,7 +204,7 @@ impl Restore<'_> {
             next_offset = checkpoint.next_offset,
             "restoring from the changelog"
         );
-        self.remaining.store(at + 1 - from, Ordering::Relaxed);
+        self.progress.begin(at + 1 - from);
         // Watermarks and the search for the last checkpoint record: time
         // spent on the broker before the first record is restored.
         let located = started.elapsed();
@@ -218,8 +219,7 @@ impl Restore<'_> {
         let mut store_write_at_log = Duration::ZERO;
         let checkpoint_key = changelog_checkpoint_key();
         reader.scan(from, at + 1, |message| {
-            self.remaining
-                .store(at - message.offset(), Ordering::Relaxed);
+            self.progress.advance(at - message.offset());
             if message.offset() == at {
                 return Ok(());
             }
@@ -254,13 +254,18 @@ impl Restore<'_> {
                 let rate = (applied - last_applied) as f64 / interval.as_secs_f64();
                 let store_share =
                     (store_write - store_write_at_log).as_secs_f64() / interval.as_secs_f64();
+                let progress = self.progress.view();
                 info!(
                     partition = self.partition,
                     restored = applied,
                     to_go = at - message.offset(),
                     per_second = rate.round() as u64,
+                    seconds_left = progress
+                        .and_then(|p| p.time_left())
+                        .map(|left| left.as_secs()),
                     store_write_share = format!("{:.0}%", store_share * 100.0),
-                    "restoring; waiting mostly on {}",
+                    "{}; waiting mostly on {}",
+                    progress.map_or_else(|| "restoring".to_string(), |p| p.describe()),
                     if store_share >= 0.5 {
                         "the store (sled writes)"
                     } else {
@@ -312,7 +317,7 @@ impl Restore<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, AtomicI64};
+    use std::sync::atomic::AtomicBool;
 
     use rdkafka::mocking::MockCluster;
     use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
@@ -355,14 +360,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(&dir.path().join("store"), 16).expect("store");
         let tree = store.partition("orders", 0).expect("tree");
-        let (cancel, remaining) = (AtomicBool::new(false), AtomicI64::new(-1));
+        let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
         let restore = Restore {
             config: &config,
             topic: "state-changelog",
             partition: 0,
             tree: &tree,
             cancel: &cancel,
-            remaining: &remaining,
+            progress: &progress,
         };
         // More "not leader" answers than one restore's watermark tries take
         // in their 10 s (two offset requests per try, nine tries at most).
@@ -390,6 +395,112 @@ mod tests {
             !tree.restoring().expect("mark read"),
             "the restore finished"
         );
+    }
+
+    /// While a restore reads, its progress is seen from another thread
+    /// (as `/readyz`, the status page and the metrics see it): part-way
+    /// through, with an estimate once there is a rate; after it, nothing.
+    #[test]
+    fn a_restores_progress_is_seen_part_way_and_cleared_at_the_end() {
+        // Kept under the mock partition's log size (5 MB), past which it drops
+        // the oldest records.
+        const RECORDS: i64 = 20_000;
+        let cluster: MockCluster<'static, DefaultProducerContext> =
+            MockCluster::new(1).expect("mock cluster");
+        cluster
+            .create_topic("state-changelog", 1, 1)
+            .expect("topic");
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("linger.ms", "5")
+            .create()
+            .expect("producer");
+        let value = vec![7u8; 50];
+        for i in 0..RECORDS {
+            let key = format!("order-{i}");
+            let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                key: HEADER_COVERS,
+                value: Some("5"),
+            });
+            let mut record = BaseRecord::to("state-changelog")
+                .partition(0)
+                .key(&key)
+                .payload(&value)
+                .headers(headers);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((_, returned)) => {
+                        producer.poll(Duration::from_millis(10));
+                        record = returned;
+                    }
+                }
+            }
+        }
+        let checkpoint = Checkpoint::starting_at(5)
+            .encode()
+            .expect("checkpoint encodes");
+        let key = changelog_checkpoint_key();
+        producer
+            .send(
+                BaseRecord::to("state-changelog")
+                    .partition(0)
+                    .key(&key)
+                    .payload(&checkpoint),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+        producer.flush(Duration::from_secs(30)).expect("flush");
+
+        let mut config = Config::defaults().expect("config");
+        config.kafka.bootstrap_servers = cluster.bootstrap_servers();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&dir.path().join("store"), 16).expect("store");
+        let tree = store.partition("orders", 0).expect("tree");
+        let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
+        let done = AtomicBool::new(false);
+        let seen = std::thread::scope(|scope| {
+            let watcher = scope.spawn(|| {
+                let mut seen = Vec::new();
+                while !done.load(Ordering::Relaxed) {
+                    if let Some(view) = progress.view() {
+                        seen.push(view);
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                seen
+            });
+            let restored = Restore {
+                config: &config,
+                topic: "state-changelog",
+                partition: 0,
+                tree: &tree,
+                cancel: &cancel,
+                progress: &progress,
+            }
+            .run();
+            // As the partition task does after every restore.
+            progress.end();
+            done.store(true, Ordering::Relaxed);
+            let restored = restored.expect("restored");
+            assert_eq!((restored.applied, restored.skipped), (RECORDS as u64, 0));
+            watcher.join().expect("watcher")
+        });
+        assert!(
+            seen.iter().all(|v| v.total == RECORDS + 1),
+            "the total is what the restore reads, the checkpoint record included"
+        );
+        assert!(
+            seen.iter()
+                .any(|v| v.remaining > 0 && v.remaining < v.total),
+            "seen part-way through: {:?}",
+            seen.first()
+        );
+        assert!(
+            seen.windows(2).all(|w| w[1].remaining <= w[0].remaining),
+            "what is left only shrinks"
+        );
+        assert_eq!(progress.view(), None, "cleared once the restore ended");
     }
 
     #[test]

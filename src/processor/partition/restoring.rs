@@ -113,17 +113,17 @@ impl<E: Entity> Restoring<E> {
             let span = tracing::Span::current();
             tokio::task::spawn_blocking(move || {
                 let _entered = span.enter();
-                let remaining = &status.restore_remaining;
+                let progress = &status.restore;
                 let restored = Restore {
                     config: &shared.config,
                     topic: &topic,
                     partition,
                     tree: &tree,
                     cancel: &cancel,
-                    remaining,
+                    progress,
                 }
                 .run_with_retries();
-                remaining.store(crate::observe::UNKNOWN, Ordering::Relaxed);
+                progress.end();
                 let restored = restored?;
                 if restored.restored {
                     shared.store.flush()?;
