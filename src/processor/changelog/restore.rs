@@ -326,46 +326,88 @@ mod tests {
     use super::*;
     use crate::engine::store::Store;
 
+    const CHANGELOG: &str = "state-changelog";
+
+    /// A mock cluster whose one-partition changelog holds `records` state
+    /// records (each covered by the checkpoint) and then a checkpoint record
+    /// at input offset 5, and an empty tree to restore it into.
+    struct Fixture {
+        cluster: MockCluster<'static, DefaultProducerContext>,
+        config: Config,
+        tree: PartitionStore,
+        _store: Store,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        fn new(records: i64) -> Self {
+            let cluster: MockCluster<'static, DefaultProducerContext> =
+                MockCluster::new(1).expect("mock cluster");
+            cluster.create_topic(CHANGELOG, 1, 1).expect("topic");
+            let producer: BaseProducer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", cluster.bootstrap_servers())
+                .set("linger.ms", "5")
+                .create()
+                .expect("producer");
+            let value = vec![7u8; 50];
+            let checkpoint = Checkpoint::starting_at(5)
+                .encode()
+                .expect("checkpoint encodes");
+            for i in 0..=records {
+                let (key, payload) = if i < records {
+                    (format!("order-{i}").into_bytes(), value.as_slice())
+                } else {
+                    (changelog_checkpoint_key(), checkpoint.as_slice())
+                };
+                let headers =
+                    rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                        key: HEADER_COVERS,
+                        value: Some("5"),
+                    });
+                let mut record = BaseRecord::to(CHANGELOG)
+                    .partition(0)
+                    .key(&key)
+                    .payload(payload)
+                    .headers(headers);
+                loop {
+                    match producer.send(record) {
+                        Ok(()) => break,
+                        Err((_, returned)) => {
+                            producer.poll(Duration::from_millis(10));
+                            record = returned;
+                        }
+                    }
+                }
+            }
+            producer.flush(Duration::from_secs(30)).expect("flush");
+            let mut config = Config::defaults().expect("config");
+            config.kafka.bootstrap_servers = cluster.bootstrap_servers();
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = Store::open(&dir.path().join("store"), 16).expect("store");
+            let tree = store.partition("orders", 0).expect("tree");
+            Fixture {
+                cluster,
+                config,
+                tree,
+                _store: store,
+                _dir: dir,
+            }
+        }
+    }
+
     /// A changelog partition whose leader stays unknown for longer than the
     /// watermarks' own 10 s of tries: the restore is started again after a
     /// wait instead of failing the partition's task (and the process).
     #[test]
     fn a_restore_that_finds_no_leader_for_longer_than_its_tries_starts_again() {
-        let cluster: MockCluster<'static, DefaultProducerContext> =
-            MockCluster::new(1).expect("mock cluster");
-        cluster
-            .create_topic("state-changelog", 1, 1)
-            .expect("topic");
-        let producer: BaseProducer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", cluster.bootstrap_servers())
-            .create()
-            .expect("producer");
-        let checkpoint = Checkpoint::starting_at(5)
-            .encode()
-            .expect("checkpoint encodes");
-        let key = changelog_checkpoint_key();
-        producer
-            .send(
-                BaseRecord::to("state-changelog")
-                    .partition(0)
-                    .key(&key)
-                    .payload(&checkpoint),
-            )
-            .map_err(|(e, _)| e)
-            .expect("send");
-        producer.flush(Duration::from_secs(10)).expect("flush");
-
-        let mut config = Config::defaults().expect("config");
-        config.kafka.bootstrap_servers = cluster.bootstrap_servers();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&dir.path().join("store"), 16).expect("store");
-        let tree = store.partition("orders", 0).expect("tree");
+        let fixture = Fixture::new(0);
+        let (cluster, tree) = (&fixture.cluster, &fixture.tree);
         let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
         let restore = Restore {
-            config: &config,
-            topic: "state-changelog",
+            config: &fixture.config,
+            topic: CHANGELOG,
             partition: 0,
-            tree: &tree,
+            tree,
             cancel: &cancel,
             progress: &progress,
         };
@@ -405,58 +447,7 @@ mod tests {
         // Kept under the mock partition's log size (5 MB), past which it drops
         // the oldest records.
         const RECORDS: i64 = 20_000;
-        let cluster: MockCluster<'static, DefaultProducerContext> =
-            MockCluster::new(1).expect("mock cluster");
-        cluster
-            .create_topic("state-changelog", 1, 1)
-            .expect("topic");
-        let producer: BaseProducer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", cluster.bootstrap_servers())
-            .set("linger.ms", "5")
-            .create()
-            .expect("producer");
-        let value = vec![7u8; 50];
-        for i in 0..RECORDS {
-            let key = format!("order-{i}");
-            let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-                key: HEADER_COVERS,
-                value: Some("5"),
-            });
-            let mut record = BaseRecord::to("state-changelog")
-                .partition(0)
-                .key(&key)
-                .payload(&value)
-                .headers(headers);
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((_, returned)) => {
-                        producer.poll(Duration::from_millis(10));
-                        record = returned;
-                    }
-                }
-            }
-        }
-        let checkpoint = Checkpoint::starting_at(5)
-            .encode()
-            .expect("checkpoint encodes");
-        let key = changelog_checkpoint_key();
-        producer
-            .send(
-                BaseRecord::to("state-changelog")
-                    .partition(0)
-                    .key(&key)
-                    .payload(&checkpoint),
-            )
-            .map_err(|(e, _)| e)
-            .expect("send");
-        producer.flush(Duration::from_secs(30)).expect("flush");
-
-        let mut config = Config::defaults().expect("config");
-        config.kafka.bootstrap_servers = cluster.bootstrap_servers();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&dir.path().join("store"), 16).expect("store");
-        let tree = store.partition("orders", 0).expect("tree");
+        let fixture = Fixture::new(RECORDS);
         let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
         let done = AtomicBool::new(false);
         let seen = std::thread::scope(|scope| {
@@ -471,10 +462,10 @@ mod tests {
                 seen
             });
             let restored = Restore {
-                config: &config,
-                topic: "state-changelog",
+                config: &fixture.config,
+                topic: CHANGELOG,
                 partition: 0,
-                tree: &tree,
+                tree: &fixture.tree,
                 cancel: &cancel,
                 progress: &progress,
             }
