@@ -569,6 +569,62 @@ fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
     drop(c.mock);
 }
 
+/// A partition task that misses a drain's deadline after its store batch
+/// and before it reports the batch (held there by `hang_batched`): on
+/// SIGTERM the release commits the partition's durable checkpoint, so the
+/// group's offsets end equal to the store's checkpoints, not one write-out
+/// behind them.
+#[test]
+fn a_task_stopped_at_the_drain_deadline_after_its_batch_has_its_checkpoint_committed() {
+    let Loaded {
+        c,
+        _registry,
+        group,
+        instance,
+        ..
+    } = loaded(
+        WorkloadSpec {
+            orders: 2_000,
+            seed: 21,
+            ..Default::default()
+        },
+        "batch_max_records = 50\nbatch_max_wait_ms = 5\ncommit_interval_ms = 10",
+    );
+    let mut child = instance.spawn_run(Some("hang_batched:24"));
+    let hung = wait_until(Duration::from_secs(60), || {
+        instance
+            .log()
+            .contains("fault injection: hanging at hang_batched")
+    });
+    assert!(hung, "a task hung after its batch\n{}", instance.log());
+    // The other partitions' write-outs go on meanwhile.
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&child, "TERM");
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "SIGTERM exits 0: {status:?}\n{}",
+        instance.log()
+    );
+    let log = instance.log();
+    assert!(
+        log.contains("partition task did not drain before the deadline"),
+        "the hung task missed the drain's deadline\n{log}"
+    );
+    let stats = instance.stats();
+    let committed = committed(&c.bootstrap, &group, &c.topic, PARTITIONS);
+    for p in stats["partitions"].as_array().expect("partitions") {
+        let partition = p["partition"].as_i64().unwrap() as i32;
+        let next = p["next_offset"].as_i64().unwrap();
+        assert_eq!(
+            committed.get(&partition).copied(),
+            Some(next),
+            "partition {partition}: the group's offset is the durable checkpoint\n{log}"
+        );
+    }
+    drop(c.mock);
+}
+
 /// A partition that has read everything its input holds writes out
 /// `caught_up_write_ms` after its last write-out instead of a commit
 /// interval later: with a 60 s interval (and a few hundred orders, far

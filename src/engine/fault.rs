@@ -21,6 +21,10 @@
 //! `stop_init` holds a partition's start, before its transactional
 //! producer's `init_transactions` (which, sent late, fences whichever
 //! member owns the partition by then).
+//!
+//! `hang_batched` holds one partition task forever after its sled batch,
+//! before it reports the batch to the flusher, while the rest of the process
+//! goes on: a task that misses a drain's deadline after its write-out.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -39,9 +43,10 @@ pub(crate) enum Point {
     StopAcked,
     StopBatched,
     StopInit,
+    HangBatched,
 }
 
-const ALL: [Point; 9] = [
+const ALL: [Point; 10] = [
     Point::AfterDlq,
     Point::AfterBatch,
     Point::AfterFlush,
@@ -51,6 +56,7 @@ const ALL: [Point; 9] = [
     Point::StopAcked,
     Point::StopBatched,
     Point::StopInit,
+    Point::HangBatched,
 ];
 
 impl Point {
@@ -65,6 +71,7 @@ impl Point {
             Point::StopAcked => "stop_acked",
             Point::StopBatched => "stop_batched",
             Point::StopInit => "stop_init",
+            Point::HangBatched => "hang_batched",
         }
     }
 }
@@ -90,7 +97,7 @@ fn armed() -> Option<&'static Armed> {
             match (point, at.parse::<u64>()) {
                 (Some(point), Ok(at)) if at > 0 => Some(Armed { point, at, hits: AtomicU64::new(0) }),
                 _ => {
-                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush|panic_batch|torn_changelog|stop_queued|stop_acked|stop_batched|stop_init[:N]");
+                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush|panic_batch|torn_changelog|stop_queued|stop_acked|stop_batched|stop_init|hang_batched[:N]");
                     None
                 }
             }
@@ -125,6 +132,15 @@ pub(crate) fn hit(point: Point) {
 pub(crate) fn due(point: Point) -> bool {
     let Some(armed) = armed() else { return false };
     armed.point == point.name() && armed.hits.fetch_add(1, Ordering::Relaxed) + 1 == armed.at
+}
+
+/// Holds the calling task forever the n-th time it reaches `point` (the
+/// rest of the process goes on; a drain's deadline stops the task).
+pub(crate) async fn hang(point: Point) {
+    if due(point) {
+        eprintln!("orderly: fault injection: hanging at {}", point.name());
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Aborts the process at `point` (after [`due`] said it is time).

@@ -42,12 +42,20 @@ pub(crate) enum FlushMsg {
     Stop,
 }
 
+/// A barrier as the flusher holds it: the partitions released, whether
+/// they were lost, and whom to answer.
+type Barrier = (Vec<i32>, bool, std::sync::mpsc::SyncSender<()>);
+
 pub(crate) struct Flusher<E: Entity> {
     shared: Arc<Shared<E>>,
     consumer: Arc<BaseConsumer<OrderlyContext>>,
     rx: mpsc::Receiver<FlushMsg>,
     /// Flushed offsets not yet committed (a failed commit is retried).
     uncommitted: BTreeMap<i32, i64>,
+    /// Per partition, the newest checkpoint its task reported in this
+    /// assignment (written or resumed from): a release compares the tree's
+    /// checkpoint with it ([`Flusher::stranded`]).
+    reported: BTreeMap<i32, i64>,
 }
 
 impl<E: Entity> Flusher<E> {
@@ -61,6 +69,7 @@ impl<E: Entity> Flusher<E> {
             consumer,
             rx,
             uncommitted: BTreeMap::new(),
+            reported: BTreeMap::new(),
         }
     }
 
@@ -111,6 +120,15 @@ impl<E: Entity> Flusher<E> {
             while let Ok(msg) = self.rx.try_recv() {
                 take(msg);
             }
+            for (&partition, &next_offset) in covered.iter().chain(resumed.iter()) {
+                let entry = self.reported.entry(partition).or_insert(next_offset);
+                *entry = (*entry).max(next_offset);
+            }
+            // Read before the flush below, so the flush covers what was read.
+            for (partition, next_offset) in self.stranded(&barriers) {
+                let entry = covered.entry(partition).or_insert(next_offset);
+                *entry = (*entry).max(next_offset);
+            }
             if !covered.is_empty() {
                 if !self.flush().await {
                     // The disk failed: nothing more may be committed.
@@ -142,6 +160,7 @@ impl<E: Entity> Flusher<E> {
             for (release, _, reply) in barriers {
                 for partition in release {
                     self.uncommitted.remove(&partition);
+                    self.reported.remove(&partition);
                 }
                 let _ = reply.send(());
             }
@@ -149,6 +168,50 @@ impl<E: Entity> Flusher<E> {
                 return;
             }
         }
+    }
+
+    /// Released partitions (not lost) whose tree holds a newer checkpoint
+    /// than their task reported: a task stopped at the drain's deadline
+    /// after its store batch and before its report (the batch's blocking
+    /// write goes on when the task is stopped). Committing it keeps the
+    /// group's offset with the store instead of behind it. Only partitions
+    /// whose task reported in this assignment: a tree this instance wrote in
+    /// an earlier one (a restore cut short by the release) holds an old
+    /// checkpoint, and a commit must never go backwards.
+    fn stranded(&self, barriers: &[Barrier]) -> Vec<(i32, i64)> {
+        let mut out = Vec::new();
+        for (release, lost, _) in barriers {
+            if *lost {
+                continue;
+            }
+            for &partition in release {
+                let Some(&reported) = self.reported.get(&partition) else {
+                    continue;
+                };
+                let checkpoint = self
+                    .shared
+                    .store
+                    .partition(&self.shared.topic, partition)
+                    .and_then(|tree| tree.checkpoint());
+                match checkpoint {
+                    Ok(Some(c)) if c.next_offset > reported => {
+                        info!(
+                            partition,
+                            reported,
+                            checkpoint = c.next_offset,
+                            "a released partition's store is ahead of what its task reported \
+                             (stopped at the drain's deadline); committing its checkpoint after the flush"
+                        );
+                        out.push((partition, c.next_offset));
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        warn!(partition, %error, "cannot read a released partition's checkpoint; committing what its task reported")
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// One sync for every batch reported so far. False on a disk error, which

@@ -291,6 +291,7 @@ impl<E: Entity> Live<E> {
         }
         fault::hit(Point::AfterBatch);
         fault::hit(Point::StopBatched);
+        fault::hang(Point::HangBatched).await;
         self.task
             .shared
             .counters
