@@ -428,6 +428,9 @@ pub struct ProcessingConfig {
     /// ...or the share of dead letters in a window of records (0: off).
     pub dead_letter_max_ratio: f64,
     pub(crate) dead_letter_ratio_window: u64,
+    /// Warm copies each partition has on other members, kept from the
+    /// changelog (`crate::processor::standby`); 0: none.
+    pub standby_replicas: u32,
 }
 
 impl Config {
@@ -651,6 +654,18 @@ impl Config {
                  written is repaired from it. Set kafka.changelog_topic (default \"{group_id}-changelog\"), or use \
                  \"at_least_once\""
                     .into(),
+            ));
+        }
+        if p.standby_replicas > 0 && self.changelog_topic().is_none() {
+            return Err(value_err(
+                "processing.standby_replicas",
+                "standbys are kept from the changelog: set kafka.changelog_topic, or standby_replicas = 0".into(),
+            ));
+        }
+        if p.standby_replicas > 16 {
+            return Err(value_err(
+                "processing.standby_replicas",
+                format!("{} is out of range 0..=16", p.standby_replicas),
             ));
         }
         if self.store.cache_capacity_mb == 0 {

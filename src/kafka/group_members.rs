@@ -137,6 +137,23 @@ pub(crate) fn describe_group<C: ClientContext>(
     }
 }
 
+/// This client's member id in its consumer group, as the broker gave it
+/// (`None` before it joined, or for a client that is not a group member).
+pub(crate) fn own_member_id<C: ClientContext>(client: &Client<C>) -> Option<String> {
+    let rk = client.native_ptr();
+    // SAFETY: `rk` is valid while `client` is borrowed; the returned string
+    // is allocated by librdkafka, copied here, and freed with its allocator.
+    unsafe {
+        let id = rd::rd_kafka_memberid(rk);
+        if id.is_null() {
+            return None;
+        }
+        let owned = text(id);
+        rd::rd_kafka_mem_free(rk, id.cast());
+        (!owned.is_empty()).then_some(owned)
+    }
+}
+
 /// A C string owned by librdkafka, copied (empty when NULL).
 ///
 /// # Safety

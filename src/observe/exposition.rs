@@ -141,6 +141,18 @@ impl Collector for TelemetryCollector {
             &partitions,
             |p| p.restore.remaining(),
         )?;
+        {
+            let mut family = encoder.encode_descriptor(
+                "orderly_standby_lag_records",
+                "Changelog records a standby (a warm copy of a partition another member owns) has not applied yet",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (partition, lag) in t.standbys() {
+                let label = [("partition", partition.to_string())];
+                ConstGauge::new(lag).encode(family.encode_family(&label)?)?;
+            }
+        }
         partition_gauge(
             &mut encoder,
             "orderly_restore_time_left_seconds",

@@ -154,6 +154,9 @@ pub struct Telemetry {
     pub stopping: OnceLock<String>,
     /// Partitions of the input topic (0 until connected).
     input_partitions: AtomicU32,
+    /// The partitions this member keeps warm as standbys (it does not own
+    /// them), each with the changelog records it has not applied yet.
+    standbys: RwLock<BTreeMap<i32, i64>>,
 }
 
 impl Default for Telemetry {
@@ -177,6 +180,7 @@ impl Default for Telemetry {
             rate_bits: AtomicU64::new(0),
             stopping: OnceLock::new(),
             input_partitions: AtomicU32::new(0),
+            standbys: RwLock::new(BTreeMap::new()),
         }
     }
 }
@@ -207,6 +211,28 @@ impl Telemetry {
         if let Ok(mut all) = self.partitions.write() {
             all.remove(&partition);
         }
+    }
+
+    /// A standby's lag after its latest round.
+    pub(crate) fn set_standby(&self, partition: i32, lag: i64) {
+        if let Ok(mut all) = self.standbys.write() {
+            all.insert(partition, lag);
+        }
+    }
+
+    /// Keeps only these partitions' standby series.
+    pub(crate) fn retain_standbys(&self, keep: &std::collections::BTreeSet<i32>) {
+        if let Ok(mut all) = self.standbys.write() {
+            all.retain(|partition, _| keep.contains(partition));
+        }
+    }
+
+    /// The standbys this member keeps, with their lag in changelog records.
+    pub fn standbys(&self) -> Vec<(i32, i64)> {
+        self.standbys
+            .read()
+            .map(|all| all.iter().map(|(p, lag)| (*p, *lag)).collect())
+            .unwrap_or_default()
     }
 
     pub(crate) fn set_input_partitions(&self, partitions: u32) {

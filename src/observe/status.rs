@@ -36,6 +36,15 @@ pub struct Status {
     pub(crate) completion_seconds: Option<Completion>,
     pub outbox: Outbox,
     pub partitions: Vec<PartitionRow>,
+    /// Partitions other members own that this one keeps warm, with their
+    /// lag in changelog records (empty with `processing.standby_replicas = 0`).
+    pub standbys: Vec<StandbyRow>,
+}
+
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct StandbyRow {
+    pub partition: i32,
+    pub lag: i64,
 }
 
 #[derive(Debug, Default, Serialize, PartialEq, Eq)]
@@ -240,6 +249,11 @@ pub fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
         }),
         outbox,
         partitions,
+        standbys: t
+            .standbys()
+            .into_iter()
+            .map(|(partition, lag)| StandbyRow { partition, lag })
+            .collect(),
     }
 }
 

@@ -18,6 +18,7 @@ mod dlq;
 pub(crate) mod flusher;
 mod owners;
 mod partition;
+mod standby;
 mod supervisor;
 mod transaction;
 
@@ -446,6 +447,30 @@ impl<E: Entity> Processor<E> {
         let consumer = Arc::new(consumer);
         supervisor.attach(&consumer);
         self.owners.attach(&shared.config, &consumer);
+        let standbys = match (&shared.changelog, shared.config.processing.standby_replicas) {
+            (Some(changelog), replicas) if replicas > 0 => {
+                let standbys = Arc::new(standby::Standbys::new(replicas as usize));
+                supervisor.attach_standbys(standbys.clone());
+                let keeper = standby::Keeper {
+                    config: shared.config.clone(),
+                    store: shared.store.clone(),
+                    input_topic: topic.clone(),
+                    changelog_topic: changelog.clone(),
+                    owners: self.owners.clone(),
+                    telemetry: shared.telemetry.clone(),
+                };
+                let running = standbys.clone();
+                let thread = std::thread::Builder::new()
+                    .name("orderly-standby".into())
+                    .spawn(move || running.run(keeper))
+                    .map_err(|e| ProcessError::Process {
+                        stage: Stage::Start,
+                        message: format!("cannot start the standby thread: {e}"),
+                    })?;
+                Some((standbys, thread))
+            }
+            _ => None,
+        };
         let flusher = tokio::spawn(Flusher::new(shared.clone(), consumer.clone(), flush_rx).run());
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -465,7 +490,21 @@ impl<E: Entity> Processor<E> {
             _ = shared.fatal_notify.notified() => {}
         }
         let _ = shared.telemetry.stopping.set("stopping".into());
+        // Standbys first: the drain below gives partitions up, and no round
+        // may start on them meanwhile.
+        let standby_thread = standbys.map(|(standbys, thread)| {
+            standbys.stop();
+            thread
+        });
         stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = standby_thread {
+            if tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .map_or(true, |joined| joined.is_err())
+            {
+                warn!("the standby thread panicked");
+            }
+        }
         let joined = tokio::task::spawn_blocking(move || poll.join()).await;
         if !matches!(joined, Ok(Ok(()))) {
             return Err(ProcessError::Process {

@@ -29,6 +29,25 @@ impl OwnersSlot {
     }
 }
 
+/// Each member's id and its partitions of the input topic.
+pub(super) type MemberPartitions = Vec<(String, Vec<i32>)>;
+
+impl OwnersSlot {
+    /// Each member's id and its partitions of the input topic (cached like
+    /// the owners), and this member's own id: what standbys are chosen by.
+    pub(super) fn members(&self) -> Result<(Option<String>, MemberPartitions), OwnersError> {
+        let owners = self.0.get().ok_or(OwnersError::NotJoined)?;
+        let consumer = owners.consumer.upgrade().ok_or(OwnersError::Closed)?;
+        let me = crate::kafka::group_members::own_member_id(consumer.client());
+        let members = owners
+            .assignments()?
+            .iter()
+            .map(|(member, partitions)| (member.member_id.clone(), partitions.clone()))
+            .collect();
+        Ok((me, members))
+    }
+}
+
 impl GroupOwners for OwnersSlot {
     fn owner(&self, partition: i32) -> Result<Option<Member>, OwnersError> {
         self.0.get().ok_or(OwnersError::NotJoined)?.owner(partition)

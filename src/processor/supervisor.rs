@@ -49,6 +49,9 @@ pub(crate) struct PartitionSupervisor<E: Entity> {
     /// Set once the consumer exists (it is created with this router inside
     /// its context); weak, so the router does not keep the consumer alive.
     consumer: OnceLock<Weak<BaseConsumer<OrderlyContext>>>,
+    /// The standby keeper's partitions, when standbys are on: a partition
+    /// is taken from it before its task starts, and given back on release.
+    standbys: OnceLock<Arc<super::standby::Standbys>>,
 }
 
 impl<E: Entity> PartitionSupervisor<E> {
@@ -58,6 +61,7 @@ impl<E: Entity> PartitionSupervisor<E> {
             runtime,
             tasks: Mutex::new(HashMap::new()),
             consumer: OnceLock::new(),
+            standbys: OnceLock::new(),
         }
     }
 
@@ -71,6 +75,11 @@ impl<E: Entity> PartitionSupervisor<E> {
 
     pub(super) fn runtime(&self) -> &Handle {
         &self.runtime
+    }
+
+    /// Standbys are on: partitions are taken from the keeper on assignment.
+    pub(super) fn attach_standbys(&self, standbys: Arc<super::standby::Standbys>) {
+        let _ = self.standbys.set(standbys);
     }
 
     /// Lets the supervisor split partition queues off `consumer` on assignment.
@@ -118,6 +127,11 @@ impl<E: Entity> PartitionSupervisor<E> {
                     "partition assigned while its task still runs; draining the old task"
                 );
                 self.drain(Some(&[partition]), true);
+            }
+            // A standby round on the partition stops before its checkpoint
+            // is read; none starts again while this member owns it.
+            if let Some(standbys) = self.standbys.get() {
+                standbys.take_over(partition);
             }
             let store = match shared.store.partition(&topic, partition) {
                 Ok(store) => store,
@@ -278,6 +292,10 @@ impl<E: Entity> PartitionSupervisor<E> {
                 }
             }
         });
+        // Their tasks have ended: the partitions may be kept as standbys.
+        if let Some(standbys) = self.standbys.get() {
+            standbys.give_up(&release);
+        }
         let (reply, rx) = std::sync::mpsc::sync_channel(1);
         let barrier = FlushMsg::Barrier {
             release: release.clone(),

@@ -58,6 +58,7 @@ mod proxy;
 mod redrive;
 mod replay;
 mod secured;
+mod standby;
 mod status_page;
 mod stock;
 #[path = "../support/mod.rs"]

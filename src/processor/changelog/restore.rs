@@ -66,6 +66,8 @@ pub struct Restored {
     pub restored: bool,
     /// The tree's checkpoint afterwards.
     pub checkpoint: Option<Checkpoint>,
+    /// The changelog's end the restore read up to (its last stable offset).
+    pub end: i64,
     /// Changelog records read and applied.
     pub applied: u64,
     /// Records read and not applied: beyond the checkpoint that ends the
@@ -79,6 +81,25 @@ pub struct Restored {
     /// last batch and the checkpoint included); the rest after `located`
     /// was spent reading the changelog and keeping each key's newest value.
     pub store_write: Duration,
+}
+
+/// Who a restore's lines are for: a partition's restore says what it does
+/// at info level; a standby's rounds (one a second) at debug level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Voice {
+    Restore,
+    Standby,
+}
+
+/// An info line for a restore, a debug line for a standby's round.
+macro_rules! say {
+    ($voice:expr, $($rest:tt)*) => {
+        if $voice == Voice::Restore {
+            info!($($rest)*)
+        } else {
+            tracing::debug!($($rest)*)
+        }
+    };
 }
 
 /// One partition's restore.
@@ -143,10 +164,34 @@ impl Restore<'_> {
     /// Restores the tree when it is behind the changelog (see the module doc).
     pub fn run(&self) -> Result<Restored, ChangelogError> {
         let started = Instant::now();
-        let local = self.tree.checkpoint()?;
-        let marked = self.tree.restoring()?;
         let reader = ChangelogReader::new(self.config, self.topic, self.partition, self.cancel)?;
         let (low, high) = reader.settled_watermarks()?;
+        self.run_to(&reader, low, high, started, Voice::Restore)
+    }
+
+    /// A standby's round: brings the tree up to the changelog's last stable
+    /// offset, on a reader kept between rounds, without waiting for an open
+    /// transaction to end (the owner has one open most of the time; what
+    /// it commits is read next round), and with its lines at debug level.
+    pub(crate) fn catch_up(
+        &self,
+        reader: &ChangelogReader<'_>,
+    ) -> Result<Restored, ChangelogError> {
+        let started = Instant::now();
+        let (low, high) = reader.watermarks()?;
+        self.run_to(reader, low, high, started, Voice::Standby)
+    }
+
+    fn run_to(
+        &self,
+        reader: &ChangelogReader<'_>,
+        low: i64,
+        high: i64,
+        started: Instant,
+        voice: Voice,
+    ) -> Result<Restored, ChangelogError> {
+        let local = self.tree.checkpoint()?;
+        let marked = self.tree.restoring()?;
         let recorded = local.and_then(|c| c.changelog_next);
         if let Some(position) = recorded {
             if position > high {
@@ -161,6 +206,7 @@ impl Restore<'_> {
         let from = recorded.unwrap_or(low).max(low);
         let unchanged = Restored {
             checkpoint: local,
+            end: high,
             elapsed: started.elapsed(),
             ..Default::default()
         };
@@ -168,13 +214,14 @@ impl Restore<'_> {
             return Ok(unchanged);
         }
         let Some((at, checkpoint)) = reader.last_checkpoint(from, high)? else {
-            if marked {
+            if marked && voice == Voice::Restore {
                 warn!(
                     partition = self.partition,
                     "a restore was interrupted and no checkpoint record follows its position"
                 );
             }
-            info!(
+            say!(
+                voice,
                 partition = self.partition,
                 from,
                 end = high,
@@ -187,7 +234,8 @@ impl Restore<'_> {
         // reset. Clear it and restore the new epoch from the start.
         let mut from = from;
         if local.is_some_and(|l| l.epoch != checkpoint.epoch) {
-            info!(
+            say!(
+                voice,
                 partition = self.partition,
                 store_epoch = local.map(|l| l.epoch),
                 changelog_epoch = checkpoint.epoch,
@@ -196,7 +244,8 @@ impl Restore<'_> {
             self.tree.clear()?;
             from = low;
         }
-        info!(
+        say!(
+            voice,
             partition = self.partition,
             from,
             to = at + 1,
@@ -255,7 +304,8 @@ impl Restore<'_> {
                 let store_share =
                     (store_write - store_write_at_log).as_secs_f64() / interval.as_secs_f64();
                 let progress = self.progress.view();
-                info!(
+                say!(
+                    voice,
                     partition = self.partition,
                     restored = applied,
                     to_go = at - message.offset(),
@@ -288,7 +338,8 @@ impl Restore<'_> {
         let store_write = store_write + writing.elapsed();
         let elapsed = started.elapsed();
         let read = (applied + skipped) as f64;
-        info!(
+        say!(
+            voice,
             partition = self.partition,
             restored = applied,
             skipped,
@@ -306,6 +357,7 @@ impl Restore<'_> {
         Ok(Restored {
             restored: true,
             checkpoint: Some(checkpoint),
+            end: high,
             applied,
             skipped,
             elapsed,
