@@ -266,3 +266,171 @@ impl Standbys {
         Ok((restored.end - position - 1).max(0))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
+
+    use super::*;
+    use crate::engine::store::{changelog_checkpoint_key, Checkpoint, RestoreWrite};
+    use crate::kafka::headers::HEADER_COVERS;
+
+    const CHANGELOG: &str = "state-changelog";
+
+    /// A mock cluster whose changelog partition 0 holds `records` state
+    /// records and a checkpoint record covering them, and a keeper over an
+    /// empty store.
+    fn keeper_over(
+        records: usize,
+    ) -> (
+        MockCluster<'static, DefaultProducerContext>,
+        Keeper,
+        tempfile::TempDir,
+    ) {
+        let cluster: MockCluster<'static, DefaultProducerContext> =
+            MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic(CHANGELOG, 1, 1).expect("topic");
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .create()
+            .expect("producer");
+        let checkpoint = Checkpoint::starting_at(5).encode().expect("encodes");
+        for i in 0..=records {
+            let (key, value) = if i < records {
+                (format!("order-{i}").into_bytes(), b"state".to_vec())
+            } else {
+                (changelog_checkpoint_key(), checkpoint.clone())
+            };
+            let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                key: HEADER_COVERS,
+                value: Some("5"),
+            });
+            producer
+                .send(
+                    BaseRecord::to(CHANGELOG)
+                        .partition(0)
+                        .key(&key)
+                        .payload(&value)
+                        .headers(headers),
+                )
+                .map_err(|(e, _)| e)
+                .expect("send");
+        }
+        producer.flush(Duration::from_secs(10)).expect("flush");
+        let mut config = Config::defaults().expect("config");
+        config.kafka.bootstrap_servers = cluster.bootstrap_servers();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&dir.path().join("store"), 16).expect("store");
+        let keeper = Keeper {
+            config,
+            store,
+            input_topic: "orders".into(),
+            changelog_topic: CHANGELOG.into(),
+            owners: Arc::default(),
+            telemetry: Arc::default(),
+        };
+        (cluster, keeper, dir)
+    }
+
+    #[test]
+    fn a_round_brings_a_standby_up_to_its_changelog() {
+        let (_cluster, keeper, _dir) = keeper_over(10);
+        let standbys = Standbys::new(1);
+        let (mut readers, progress) = (BTreeMap::new(), RestoreProgress::default());
+        assert!(standbys.claim(0));
+        let lag = standbys.round(&keeper, 0, &mut readers, &progress);
+        standbys.finish();
+        assert_eq!(lag.expect("round"), 0);
+        let tree = keeper.store.partition("orders", 0).expect("tree");
+        // Ten states and the checkpoint; the checkpoint at the changelog's end.
+        assert_eq!(tree.tree.len(), 11);
+        let checkpoint = tree.checkpoint().expect("read").expect("a checkpoint");
+        assert_eq!(
+            (checkpoint.next_offset, checkpoint.changelog_next),
+            (5, Some(11))
+        );
+        assert_eq!(
+            progress.view(),
+            None,
+            "a round leaves no restore progress behind"
+        );
+        // The next round reads nothing new and keeps its reader.
+        assert!(standbys.claim(0));
+        assert_eq!(
+            standbys
+                .round(&keeper, 0, &mut readers, &progress)
+                .expect("round"),
+            0
+        );
+        standbys.finish();
+        assert_eq!(readers.len(), 1);
+    }
+
+    /// A copy made from an earlier changelog of the same name (the topic was
+    /// deleted and created again) is ahead of it: the standby drops it and
+    /// reads the changelog from its start.
+    #[test]
+    fn a_standby_ahead_of_its_changelog_rebuilds_itself() {
+        let (_cluster, keeper, _dir) = keeper_over(10);
+        let tree = keeper.store.partition("orders", 0).expect("tree");
+        let mut old = RestoreWrite::default();
+        old.restore(b"order-old", Some(b"from the old changelog"));
+        let ahead = Checkpoint {
+            changelog_next: Some(1_000),
+            ..Checkpoint::starting_at(900)
+        };
+        tree.finish_restore(old, &ahead).expect("old copy");
+        let standbys = Standbys::new(1);
+        let (mut readers, progress) = (BTreeMap::new(), RestoreProgress::default());
+        assert!(standbys.claim(0));
+        let lag = standbys.round(&keeper, 0, &mut readers, &progress);
+        standbys.finish();
+        assert_eq!(lag.expect("rebuilt"), 0);
+        assert_eq!(
+            tree.tree.len(),
+            11,
+            "only the changelog's states and the checkpoint"
+        );
+        let checkpoint = tree.checkpoint().expect("read").expect("a checkpoint");
+        assert_eq!(
+            (checkpoint.next_offset, checkpoint.changelog_next),
+            (5, Some(11))
+        );
+    }
+
+    /// A partition assigned to this member while a round runs on it: the
+    /// round is cut short and waited for, and no round starts on it again
+    /// until it is given up.
+    #[test]
+    fn a_take_over_cuts_the_running_round_short_and_waits_for_it() {
+        let standbys = Arc::new(Standbys::new(1));
+        assert!(standbys.claim(3));
+        let running = standbys.clone();
+        let round = std::thread::spawn(move || {
+            // A round that runs until it is told to stop.
+            while !running.cancel.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            running.finish();
+        });
+        let started = Instant::now();
+        standbys.take_over(3);
+        assert_eq!(
+            *lock(&standbys.active),
+            None,
+            "the round ended before the take-over returned"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        round.join().expect("round");
+        assert!(!standbys.claim(3), "no round on an owned partition");
+        assert!(standbys.claim(2), "other partitions go on");
+        standbys.finish();
+        standbys.give_up(&[3]);
+        assert!(standbys.claim(3), "a standby again once given up");
+        standbys.finish();
+    }
+}
