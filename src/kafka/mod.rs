@@ -154,6 +154,26 @@ pub(crate) fn reader_consumer_config(config: &Config) -> ClientConfig {
     client
 }
 
+/// What a partition reader up to a known end is built from (the changelog's
+/// restore, the outbox's read-back of the output topic), taken once from the
+/// configuration so the partition tasks that read do not hold all of it.
+#[derive(Debug, Clone)]
+pub struct ReaderSettings {
+    /// The reader's client settings (`reader_consumer_config`).
+    pub client: ClientConfig,
+    /// The brokers, for the command a hanging transaction's message names.
+    pub bootstrap: String,
+}
+
+impl ReaderSettings {
+    pub fn of(config: &Config) -> Self {
+        ReaderSettings {
+            client: reader_consumer_config(config),
+            bootstrap: config.kafka.bootstrap_servers.clone(),
+        }
+    }
+}
+
 /// The consumer of `orderly dlq list|replay`: reads dead-letter partitions
 /// by assignment (it never joins `group`, it only commits re-drive progress
 /// under it), never commits on its own, and reports each partition's end so
@@ -201,17 +221,13 @@ pub fn changelog_producer_config(config: &Config) -> ClientConfig {
 /// changelog, under either guarantee): idempotent,
 /// `acks=all`, a short linger like the changelog's, and a transaction
 /// timeout that lets the broker abort a crashed owner's open transaction
-/// within 30 s even if no new owner fences it sooner.
-pub(crate) fn transactional_producer_config(
-    config: &Config,
-    transactional_id: &str,
-) -> ClientConfig {
-    let mut client = producer_with_defaults(
+/// within 30 s even if no new owner fences it sooner. Without its
+/// `transactional.id`: each partition's producer sets its own.
+pub(crate) fn transactional_producer_config(config: &Config) -> ClientConfig {
+    producer_with_defaults(
         config,
         &[("linger.ms", "5"), ("transaction.timeout.ms", "30000")],
-    );
-    client.set("transactional.id", transactional_id);
-    client
+    )
 }
 
 /// The outbox relay's producer: idempotent, `acks=all`, lingering 25 ms

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::UNKNOWN;
 
-/// One partition's restore progress: [`UNKNOWN`] counts while it does not
+/// One partition's restore progress: `UNKNOWN` (-1) counts while it does not
 /// restore.
 #[derive(Debug)]
 pub struct RestoreProgress {

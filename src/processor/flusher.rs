@@ -3,7 +3,6 @@
 //! commits them to Kafka in one call. It is the only place offsets are
 //! committed, so commits never go backwards.
 
-use crate::engine::entity::Entity;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,9 +13,10 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::context::OrderlyContext;
+use super::parts::Reporting;
 use super::ProcessError;
-use super::Shared;
 use crate::engine::fault::{self, Point};
+use crate::engine::store::Store;
 use crate::observe::errors::{Kind, Stage};
 
 pub(crate) enum FlushMsg {
@@ -46,8 +46,14 @@ pub(crate) enum FlushMsg {
 /// they were lost, and whom to answer.
 type Barrier = (Vec<i32>, bool, std::sync::mpsc::SyncSender<()>);
 
-pub(crate) struct Flusher<E: Entity> {
-    shared: Arc<Shared<E>>,
+pub(crate) struct Flusher {
+    /// Where flushes and commits are counted and timed, and a failed flush
+    /// stops the process.
+    reporting: Arc<Reporting>,
+    /// What it flushes.
+    store: Store,
+    /// The input topic, whose offsets it commits.
+    topic: String,
     consumer: Arc<BaseConsumer<OrderlyContext>>,
     rx: mpsc::Receiver<FlushMsg>,
     /// Flushed offsets not yet committed (a failed commit is retried).
@@ -58,14 +64,18 @@ pub(crate) struct Flusher<E: Entity> {
     reported: BTreeMap<i32, i64>,
 }
 
-impl<E: Entity> Flusher<E> {
+impl Flusher {
     pub(super) fn new(
-        shared: Arc<Shared<E>>,
+        reporting: Arc<Reporting>,
+        store: Store,
+        topic: String,
         consumer: Arc<BaseConsumer<OrderlyContext>>,
         rx: mpsc::Receiver<FlushMsg>,
     ) -> Self {
         Flusher {
-            shared,
+            reporting,
+            store,
+            topic,
             consumer,
             rx,
             uncommitted: BTreeMap::new(),
@@ -140,7 +150,7 @@ impl<E: Entity> Flusher<E> {
                     .map(|d| d.as_millis() as i64)
                     .unwrap_or(0);
                 for times in &applied_at {
-                    self.shared.telemetry.complete(times, now_ms);
+                    self.reporting.telemetry.complete(times, now_ms);
                 }
                 for (partition, next_offset) in covered {
                     let entry = self.uncommitted.entry(partition).or_insert(next_offset);
@@ -189,9 +199,8 @@ impl<E: Entity> Flusher<E> {
                     continue;
                 };
                 let checkpoint = self
-                    .shared
                     .store
-                    .partition(&self.shared.topic, partition)
+                    .partition(&self.topic, partition)
                     .and_then(|tree| tree.checkpoint());
                 match checkpoint {
                     Ok(Some(c)) if c.next_offset > reported => {
@@ -218,24 +227,24 @@ impl<E: Entity> Flusher<E> {
     /// is fatal for the processor.
     async fn flush(&self) -> bool {
         let started = Instant::now();
-        let store = self.shared.store.clone();
+        let store = self.store.clone();
         let result = tokio::task::spawn_blocking(move || store.flush()).await;
-        self.shared
+        self.reporting
             .counters
             .flushes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.shared
+        self.reporting
             .telemetry
             .flush_duration
             .observe(started.elapsed().as_secs_f64());
         match result {
             Ok(Ok(_)) => true,
             Ok(Err(error)) => {
-                self.shared.fatal(ProcessError::Flush(error));
+                self.reporting.fatal(ProcessError::Flush(error));
                 false
             }
             Err(join) => {
-                self.shared.fatal(ProcessError::Process {
+                self.reporting.fatal(ProcessError::Process {
                     stage: Stage::Flush,
                     message: format!("store flush panicked: {join}"),
                 });
@@ -250,7 +259,7 @@ impl<E: Entity> Flusher<E> {
     /// store, so they are durable already.
     async fn resume(&mut self, resumed: BTreeMap<i32, i64>) {
         let consumer = self.consumer.clone();
-        let topic = self.shared.topic.clone();
+        let topic = self.topic.clone();
         let partitions: Vec<i32> = resumed.keys().copied().collect();
         // The list lives only inside the blocking call (a list alive when the
         // consumer drops can hang the drop).
@@ -312,7 +321,7 @@ impl<E: Entity> Flusher<E> {
             return;
         }
         let tpl = match crate::kafka::commit_list(
-            &self.shared.topic,
+            &self.topic,
             self.uncommitted.iter().map(|(p, o)| (*p, *o)),
         ) {
             Ok(tpl) => tpl,
@@ -325,7 +334,7 @@ impl<E: Entity> Flusher<E> {
         let started = Instant::now();
         let result =
             tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync)).await;
-        self.shared
+        self.reporting
             .telemetry
             .commit_duration
             .observe(started.elapsed().as_secs_f64());
@@ -339,14 +348,14 @@ impl<E: Entity> Flusher<E> {
                 self.uncommitted.clear();
             }
             Ok(Err(error)) => {
-                self.shared
+                self.reporting
                     .telemetry
                     .errors
                     .record(Stage::Commit, Kind::Retryable);
                 warn!(%error, "offset commit failed; will retry (state and checkpoint are already durable)")
             }
             Err(join) => {
-                self.shared
+                self.reporting
                     .telemetry
                     .errors
                     .record(Stage::Commit, Kind::Retryable);

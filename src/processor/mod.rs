@@ -18,6 +18,7 @@ mod dlq;
 pub(crate) mod flusher;
 mod owners;
 mod partition;
+mod parts;
 mod standby;
 mod supervisor;
 mod transaction;
@@ -28,14 +29,14 @@ mod transaction;
 pub(crate) use partition::{source::MemorySource, testing::Harness};
 
 use crate::engine::entity::Entity;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureProducer;
-use tokio::sync::{mpsc, Notify};
-use tracing::{error, info, warn};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
 
 pub use crate::kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
 pub use crate::observe::Phase;
@@ -52,6 +53,8 @@ use crate::observe::Telemetry;
 use crate::registry::Registry;
 use context::OrderlyContext;
 use flusher::{FlushMsg, Flusher};
+use partition::settings::TaskSettings;
+use parts::{Input, Member, Outputs, Parts, Reporting};
 use supervisor::PartitionSupervisor;
 
 /// What stops the processor (or, for [`ProcessError::DeadLetterBreaker`]
@@ -239,57 +242,6 @@ impl<E: Entity> OutboxSetup<E> {
     }
 }
 
-/// What every part of a running processor shares.
-pub struct Shared<E: Entity> {
-    pub config: Config,
-    pub topic: String,
-    pub store: Store,
-    pub decoder: Decoder<E>,
-    pub(crate) dead_letters: DeadLetters,
-    /// The changelog topic (written by each partition's transactional
-    /// producer); `None` when the changelog is off.
-    pub changelog: Option<String>,
-    /// `None` when the outbox is off.
-    pub outbox: Option<OutboxSetup<E>>,
-    pub retention: Duration,
-    pub counters: Counters,
-    /// Per-partition status and latency histograms (`/metrics`, the status page).
-    pub telemetry: Arc<Telemetry>,
-    /// Partitions with a running task: they share `processing.cache_max_bytes`.
-    assigned: AtomicUsize,
-    flush_tx: mpsc::Sender<FlushMsg>,
-    fatal: Mutex<Option<ProcessError>>,
-    fatal_notify: Notify,
-}
-
-impl<E: Entity> Shared<E> {
-    /// Records an unrecoverable error; the processor stops without
-    /// committing anything not yet durable.
-    pub(crate) fn fatal(&self, error: ProcessError) {
-        // A refusal at start-up is printed once, on the exit line; a failure
-        // while running is logged where it happened, among the other lines.
-        if error.stage() != Stage::Start {
-            error!(%error, stage = %error.stage(), "fatal error; stopping");
-        }
-        self.telemetry.errors.count(&error);
-        if let Ok(mut slot) = self.fatal.lock() {
-            slot.get_or_insert(error);
-        }
-        self.fatal_notify.notify_one();
-    }
-
-    /// One partition's share of `processing.cache_max_bytes`.
-    pub(crate) fn cache_share(&self) -> usize {
-        let total = usize::try_from(self.config.processing.cache_max_bytes).unwrap_or(usize::MAX);
-        total / self.assigned.load(Ordering::Relaxed).max(1)
-    }
-
-    /// The first fatal error, taken.
-    fn take_fatal(&self) -> Option<ProcessError> {
-        self.fatal.lock().ok().and_then(|mut s| s.take())
-    }
-}
-
 /// How a run ended (all zero: stopped before it joined the group).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RunReport {
@@ -409,55 +361,62 @@ impl<E: Entity> Processor<E> {
             }
             None => None,
         };
-        let changelog = changelog_topic;
         let (flush_tx, flush_rx) = mpsc::channel(1024);
-        let shared = Arc::new(Shared {
-            dead_letters: DeadLetters::new(
-                producer,
-                self.config.kafka.dlq_topic.clone(),
-                topic.clone(),
-            )
-            .counting_into(self.telemetry.clone()),
-            topic: topic.clone(),
-            changelog,
-            outbox,
-            store: self.store,
-            decoder: Decoder::with_counts(
-                self.entity,
-                self.registry,
-                self.telemetry.schema_records.clone(),
-            ),
-            retention,
-            counters: Counters::default(),
-            telemetry: self.telemetry.clone(),
-            assigned: AtomicUsize::new(0),
-            config: self.config,
-            flush_tx,
-            fatal: Mutex::new(None),
-            fatal_notify: Notify::new(),
-        });
+        let config = self.config;
+        let parts = Parts {
+            input: Arc::new(Input {
+                dead_letters: DeadLetters::new(
+                    producer,
+                    config.kafka.dlq_topic.clone(),
+                    topic.clone(),
+                )
+                .counting_into(self.telemetry.clone()),
+                topic: topic.clone(),
+                decoder: Decoder::with_counts(
+                    self.entity,
+                    self.registry,
+                    self.telemetry.schema_records.clone(),
+                ),
+                retention,
+            }),
+            outputs: Arc::new(Outputs {
+                changelog: changelog_topic,
+                outbox,
+                reader: crate::kafka::ReaderSettings::of(&config),
+                txn: transaction::TxnSettings::of(&config),
+            }),
+            reporting: Arc::new(Reporting::new(self.telemetry.clone())),
+            member: Arc::new(Member::new(
+                self.store,
+                flush_tx,
+                config.processing.cache_max_bytes,
+                0,
+            )),
+        };
         let supervisor = Arc::new(PartitionSupervisor::new(
-            shared.clone(),
+            parts.clone(),
+            TaskSettings::of(&config),
+            config.kafka.group_id.clone(),
             tokio::runtime::Handle::current(),
         ));
-        let consumer: BaseConsumer<OrderlyContext> = consumer_config(&shared.config)
-            .create_with_context(OrderlyContext {
+        let consumer: BaseConsumer<OrderlyContext> =
+            consumer_config(&config).create_with_context(OrderlyContext {
                 owner: supervisor.clone(),
             })?;
         let consumer = Arc::new(consumer);
         supervisor.attach(&consumer);
-        self.owners.attach(&shared.config, &consumer);
-        let standbys = match (&shared.changelog, shared.config.processing.standby_replicas) {
+        self.owners.attach(&config, &consumer);
+        let standbys = match (&parts.outputs.changelog, config.processing.standby_replicas) {
             (Some(changelog), replicas) if replicas > 0 => {
                 let standbys = Arc::new(standby::Standbys::new(replicas as usize));
                 supervisor.attach_standbys(standbys.clone());
                 let keeper = standby::Keeper {
-                    config: shared.config.clone(),
-                    store: shared.store.clone(),
+                    reader: parts.outputs.reader.clone(),
+                    store: parts.member.store.clone(),
                     input_topic: topic.clone(),
                     changelog_topic: changelog.clone(),
                     owners: self.owners.clone(),
-                    telemetry: shared.telemetry.clone(),
+                    telemetry: parts.reporting.telemetry.clone(),
                 };
                 let running = standbys.clone();
                 let thread = std::thread::Builder::new()
@@ -471,25 +430,35 @@ impl<E: Entity> Processor<E> {
             }
             _ => None,
         };
-        let flusher = tokio::spawn(Flusher::new(shared.clone(), consumer.clone(), flush_rx).run());
+        let flusher = tokio::spawn(
+            Flusher::new(
+                parts.reporting.clone(),
+                parts.member.store.clone(),
+                topic.clone(),
+                consumer.clone(),
+                flush_rx,
+            )
+            .run(),
+        );
 
         let stop = Arc::new(AtomicBool::new(false));
         let poll = {
-            let (shared, supervisor, stop) = (shared.clone(), supervisor.clone(), stop.clone());
+            let (parts, supervisor, stop) = (parts.clone(), supervisor.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("orderly-poll".into())
-                .spawn(move || poll_loop(consumer, supervisor, shared, stop, flusher))
+                .spawn(move || poll_loop(consumer, supervisor, parts, config, stop, flusher))
                 .map_err(|e| ProcessError::Process {
                     stage: Stage::Start,
                     message: format!("cannot start the poll thread: {e}"),
                 })?
         };
 
+        let reporting = parts.reporting;
         tokio::select! {
             _ = &mut shutdown => info!("shutdown requested: finishing in-flight batches"),
-            _ = shared.fatal_notify.notified() => {}
+            _ = reporting.fatal_recorded() => {}
         }
-        let _ = shared.telemetry.stopping.set("stopping".into());
+        let _ = reporting.telemetry.stopping.set("stopping".into());
         // Standbys first: the drain below gives partitions up, and no round
         // may start on them meanwhile.
         let standby_thread = standbys.map(|(standbys, thread)| {
@@ -512,11 +481,11 @@ impl<E: Entity> Processor<E> {
                 message: "the poll thread panicked".into(),
             });
         }
-        if let Some(error) = shared.take_fatal() {
+        if let Some(error) = reporting.take_fatal() {
             return Err(error);
         }
-        let c = &shared.counters;
-        let t = &shared.telemetry;
+        let c = &reporting.counters;
+        let t = &reporting.telemetry;
         let (batch_p50_ms, batch_p99_ms) = percentiles_ms(&t.batch_duration);
         let (write_p50_ms, write_p99_ms) = percentiles_ms(&t.write_out_duration);
         let report = RunReport {
@@ -561,12 +530,19 @@ impl<E: Entity> Processor<E> {
 fn poll_loop<E: Entity>(
     consumer: Arc<BaseConsumer<OrderlyContext>>,
     supervisor: Arc<PartitionSupervisor<E>>,
-    shared: Arc<Shared<E>>,
+    parts: Parts<E>,
+    config: Config,
     stop: Arc<AtomicBool>,
     flusher: tokio::task::JoinHandle<()>,
 ) {
-    let topic = shared.topic.clone();
-    let bootstrap = shared.config.kafka.bootstrap_servers.clone();
+    let Parts {
+        input,
+        outputs,
+        reporting,
+        member,
+    } = parts;
+    let topic = input.topic.clone();
+    let bootstrap = config.kafka.bootstrap_servers.clone();
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
     let mut input_partitions = 0;
     let (mut missing_input, mut first_missing) = (Instant::now(), true);
@@ -583,7 +559,7 @@ fn poll_loop<E: Entity>(
                         link::reachable();
                         info!(topic = %topic, partitions = n, bootstrap = %bootstrap, "connected to kafka");
                         input_partitions = n;
-                        shared.telemetry.set_input_partitions(n as u32);
+                        reporting.telemetry.set_input_partitions(n as u32);
                         break;
                     }
                     _ => {
@@ -603,13 +579,10 @@ fn poll_loop<E: Entity>(
     if !stop.load(Ordering::SeqCst) {
         // A missing dead-letter topic would stop the first poison record
         // anyway; say so before joining the group.
-        let changelog = match &shared.changelog {
+        let changelog = match &outputs.changelog {
             Some(writer) => {
-                let ensure = crate::processor::changelog::topic::ensure(
-                    &shared.config,
-                    writer,
-                    input_partitions,
-                );
+                let ensure =
+                    crate::processor::changelog::topic::ensure(&config, writer, input_partitions);
                 supervisor
                     .runtime()
                     .block_on(ensure)
@@ -620,21 +593,26 @@ fn poll_loop<E: Entity>(
                 Ok(())
             }
         };
-        let output = check_output_topic(&shared, &consumer);
-        match shared
+        let output = check_output_topic(
+            outputs.outbox.as_ref(),
+            &config,
+            &reporting.telemetry,
+            &consumer,
+        );
+        match input
             .dead_letters
             .check_topic(Duration::from_secs(10))
             .map_err(|e| e.to_string())
             .and(changelog.map_err(|e| e.to_string()))
             .and(output)
         {
-            Err(message) => shared.fatal(ProcessError::Process {
+            Err(message) => reporting.fatal(ProcessError::Process {
                 stage: Stage::Start,
                 message,
             }),
             Ok(()) => {
                 if let Err(e) = consumer.subscribe(&[&topic]) {
-                    shared.fatal(ProcessError::Process {
+                    reporting.fatal(ProcessError::Process {
                         stage: Stage::Start,
                         message: format!("cannot subscribe to {topic}: {e}"),
                     });
@@ -646,12 +624,12 @@ fn poll_loop<E: Entity>(
     let mut last_total = 0u64;
     let mut last_refresh = Instant::now();
     // Topic names have no NUL byte (the broker refuses them).
-    let topic_cstr = std::ffi::CString::new(shared.topic.as_str()).ok();
+    let topic_cstr = std::ffi::CString::new(input.topic.as_str()).ok();
     let mut rate_window: std::collections::VecDeque<(Instant, u64)> =
         std::collections::VecDeque::new();
     let mut last_probe = Instant::now();
     while !stop.load(Ordering::SeqCst) {
-        shared.telemetry.poll_turned();
+        reporting.telemetry.poll_turned();
         // While the connection is lost, a short metadata request once a
         // second finds its return ("kafka reachable again").
         if last_probe.elapsed() >= Duration::from_secs(1) && link::is_down() {
@@ -669,7 +647,7 @@ fn poll_loop<E: Entity>(
                 // Every assigned partition has its own queue, split off before
                 // it was assigned; a record here would be processed by no one.
                 // Stop rather than skip it: a restart resumes at the checkpoint.
-                shared.fatal(ProcessError::Process {
+                reporting.fatal(ProcessError::Process {
                     stage: Stage::Poll,
                     message: format!(
                         "record of partition {} offset {} arrived on the main queue",
@@ -679,7 +657,10 @@ fn poll_loop<E: Entity>(
                 });
             }
             Some(Err(error)) => {
-                shared.telemetry.errors.record(Stage::Poll, Kind::Retryable);
+                reporting
+                    .telemetry
+                    .errors
+                    .record(Stage::Poll, Kind::Retryable);
                 // Folded like the client's errors: one line per change of
                 // the connection, other errors once a minute.
                 link::client_error(&error, "consumer poll");
@@ -687,33 +668,34 @@ fn poll_loop<E: Entity>(
             }
         }
         if let Some(topic) = &topic_cstr {
-            refresh_end_offsets(&consumer, &shared, topic);
+            refresh_end_offsets(&consumer, &reporting.telemetry, topic);
         }
         if last_refresh.elapsed() >= Duration::from_secs(1) {
-            refresh_rate(&shared, &mut rate_window);
+            refresh_rate(&reporting, &mut rate_window);
             last_refresh = Instant::now();
         }
         if last_log.elapsed() >= Duration::from_secs(10) {
-            log_progress(&shared, last_total, last_log.elapsed());
+            log_progress(
+                &reporting,
+                outputs.outbox.is_some(),
+                config.status_in_write_outs(),
+                last_total,
+                last_log.elapsed(),
+            );
             last_log = Instant::now();
-            last_total = shared.counters.total();
+            last_total = reporting.counters.total();
         }
     }
     // Shutdown: finish, flush and commit every partition, then leave.
     supervisor.drain(None, false);
-    if shared.flush_tx.blocking_send(FlushMsg::Stop).is_ok() {
+    if member.flush_tx.blocking_send(FlushMsg::Stop).is_ok() {
         wait_for_flusher(flusher);
     }
     // A static member (`group.instance.id`) must not leave the group: it
     // comes back within the session timeout to the same partitions with no
     // rebalance. librdkafka sends no LeaveGroup for one only when the
     // consumer is closed, not on unsubscribe (KIP-345).
-    if !shared
-        .config
-        .kafka
-        .librdkafka
-        .contains_key("group.instance.id")
-    {
+    if !config.kafka.librdkafka.contains_key("group.instance.id") {
         consumer.unsubscribe();
     }
     // Dropping the last handle closes the consumer: librdkafka revokes what
@@ -724,12 +706,12 @@ fn poll_loop<E: Entity>(
 /// Each assigned partition's end offset, from the consumer's fetch state (no
 /// request). The processed position is a lower bound of the true end: a
 /// fetch state older than the last batch does not show an end behind it.
-fn refresh_end_offsets<E: Entity>(
+fn refresh_end_offsets(
     consumer: &BaseConsumer<OrderlyContext>,
-    shared: &Shared<E>,
+    telemetry: &Telemetry,
     topic: &std::ffi::CStr,
 ) {
-    for status in shared.telemetry.partitions() {
+    for status in telemetry.partitions() {
         if let Some(high) = crate::kafka::cached_high_watermark(consumer, topic, status.partition) {
             status.end_offset.store(
                 high.max(status.position.load(Ordering::Relaxed)),
@@ -740,13 +722,10 @@ fn refresh_end_offsets<E: Entity>(
 }
 
 /// Once a second: the rate of records decided over the last five seconds.
-fn refresh_rate<E: Entity>(
-    shared: &Shared<E>,
-    window: &mut std::collections::VecDeque<(Instant, u64)>,
-) {
-    let telemetry = &shared.telemetry;
+fn refresh_rate(reporting: &Reporting, window: &mut std::collections::VecDeque<(Instant, u64)>) {
+    let telemetry = &reporting.telemetry;
     let now = Instant::now();
-    window.push_back((now, shared.counters.total()));
+    window.push_back((now, reporting.counters.total()));
     while window.len() > 6 {
         window.pop_front();
     }
@@ -765,10 +744,12 @@ fn refresh_rate<E: Entity>(
 /// at_least_once (status changes wait in the outbox until it exists; the
 /// input goes on).
 fn check_output_topic<E: Entity>(
-    shared: &Shared<E>,
+    outbox: Option<&OutboxSetup<E>>,
+    config: &Config,
+    telemetry: &Telemetry,
     consumer: &BaseConsumer<OrderlyContext>,
 ) -> Result<(), String> {
-    let Some(setup) = &shared.outbox else {
+    let Some(setup) = outbox else {
         return Ok(());
     };
     let topic = &setup.topic;
@@ -788,16 +769,16 @@ fn check_output_topic<E: Entity>(
     }
     let create = create_output_topic(
         topic,
-        &shared.config.kafka.bootstrap_servers,
-        shared.telemetry.input_partitions(),
+        &config.kafka.bootstrap_servers,
+        telemetry.input_partitions(),
     );
-    if shared.config.processing.guarantee == crate::config::Guarantee::ExactlyOnce {
+    if config.processing.guarantee == crate::config::Guarantee::ExactlyOnce {
         return Err(format!(
             "output topic {topic} does not exist, and in exactly_once every write-out's transaction publishes to it: \
              create it ({create}) or set kafka.output_topic = \"\""
         ));
     }
-    if shared.config.outbox.delivery == crate::config::OutboxDelivery::WriteOut {
+    if config.outbox.delivery == crate::config::OutboxDelivery::WriteOut {
         return Err(format!(
             "output topic {topic} does not exist, and with outbox.delivery = \"write_out\" every write-out publishes \
              to it: create it ({create}), set outbox.delivery = \"relay\" (status changes then wait in the store \
@@ -823,9 +804,16 @@ fn create_output_topic(topic: &str, bootstrap: &str, partitions: u32) -> String 
     )
 }
 
-/// The progress lines: restoring partitions, the outbox backlog, totals.
-fn log_progress<E: Entity>(shared: &Shared<E>, last_total: u64, elapsed: Duration) {
-    let partitions = shared.telemetry.partitions();
+/// The progress lines: restoring partitions, the outbox backlog (outbox on;
+/// worded by who delivers the status changes), totals.
+fn log_progress(
+    reporting: &Reporting,
+    outbox_on: bool,
+    status_in_write_outs: bool,
+    last_total: u64,
+    elapsed: Duration,
+) {
+    let partitions = reporting.telemetry.partitions();
     let restoring: Vec<i32> = partitions
         .iter()
         .filter(|p| p.phase() == Phase::Restoring)
@@ -834,7 +822,7 @@ fn log_progress<E: Entity>(shared: &Shared<E>, last_total: u64, elapsed: Duratio
     if !restoring.is_empty() {
         info!(partitions = ?restoring, "restoring from the changelog");
     }
-    if shared.outbox.is_some() {
+    if outbox_on {
         let (mut pending, mut oldest_ms, mut published, mut in_write_outs) =
             (0u64, 0u64, 0u64, 0u64);
         for backlog in partitions.iter().filter_map(|p| p.outbox.get()) {
@@ -845,7 +833,7 @@ fn log_progress<E: Entity>(shared: &Shared<E>, last_total: u64, elapsed: Duratio
         }
         // Worded by who delivers the status changes: with write-out delivery
         // the relay runs only over rows an earlier relay left.
-        if !shared.config.status_in_write_outs() {
+        if !status_in_write_outs {
             info!(
                 pending,
                 oldest_age_s = oldest_ms as f64 / 1000.0,
@@ -866,9 +854,9 @@ fn log_progress<E: Entity>(shared: &Shared<E>, last_total: u64, elapsed: Duratio
             );
         }
     }
-    let total = shared.counters.total();
+    let total = reporting.counters.total();
     let rate = (total - last_total) as f64 / elapsed.as_secs_f64().max(1e-3);
-    let c = shared.counters.outcomes.load();
+    let c = reporting.counters.outcomes.load();
     info!(
         processed = total,
         per_second = rate.round() as u64,

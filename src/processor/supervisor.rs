@@ -29,8 +29,9 @@ use super::context::{OrderlyContext, Rebalance};
 use super::flusher::FlushMsg;
 use super::partition::settings::TaskSettings;
 use super::partition::{Command, PartitionInput, PartitionTask};
+use super::parts::Parts;
 use super::transaction::TxnError;
-use super::{ProcessError, Shared};
+use super::ProcessError;
 use crate::engine::partition_state::PartitionState;
 use crate::observe::errors::Stage;
 use crate::observe::PartitionStatus;
@@ -43,7 +44,12 @@ struct PartitionHandle {
 /// Owns the partition tasks: starts them on assignment, drains them on
 /// revoke and shutdown, and stops the process when one fails or panics.
 pub(crate) struct PartitionSupervisor<E: Entity> {
-    shared: Arc<Shared<E>>,
+    /// What it hands each partition task (and reports and fails to).
+    parts: Parts<E>,
+    /// What the tasks read from the configuration, taken once at start.
+    settings: TaskSettings,
+    /// The consumer group, named in each partition task's span.
+    group_id: String,
     runtime: Handle,
     tasks: Mutex<HashMap<i32, PartitionHandle>>,
     /// Set once the consumer exists (it is created with this router inside
@@ -55,9 +61,16 @@ pub(crate) struct PartitionSupervisor<E: Entity> {
 }
 
 impl<E: Entity> PartitionSupervisor<E> {
-    pub(super) fn new(shared: Arc<Shared<E>>, runtime: Handle) -> Self {
+    pub(super) fn new(
+        parts: Parts<E>,
+        settings: TaskSettings,
+        group_id: String,
+        runtime: Handle,
+    ) -> Self {
         PartitionSupervisor {
-            shared,
+            parts,
+            settings,
+            group_id,
             runtime,
             tasks: Mutex::new(HashMap::new()),
             consumer: OnceLock::new(),
@@ -92,9 +105,14 @@ impl<E: Entity> PartitionSupervisor<E> {
     /// the partition is assigned, so no record reaches the main queue) and
     /// spawns its task.
     fn assign(&self, tpl: &mut TopicPartitionList) {
-        let shared = &self.shared;
+        let Parts {
+            input,
+            outputs,
+            reporting,
+            member,
+        } = &self.parts;
         let Some(weak) = self.consumer.get() else {
-            shared.fatal(ProcessError::Process {
+            reporting.fatal(ProcessError::Process {
                 stage: Stage::Assign,
                 message: "assignment before the consumer was attached".into(),
             });
@@ -110,9 +128,8 @@ impl<E: Entity> PartitionSupervisor<E> {
             );
             return;
         };
-        shared.telemetry.joined.store(true, Ordering::Relaxed);
-        // What the tasks read from the configuration, taken once.
-        let settings = TaskSettings::of(&shared.config);
+        reporting.telemetry.joined.store(true, Ordering::Relaxed);
+        let settings = &self.settings;
         let mut assigned = Vec::new();
         for elem in tpl.elements() {
             assigned.push((elem.topic().to_string(), elem.partition()));
@@ -133,17 +150,17 @@ impl<E: Entity> PartitionSupervisor<E> {
             if let Some(standbys) = self.standbys.get() {
                 standbys.take_over(partition);
             }
-            let store = match shared.store.partition(&topic, partition) {
+            let store = match member.store.partition(&topic, partition) {
                 Ok(store) => store,
                 Err(e) => {
-                    shared.fatal(ProcessError::from(e).in_partition(partition));
+                    reporting.fatal(ProcessError::from(e).in_partition(partition));
                     continue;
                 }
             };
             let checkpoint = match store.checkpoint() {
                 Ok(cp) => cp,
                 Err(e) => {
-                    shared.fatal(ProcessError::from(e).in_partition(partition));
+                    reporting.fatal(ProcessError::from(e).in_partition(partition));
                     continue;
                 }
             };
@@ -151,7 +168,7 @@ impl<E: Entity> PartitionSupervisor<E> {
                 if let Err(e) =
                     tpl.set_partition_offset(&topic, partition, Offset::Offset(cp.next_offset))
                 {
-                    shared.fatal(ProcessError::Partition {
+                    reporting.fatal(ProcessError::Partition {
                         partition,
                         stage: Stage::Assign,
                         message: format!("cannot seek: {e}"),
@@ -159,7 +176,7 @@ impl<E: Entity> PartitionSupervisor<E> {
                 }
             }
             let Some(mut queue) = consumer.split_partition_queue(&topic, partition) else {
-                shared.fatal(ProcessError::Partition {
+                reporting.fatal(ProcessError::Partition {
                     partition,
                     stage: Stage::Assign,
                     message: "cannot split its queue".into(),
@@ -173,9 +190,12 @@ impl<E: Entity> PartitionSupervisor<E> {
             let (tx, rx) = mpsc::channel(1);
             let state = PartitionState::new(store, checkpoint);
             let status = Arc::new(PartitionStatus::new(partition, checkpoint.as_ref()));
-            shared.telemetry.insert(status.clone());
+            reporting.telemetry.insert(status.clone());
             let task = PartitionTask {
-                shared: shared.clone(),
+                input: input.clone(),
+                outputs: outputs.clone(),
+                reporting: reporting.clone(),
+                member: member.clone(),
                 partition,
                 state,
                 rx,
@@ -191,8 +211,8 @@ impl<E: Entity> PartitionSupervisor<E> {
             };
             let input =
                 PartitionInput::new(queue, ready, Arc::downgrade(&consumer), &topic, partition);
-            let span = info_span!("partition", topic = %topic, partition, group = %shared.config.kafka.group_id);
-            let fatal = shared.clone();
+            let span = info_span!("partition", topic = %topic, partition, group = %self.group_id);
+            let fatal = reporting.clone();
             // Supervised: an error or a panic in the task stops the process
             // (non-zero exit, naming the partition). Nothing it had not
             // written out is committed: offsets reach the flusher only after
@@ -224,7 +244,7 @@ impl<E: Entity> PartitionSupervisor<E> {
                 .instrument(span),
             );
             self.tasks().insert(partition, PartitionHandle { tx, join });
-            shared.assigned.fetch_add(1, Ordering::Relaxed);
+            member.tasks_started(1);
         }
     }
 
@@ -249,11 +269,8 @@ impl<E: Entity> PartitionSupervisor<E> {
         if handles.is_empty() {
             return;
         }
-        self.shared
-            .assigned
-            .fetch_sub(handles.len(), Ordering::Relaxed);
-        let deadline = Instant::now()
-            + Duration::from_millis(self.shared.config.processing.shutdown_timeout_ms);
+        self.parts.member.tasks_stopped(handles.len());
+        let deadline = Instant::now() + self.settings.shutdown_timeout;
         let release: Vec<i32> = handles.iter().map(|(p, _)| *p).collect();
         let runtime = self.runtime.clone();
         let finished = runtime.block_on(async {
@@ -285,7 +302,7 @@ impl<E: Entity> PartitionSupervisor<E> {
         // releases its partition queue (which holds the consumer).
         runtime.block_on(async {
             for (partition, handle) in handles {
-                self.shared.telemetry.remove(partition);
+                self.parts.reporting.telemetry.remove(partition);
                 handle.join.abort();
                 if handle.join.await.is_err() {
                     warn!(partition, "partition task was stopped at the deadline");
@@ -302,7 +319,7 @@ impl<E: Entity> PartitionSupervisor<E> {
             lost,
             reply,
         };
-        if self.shared.flush_tx.blocking_send(barrier).is_err() {
+        if self.parts.member.flush_tx.blocking_send(barrier).is_err() {
             warn!("flusher is gone; revoked partitions are not committed");
             return;
         }
@@ -331,7 +348,7 @@ impl<E: Entity> Rebalance for PartitionSupervisor<E> {
     }
 
     fn fatal(&self, error: ProcessError) {
-        self.shared.fatal(error);
+        self.parts.reporting.fatal(error);
     }
 }
 

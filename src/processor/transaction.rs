@@ -146,12 +146,38 @@ pub(crate) struct TxnWriter<E: Entity> {
     output: Option<(String, Arc<OutboxEncoder<E>>)>,
 }
 
-/// The transactional id of an input partition's producer.
-pub(crate) fn transactional_id(config: &Config, partition: i32) -> String {
-    format!(
-        "{}-{}-{}",
-        config.kafka.group_id, config.kafka.input_topic, partition
-    )
+/// What every partition's transactional producer is built from, taken once
+/// from the configuration (the partition tasks do not hold all of it).
+#[derive(Debug, Clone)]
+pub(crate) struct TxnSettings {
+    /// The producer's client settings, without its transactional id.
+    producer: rdkafka::ClientConfig,
+    /// The group id: with the input topic, it names each partition's
+    /// transactional id.
+    group_id: String,
+    /// The input topic, whose offsets an exactly-once round commits.
+    source_topic: String,
+    /// Where a round's held dead letters go (exactly_once).
+    dlq_topic: String,
+    /// Who orderly connects as, named when the broker refuses the producer.
+    principal: String,
+}
+
+impl TxnSettings {
+    pub(crate) fn of(config: &Config) -> Self {
+        TxnSettings {
+            producer: crate::kafka::transactional_producer_config(config),
+            group_id: config.kafka.group_id.clone(),
+            source_topic: config.kafka.input_topic.clone(),
+            dlq_topic: config.kafka.dlq_topic.clone(),
+            principal: crate::kafka::acl::principal(config),
+        }
+    }
+
+    /// The transactional id of an input partition's producer.
+    fn transactional_id(&self, partition: i32) -> String {
+        format!("{}-{}-{}", self.group_id, self.source_topic, partition)
+    }
 }
 
 impl<E: Entity> TxnWriter<E> {
@@ -160,23 +186,22 @@ impl<E: Entity> TxnWriter<E> {
     /// is aborted). Call it before restoring, so nothing the previous owner
     /// writes can land after the restore read the changelog.
     pub(super) async fn open(
-        config: &Config,
+        settings: &TxnSettings,
         partition: i32,
         changelog_topic: String,
         output: Option<(String, Arc<OutboxEncoder<E>>)>,
     ) -> Result<Self, TxnError> {
-        let transactional_id = transactional_id(config, partition);
-        let producer: FutureProducer =
-            crate::kafka::transactional_producer_config(config, &transactional_id)
-                .create()
-                .map_err(|cause| {
-                    TxnError::Open(Box::new(OpenFailure {
-                        partition,
-                        transactional_id: transactional_id.clone(),
-                        principal: crate::kafka::acl::principal(config),
-                        cause,
-                    }))
-                })?;
+        let transactional_id = settings.transactional_id(partition);
+        let mut client = settings.producer.clone();
+        client.set("transactional.id", &transactional_id);
+        let producer: FutureProducer = client.create().map_err(|cause| {
+            TxnError::Open(Box::new(OpenFailure {
+                partition,
+                transactional_id: transactional_id.clone(),
+                principal: settings.principal.clone(),
+                cause,
+            }))
+        })?;
         crate::engine::fault::hit(crate::engine::fault::Point::StopInit);
         let init = producer.clone();
         let result = tokio::task::spawn_blocking(move || init.init_transactions(CALL_TIMEOUT))
@@ -204,7 +229,7 @@ impl<E: Entity> TxnWriter<E> {
                 TxnError::Open(Box::new(OpenFailure {
                     partition,
                     transactional_id,
-                    principal: crate::kafka::acl::principal(config),
+                    principal: settings.principal.clone(),
                     cause,
                 }))
             });
@@ -214,9 +239,9 @@ impl<E: Entity> TxnWriter<E> {
             producer,
             transactional_id,
             partition,
-            source_topic: config.kafka.input_topic.clone(),
+            source_topic: settings.source_topic.clone(),
             changelog_topic,
-            dlq_topic: config.kafka.dlq_topic.clone(),
+            dlq_topic: settings.dlq_topic.clone(),
             output,
         })
     }

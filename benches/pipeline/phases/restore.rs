@@ -11,6 +11,7 @@ use anyhow::anyhow;
 
 use orderly::config::Config;
 use orderly::engine::store::Store;
+use orderly::kafka::ReaderSettings;
 use orderly::processor::changelog::restore::Restore;
 
 use super::passthrough;
@@ -63,18 +64,19 @@ pub fn run_topic(
     let store = Store::open(&config.store.path, config.store.cache_capacity_mb)?;
     let cancel = AtomicBool::new(false);
     let meter = Meter::start(broker_pid);
+    let reader = ReaderSettings::of(&config);
     let results: Vec<anyhow::Result<(u64, Instant, Duration)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = load
             .ends
             .keys()
             .map(|partition| {
-                let (config, topic, store, cancel) = (&config, &topic, &store, &cancel);
+                let (reader, topic, store, cancel) = (&reader, &topic, &store, &cancel);
                 scope.spawn(move || -> anyhow::Result<(u64, Instant, Duration)> {
                     let started = Instant::now();
                     let tree = store.partition(&load.topic, *partition)?;
                     let progress = orderly::observe::RestoreProgress::default();
                     let restored = Restore {
-                        config,
+                        reader,
                         topic,
                         partition: *partition,
                         tree: &tree,

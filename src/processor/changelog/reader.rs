@@ -10,9 +10,9 @@ use rdkafka::message::{BorrowedMessage, Message};
 use tracing::{info, warn};
 
 use super::ChangelogError;
-use crate::config::Config;
 use crate::engine::store::{changelog_checkpoint_key, Checkpoint};
 use crate::kafka::partition_reader::PartitionReader;
+use crate::kafka::ReaderSettings;
 
 /// The first window searched backwards for the last checkpoint record.
 const FIRST_WINDOW: i64 = 4_096;
@@ -43,16 +43,16 @@ impl<'a> ChangelogReader<'a> {
     /// A reader that stops with [`ChangelogError::Cancelled`] once `cancel`
     /// is set (the partition was revoked).
     pub(crate) fn new(
-        config: &Config,
+        settings: &ReaderSettings,
         topic: &str,
         partition: i32,
         cancel: &'a AtomicBool,
     ) -> Result<Self, ChangelogError> {
-        let committed = crate::kafka::reader_consumer_config(config);
-        let reader = PartitionReader::new(&committed, topic, partition)?;
-        let mut uncommitted_config = committed;
+        let committed = &settings.client;
+        let reader = PartitionReader::new(committed, topic, partition)?;
+        let mut uncommitted_config = committed.clone();
         uncommitted_config.set("isolation.level", "read_uncommitted");
-        let bootstrap = config.kafka.bootstrap_servers.clone();
+        let bootstrap = settings.bootstrap.clone();
         Ok(ChangelogReader {
             reader: reader.cancelled_by(cancel),
             uncommitted: std::cell::OnceCell::new(),

@@ -20,6 +20,7 @@ use super::ChangelogError;
 use crate::config::Config;
 use crate::engine::store::{changelog_checkpoint_key, Checkpoint};
 use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH};
+use crate::kafka::ReaderSettings;
 
 /// One changelog partition's last checkpoint record: (its offset, the
 /// checkpoint). `None` when it holds none.
@@ -29,7 +30,7 @@ pub(crate) fn last_checkpoint(
     partition: i32,
 ) -> Result<Option<(i64, Checkpoint)>, ChangelogError> {
     let cancel = AtomicBool::new(false);
-    let reader = ChangelogReader::new(config, topic, partition, &cancel)?;
+    let reader = ChangelogReader::new(&ReaderSettings::of(config), topic, partition, &cancel)?;
     let (low, high) = reader.watermarks()?;
     reader.last_checkpoint(low, high)
 }
@@ -42,7 +43,7 @@ pub(crate) fn live_keys(
     partition: i32,
 ) -> Result<Vec<Vec<u8>>, ChangelogError> {
     let cancel = AtomicBool::new(false);
-    let reader = ChangelogReader::new(config, topic, partition, &cancel)?;
+    let reader = ChangelogReader::new(&ReaderSettings::of(config), topic, partition, &cancel)?;
     let (low, high) = reader.watermarks()?;
     let checkpoint_key = changelog_checkpoint_key();
     let mut live: HashMap<Vec<u8>, bool> = HashMap::new();

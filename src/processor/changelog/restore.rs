@@ -34,10 +34,10 @@ use tracing::{info, warn};
 
 use super::reader::ChangelogReader;
 use super::ChangelogError;
-use crate::config::Config;
 use crate::engine::store::{changelog_checkpoint_key, Checkpoint, PartitionStore, RestoreWrite};
 use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::kafka::retry::Backoff;
+use crate::kafka::ReaderSettings;
 use crate::observe::RestoreProgress;
 
 /// Keys held before they are written to sled while restoring, at most, and
@@ -104,7 +104,8 @@ macro_rules! say {
 
 /// One partition's restore.
 pub struct Restore<'a> {
-    pub config: &'a Config,
+    /// What the changelog's reader is built from.
+    pub reader: &'a ReaderSettings,
     pub topic: &'a str,
     pub partition: i32,
     pub tree: &'a PartitionStore,
@@ -164,7 +165,7 @@ impl Restore<'_> {
     /// Restores the tree when it is behind the changelog (see the module doc).
     pub fn run(&self) -> Result<Restored, ChangelogError> {
         let started = Instant::now();
-        let reader = ChangelogReader::new(self.config, self.topic, self.partition, self.cancel)?;
+        let reader = ChangelogReader::new(self.reader, self.topic, self.partition, self.cancel)?;
         let (low, high) = reader.settled_watermarks()?;
         self.run_to(&reader, low, high, started, Voice::Restore)
     }
@@ -385,7 +386,7 @@ mod tests {
     /// at input offset 5, and an empty tree to restore it into.
     struct Fixture {
         cluster: MockCluster<'static, DefaultProducerContext>,
-        config: Config,
+        reader: ReaderSettings,
         tree: PartitionStore,
         _store: Store,
         _dir: tempfile::TempDir,
@@ -432,14 +433,14 @@ mod tests {
                 }
             }
             producer.flush(Duration::from_secs(30)).expect("flush");
-            let mut config = Config::defaults().expect("config");
+            let mut config = crate::config::Config::defaults().expect("config");
             config.kafka.bootstrap_servers = cluster.bootstrap_servers();
             let dir = tempfile::tempdir().expect("tempdir");
             let store = Store::open(&dir.path().join("store"), 16).expect("store");
             let tree = store.partition("orders", 0).expect("tree");
             Fixture {
                 cluster,
-                config,
+                reader: ReaderSettings::of(&config),
                 tree,
                 _store: store,
                 _dir: dir,
@@ -456,7 +457,7 @@ mod tests {
         let (cluster, tree) = (&fixture.cluster, &fixture.tree);
         let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
         let restore = Restore {
-            config: &fixture.config,
+            reader: &fixture.reader,
             topic: CHANGELOG,
             partition: 0,
             tree,
@@ -514,7 +515,7 @@ mod tests {
                 seen
             });
             let restored = Restore {
-                config: &fixture.config,
+                reader: &fixture.reader,
                 topic: CHANGELOG,
                 partition: 0,
                 tree: &fixture.tree,

@@ -18,8 +18,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::read_back::read_back;
 use super::{status_headers, OutboxEncoder};
-use crate::config::Config;
 use crate::engine::outbox_record::OutboxRecord;
+use crate::kafka::ReaderSettings;
 
 /// Why a write-out's status changes did not all reach the output topic.
 #[derive(Debug, thiserror::Error)]
@@ -59,15 +59,18 @@ pub(crate) struct StatusOutput<'a, E: Entity> {
 impl<E: Entity> StatusOutput<'_, E> {
     /// Reads the output partition back for the last status change of this
     /// input partition (on a blocking thread).
-    pub(crate) async fn published_floor(&self, config: &Config) -> Result<Floor, PublishError> {
-        let (config, topic, source, partition) = (
-            config.clone(),
+    pub(crate) async fn published_floor(
+        &self,
+        reader: &ReaderSettings,
+    ) -> Result<Floor, PublishError> {
+        let (reader, topic, source, partition) = (
+            reader.clone(),
             self.topic.to_string(),
             self.source_topic.to_string(),
             self.partition,
         );
         let read = tokio::task::spawn_blocking(move || {
-            read_back(&config, &topic, &source, partition, None)
+            read_back(&reader, &topic, &source, partition, None)
         });
         let error = |cause: String| PublishError::ReadBack {
             topic: self.topic.to_string(),

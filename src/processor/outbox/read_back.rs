@@ -5,9 +5,9 @@
 
 use std::collections::HashSet;
 
-use crate::config::Config;
 use crate::kafka::headers::{HEADER_EPOCH, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
 use crate::kafka::partition_reader::{PartitionReader, ReadError};
+use crate::kafka::ReaderSettings;
 
 /// How far back from the output partition's end the relay looks for what
 /// it published last, at most.
@@ -22,17 +22,13 @@ pub(crate) type ReadBack = (Option<(u32, i64)>, HashSet<(u32, i64)>);
 /// Stops at the first window with one at or below `down_to` (without it:
 /// with any), or [`LOOK_BACK`] records from the end.
 pub(crate) fn read_back(
-    config: &Config,
+    reader: &ReaderSettings,
     topic: &str,
     source: &str,
     partition: i32,
     down_to: Option<(u32, i64)>,
 ) -> Result<ReadBack, ReadError> {
-    let reader = PartitionReader::new(
-        &crate::kafka::reader_consumer_config(config),
-        topic,
-        partition,
-    )?;
+    let reader = PartitionReader::new(&reader.client, topic, partition)?;
     let (low, high) = reader.watermarks()?;
     let partition_text = partition.to_string();
     let (mut last, mut above) = (None, HashSet::new());
@@ -132,9 +128,10 @@ mod tests {
             publish(&producer, "in", "0", 0, offset); // 11 never landed
         }
         producer.flush(Duration::from_secs(10)).expect("flush");
-        let mut config = Config::defaults().expect("config");
+        let mut config = crate::config::Config::defaults().expect("config");
         config.kafka.bootstrap_servers = cluster.bootstrap_servers();
-        let read = |down_to| read_back(&config, "out", "in", 0, down_to).expect("read back");
+        let reader = ReaderSettings::of(&config);
+        let read = |down_to| read_back(&reader, "out", "in", 0, down_to).expect("read back");
 
         assert_eq!(
             read(None),

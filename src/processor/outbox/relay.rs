@@ -29,9 +29,9 @@ use super::read_back::{read_back, ReadBack};
 pub use error::RelayError;
 
 use super::{OutboxEncoder, OutboxRecord};
-use crate::config::Config;
 use crate::engine::store::PartitionStore;
 use crate::kafka::retry::Backoff;
+use crate::kafka::ReaderSettings;
 use crate::observe::errors::{Kind, Stage};
 use crate::observe::Backlog;
 
@@ -57,7 +57,7 @@ pub struct Relay<E: Entity> {
     pub(crate) warn_count: u64,
     pub(crate) warn_age: Duration,
     /// For reading the output topic back (what was published before).
-    pub config: Config,
+    pub reader: ReaderSettings,
     /// Where failed publishes are counted (`orderly_errors_total`).
     pub telemetry: Arc<crate::observe::Telemetry>,
     pub source_topic: String,
@@ -272,14 +272,14 @@ impl<E: Entity> Relay<E> {
 
     /// [`read_back`] of this relay's output partition, on a blocking thread.
     async fn read_back(&self, down_to: Option<(u32, i64)>) -> Result<ReadBack, RelayError> {
-        let (config, topic, source, partition) = (
-            self.config.clone(),
+        let (reader, topic, source, partition) = (
+            self.reader.clone(),
             self.topic.clone(),
             self.source_topic.clone(),
             self.partition,
         );
         let task = tokio::task::spawn_blocking(move || {
-            read_back(&config, &topic, &source, partition, down_to)
+            read_back(&reader, &topic, &source, partition, down_to)
         });
         let read = task.await.map_err(|cause| RelayError::ReadBackTask {
             topic: self.topic.clone(),

@@ -97,7 +97,7 @@ impl<E: Entity> Live<E> {
         } else if !letters.is_empty() {
             // A permanent failure stops the processor before this batch is
             // decided: nothing moves past a record whose letter is not durable.
-            self.task.shared.dead_letters.try_send_all(&letters).await?;
+            self.task.input.dead_letters.try_send_all(&letters).await?;
             fault::hit(Point::AfterDlq);
         }
 
@@ -105,7 +105,7 @@ impl<E: Entity> Live<E> {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        let retention_ms = self.task.shared.retention.as_millis() as i64;
+        let retention_ms = self.task.input.retention.as_millis() as i64;
         let dead = letters.len() as u64;
         fault::hit(Point::PanicBatch);
         let decoded = Decoded {
@@ -126,19 +126,19 @@ impl<E: Entity> Live<E> {
         };
         let elapsed = started.elapsed();
         self.task
-            .shared
+            .reporting
             .counters
             .record_batch(&outcomes, version_gaps, elapsed);
         self.task
             .status
             .record(&outcomes, version_gaps, next_offset);
         self.task
-            .shared
+            .reporting
             .telemetry
             .batch_duration
             .observe(elapsed.as_secs_f64());
         self.task
-            .shared
+            .reporting
             .telemetry
             .batch_records
             .observe(fresh.len() as f64);
@@ -158,7 +158,7 @@ impl<E: Entity> Live<E> {
         &self,
         message: &impl Message,
     ) -> Result<Event<E::Body>, (crate::engine::codec::PoisonKind, String)> {
-        let decoder = &self.task.shared.decoder;
+        let decoder = &self.task.input.decoder;
         if let Some(result) = decoder.decode_cached(message.payload()) {
             return result.map_err(poison_parts);
         }
@@ -178,7 +178,7 @@ impl<E: Entity> Live<E> {
                 Err(DecodeError::Transient(error)) => {
                     waiting_since.get_or_insert_with(Instant::now);
                     self.task
-                        .shared
+                        .reporting
                         .telemetry
                         .errors
                         .record(Stage::Decode, Kind::Retryable);

@@ -78,7 +78,7 @@ impl<E: Entity> Live<E> {
     /// over the state as restored; with write-out delivery, only while the
     /// store holds rows a relay left.
     fn start_relay(&mut self) -> Result<(), ProcessError> {
-        let Some(setup) = &self.task.shared.outbox else {
+        let Some(setup) = &self.task.outputs.outbox else {
             return Ok(());
         };
         let with_write_out = StatusChanges::WithWriteOut {
@@ -131,9 +131,9 @@ impl<E: Entity> Live<E> {
             backlog: backlog.clone(),
             warn_count: setup.warn_count,
             warn_age: setup.warn_age,
-            config: self.task.shared.config.clone(),
-            source_topic: self.task.shared.topic.clone(),
-            telemetry: self.task.shared.telemetry.clone(),
+            reader: self.task.outputs.reader.clone(),
+            source_topic: self.task.input.topic.clone(),
+            telemetry: self.task.reporting.telemetry.clone(),
         };
         let join = tokio::spawn(tracing::Instrument::instrument(
             relay.run(),
@@ -255,7 +255,7 @@ impl<E: Entity> Live<E> {
         // milliseconds: it runs on a blocking thread so the async workers
         // keep the other partitions' timers and batches on time. The task
         // owns its state and waits, so nothing else touches it meanwhile.
-        let with_changelog = self.task.shared.changelog.is_some();
+        let with_changelog = self.task.outputs.changelog.is_some();
         let (state, prepared) = self
             .lend_state(move |state| state.prepare_write_out(with_changelog))
             .await?;
@@ -274,7 +274,7 @@ impl<E: Entity> Live<E> {
             None
         };
         fault::hit(Point::StopAcked);
-        let share = self.task.shared.cache_share();
+        let share = self.task.member.cache_share();
         let status_changes = prepared.status.len() as u64;
         let (state, result) = self
             .lend_state(move |state| state.finish_write_out(prepared, position, share))
@@ -293,11 +293,11 @@ impl<E: Entity> Live<E> {
         fault::hit(Point::StopBatched);
         fault::hang(Point::HangBatched).await;
         self.task
-            .shared
+            .reporting
             .counters
             .record_write(written.keys, written.bytes);
         self.task
-            .shared
+            .reporting
             .telemetry
             .write_out_duration
             .observe(started.elapsed().as_secs_f64());
@@ -317,7 +317,7 @@ impl<E: Entity> Live<E> {
             let _ = relay.written.send(next_offset);
         }
         self.task
-            .shared
+            .member
             .flush_tx
             .send(FlushMsg::Covered {
                 partition: self.task.partition,
@@ -340,7 +340,7 @@ impl<E: Entity> Live<E> {
             return Ok(());
         }
         self.wait_for_left_rows().await?;
-        let Some(setup) = self.task.shared.outbox.as_ref() else {
+        let Some(setup) = self.task.outputs.outbox.as_ref() else {
             return Ok(());
         };
         let producer = setup.producer().map_err(|cause| PublishError::Produce {
@@ -352,13 +352,13 @@ impl<E: Entity> Live<E> {
             producer: &producer,
             topic: &setup.topic,
             encoder: &setup.encoder,
-            source_topic: &self.task.shared.topic,
+            source_topic: &self.task.input.topic,
             partition: self.task.partition,
         };
         let floor = match self.status_floor {
             Some(floor) => floor,
             None => {
-                let floor = output.published_floor(&self.task.shared.config).await?;
+                let floor = output.published_floor(&self.task.outputs.reader).await?;
                 if let Some((epoch, offset)) = floor {
                     debug!(
                         partition = self.task.partition,
@@ -429,7 +429,7 @@ impl<E: Entity> Live<E> {
                 }
                 Err(TxnError::Aborted { cause, .. }) => {
                     self.task
-                        .shared
+                        .reporting
                         .telemetry
                         .errors
                         .record(Stage::Transaction, Kind::Retryable);

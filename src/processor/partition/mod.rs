@@ -56,8 +56,9 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info, warn};
 
 use super::context::OrderlyContext;
+use super::parts::{Input, Member, Outputs, Reporting};
 use super::transaction::TxnError;
-use super::{ProcessError, Shared};
+use super::ProcessError;
 use crate::engine::breaker::Breaker;
 use crate::engine::partition_state::PartitionState;
 use crate::engine::store::Checkpoint;
@@ -87,9 +88,20 @@ pub(super) enum Command {
 /// channel closed), which stops the task as a drain does.
 type Reply = Option<oneshot::Sender<Option<Checkpoint>>>;
 
-/// What every phase of one partition's task holds.
+/// What every phase of one partition's task holds. Of the processor's
+/// shared parts, each phase reaches the ones it uses: restoring the
+/// outputs (the reader, the transactional producer) and the member's store;
+/// processing the input ([`batch`]); the write-out ([`live`]) the outputs
+/// and the member's flusher and cache budget; every phase the reporting.
 pub(crate) struct PartitionTask<E: Entity> {
-    pub shared: Arc<Shared<E>>,
+    /// The input topic, the decoder, the dead letters, the inbox retention.
+    pub input: Arc<Input<E>>,
+    /// The changelog, the outbox, and what their clients are built from.
+    pub outputs: Arc<Outputs<E>>,
+    /// Counters, telemetry and the fatal-error slot.
+    pub reporting: Arc<Reporting>,
+    /// The store, the flusher's channel and the order cache budget.
+    pub member: Arc<Member>,
     pub partition: i32,
     /// The order cache, the pending and written checkpoints (`None` until
     /// the first batch on a partition this store never processed).
@@ -107,7 +119,7 @@ pub(crate) struct PartitionTask<E: Entity> {
     /// partition's transactional producer, opened (fencing the previous
     /// owner's) before the restore.
     pub(crate) mode: WriteOutMode<E>,
-    /// What the task reads from the configuration, taken at assignment.
+    /// What the task reads from the configuration, taken once at start.
     pub(crate) settings: TaskSettings,
     /// Stops the partition when it dead-letters too much.
     pub breaker: Breaker,

@@ -72,7 +72,7 @@ impl<E: Entity> Processing<E> {
                 next_offset: checkpoint.next_offset,
             };
             live.task
-                .shared
+                .member
                 .flush_tx
                 .send(resume)
                 .await
@@ -168,7 +168,7 @@ impl<E: Entity> Processing<E> {
                         // How late the runtime woke this task: the batch wait
                         // and the write-out interval hold only this well.
                         let late = tokio::time::Instant::now().saturating_duration_since(wait_until);
-                        self.live.task.shared.telemetry.timer_lateness.observe(late.as_secs_f64());
+                        self.live.task.reporting.telemetry.timer_lateness.observe(late.as_secs_f64());
                         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                             break;
                         }
@@ -215,7 +215,7 @@ impl<E: Entity> Processing<E> {
             if schedule.write_now(
                 now,
                 state.has_unwritten(),
-                state.dirty_bytes() > self.live.task.shared.cache_share(),
+                state.dirty_bytes() > self.live.task.member.cache_share(),
                 || drained && at_end(source, &self.live),
             ) {
                 match self.live.write_out().await {

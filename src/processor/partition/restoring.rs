@@ -54,7 +54,7 @@ impl<E: Entity> Restoring<E> {
     /// partition's earlier producers, or checks that a
     /// store without a changelog holds the partition's state.
     pub(super) async fn run(mut self) -> Result<Restored<E>, ProcessError> {
-        let Some(changelog) = self.task.shared.changelog.clone() else {
+        let Some(changelog) = self.task.outputs.changelog.clone() else {
             self.task.mode = WriteOutMode::StoreOnly;
             self.check_without_changelog().await?;
             return Ok(Restored::Ready(self.task));
@@ -67,25 +67,17 @@ impl<E: Entity> Restoring<E> {
         // guarantee): after this, no write of a previous owner can become
         // visible behind the restore (see processor::transaction).
         let (scope, output) = match task.settings.guarantee {
-            Guarantee::ExactlyOnce => (TxnScope::Everything, task.shared.outbox.as_ref()),
+            Guarantee::ExactlyOnce => (TxnScope::Everything, task.outputs.outbox.as_ref()),
             Guarantee::AtLeastOnce => {
                 let in_write_out = task.settings.outbox_delivery == OutboxDelivery::WriteOut;
                 (
                     TxnScope::Changelog,
-                    task.shared.outbox.as_ref().filter(|_| in_write_out),
+                    task.outputs.outbox.as_ref().filter(|_| in_write_out),
                 )
             }
         };
         let output = output.map(|o| (o.topic.clone(), o.encoder.clone()));
-        // The producer's client settings come from the whole configuration.
-        match TxnWriter::open(
-            &task.shared.config,
-            task.partition,
-            changelog.clone(),
-            output,
-        )
-        .await
-        {
+        match TxnWriter::open(&task.outputs.txn, task.partition, changelog.clone(), output).await {
             Ok(txn) => {
                 task.mode = match scope {
                     TxnScope::Everything => WriteOutMode::Everything {
@@ -106,7 +98,8 @@ impl<E: Entity> Restoring<E> {
         let cancel = Arc::new(AtomicBool::new(false));
         let tree = task.state.store().clone();
         let job = {
-            let (shared, cancel, tree) = (task.shared.clone(), cancel.clone(), tree.clone());
+            let (outputs, member) = (task.outputs.clone(), task.member.clone());
+            let (cancel, tree) = (cancel.clone(), tree.clone());
             let (topic, partition) = (changelog.clone(), task.partition);
             let status = task.status.clone();
             // The partition's span, so the restore's log lines name it.
@@ -115,7 +108,7 @@ impl<E: Entity> Restoring<E> {
                 let _entered = span.enter();
                 let progress = &status.restore;
                 let restored = Restore {
-                    config: &shared.config,
+                    reader: &outputs.reader,
                     topic: &topic,
                     partition,
                     tree: &tree,
@@ -126,7 +119,7 @@ impl<E: Entity> Restoring<E> {
                 progress.end();
                 let restored = restored?;
                 if restored.restored {
-                    shared.store.flush()?;
+                    member.store.flush()?;
                 }
                 Ok::<_, crate::processor::changelog::ChangelogError>(restored)
             })
@@ -161,8 +154,8 @@ impl<E: Entity> Restoring<E> {
             }
             return Ok(Restored::Ready(self.task));
         }
-        task.shared.counters.record_restore(restored.elapsed);
-        task.shared
+        task.reporting.counters.record_restore(restored.elapsed);
+        task.reporting
             .telemetry
             .restored_records
             .fetch_add(restored.applied, Ordering::Relaxed);
@@ -190,7 +183,7 @@ impl<E: Entity> Restoring<E> {
         let Some(consumer) = task.consumer.upgrade() else {
             return;
         };
-        let (topic, partition) = (task.shared.topic.clone(), task.partition);
+        let (topic, partition) = (task.input.topic.clone(), task.partition);
         let result = tokio::task::spawn_blocking(move || {
             consumer.seek(
                 &topic,
@@ -226,7 +219,7 @@ impl<E: Entity> Restoring<E> {
         let Some(consumer) = self.task.consumer.upgrade() else {
             return Ok(());
         };
-        let topic = self.task.shared.topic.clone();
+        let topic = self.task.input.topic.clone();
         let committed = tokio::task::spawn_blocking(move || {
             let mut tpl = TopicPartitionList::with_capacity(1);
             tpl.add_partition(&topic, partition);

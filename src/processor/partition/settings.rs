@@ -1,6 +1,6 @@
 //! What a partition task reads from the configuration, taken once when the
-//! partition is assigned: the task's phases receive these settings, not the
-//! whole `Config` reached through the processor's shared state.
+//! supervisor starts: the task's phases receive these settings, not the
+//! whole `Config`.
 
 use std::time::Duration;
 

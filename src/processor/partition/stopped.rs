@@ -56,11 +56,11 @@ impl<E: Entity> Live<E> {
             "dead-letter breaker tripped: this partition stops (nothing after its checkpoint is dead-lettered, decided \
              or committed); fix the cause (a producer's deploy, the registry's schemas), then restart this instance"
         );
-        task.shared
+        task.reporting
             .telemetry
             .breaker_trips
             .fetch_add(1, Ordering::Relaxed);
-        task.shared
+        task.reporting
             .telemetry
             .errors
             .record(Stage::DeadLetter, Kind::Permanent);

@@ -4,9 +4,9 @@
 //! with no broker. (The restore, the changelog and exactly-once
 //! transactions, the outbox relay and the flusher's commits need one.)
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::mode::WriteOutMode;
@@ -23,11 +23,16 @@ use crate::engine::store::{Checkpoint, PartitionStore, Store};
 use crate::observe::{PartitionStatus, Telemetry};
 use crate::processor::dlq::DeadLetters;
 use crate::processor::flusher::FlushMsg;
-use crate::processor::{Counters, ProcessError, Shared};
+use crate::processor::parts::{Input, Member, Outputs, Reporting};
+use crate::processor::transaction::TxnSettings;
+use crate::processor::ProcessError;
 
 /// A running partition task over `source`, and what a test looks at.
 pub(crate) struct Harness<E: Entity> {
-    pub shared: Arc<Shared<E>>,
+    /// The task's input side (its dead letters).
+    pub input: Arc<Input<E>>,
+    /// The task's counters and telemetry.
+    pub reporting: Arc<Reporting>,
     pub status: Arc<PartitionStatus>,
     /// The partition's tree, as the task writes it.
     pub store: PartitionStore,
@@ -87,31 +92,37 @@ impl<E: Entity> Harness<E> {
     ) -> Self {
         let topic = config.kafka.input_topic.clone();
         let (flush_tx, flushes) = mpsc::channel(1024);
-        let shared = Arc::new(Shared {
+        let input = Arc::new(Input {
             dead_letters: DeadLetters::in_memory(config.kafka.dlq_topic.clone(), topic.clone()),
             topic: topic.clone(),
-            changelog: None,
-            outbox: None,
-            store: store.clone(),
             decoder,
             retention: config.inbox_retention(),
-            counters: Counters::default(),
-            telemetry: Arc::new(Telemetry::default()),
-            assigned: std::sync::atomic::AtomicUsize::new(1),
-            config,
-            flush_tx,
-            fatal: Mutex::new(None),
-            fatal_notify: Notify::new(),
         });
+        let outputs = Arc::new(Outputs {
+            changelog: None,
+            outbox: None,
+            reader: crate::kafka::ReaderSettings::of(&config),
+            txn: TxnSettings::of(&config),
+        });
+        let reporting = Arc::new(Reporting::new(Arc::new(Telemetry::default())));
+        let member = Arc::new(Member::new(
+            store.clone(),
+            flush_tx,
+            config.processing.cache_max_bytes,
+            1,
+        ));
         #[allow(clippy::unwrap_used)]
         let tree = store.partition(&topic, partition).unwrap();
         #[allow(clippy::unwrap_used)]
         let checkpoint = tree.checkpoint().unwrap();
         let status = Arc::new(PartitionStatus::new(partition, checkpoint.as_ref()));
         let (commands, rx) = mpsc::channel(1);
-        let settings = TaskSettings::of(&shared.config);
+        let settings = TaskSettings::of(&config);
         let task = PartitionTask {
-            shared: shared.clone(),
+            input: input.clone(),
+            outputs,
+            reporting: reporting.clone(),
+            member,
             partition,
             state: PartitionState::new(tree.clone(), checkpoint),
             rx,
@@ -133,7 +144,8 @@ impl<E: Entity> Harness<E> {
             }
         });
         Harness {
-            shared,
+            input,
+            reporting,
             status,
             store: tree,
             flushes,

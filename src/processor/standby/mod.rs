@@ -32,8 +32,8 @@ use super::changelog::reader::ChangelogReader;
 use super::changelog::restore::Restore;
 use super::changelog::ChangelogError;
 use super::owners::OwnersSlot;
-use crate::config::Config;
 use crate::engine::store::Store;
+use crate::kafka::ReaderSettings;
 use crate::observe::{RestoreProgress, Telemetry};
 
 /// How often each standby is brought up to its changelog.
@@ -60,7 +60,8 @@ pub(crate) struct Standbys {
 
 /// What the keeper thread reads and writes.
 pub(crate) struct Keeper {
-    pub config: Config,
+    /// What each standby's changelog reader is built from.
+    pub reader: ReaderSettings,
     pub store: Store,
     pub input_topic: String,
     pub changelog_topic: String,
@@ -228,14 +229,14 @@ impl Standbys {
         let reader = match readers.entry(partition) {
             std::collections::btree_map::Entry::Occupied(held) => held.into_mut(),
             std::collections::btree_map::Entry::Vacant(slot) => slot.insert(ChangelogReader::new(
-                &keeper.config,
+                &keeper.reader,
                 &keeper.changelog_topic,
                 partition,
                 &self.cancel,
             )?),
         };
         let restore = Restore {
-            config: &keeper.config,
+            reader: &keeper.reader,
             topic: &keeper.changelog_topic,
             partition,
             tree: &tree,
@@ -320,12 +321,12 @@ mod tests {
                 .expect("send");
         }
         producer.flush(Duration::from_secs(10)).expect("flush");
-        let mut config = Config::defaults().expect("config");
+        let mut config = crate::config::Config::defaults().expect("config");
         config.kafka.bootstrap_servers = cluster.bootstrap_servers();
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(&dir.path().join("store"), 16).expect("store");
         let keeper = Keeper {
-            config,
+            reader: ReaderSettings::of(&config),
             store,
             input_topic: "orders".into(),
             changelog_topic: CHANGELOG.into(),

@@ -140,10 +140,10 @@ async fn a_batch_with_a_duplicate_a_stale_version_and_poison_is_decided_and_writ
         stale: 1,
         dead_lettered: 1,
     };
-    assert_eq!(harness.shared.counters.outcomes.load(), expected);
+    assert_eq!(harness.reporting.counters.outcomes.load(), expected);
     assert_eq!(harness.status.outcomes.load(), expected);
     assert_eq!(
-        harness.shared.dead_letters.sent(),
+        harness.input.dead_letters.sent(),
         vec![(104, PoisonKind::BadMagicByte)]
     );
     assert_eq!(covered(&harness.flushed()), vec![106]);
@@ -197,8 +197,8 @@ async fn a_drain_skips_what_the_checkpoint_covers_and_writes_out_the_rest() {
         applied: 2,
         ..Outcomes::default()
     };
-    assert_eq!(second.shared.counters.outcomes.load(), expected);
-    assert!(second.shared.dead_letters.sent().is_empty());
+    assert_eq!(second.reporting.counters.outcomes.load(), expected);
+    assert!(second.input.dead_letters.sent().is_empty());
     assert_eq!(version(&second, "A"), Some(2));
     assert_eq!(version(&second, "C"), Some(1));
 }
