@@ -234,7 +234,12 @@ mod tests {
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .finish();
-        tracing::subscriber::with_default(subscriber, f);
+        tracing::subscriber::with_default(subscriber, || {
+            // Other tests' threads, with no subscriber, may have cached this
+            // module's callsites as uninteresting: ask them again.
+            tracing::callsite::rebuild_interest_cache();
+            f()
+        });
         let bytes = buffer.0.lock().unwrap().clone();
         String::from_utf8(bytes).unwrap()
     }
