@@ -277,7 +277,7 @@ mod tests {
 
     use super::*;
     use crate::engine::store::{changelog_checkpoint_key, Checkpoint, RestoreWrite};
-    use crate::kafka::headers::HEADER_COVERS;
+    use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH};
 
     const CHANGELOG: &str = "state-changelog";
 
@@ -291,6 +291,19 @@ mod tests {
         Keeper,
         tempfile::TempDir,
     ) {
+        keeper_over_epoch(records, 0)
+    }
+
+    /// [`keeper_over`], the changelog written in `epoch` (after as many
+    /// `orderly replay --reset-state` runs).
+    fn keeper_over_epoch(
+        records: usize,
+        epoch: u32,
+    ) -> (
+        MockCluster<'static, DefaultProducerContext>,
+        Keeper,
+        tempfile::TempDir,
+    ) {
         let cluster: MockCluster<'static, DefaultProducerContext> =
             MockCluster::new(1).expect("mock cluster");
         cluster.create_topic(CHANGELOG, 1, 1).expect("topic");
@@ -298,17 +311,28 @@ mod tests {
             .set("bootstrap.servers", cluster.bootstrap_servers())
             .create()
             .expect("producer");
-        let checkpoint = Checkpoint::starting_at(5).encode().expect("encodes");
+        let checkpoint = Checkpoint {
+            epoch,
+            ..Checkpoint::starting_at(5)
+        }
+        .encode()
+        .expect("encodes");
+        let epoch_text = epoch.to_string();
         for i in 0..=records {
             let (key, value) = if i < records {
                 (format!("order-{i}").into_bytes(), b"state".to_vec())
             } else {
                 (changelog_checkpoint_key(), checkpoint.clone())
             };
-            let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-                key: HEADER_COVERS,
-                value: Some("5"),
-            });
+            let headers = rdkafka::message::OwnedHeaders::new()
+                .insert(rdkafka::message::Header {
+                    key: HEADER_COVERS,
+                    value: Some("5"),
+                })
+                .insert(rdkafka::message::Header {
+                    key: HEADER_EPOCH,
+                    value: Some(epoch_text.as_str()),
+                });
             producer
                 .send(
                     BaseRecord::to(CHANGELOG)
@@ -400,6 +424,35 @@ mod tests {
             (checkpoint.next_offset, checkpoint.changelog_next),
             (5, Some(11))
         );
+    }
+
+    /// A copy of an older epoch (a `replay --reset-state` ran since it was
+    /// made, and the changelog starts again from the replay's marker): the
+    /// standby drops it and restores the new epoch.
+    #[test]
+    fn a_standby_of_an_older_epoch_rebuilds_itself() {
+        let (_cluster, keeper, _dir) = keeper_over_epoch(10, 1);
+        let tree = keeper.store.partition("orders", 0).expect("tree");
+        let mut old = RestoreWrite::default();
+        old.restore(b"order-old", Some(b"before the replay"));
+        let before = Checkpoint {
+            changelog_next: Some(3),
+            ..Checkpoint::starting_at(2)
+        };
+        tree.finish_restore(old, &before).expect("old copy");
+        let standbys = Standbys::new(1);
+        let (mut readers, progress) = (BTreeMap::new(), RestoreProgress::default());
+        assert!(standbys.claim(0));
+        let lag = standbys.round(&keeper, 0, &mut readers, &progress);
+        standbys.finish();
+        assert_eq!(lag.expect("rebuilt"), 0);
+        assert_eq!(
+            tree.tree.len(),
+            11,
+            "the new epoch's states and its checkpoint only"
+        );
+        let checkpoint = tree.checkpoint().expect("read").expect("a checkpoint");
+        assert_eq!((checkpoint.epoch, checkpoint.changelog_next), (1, Some(11)));
     }
 
     /// A partition assigned to this member while a round runs on it: the
