@@ -19,28 +19,7 @@ use crate::engine::fault::{self, Point};
 use crate::engine::store::Store;
 use crate::observe::errors::{Kind, Stage};
 
-pub(crate) enum FlushMsg {
-    /// A write-out covering everything before `next_offset` was written;
-    /// `applied_at`: its applied events' `occurred_at` (completion time).
-    Covered {
-        partition: i32,
-        next_offset: i64,
-        applied_at: Vec<i64>,
-    },
-    /// A partition task started on a durable checkpoint: commit it if the
-    /// group's committed offset is behind it (a crash between a flush and
-    /// its commit), without waiting for new input.
-    Resume { partition: i32, next_offset: i64 },
-    /// Flush and commit everything reported so far, then stop committing
-    /// `release`d partitions (revoked); commit them first unless `lost`.
-    Barrier {
-        release: Vec<i32>,
-        lost: bool,
-        reply: std::sync::mpsc::SyncSender<()>,
-    },
-    /// Flush and commit what is pending, then stop.
-    Stop,
-}
+pub(crate) use super::flush_msg::FlushMsg;
 
 /// A barrier as the flusher holds it: the partitions released, whether
 /// they were lost, and whom to answer.

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, Notify};
 use tracing::error;
 
 use super::dlq::DeadLetters;
-use super::flusher::FlushMsg;
+use super::flush_msg::FlushMsg;
 use super::transaction::TxnSettings;
 use super::{Counters, OutboxSetup, ProcessError};
 use crate::engine::codec::Decoder;
