@@ -117,3 +117,23 @@ pub struct StorageOut {
     /// Share of (d)'s time spent in `Store::flush`.
     pub flush_share: f64,
 }
+
+/// The median of `xs` (the mean of the middle two for an even count).
+pub fn median(mut xs: Vec<f64>) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let n = xs.len();
+    Some(if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    })
+}
+
+/// `x` with `decimals` decimals, or `-`.
+pub fn fmt_opt(x: Option<f64>, decimals: usize) -> String {
+    x.map(|x| format!("{x:.decimals$}"))
+        .unwrap_or_else(|| "-".into())
+}

@@ -7,6 +7,9 @@
 //! cargo bench --bench pipeline -- --distinct-orders-rss [--events N] [--json]
 //! kafka/broker run -- registry/apicurio run -- \
 //!   cargo bench --bench pipeline -- --side-by-side [--rounds N] [--restore-rounds N] [--shape ...] [--phases oa,ka,ox,kx,or,kr]
+//! kafka/broker run -- registry/apicurio run -- \
+//!   cargo bench --bench pipeline -- --orders 1000000 --events 1000000 --phases fo [--failover-rounds N]
+//!                                  [--failover-rate EV_PER_S] [--failover-session-timeout-ms MS]
 //! ```
 //!
 //! Pre-loads a planned workload (default 1,000,000 events over 10,000 orders,
@@ -56,9 +59,18 @@
 //!   real broker and registry (`--bootstrap`/ORDERLY_E2E_BOOTSTRAP,
 //!   `--registry`/ORDERLY_E2E_REGISTRY; the broker's pid from
 //!   `--broker-pid`/KAFKA_PID); see `phases/side_by_side.rs`.
+//! * (fo) the failover drill (issue: standby replicas): three `orderly run`
+//!   children in one group (changelog on, a 6 s session timeout), the input
+//!   processed, then fed a steady `--failover-rate` (2,000 events/s), one
+//!   SIGKILLed; the time from the kill until every moved partition's
+//!   committed offset passes the topic's end offset at the kill, less the
+//!   session timeout, with `processing.standby_replicas` 2 and 0
+//!   (`--failover-rounds` each, alternating), and what a standby costs in
+//!   RSS and store size per 1M orders. Needs a real broker and registry, as
+//!   the side-by-side phases; see `phases/failover.rs`.
 //!
-//! Phases run in the order a, b, c, x, (side by side), o, e, r, d whatever
-//! `--phases` says.
+//! Phases run in the order a, b, c, x, (side by side), fo, o, e, r, d
+//! whatever `--phases` says.
 //!
 //! "steady ev/s" counts from a phase's first record (for (c): its first
 //! batch), so it excludes connecting and joining the group. For (c) and (d)
@@ -100,7 +112,7 @@
 //! Layout: `main.rs` (arguments, orchestration), `loader.rs` (the loader
 //! child: mock cluster or topic creation, plan and produce), `phases/`
 //! (`bare.rs`: (a) and (b); `store_alone.rs`: (d); `full.rs`: (c), (o), (e);
-//! `restore.rs`: (r); `side_by_side.rs`: (oa) ... (kr);
+//! `restore.rs`: (r); `side_by_side.rs`: (oa) ... (kr); `failover.rs`: (fo);
 //! `http_load.rs`: `--http`/`--http-load`;
 //! `mod.rs`: the consumer shared by (a), (b) and (d)'s untimed read),
 //! `measure.rs` (/proc: RSS, CPU; directory sizes) and `report.rs` (the
@@ -187,8 +199,9 @@ pub struct Args {
     #[arg(long, alias = "distinct-orders")]
     pub distinct_orders_rss: bool,
     /// Which phases to run, comma-separated, of a,b,c,x,o,e,r,d (r needs c;
-    /// x is c in exactly_once, not run unless named); they run in that order
-    /// whatever the order given.
+    /// x is c in exactly_once, not run unless named), the side-by-side ones
+    /// and fo (the failover drill); they run in that order whatever the
+    /// order given.
     #[arg(long)]
     pub phases: Option<String>,
     /// Run (c) and (x) alternately this many times each (c, x, c, x, ...):
@@ -201,6 +214,18 @@ pub struct Args {
     /// second, so one sample is at the mercy of the machine's load.
     #[arg(long, default_value_t = 1)]
     pub restore_rounds: usize,
+    /// The failover drill (fo): this many rounds, each running standbys 0
+    /// and standbys 2 (the order alternating), each with a fresh group and
+    /// stores.
+    #[arg(long, default_value_t = 1)]
+    pub failover_rounds: usize,
+    /// The failover drill's steady feed during the kill, in events/s.
+    #[arg(long, default_value_t = 2000.0)]
+    pub failover_rate: f64,
+    /// The failover drill's kafka.session_timeout_ms (subtracted from its
+    /// times; processing.shutdown_timeout_ms is half of it).
+    #[arg(long, default_value_t = 6000)]
+    pub failover_session_timeout_ms: u64,
     /// Partitions of the input topic (default 4; on the mock cluster raised
     /// to what the workload needs, as it keeps only 5 MiB per partition).
     #[arg(long)]
@@ -289,11 +314,8 @@ pub fn registry_of(args: &Args) -> anyhow::Result<Registry> {
 fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
     let side_phases = args.phases.as_deref().is_some_and(|p| {
-        phases::side_by_side::wanted(
-            &p.split(',')
-                .map(|s| s.trim().to_string())
-                .collect::<Vec<_>>(),
-        )
+        let named: Vec<String> = p.split(',').map(|s| s.trim().to_string()).collect();
+        phases::side_by_side::wanted(&named) || named.iter().any(|n| n == phases::failover::KEY)
     });
     if (args.side_by_side || side_phases) && args.bootstrap.is_none() && !args.loader {
         args.bootstrap = std::env::var("ORDERLY_E2E_BOOTSTRAP")
@@ -375,6 +397,10 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         args.bootstrap.as_deref().unwrap_or("the mock cluster (child process)")
     );
     let side = phases::side_by_side::wanted(&phases);
+    let failover = phases.iter().any(|p| p == phases::failover::KEY);
+    if failover && (args.bootstrap.is_none() || args.registry.is_none()) {
+        bail!("the failover drill (fo) needs a broker (--bootstrap or ORDERLY_E2E_BOOTSTRAP) and a registry (--registry or ORDERLY_E2E_REGISTRY): kafka/broker run -- registry/apicurio run -- cargo bench ...");
+    }
     let expect_dir = tempfile::Builder::new()
         .prefix("orderly-bench-expect-")
         .tempdir()?;
@@ -493,6 +519,14 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         None
     };
     drop(expect_dir);
+    let failover = if failover {
+        trim_heap();
+        Some(phases::failover::run(
+            args, &load, orders, runtime, timeout,
+        )?)
+    } else {
+        None
+    };
     if run("o") {
         trim_heap();
         let (phase, _) = runtime.block_on(phases::full::run(
@@ -609,5 +643,6 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         full_pipeline: full,
         storage,
         side_by_side,
+        failover,
     })
 }

@@ -196,3 +196,41 @@ pub fn percentiles_ms(samples: &mut [u64]) -> (f64, f64) {
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
     (at(0.5), at(0.99))
 }
+
+/// The 1-minute load average.
+pub fn load1() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A `/proc/<pid>/status` field in KiB (`VmHWM`, `VmRSS`).
+pub fn pid_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
+    line[field.len() + 1..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// What `du` says a directory takes: the blocks its files hold, in bytes
+/// (sparse files count what they hold, not their length).
+pub fn dir_disk_usage(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dir) = std::fs::read_dir(path) else {
+        return 0;
+    };
+    dir.flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_disk_usage(&e.path()) + m.blocks() * 512,
+            Ok(m) => m.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}

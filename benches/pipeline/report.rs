@@ -25,6 +25,9 @@ pub struct Results {
     /// The side-by-side phases (`--side-by-side`): each contender in its own process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub side_by_side: Option<crate::phases::side_by_side::SideBySideOut>,
+    /// The failover drill (`--phases fo`): standbys 2 against none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover: Option<crate::phases::failover::FailoverOut>,
 }
 
 #[derive(Debug, Serialize)]
@@ -188,6 +191,11 @@ impl Results {
         }
         if let Some(side) = &self.side_by_side {
             for text in side.table_lines() {
+                line(text);
+            }
+        }
+        if let Some(failover) = &self.failover {
+            for text in failover.table_lines() {
                 line(text);
             }
         }

@@ -1,9 +1,11 @@
 //! The phases, each measured on the same pre-loaded topic: (a) and (b) in
 //! `bare`, (d) in `store_alone`, (c) and (e) in `full`, (r) (restoring what
-//! (c) wrote to its changelog) in `restore`; and the plain consumer that
+//! (c) wrote to its changelog) in `restore`, the side-by-side phases in
+//! `side_by_side`, (fo) in `failover`; and the plain consumer that
 //! (a), (b) and (d)'s untimed read share.
 
 pub mod bare;
+pub mod failover;
 pub mod full;
 pub mod restore;
 pub mod side_by_side;

@@ -52,9 +52,10 @@ use serde::Serialize;
 
 use orderly::domains::orders::event::StateView;
 
+use crate::figures::{fmt_opt, median};
 use crate::figures::{Counts, Phase};
 use crate::loader::LoadInfo;
-use crate::measure::process_cpu;
+use crate::measure::{load1, pid_status_kib, process_cpu};
 use crate::Args;
 
 /// What `--side-by-side` runs.
@@ -412,49 +413,11 @@ pub fn run(
     })
 }
 
-fn median(mut xs: Vec<f64>) -> Option<f64> {
-    if xs.is_empty() {
-        return None;
-    }
-    xs.sort_by(|a, b| a.total_cmp(b));
-    let n = xs.len();
-    Some(if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    })
-}
-
-fn fmt_opt(x: Option<f64>, decimals: usize) -> String {
-    x.map(|x| format!("{x:.decimals$}"))
-        .unwrap_or_else(|| "-".into())
-}
-
-fn load1() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 fn epoch_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-fn pid_status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
-    line[field.len() + 1..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
 }
 
 #[derive(Clone, Copy, Default)]
@@ -487,12 +450,7 @@ fn watch(
     what: &str,
 ) -> anyhow::Result<Covered> {
     let pid = child.id();
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &ctx.load.bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()?;
+    let consumer = offsets_reader(&ctx.load.bootstrap, group)?;
     let mut tpl = TopicPartitionList::new();
     for p in ctx.load.ends.keys() {
         tpl.add_partition(&ctx.load.topic, *p);
@@ -544,20 +502,26 @@ fn watch(
 }
 
 fn create_topics(ctx: &Ctx<'_>, names: &[String]) -> anyhow::Result<()> {
+    create_topics_like_input(ctx.runtime, ctx.load, names)
+}
+
+/// Creates `names` on the input's broker, with the input's partition count.
+pub(super) fn create_topics_like_input(
+    runtime: &tokio::runtime::Runtime,
+    load: &LoadInfo,
+    names: &[String],
+) -> anyhow::Result<()> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &ctx.load.bootstrap)
+        .set("bootstrap.servers", &load.bootstrap)
         .create()?;
     let topics: Vec<NewTopic<'_>> = names
         .iter()
-        .map(|n| NewTopic::new(n, ctx.load.partitions, TopicReplication::Fixed(1)))
+        .map(|n| NewTopic::new(n, load.partitions, TopicReplication::Fixed(1)))
         .collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    for result in ctx
-        .runtime
-        .block_on(admin.create_topics(&topics, &options))?
-    {
+    for result in runtime.block_on(admin.create_topics(&topics, &options))? {
         if let Err((name, code)) = result {
             bail!("cannot create topic {name}: {code}");
         }
@@ -565,9 +529,20 @@ fn create_topics(ctx: &Ctx<'_>, names: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A consumer in `group` that only reads its committed offsets (never
+/// subscribes or commits).
+pub(super) fn offsets_reader(bootstrap: &str, group: &str) -> anyhow::Result<BaseConsumer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()?)
+}
+
 /// The bench's knobs as orderly config lines: ([processing], [store],
 /// [kafka.librdkafka]) bodies.
-fn overrides(args: &Args) -> (String, String, String) {
+pub(super) fn overrides(args: &Args) -> (String, String, String) {
     let mut processing = String::new();
     if let Some(ms) = args.commit_interval_ms {
         processing += &format!("commit_interval_ms = {ms}\n");
@@ -594,7 +569,7 @@ fn overrides(args: &Args) -> (String, String, String) {
     (processing, store, librdkafka)
 }
 
-fn overrides_toml(args: &Args) -> String {
+pub(super) fn overrides_toml(args: &Args) -> String {
     let (p, s, l) = overrides(args);
     let mut out = String::new();
     for (section, body) in [("processing", p), ("store", s), ("kafka.librdkafka", l)] {
@@ -605,7 +580,7 @@ fn overrides_toml(args: &Args) -> String {
     out
 }
 
-fn toml_str(s: &str) -> String {
+pub(super) fn toml_str(s: &str) -> String {
     toml::Value::String(s.into()).to_string()
 }
 
@@ -617,20 +592,62 @@ fn orderly_config(
     dlq: &str,
     guarantee: Guarantee,
 ) -> String {
-    let (processing, store_extra, librdkafka) = overrides(ctx.args);
-    format!(
-        "[kafka]\nbootstrap_servers = {}\ngroup_id = {}\ninput_topic = {}\ndlq_topic = {}\noutput_topic = {}\n\n\
-         [kafka.librdkafka]\n{librdkafka}\n[registry]\nurl = {}\n\n[store]\npath = {}\n{store_extra}\n\
-         [http]\naddress = \"\"\n\n[processing]\nguarantee = \"{}\"\n{processing}",
-        toml_str(&ctx.load.bootstrap),
-        toml_str(group),
-        toml_str(&ctx.load.topic),
-        toml_str(dlq),
-        toml_str(output),
-        toml_str(&ctx.registry_url),
-        toml_str(&store.display().to_string()),
-        guarantee.orderly(),
-    )
+    OrderlyConfig {
+        args: ctx.args,
+        load: ctx.load,
+        registry_url: &ctx.registry_url,
+        group,
+        store,
+        output,
+        dlq,
+        guarantee: guarantee.orderly(),
+        http_address: "",
+        kafka_extra: "",
+        processing_extra: "",
+    }
+    .toml()
+}
+
+/// A generated `orderly run` config: the bench's topic, broker, registry
+/// and knobs (`overrides`), and what the phase adds.
+pub(super) struct OrderlyConfig<'a> {
+    pub args: &'a Args,
+    pub load: &'a LoadInfo,
+    pub registry_url: &'a str,
+    pub group: &'a str,
+    pub store: &'a Path,
+    pub output: &'a str,
+    pub dlq: &'a str,
+    /// `processing.guarantee`.
+    pub guarantee: &'a str,
+    /// `http.address` ("" turns the endpoint off).
+    pub http_address: &'a str,
+    /// More `[kafka]` lines.
+    pub kafka_extra: &'a str,
+    /// More `[processing]` lines.
+    pub processing_extra: &'a str,
+}
+
+impl OrderlyConfig<'_> {
+    pub fn toml(&self) -> String {
+        let (processing, store_extra, librdkafka) = overrides(self.args);
+        format!(
+            "[kafka]\nbootstrap_servers = {}\ngroup_id = {}\ninput_topic = {}\ndlq_topic = {}\noutput_topic = {}\n{}\n\
+             [kafka.librdkafka]\n{librdkafka}\n[registry]\nurl = {}\n\n[store]\npath = {}\n{store_extra}\n\
+             [http]\naddress = {}\n\n[processing]\nguarantee = \"{}\"\n{processing}{}",
+            toml_str(&self.load.bootstrap),
+            toml_str(self.group),
+            toml_str(&self.load.topic),
+            toml_str(self.dlq),
+            toml_str(self.output),
+            self.kafka_extra,
+            toml_str(self.registry_url),
+            toml_str(&self.store.display().to_string()),
+            toml_str(self.http_address),
+            self.guarantee,
+            self.processing_extra,
+        )
+    }
 }
 
 /// Orders whose dumped state (JSON lines with `order_id` ... and
