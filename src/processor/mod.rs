@@ -15,6 +15,7 @@ pub mod outbox;
 
 mod context;
 mod dlq;
+mod fence;
 mod flush_msg;
 pub(crate) mod flusher;
 mod owners;

@@ -45,7 +45,7 @@ use std::time::Duration;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureRecord, Producer};
 use tracing::{info, warn};
 
 use super::dlq::{letter_record, HeldLetter};
@@ -53,6 +53,7 @@ use crate::config::Config;
 use crate::engine::fault::{self, Point};
 use crate::engine::store::{changelog_checkpoint_key, ChangeRecord};
 use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
+use crate::processor::fence::{self, TxnProducer};
 use crate::processor::outbox::{OutboxEncoder, OutboxRecord};
 
 /// How long `init_transactions`, `send_offsets_to_transaction` and
@@ -136,7 +137,7 @@ pub(super) struct Round<'a, S> {
 
 /// The partition's transactional producer and where its records go.
 pub(crate) struct TxnWriter<E: Entity> {
-    producer: FutureProducer,
+    producer: TxnProducer,
     transactional_id: String,
     partition: i32,
     source_topic: String,
@@ -194,47 +195,46 @@ impl<E: Entity> TxnWriter<E> {
         let transactional_id = settings.transactional_id(partition);
         let mut client = settings.producer.clone();
         client.set("transactional.id", &transactional_id);
-        let producer: FutureProducer = client.create().map_err(|cause| {
-            TxnError::Open(Box::new(OpenFailure {
-                partition,
-                transactional_id: transactional_id.clone(),
-                principal: settings.principal.clone(),
-                cause,
-            }))
-        })?;
         crate::engine::fault::hit(crate::engine::fault::Point::StopInit);
-        let init = producer.clone();
-        let result = tokio::task::spawn_blocking(move || init.init_transactions(CALL_TIMEOUT))
+        let result = tokio::task::spawn_blocking(move || fence::init(&client, CALL_TIMEOUT))
             .await
             .unwrap_or(Err(KafkaError::Canceled));
-        if let Err(cause) = result {
-            // Fenced here means a newer owner initialised meanwhile: the
-            // group reassigns the partition. Anything else would leave the
-            // partition unprocessed with no rebalance to move it: fatal.
-            let fenced = matches!(
-                cause.rdkafka_error_code(),
-                Some(
-                    RDKafkaErrorCode::ProducerFenced
-                        | RDKafkaErrorCode::InvalidProducerEpoch
-                        | RDKafkaErrorCode::Fenced
-                )
-            );
-            return Err(if fenced {
-                TxnError::Fenced {
-                    partition,
-                    transactional_id,
-                    cause,
-                }
-            } else {
-                TxnError::Open(Box::new(OpenFailure {
-                    partition,
-                    transactional_id,
-                    principal: settings.principal.clone(),
-                    cause,
-                }))
-            });
-        }
-        info!(partition, transactional_id = %transactional_id, "transactional producer ready (earlier producers of the partition fenced)");
+        let (producer, tries) = match result {
+            Ok(ready) => (ready.producer, ready.tries),
+            Err(cause) => {
+                // Fenced here means a newer owner initialised meanwhile: the
+                // group reassigns the partition. Anything else would leave the
+                // partition unprocessed with no rebalance to move it: fatal.
+                let fenced = matches!(
+                    cause.rdkafka_error_code(),
+                    Some(
+                        RDKafkaErrorCode::ProducerFenced
+                            | RDKafkaErrorCode::InvalidProducerEpoch
+                            | RDKafkaErrorCode::Fenced
+                    )
+                );
+                return Err(if fenced {
+                    TxnError::Fenced {
+                        partition,
+                        transactional_id,
+                        cause,
+                    }
+                } else {
+                    TxnError::Open(Box::new(OpenFailure {
+                        partition,
+                        transactional_id,
+                        principal: settings.principal.clone(),
+                        cause,
+                    }))
+                });
+            }
+        };
+        info!(
+            partition,
+            transactional_id = %transactional_id,
+            producers = tries,
+            "transactional producer ready (earlier producers of the partition fenced)"
+        );
         Ok(TxnWriter {
             producer,
             transactional_id,
@@ -440,7 +440,7 @@ impl<E: Entity> TxnWriter<E> {
 
 /// `commit_transaction`, called again while librdkafka says the error is
 /// retriable (a commit that timed out may still complete).
-fn commit_retrying(producer: &FutureProducer) -> Result<(), KafkaError> {
+fn commit_retrying(producer: &TxnProducer) -> Result<(), KafkaError> {
     let mut tries = 0;
     loop {
         match producer.commit_transaction(CALL_TIMEOUT) {
