@@ -38,8 +38,11 @@ pub(crate) const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     // The members of a group learn of a rebalance from a heartbeat answer:
     // with librdkafka's 3 s default, a partition moved by a cooperative
     // rebalance waited about 3 s between its release and its new owner's
-    // assignment on nisshi.
-    ("heartbeat.interval.ms", "500"),
+    // assignment on nisshi. After a member dies, the survivors hear of the
+    // rebalance at their next heartbeat and the group waits for the last of
+    // them: 250 ms keeps that under a quarter second (docs/performance.md,
+    // "Failover"), at four heartbeats a second per member.
+    ("heartbeat.interval.ms", "250"),
 ];
 
 /// The consumer's settings. Offsets are never committed or stored by
