@@ -644,9 +644,16 @@ fn drill(ctx: &Ctx<'_>, run: &mut FailoverRun) -> anyhow::Result<()> {
     let group = run.group_id.clone();
     let (output, dlq) = (format!("{group}-status"), format!("{group}-dlq"));
     create_topics_like_input(ctx.runtime, ctx.load, &[output.clone(), dlq.clone()])?;
+    // ORDERLY_BENCH_KEEP_DIRS=1 keeps the instances' stores, configs and
+    // logs (`orderly.err`) for a look afterwards; the path is printed.
+    let keep = std::env::var_os("ORDERLY_BENCH_KEEP_DIRS").is_some();
     let dir = tempfile::Builder::new()
         .prefix("orderly-bench-fo-")
+        .disable_cleanup(keep)
         .tempdir()?;
+    if keep {
+        eprintln!("pipeline: (fo) keeping {}", dir.path().display());
+    }
     let kafka_extra = format!("session_timeout_ms = {}\n", ctx.session_timeout_ms);
     let processing_extra = format!(
         "shutdown_timeout_ms = {}\nstandby_replicas = {}\n",
