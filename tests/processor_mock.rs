@@ -40,10 +40,10 @@ async fn process_until_caught_up(
 fn assert_store_matches(store: &Store, expected: &Expectation) {
     mock::assert_counters(
         store,
-        expected.applied,
-        expected.duplicates,
-        expected.stale,
-        expected.dead_lettered,
+        expected.outcomes.applied,
+        expected.outcomes.duplicates,
+        expected.outcomes.stale,
+        expected.outcomes.dead_lettered,
     );
     let mut mismatches = Vec::new();
     for (order_id, want) in &expected.states {
@@ -78,7 +78,9 @@ async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {
     };
     let (records, expected) = plan(&spec, &encoder).expect("plan");
     assert!(
-        expected.duplicates > 0 && expected.stale > 0 && expected.dead_lettered > 0,
+        expected.outcomes.duplicates > 0
+            && expected.outcomes.stale > 0
+            && expected.outcomes.dead_lettered > 0,
         "{expected:?}"
     );
     let ends = produce_planned(&producer(&c.bootstrap), &c.topic, &records)
@@ -107,7 +109,7 @@ async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {
     let letters = tokio::task::spawn_blocking(move || read_all(&bootstrap, &dlq))
         .await
         .unwrap();
-    assert_eq!(letters.len() as u64, expected.dead_lettered);
+    assert_eq!(letters.len() as u64, expected.outcomes.dead_lettered);
     let decoder = orderly::engine::codec::Decoder::new(registry_for_check);
     let mut poison: Vec<&[u8]> = Vec::new();
     for record in &records {
@@ -115,7 +117,7 @@ async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {
             poison.push(&record.payload);
         }
     }
-    assert_eq!(poison.len() as u64, expected.dead_lettered);
+    assert_eq!(poison.len() as u64, expected.outcomes.dead_lettered);
     let kinds = [
         "empty_payload",
         "bad_magic_byte",
@@ -443,18 +445,22 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
     let totals = &stats["totals"];
     assert_eq!(
         totals["applied"].as_u64(),
-        Some(expected.applied),
+        Some(expected.outcomes.applied),
         "{stats}"
     );
     assert_eq!(
         totals["duplicates"].as_u64(),
-        Some(expected.duplicates),
+        Some(expected.outcomes.duplicates),
         "{stats}"
     );
-    assert_eq!(totals["stale"].as_u64(), Some(expected.stale), "{stats}");
+    assert_eq!(
+        totals["stale"].as_u64(),
+        Some(expected.outcomes.stale),
+        "{stats}"
+    );
     assert_eq!(
         totals["dead_lettered"].as_u64(),
-        Some(expected.dead_lettered),
+        Some(expected.outcomes.dead_lettered),
         "{stats}"
     );
     assert_eq!(totals["consumed"].as_u64(), Some(total as u64));
@@ -481,7 +487,7 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
     sources.dedup();
     assert_eq!(
         sources.len() as u64,
-        expected.dead_lettered,
+        expected.outcomes.dead_lettered,
         "every poison record dead-lettered at least once"
     );
     drop(c.mock);

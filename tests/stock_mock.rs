@@ -20,10 +20,10 @@ const PARTITIONS: i32 = 4;
 fn assert_levels(store: &Store, oracle: &StockExpectation) {
     assert_counters(
         store,
-        oracle.applied,
-        oracle.duplicates,
+        oracle.outcomes.applied,
+        oracle.outcomes.duplicates,
         0,
-        oracle.dead_lettered,
+        oracle.outcomes.dead_lettered,
     );
     let mut wrong = Vec::new();
     let mut seen = 0;

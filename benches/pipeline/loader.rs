@@ -77,10 +77,10 @@ pub async fn loader(args: Args) -> anyhow::Result<()> {
         serde_json::to_writer(file, &expected.states)?;
     }
     let expected_counts = Counts {
-        applied: expected.applied,
-        duplicates: expected.duplicates,
-        stale: expected.stale,
-        dead_lettered: expected.dead_lettered,
+        applied: expected.outcomes.applied,
+        duplicates: expected.outcomes.duplicates,
+        stale: expected.outcomes.stale,
+        dead_lettered: expected.outcomes.dead_lettered,
     };
     drop(expected);
 

@@ -253,7 +253,7 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
             let encoder = Encoder::register(&registry, "orders").await?;
             let (records, expected) = plan(spec, &encoder)?;
             let counts =
-                ExpectedCounts::of(expected.states.len(), expected.records, expected.outcomes());
+                ExpectedCounts::of(expected.states.len(), expected.records, expected.outcomes);
             let planned = Planned::new("orders", records, counts, &expected.status_changes);
             let mut summary = demo_of(Orders, registry, planned, &options, |state| {
                 let want = expected.states.get(&state.key)?;
@@ -267,7 +267,7 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
             let encoder = StockEncoder::register(&registry, "stock").await?;
             let (records, expected) = crate::domains::stock::workload::plan(spec, &encoder)?;
             let counts =
-                ExpectedCounts::of(expected.levels.len(), expected.records, expected.outcomes());
+                ExpectedCounts::of(expected.levels.len(), expected.records, expected.outcomes);
             let planned = Planned::new("stock", records, counts, &expected.status_changes);
             demo_of(Stock, registry, planned, &options, |state| {
                 expected

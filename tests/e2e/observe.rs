@@ -116,10 +116,10 @@ fn metrics_state_queries_and_health_match_the_run() {
     );
     let m = scrape(&address);
     let want = [
-        expected.applied,
-        expected.duplicates,
-        expected.stale,
-        expected.dead_lettered,
+        expected.outcomes.applied,
+        expected.outcomes.duplicates,
+        expected.outcomes.stale,
+        expected.outcomes.dead_lettered,
     ];
     assert_eq!(
         outcome_totals(&m),
@@ -128,7 +128,7 @@ fn metrics_state_queries_and_health_match_the_run() {
     );
     assert_eq!(m["orderly_assigned_partitions"], PARTITIONS as f64);
     assert_eq!(
-        m["orderly_completion_seconds_count"] as u64, expected.applied,
+        m["orderly_completion_seconds_count"] as u64, expected.outcomes.applied,
         "one completion per applied event"
     );
     assert_eq!(

@@ -319,10 +319,10 @@ fn a_replay_marker_reaches_every_store_ahead_behind_or_wiped() {
     assert_eq!(
         counts,
         [
-            expected.applied,
-            expected.duplicates,
-            expected.stale,
-            expected.dead_lettered
+            expected.outcomes.applied,
+            expected.outcomes.duplicates,
+            expected.outcomes.stale,
+            expected.outcomes.dead_lettered
         ],
         "counters of the records after N"
     );

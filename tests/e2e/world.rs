@@ -69,10 +69,10 @@ pub struct Counts {
 impl From<&Expectation> for Counts {
     fn from(e: &Expectation) -> Self {
         Counts {
-            applied: e.applied,
-            duplicates: e.duplicates,
-            stale: e.stale,
-            dead_lettered: e.dead_lettered,
+            applied: e.outcomes.applied,
+            duplicates: e.outcomes.duplicates,
+            stale: e.outcomes.stale,
+            dead_lettered: e.outcomes.dead_lettered,
         }
     }
 }
@@ -80,10 +80,10 @@ impl From<&Expectation> for Counts {
 impl From<&orderly::domains::stock::workload::StockExpectation> for Counts {
     fn from(e: &orderly::domains::stock::workload::StockExpectation) -> Self {
         Counts {
-            applied: e.applied,
-            duplicates: e.duplicates,
-            stale: e.stale,
-            dead_lettered: e.dead_lettered,
+            applied: e.outcomes.applied,
+            duplicates: e.outcomes.duplicates,
+            stale: e.outcomes.stale,
+            dead_lettered: e.outcomes.dead_lettered,
         }
     }
 }
@@ -478,7 +478,7 @@ impl World {
             expected.status_changes.len(),
             "each status change exactly once on the output topic"
         );
-        self.verify_one_letter_each(expected.dead_lettered);
+        self.verify_one_letter_each(expected.outcomes.dead_lettered);
     }
 
     /// exactly_once's promise on the dead-letter topic, read
@@ -499,7 +499,7 @@ impl World {
             serde_json::from_value::<StateView>(v.clone()).expect("state JSON")
         });
         assert_eq!(mismatches, 0, "final state mismatches");
-        self.verify_dead_letters(expected.dead_lettered);
+        self.verify_dead_letters(expected.outcomes.dead_lettered);
         mismatches
     }
 

@@ -848,7 +848,7 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
                 .await
                 .with_context(|| format!("registering schemas at {}", config.registry.url))?;
             let (records, expected) = plan(&spec, &encoder)?;
-            let counts = expected.outcomes();
+            let counts = expected.outcomes;
             let expectation = serde_json::to_vec(&expected)?;
             produce_records(
                 &config,
@@ -937,7 +937,7 @@ async fn produce_stock(
         .await
         .with_context(|| format!("registering the stock schema at {}", config.registry.url))?;
     let (records, expected) = plan(&spec, &encoder)?;
-    let counts = expected.outcomes();
+    let counts = expected.outcomes;
     let expectation = serde_json::to_vec(&expected)?;
     produce_records(config, &records, counts, expect_out, &expectation).await
 }
