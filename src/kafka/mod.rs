@@ -166,6 +166,7 @@ pub struct ReaderSettings {
 }
 
 impl ReaderSettings {
+    /// The settings `config` implies.
     pub fn of(config: &Config) -> Self {
         ReaderSettings {
             client: reader_consumer_config(config),

@@ -248,16 +248,29 @@ impl<E: Entity> OutboxSetup<E> {
 pub struct RunReport {
     /// What this run decided.
     pub outcomes: Outcomes,
+    /// Applied events that skipped versions.
     pub version_gaps: u64,
+    /// Batches decided.
     pub batches: u64,
+    /// Write-outs (one atomic sled batch each), and the keys and bytes they
+    /// wrote.
     pub write_outs: u64,
+    /// Group flushes (each makes the write-outs before it durable, then
+    /// commits).
     pub flushes: u64,
+    /// Keys written by the write-outs.
     pub keys_written: u64,
+    /// Bytes written by the write-outs.
     pub bytes_written: u64,
+    /// Time to process a batch, median, in milliseconds.
     pub batch_p50_ms: f64,
+    /// Time to process a batch, p99, in milliseconds.
     pub batch_p99_ms: f64,
+    /// Time of a write-out, median, in milliseconds.
     pub write_p50_ms: f64,
+    /// Time of a write-out, p99, in milliseconds.
     pub write_p99_ms: f64,
+    /// Time of a group flush, median, in milliseconds.
     pub flush_p50_ms: f64,
     /// How late partition task timers fired (p99), in milliseconds.
     pub timer_late_p99_ms: f64,
@@ -267,6 +280,7 @@ pub struct RunReport {
     /// the time they took (summed).
     pub restores: u64,
     pub(crate) restored_records: u64,
+    /// The time restores took, summed over partitions.
     pub restore_seconds: f64,
 }
 
@@ -300,6 +314,7 @@ impl<E: Entity> Processor<E> {
         self.owners.clone()
     }
 
+    /// Its configuration.
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -309,6 +324,7 @@ impl<E: Entity> Processor<E> {
         &self.entity
     }
 
+    /// Its store.
     pub fn store(&self) -> &Store {
         &self.store
     }

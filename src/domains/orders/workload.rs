@@ -17,7 +17,10 @@ use crate::engine::outcomes::Outcomes;
 /// The shape of a generated workload.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkloadSpec {
+    /// How many orders (each a lifecycle of events).
     pub orders: usize,
+    /// The random generator's seed: the same spec and seed plan the same
+    /// records.
     pub seed: u64,
     /// Chance that an event is sent a second time (a producer retry).
     pub duplicate_rate: f64,
@@ -98,6 +101,7 @@ pub enum IdFormat {
 }
 
 impl Shape {
+    /// The shape's name on the command line.
     pub fn as_str(self) -> &'static str {
         match self {
             Shape::Clustered => "clustered",
@@ -107,6 +111,7 @@ impl Shape {
 }
 
 impl IdFormat {
+    /// The format's name on the command line.
     pub fn as_str(self) -> &'static str {
         match self {
             IdFormat::Uuid => "uuid",
@@ -126,13 +131,16 @@ impl IdFormat {
 /// One record to produce, keyed by order id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedRecord {
+    /// The record key (the order id).
     pub key: String,
+    /// The record value, in the Confluent wire format (or poison).
     pub payload: Vec<u8>,
 }
 
 /// What the processor must end with after consuming every planned record.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Expectation {
+    /// Every planned record, poison included.
     pub records: u64,
     /// The four outcomes the records imply (flattened: the `--expect-out`
     /// file keeps its four top-level counts).

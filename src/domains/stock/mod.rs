@@ -120,7 +120,9 @@ impl StockLevel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Availability {
+    /// Some units are available to reserve.
     InStock,
+    /// None are.
     OutOfStock,
 }
 
@@ -240,6 +242,7 @@ fn event_from_value(value: Value) -> Result<Event<StockChange>, DecodeError> {
 /// stock generator, tests).
 pub struct StockEncoder {
     schema: Schema,
+    /// The registry's id of the stock event schema.
     pub schema_id: u32,
 }
 

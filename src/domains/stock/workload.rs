@@ -23,7 +23,10 @@ use crate::engine::outcomes::Outcomes;
 /// What a stock workload is.
 #[derive(Debug, Clone)]
 pub struct StockSpec {
+    /// How many SKUs (each a run of events).
     pub skus: usize,
+    /// The random generator's seed: the same spec and seed plan the same
+    /// records.
     pub seed: u64,
     /// Chance an event is sent twice (the copy later in the stream).
     pub duplicate_rate: f64,
@@ -39,6 +42,7 @@ pub struct StockSpec {
 /// What the planned records imply.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StockExpectation {
+    /// Every planned record, poison included.
     pub records: u64,
     /// The four outcomes the records imply (flattened: the `--expect-out`
     /// file keeps its four top-level counts).

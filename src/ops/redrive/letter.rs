@@ -20,7 +20,9 @@ use crate::kafka::headers::{
 /// P:O` names and what re-drive records list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct SourcePos {
+    /// The source partition.
     pub partition: i32,
+    /// The record's offset in it.
     pub offset: i64,
 }
 

@@ -37,8 +37,10 @@ pub enum Selection {
     Sources(Vec<SourcePos>),
 }
 
+/// What `dlq replay` is asked to do.
 #[derive(Debug, Clone)]
 pub struct ReplayRequest {
+    /// Which letters.
     pub selection: Selection,
     /// Decide and report only: nothing produced, nothing committed.
     pub dry_run: bool,
