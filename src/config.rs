@@ -864,7 +864,7 @@ fn merge(base: &mut toml::Table, overlay: toml::Table) {
 }
 
 /// Prefix of the environment variables that override settings.
-pub const ENV_PREFIX: &str = "ORDERLY_";
+pub(crate) const ENV_PREFIX: &str = "ORDERLY_";
 
 /// `ORDERLY_` variables that are not settings: the binary's own
 /// (`--log-format`, the fault-injection build's crash points) and those of
@@ -895,7 +895,7 @@ const NOT_SETTINGS: &[&str] = &[
 /// `ORDERLY_<SECTION>__<KEY>`: the `ORDERLY_` namespace is shared with the
 /// scripts and with whatever an operator's wrapper exports, and a variable
 /// left over in a shell should not stop a processor from starting.
-pub fn unused_env_vars(env: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
+pub(crate) fn unused_env_vars(env: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
     let Ok(defaults) = parse_table(DEFAULT_TOML, "config/default.toml") else {
         return Vec::new();
     };

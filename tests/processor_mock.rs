@@ -7,16 +7,14 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orderly::config::Config;
-use orderly::domains::orders::codec::{Encoder, WriterVersion};
-use orderly::domains::orders::event::{EventType, OrderEvent};
-use orderly::domains::orders::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
-use orderly::engine::store::Store;
-use orderly::kafka::headers::{
+use orderly::testkit::headers::{
     HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
 };
-use orderly::ops::load::produce_planned;
-use orderly::registry::Registry;
+use orderly::testkit::orders::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
+use orderly::testkit::orders::{Encoder, EventType, OrderEvent, WriterVersion};
+use orderly::testkit::produce_planned;
+use orderly::Registry;
+use orderly::{Config, Store};
 use support::mock::{self, config, producer, Cluster};
 use support::registry_double::RegistryDouble;
 use support::{committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
@@ -110,7 +108,7 @@ async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {
         .await
         .unwrap();
     assert_eq!(letters.len() as u64, expected.outcomes.dead_lettered);
-    let decoder = orderly::engine::codec::Decoder::new(registry_for_check);
+    let decoder = orderly::testkit::Decoder::new(registry_for_check);
     let mut poison: Vec<&[u8]> = Vec::new();
     for record in &records {
         if decoder.decode(Some(&record.payload)).await.is_err() {
@@ -206,7 +204,7 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
         let value = bincode::serialize(&state).expect("encode");
         let covers = (stats.checkpoint.next_offset + 1_000_000).to_string();
         let headers = OwnedHeaders::new().insert(Header {
-            key: orderly::kafka::headers::HEADER_COVERS,
+            key: orderly::testkit::headers::HEADER_COVERS,
             value: Some(covers.as_str()),
         });
         let record = FutureRecord::to(&c.changelog)
@@ -467,7 +465,7 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
     let dump = instance.dump();
     assert_eq!(dump.len(), expected.states.len());
     for (order_id, want) in &expected.states {
-        let got: orderly::domains::orders::event::StateView =
+        let got: orderly::testkit::orders::StateView =
             serde_json::from_value(dump[order_id].clone()).expect("state JSON");
         assert_eq!(&got, want, "order {order_id}");
     }

@@ -447,7 +447,7 @@ pub struct ChangeRecord {
 /// map (a B-tree's key comparisons were a fifth of a restore's CPU), sorted
 /// once when written.
 #[derive(Default)]
-pub struct RestoreWrite {
+pub(crate) struct RestoreWrite {
     changes: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
     /// Bytes of the keys and values held: a replaced value no longer counts.
     bytes: usize,
@@ -456,7 +456,7 @@ pub struct RestoreWrite {
 impl RestoreWrite {
     /// Takes a changelog record (its key in changelog form; no value for a
     /// deletion) in place of any earlier one of its key.
-    pub fn restore(&mut self, changelog_key: &[u8], value: Option<&[u8]>) {
+    pub(crate) fn restore(&mut self, changelog_key: &[u8], value: Option<&[u8]>) {
         let added = value.map_or(0, <[u8]>::len);
         match self.changes.get_mut(changelog_key) {
             Some(held) => {
@@ -478,12 +478,12 @@ impl RestoreWrite {
     }
 
     /// Keys held.
-    pub fn keys(&self) -> usize {
+    pub(crate) fn keys(&self) -> usize {
         self.changes.len()
     }
 
     /// Bytes of the keys and values held.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 

@@ -8,16 +8,16 @@
 //! * `exposition`: the Prometheus (OpenMetrics) text of all of it.
 //! * [`status`]: the JSON the status page shows, and readiness.
 
-pub mod errors;
+pub(crate) mod errors;
 pub(crate) mod exposition;
 pub(crate) mod histogram;
-pub mod kafka_link;
-pub mod restore_progress;
-pub mod status;
+pub(crate) mod kafka_link;
+pub(crate) mod restore_progress;
+pub(crate) mod status;
 pub(crate) mod vocabulary;
 
-pub use restore_progress::{RestoreProgress, RestoreView};
-pub use vocabulary::{Backlog, GroupOwners, Member, OwnersError, Phase};
+pub(crate) use restore_progress::RestoreProgress;
+pub(crate) use vocabulary::{Backlog, GroupOwners, Member, OwnersError, Phase};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};

@@ -10,11 +10,11 @@
 //!   -> flusher (one flush for many batches, then one offset commit)
 //! ```
 
-pub mod changelog;
-pub mod outbox;
+pub(crate) mod changelog;
+pub(crate) mod outbox;
 
 mod context;
-mod dlq;
+pub(crate) mod dlq;
 mod flush_msg;
 pub(crate) mod flusher;
 mod owners;
@@ -39,9 +39,9 @@ use rdkafka::producer::FutureProducer;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-pub use crate::kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
-pub use crate::observe::Phase;
-pub use dlq::{DeadLetter, DeadLetterError, DeadLetters};
+pub(crate) use crate::kafka::{consumer_config, producer_config};
+pub(crate) use crate::observe::Phase;
+pub(crate) use dlq::DeadLetters;
 
 use crate::config::Config;
 use crate::engine::codec::Decoder;
@@ -155,7 +155,7 @@ impl Failure for ProcessError {
 /// counters are in each partition's checkpoint; latencies are histograms in
 /// [`Telemetry`].
 #[derive(Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub outcomes: AtomicOutcomes,
     pub batches: AtomicU64,
     /// Applied events that skipped versions.
@@ -213,7 +213,7 @@ impl Counters {
         );
     }
 
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.outcomes.load().total()
     }
 }
@@ -226,7 +226,7 @@ fn percentiles_ms(histogram: &crate::observe::histogram::Histogram) -> (f64, f64
 }
 
 /// What each partition's outbox relay is built from.
-pub struct OutboxSetup<E: Entity> {
+pub(crate) struct OutboxSetup<E: Entity> {
     pub topic: String,
     pub encoder: Arc<crate::processor::outbox::OutboxEncoder<E>>,
     pub producer_config: rdkafka::ClientConfig,
@@ -238,7 +238,7 @@ pub struct OutboxSetup<E: Entity> {
 
 impl<E: Entity> OutboxSetup<E> {
     /// The shared producer, created (again, after a fatal error) when needed.
-    pub fn producer(&self) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+    pub(crate) fn producer(&self) -> Result<FutureProducer, rdkafka::error::KafkaError> {
         crate::kafka::shared_producer(&self.producer, &self.producer_config)
     }
 }

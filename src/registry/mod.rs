@@ -16,7 +16,7 @@ use schema_registry_converter::schema_registry_common::{RawError, SchemaType, Su
 
 mod access;
 pub(crate) use access::is_tls_verification;
-pub use access::{Endpoint, Who};
+pub(crate) use access::{Endpoint, Who};
 
 /// Confluent's `error_code` for "schema not found" (`GET /schemas/ids/{id}`).
 /// Only this code makes a record poison: a 404 without it (a wrong base

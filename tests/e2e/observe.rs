@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orderly::domains::orders::event::StateView;
-use orderly::domains::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::StateView;
 
 use crate::browser::http_exchange;
 use crate::required_env;
@@ -324,9 +324,7 @@ fn the_endpoint_survives_slow_clients_floods_and_garbage() {
             let runtime = tokio::runtime::Runtime::new().expect("runtime");
             for chunk in world_records.chunks(2_000) {
                 runtime
-                    .block_on(orderly::ops::load::produce_planned(
-                        &producer, &topic, chunk,
-                    ))
+                    .block_on(orderly::testkit::produce_planned(&producer, &topic, chunk))
                     .expect("produce");
                 std::thread::sleep(Duration::from_millis(100));
             }

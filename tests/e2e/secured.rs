@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use orderly::domains::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::observe::{http_get, scrape};
 use crate::support::{wait_until, Reaper};

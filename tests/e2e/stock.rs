@@ -12,9 +12,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orderly::domains::stock::workload::{plan, StockExpectation, StockSpec};
-use orderly::domains::stock::{Stock, StockEncoder, STATUS_SCHEMA};
-use orderly::engine::entity::Entity;
+use orderly::testkit::stock::workload::{plan, StockExpectation, StockSpec};
+use orderly::testkit::stock::{StockEncoder, STATUS_SCHEMA};
+use orderly::{Entity, Stock};
 
 use crate::drills::drill;
 use crate::observe::http_get;

@@ -907,12 +907,11 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
                 detail.push_str(&warning);
             }
             println!("{}", Check::ok("config", detail));
-            let checks = preflight::check_all_reporting(
-                &config,
-                Duration::from_millis(timeout_ms),
-                |check| println!("{check}"),
-            )
-            .await;
+            let checks =
+                preflight::check_all(&config, Duration::from_millis(timeout_ms), |check| {
+                    println!("{check}")
+                })
+                .await;
             Ok(if checks.iter().all(|c| c.ok) {
                 Exit::Success
             } else {
