@@ -24,14 +24,9 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
-use orderly::domains::orders::codec::{Encoder, WriterVersion};
-use orderly::domains::orders::event::{EventType, OrderEvent};
-use orderly::domains::orders::OrderState;
-use orderly::engine::codec::Decoder;
-use orderly::engine::decide::{apply, decide, step};
-use orderly::engine::inbox::InboxEntry;
-use orderly::engine::store::{BatchWrite, Checkpoint, Store};
-use orderly::registry::Registry;
+use orderly::testkit::orders::{Encoder, EventType, OrderEvent, OrderState, WriterVersion};
+use orderly::testkit::{apply, decide, step, BatchWrite, Checkpoint, Decoder, InboxEntry};
+use orderly::{Registry, Store};
 use std::collections::HashMap;
 
 const DAY_MS: i64 = 86_400_000;

@@ -20,7 +20,6 @@ pub const JEMALLOC_OPTIONS: &std::ffi::CStr =
     c"narenas:1,dirty_decay_ms:50,muzzy_decay_ms:0,background_thread:true,tcache_max:4096";
 
 /// A C string pointer jemalloc reads once at start-up (Rust never does).
-#[doc(hidden)]
 pub struct MallocConf(pub *const std::ffi::c_char);
 
 // SAFETY: the pointer is to a static, immutable, NUL-terminated string.
@@ -29,6 +28,11 @@ unsafe impl Sync for MallocConf {}
 /// Defines the global allocator (feature `jemalloc`, the default, or
 /// `mimalloc`) and, with jemalloc, exports [`JEMALLOC_OPTIONS`] under the
 /// names jemalloc reads. Called once, at a binary's crate root.
+///
+/// Hidden from the docs, not API: it is for this package's own binary and
+/// pipeline bench, and its expansion names this package's features and
+/// allocator dependencies.
+#[doc(hidden)]
 #[macro_export]
 macro_rules! global_allocator {
     () => {
@@ -42,14 +46,14 @@ macro_rules! global_allocator {
 
         #[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
         #[export_name = "malloc_conf"]
-        static MALLOC_CONF: $crate::allocator::MallocConf =
-            $crate::allocator::MallocConf($crate::allocator::JEMALLOC_OPTIONS.as_ptr());
+        static MALLOC_CONF: $crate::testkit::MallocConf =
+            $crate::testkit::MallocConf($crate::testkit::JEMALLOC_OPTIONS.as_ptr());
 
         /// The same options under the prefixed name, read where jemalloc
         /// cannot replace the platform's malloc and keeps the `_rjem_` prefix.
         #[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
         #[export_name = "_rjem_malloc_conf"]
-        static PREFIXED_MALLOC_CONF: $crate::allocator::MallocConf =
-            $crate::allocator::MallocConf($crate::allocator::JEMALLOC_OPTIONS.as_ptr());
+        static PREFIXED_MALLOC_CONF: $crate::testkit::MallocConf =
+            $crate::testkit::MallocConf($crate::testkit::JEMALLOC_OPTIONS.as_ptr());
     };
 }

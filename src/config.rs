@@ -61,6 +61,10 @@ const FORCED_KEYS: &[(&str, &str)] = &[
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Guarantee {
+    /// Dead letters are produced when found and input offsets committed
+    /// after the store flush: after a crash a dead letter or a relayed
+    /// status change can appear twice on its topic (state and counters are
+    /// exact either way).
     AtLeastOnce,
     /// One Kafka transaction per partition write-out.
     ExactlyOnce,
@@ -148,15 +152,26 @@ fn url_has_userinfo(url: &str) -> bool {
     rest[..authority_end].contains('@')
 }
 
+/// The whole configuration: `config/default.toml`, then `--config`'s file,
+/// then `ORDERLY_<SECTION>__<KEY>` variables ([`Config::load`]), validated.
+/// One field per section of the file.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// `[kafka]`: the brokers, topics, group and client settings.
     pub kafka: KafkaConfig,
+    /// `[registry]`: the schema registry, its credentials and CA.
     pub registry: RegistryConfig,
+    /// `[store]`: where the sled store lives and its cache.
     pub store: StoreConfig,
+    /// `[processing]`: the guarantee, batches, write-outs, the inbox, dead
+    /// letters, standbys.
     pub processing: ProcessingConfig,
+    /// `[outbox]`: the status changes' output topic and delivery.
     pub outbox: OutboxConfig,
+    /// `[http]`: the HTTP endpoint.
     pub http: HttpConfig,
+    /// `[entity]`: which entity the `orderly` binary processes.
     pub entity: EntityConfig,
 }
 
@@ -164,6 +179,7 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EntityConfig {
+    /// `entity.kind`: orders, stock or latest.
     pub kind: EntityKind,
     /// `latest`: the name of the field holding each event's key.
     pub key_field: String,
@@ -848,7 +864,7 @@ fn merge(base: &mut toml::Table, overlay: toml::Table) {
 }
 
 /// Prefix of the environment variables that override settings.
-pub const ENV_PREFIX: &str = "ORDERLY_";
+pub(crate) const ENV_PREFIX: &str = "ORDERLY_";
 
 /// `ORDERLY_` variables that are not settings: the binary's own
 /// (`--log-format`, the fault-injection build's crash points) and those of
@@ -879,7 +895,7 @@ const NOT_SETTINGS: &[&str] = &[
 /// `ORDERLY_<SECTION>__<KEY>`: the `ORDERLY_` namespace is shared with the
 /// scripts and with whatever an operator's wrapper exports, and a variable
 /// left over in a shell should not stop a processor from starting.
-pub fn unused_env_vars(env: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
+pub(crate) fn unused_env_vars(env: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
     let Ok(defaults) = parse_table(DEFAULT_TOML, "config/default.toml") else {
         return Vec::new();
     };

@@ -4,7 +4,7 @@ use std::error::Error;
 
 /// An error and its causes, each stated once: a cause whose text the message
 /// already holds (a wrapper that prints its source) is not repeated.
-pub fn error_text(err: &(dyn Error + 'static)) -> String {
+pub(crate) fn error_text(err: &(dyn Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

@@ -120,42 +120,44 @@
 //!
 //! ## Module map
 //!
-//! The folders are the layers; each imports only from the layers below it.
+//! The API is what the crate root re-exports; the modules themselves are
+//! private to the crate, and this map is for reading its source. The
+//! folders are the layers; each imports only from the layers below it.
 //!
-//! * [`ops`]: the operator surface: the command line ([`ops::cli`], the
+//! * `ops`: the operator surface: the command line (`ops::cli`, the
 //!   same for `orderly` and a user's binary), the HTTP endpoint
-//!   ([`ops::http`]: `/metrics`, `/healthz`, `/readyz`, `/state/{key}`, the
-//!   status page), `demo`, `replay`, `dlq` ([`ops::redrive`]), the checks of
-//!   `config check` ([`ops::preflight`]) and producing a workload.
-//! * [`domains`]: the built-in entities: orders (the binary's default, with
+//!   (`ops::http`: `/metrics`, `/healthz`, `/readyz`, `/state/{key}`, the
+//!   status page), `demo`, `replay`, `dlq` (`ops::redrive`), the checks of
+//!   `config check` (`ops::preflight`) and producing a workload.
+//! * `domains`: the built-in entities: orders (the binary's default, with
 //!   its event model, Avro codec, compiled read plan and load generator),
 //!   stock (an accumulating state) and latest (any Avro topic, no code: the
 //!   newest event per key, fields named by `[entity]`).
-//! * [`processor`]: the consumer-group member, generic over the entity: the
+//! * `processor`: the consumer-group member, generic over the entity: the
 //!   poll thread, the partition supervisor and its tasks (restoring,
 //!   processing, draining), the write-out modes and their transactions,
 //!   dead letters, the group flush and offset commits; the changelog topic
-//!   ([`processor::changelog`]: restore, replay markers) and the status
-//!   changes ([`processor::outbox`]: sent with the write-out, or relayed).
-//! * [`observe`]: per-partition status, outcome counters, latency
+//!   (`processor::changelog`: restore, replay markers) and the status
+//!   changes (`processor::outbox`: sent with the write-out, or relayed).
+//! * `observe`: per-partition status, outcome counters, latency
 //!   histograms, the Prometheus exposition, the broker connection's log.
-//! * [`engine`]: no Kafka client in it: the [`Entity`] seam, the pure
+//! * `engine`: no Kafka client in it: the [`Entity`] seam, the pure
 //!   `decide` core (one event against one entity's state → apply, duplicate
 //!   or stale), a partition's cache (decide each batch in memory, write each
 //!   changed entity once per write-out with the checkpoint, atomically), the
 //!   sled store, the inbox, the four outcomes, the dead-letter breaker and
 //!   the Avro codec in the Confluent wire format.
-//! * [`kafka`]: librdkafka client settings (pass-through first, then the
+//! * `kafka`: librdkafka client settings (pass-through first, then the
 //!   settings the guarantees depend on), a partition read by assignment up
 //!   to a known end, a group's members under either protocol, the ACLs
 //!   `run` needs, the record headers orderly writes, backoff.
-//! * [`registry`]: the schema registry client (HTTP with its credentials and
+//! * `registry`: the schema registry client (HTTP with its credentials and
 //!   CA, or in-process for the demo and the tests).
-//! * [`config`]: layered configuration (`config/default.toml`, `--config`,
+//! * `config`: layered configuration (`config/default.toml`, `--config`,
 //!   `ORDERLY_*`) with validation; `partitioner`: which partition a key
 //!   hashes to (librdkafka's and the Java client's partitioners);
-//!   [`error_chain`]: an error and its causes on one line.
-//! * [`allocator`]: the global allocator and jemalloc's compiled options,
+//!   `error_chain`: an error and its causes on one line.
+//! * `allocator`: the global allocator and jemalloc's compiled options,
 //!   shared by the binary and the pipeline bench.
 //!
 //! `docs/layout.md` maps every file.
@@ -188,27 +190,21 @@ pub use engine::store::Store;
 pub use processor::{Processor, RunReport};
 pub use registry::Registry;
 
-// The crate's insides: public only so that its own integration tests and
-// benches reach them (they are not part of the API, and change without
-// notice).
-#[doc(hidden)]
-pub mod allocator;
-#[doc(hidden)]
-pub mod config;
-#[doc(hidden)]
-pub mod domains;
-#[doc(hidden)]
-pub mod engine;
-#[doc(hidden)]
-pub mod error_chain;
-#[doc(hidden)]
-pub mod kafka;
-#[doc(hidden)]
-pub mod observe;
-#[doc(hidden)]
-pub mod ops;
+// The crate's insides: private to the crate. Its own integration tests,
+// benches and binary reach what they drive through `testkit`, one curated
+// list of re-exports (hidden from the docs, not part of the API).
+// An item in them is `pub` only when the root or `testkit` re-exports it
+// (or a public signature reaches it); `unreachable_pub` flags any other.
+pub(crate) mod allocator;
+pub(crate) mod config;
+pub(crate) mod domains;
+pub(crate) mod engine;
+pub(crate) mod error_chain;
+pub(crate) mod kafka;
+pub(crate) mod observe;
+pub(crate) mod ops;
 pub(crate) mod partitioner;
+pub(crate) mod processor;
+pub(crate) mod registry;
 #[doc(hidden)]
-pub mod processor;
-#[doc(hidden)]
-pub mod registry;
+pub mod testkit;

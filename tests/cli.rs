@@ -220,7 +220,7 @@ fn read_only_commands_on_a_missing_store_say_so_and_create_nothing() {
 fn unknown_order_in_an_existing_store_exits_3() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("store");
-    drop(orderly::engine::store::Store::open(&path, 8).expect("create a store"));
+    drop(orderly::Store::open(&path, 8).expect("create a store"));
     // sled releases its lock file on drop; a reopen by the child may race it.
     let out = wait_for_unlocked(|| {
         orderly(&["state", "get", "o-1"])
@@ -478,12 +478,10 @@ fn config_check_probes_topics_and_registry() {
         .enable_all()
         .build()
         .expect("runtime");
-    let client = orderly::registry::Registry::http(&double.url, std::time::Duration::from_secs(5))
-        .expect("client");
+    let client =
+        orderly::Registry::http(&double.url, std::time::Duration::from_secs(5)).expect("client");
     runtime
-        .block_on(orderly::domains::orders::codec::Encoder::register(
-            &client, &topic,
-        ))
+        .block_on(orderly::testkit::orders::Encoder::register(&client, &topic))
         .expect("register v1 and v2");
     let out = check(&double.url);
     let stdout = text(&out.stdout);
@@ -492,7 +490,7 @@ fn config_check_probes_topics_and_registry() {
         line(&stdout, "schemas").contains("all 2 version(s) readable"),
         "{stdout}"
     );
-    let breaking = orderly::domains::orders::codec::SCHEMA_V2.replace(
+    let breaking = orderly::testkit::orders::SCHEMA_V2.replace(
         r#""name": "version", "type": "long""#,
         r#""name": "version", "type": "string""#,
     );
@@ -742,7 +740,7 @@ fn read_commands_end_quietly_on_a_closed_pipe() {
     use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("store");
-    drop(orderly::engine::store::Store::open(&path, 8).expect("create a store"));
+    drop(orderly::Store::open(&path, 8).expect("create a store"));
     for args in [
         &["config", "show"][..],
         &["config", "check", "--timeout-ms", "500"],

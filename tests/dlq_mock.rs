@@ -19,16 +19,11 @@ use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 use serde_json::Value;
 
-use orderly::config::Config;
-use orderly::domains::orders::codec::Encoder;
-use orderly::domains::orders::event::EventType;
-use orderly::engine::store::Store;
-use orderly::kafka::headers::{HEADER_REDRIVE_COUNT, HEADER_REDRIVE_SOURCE};
-use orderly::ops::demo::covers;
-use orderly::ops::load::produce_planned;
-use orderly::ops::redrive::{self, ReplayRequest, Selection, SourcePos};
-use orderly::processor::Processor;
-use orderly::registry::Registry;
+use orderly::testkit::headers::{HEADER_REDRIVE_COUNT, HEADER_REDRIVE_SOURCE};
+use orderly::testkit::orders::{Encoder, EventType};
+use orderly::testkit::redrive::{self, ReplayRequest, Selection, SourcePos};
+use orderly::testkit::{covers, produce_planned};
+use orderly::{Config, Processor, Registry, Store};
 use support::late_schema::{self, schema_v3, STUBBORN};
 use support::{committed, end_offsets, read_range, unique, Instance, Setup};
 
@@ -173,7 +168,7 @@ fn code(out: &Output) -> i32 {
 /// Totals of the store's durable counters.
 fn totals(store: &Store) -> (u64, u64, u64, u64) {
     let stats = store.stats().expect("stats");
-    let sum = |f: fn(&orderly::engine::store::Checkpoint) -> u64| {
+    let sum = |f: fn(&orderly::testkit::Checkpoint) -> u64| {
         stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
     };
     for s in &stats {
@@ -221,7 +216,7 @@ fn unknown_schema_letters_are_applied_exactly_once_after_the_schema_is_registere
         .runtime
         .block_on(registry.register(
             &format!("{}-status-value", w.topic),
-            orderly::domains::orders::STATUS_SCHEMA,
+            orderly::testkit::orders::STATUS_SCHEMA,
         ))
         .expect("register the outbox schema");
     assert_eq!(outbox_id, 3);
@@ -420,7 +415,7 @@ fn unknown_schema_letters_are_applied_exactly_once_after_the_schema_is_registere
         .collect();
     let wanted: BTreeSet<String> = sources
         .iter()
-        .map(|s| redrive::log::key(&w.topic, *s))
+        .map(|s| redrive::log_key(&w.topic, *s))
         .collect();
     assert_eq!(
         (log.len(), logged),

@@ -41,8 +41,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use orderly::domains::orders::codec::{decode_generic, reader_schema, SCHEMA_V1, SCHEMA_V2};
-use orderly::domains::orders::plan::Plan;
+use orderly::testkit::orders::{decode_generic, reader_schema, Plan, SCHEMA_V1, SCHEMA_V2};
 
 /// Cases run by `cargo test` unless `PROPTEST_CASES` says otherwise.
 const DEFAULT_CASES: u32 = 3_000;

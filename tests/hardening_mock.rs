@@ -12,16 +12,13 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
-use orderly::domains::orders::codec::{Encoder, WriterVersion};
-use orderly::domains::orders::event::{EventType, OrderEvent};
-use orderly::domains::orders::workload::PlannedRecord;
-use orderly::engine::store::Store;
-use orderly::kafka::headers::{HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET};
-use orderly::observe::errors::{Failure, Kind, Stage};
-use orderly::ops::demo::covers;
-use orderly::ops::load::produce_planned;
-use orderly::processor::{DeadLetter, DeadLetters, Processor};
-use orderly::registry::{Registry, RegistryError};
+use orderly::testkit::headers::{HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET};
+use orderly::testkit::orders::workload::PlannedRecord;
+use orderly::testkit::orders::{Encoder, EventType, OrderEvent, WriterVersion};
+use orderly::testkit::{
+    covers, produce_planned, DeadLetter, DeadLetters, Failure, Kind, RegistryError, Stage,
+};
+use orderly::{Processor, Registry, Store};
 use support::mock::{self, config, producer, Cluster};
 use support::registry_double::{ByIdMode, RegistryDouble};
 use support::{committed, read_all};
@@ -94,7 +91,7 @@ async fn end_offset(bootstrap: &str, topic: &str) -> i64 {
 }
 
 /// `orderly_errors_total{stage, kind}` as the telemetry holds it.
-fn errors(telemetry: &orderly::observe::Telemetry, stage: Stage, kind: Kind) -> u64 {
+fn errors(telemetry: &orderly::testkit::Telemetry, stage: Stage, kind: Kind) -> u64 {
     telemetry
         .errors
         .snapshot()
@@ -145,7 +142,7 @@ async fn empty_event_id_is_dead_lettered_and_never_a_duplicate() {
         .expect("processor run");
 
     let stats = store.stats().expect("stats");
-    let total = |f: fn(&orderly::engine::store::Checkpoint) -> u64| {
+    let total = |f: fn(&orderly::testkit::Checkpoint) -> u64| {
         stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
     };
     assert_eq!(
@@ -198,7 +195,7 @@ fn registry_answers_are_classified_on_the_error_code() {
 async fn registry_answers(double: &RegistryDouble) {
     let registry = Registry::http(&double.url, Duration::from_secs(5)).expect("client");
     let id = registry
-        .register("orders-value", orderly::domains::orders::codec::SCHEMA_V2)
+        .register("orders-value", orderly::testkit::orders::SCHEMA_V2)
         .await
         .expect("register");
     assert!(registry.schema_by_id(id).await.is_ok());
@@ -388,7 +385,7 @@ async fn missing_dlq_topic_is_a_permanent_error_naming_the_topic() {
         payload: Some(b"not avro"),
         partition: 0,
         offset: 7,
-        kind: orderly::engine::codec::PoisonKind::BadMagicByte,
+        kind: orderly::PoisonKind::BadMagicByte,
         message: "magic byte is 110".into(),
         redrive_count: None,
     };
@@ -536,7 +533,7 @@ async fn the_dead_letter_breaker_stops_a_partition_that_dead_letters_everything(
     let seen = reason.clone();
     let tripped = async move {
         let stopped = wait_async(Duration::from_secs(60), || {
-            let why = orderly::observe::status::not_ready(&watched);
+            let why = orderly::testkit::not_ready(&watched);
             let hit = why
                 .as_deref()
                 .is_some_and(|w| w.contains("dead-letter breaker"));

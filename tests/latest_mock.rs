@@ -12,11 +12,9 @@ mod support;
 use std::collections::BTreeMap;
 
 use apache_avro::Schema;
-use orderly::domains::latest::{Latest, LatestEvent};
-use orderly::engine::entity::{Entity, State};
-use orderly::engine::store::Store;
-use orderly::ops::load::produce_planned;
-use orderly::registry::Registry;
+use orderly::testkit::latest::LatestEvent;
+use orderly::testkit::produce_planned;
+use orderly::{Entity, Latest, Registry, State, Store};
 use serde_json::json;
 use support::mock::{
     self, assert_counters, config, last_status_changes, process_until_caught_up, producer,
@@ -146,7 +144,7 @@ async fn any_avro_topic_keeps_its_newest_event_per_key_through_redeliveries_and_
     // The outbox published status changes under the latest schema: the
     // last one per shipment names its last status.
     let output = format!("{}-status", c.topic);
-    let status_schema = Schema::parse_str(orderly::domains::latest::STATUS_SCHEMA).expect("schema");
+    let status_schema = Schema::parse_str(orderly::testkit::latest::STATUS_SCHEMA).expect("schema");
     let last = last_status_changes(&c.bootstrap, &output, PARTITIONS, &status_schema, "key");
     assert!(!last.is_empty(), "status changes were published");
     for (key, (.., last_status)) in &oracle.newest {

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
-use orderly::domains::orders::workload::PlannedRecord;
-use orderly::ops::load::produce_planned;
-use orderly::registry::Registry;
+use orderly::testkit::orders::workload::PlannedRecord;
+use orderly::testkit::produce_planned;
+use orderly::Registry;
 use support::mock::{self, producer};
 use support::registry_double::RegistryDouble;
 use support::{committed, signal, unique, wait_exit, wait_until};
@@ -55,7 +55,7 @@ fn scan(schema: &Schema, id: u32, shipment: &str, seq: i64, status: &str, tag: &
     ]);
     #[allow(deprecated)]
     let body = apache_avro::to_avro_datum(schema, record).expect("encode");
-    orderly::engine::codec::wire(id, &body)
+    orderly::testkit::wire(id, &body)
 }
 
 #[test]

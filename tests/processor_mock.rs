@@ -7,16 +7,14 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orderly::config::Config;
-use orderly::domains::orders::codec::{Encoder, WriterVersion};
-use orderly::domains::orders::event::{EventType, OrderEvent};
-use orderly::domains::orders::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
-use orderly::engine::store::Store;
-use orderly::kafka::headers::{
+use orderly::testkit::headers::{
     HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
 };
-use orderly::ops::load::produce_planned;
-use orderly::registry::Registry;
+use orderly::testkit::orders::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
+use orderly::testkit::orders::{Encoder, EventType, OrderEvent, WriterVersion};
+use orderly::testkit::produce_planned;
+use orderly::Registry;
+use orderly::{Config, Store};
 use support::mock::{self, config, producer, Cluster};
 use support::registry_double::RegistryDouble;
 use support::{committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
@@ -40,10 +38,10 @@ async fn process_until_caught_up(
 fn assert_store_matches(store: &Store, expected: &Expectation) {
     mock::assert_counters(
         store,
-        expected.applied,
-        expected.duplicates,
-        expected.stale,
-        expected.dead_lettered,
+        expected.outcomes.applied,
+        expected.outcomes.duplicates,
+        expected.outcomes.stale,
+        expected.outcomes.dead_lettered,
     );
     let mut mismatches = Vec::new();
     for (order_id, want) in &expected.states {
@@ -78,7 +76,9 @@ async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {
     };
     let (records, expected) = plan(&spec, &encoder).expect("plan");
     assert!(
-        expected.duplicates > 0 && expected.stale > 0 && expected.dead_lettered > 0,
+        expected.outcomes.duplicates > 0
+            && expected.outcomes.stale > 0
+            && expected.outcomes.dead_lettered > 0,
         "{expected:?}"
     );
     let ends = produce_planned(&producer(&c.bootstrap), &c.topic, &records)
@@ -107,15 +107,15 @@ async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {
     let letters = tokio::task::spawn_blocking(move || read_all(&bootstrap, &dlq))
         .await
         .unwrap();
-    assert_eq!(letters.len() as u64, expected.dead_lettered);
-    let decoder = orderly::engine::codec::Decoder::new(registry_for_check);
+    assert_eq!(letters.len() as u64, expected.outcomes.dead_lettered);
+    let decoder = orderly::testkit::Decoder::new(registry_for_check);
     let mut poison: Vec<&[u8]> = Vec::new();
     for record in &records {
         if decoder.decode(Some(&record.payload)).await.is_err() {
             poison.push(&record.payload);
         }
     }
-    assert_eq!(poison.len() as u64, expected.dead_lettered);
+    assert_eq!(poison.len() as u64, expected.outcomes.dead_lettered);
     let kinds = [
         "empty_payload",
         "bad_magic_byte",
@@ -204,7 +204,7 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
         let value = bincode::serialize(&state).expect("encode");
         let covers = (stats.checkpoint.next_offset + 1_000_000).to_string();
         let headers = OwnedHeaders::new().insert(Header {
-            key: orderly::kafka::headers::HEADER_COVERS,
+            key: orderly::testkit::headers::HEADER_COVERS,
             value: Some(covers.as_str()),
         });
         let record = FutureRecord::to(&c.changelog)
@@ -443,25 +443,29 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
     let totals = &stats["totals"];
     assert_eq!(
         totals["applied"].as_u64(),
-        Some(expected.applied),
+        Some(expected.outcomes.applied),
         "{stats}"
     );
     assert_eq!(
         totals["duplicates"].as_u64(),
-        Some(expected.duplicates),
+        Some(expected.outcomes.duplicates),
         "{stats}"
     );
-    assert_eq!(totals["stale"].as_u64(), Some(expected.stale), "{stats}");
+    assert_eq!(
+        totals["stale"].as_u64(),
+        Some(expected.outcomes.stale),
+        "{stats}"
+    );
     assert_eq!(
         totals["dead_lettered"].as_u64(),
-        Some(expected.dead_lettered),
+        Some(expected.outcomes.dead_lettered),
         "{stats}"
     );
     assert_eq!(totals["consumed"].as_u64(), Some(total as u64));
     let dump = instance.dump();
     assert_eq!(dump.len(), expected.states.len());
     for (order_id, want) in &expected.states {
-        let got: orderly::domains::orders::event::StateView =
+        let got: orderly::testkit::orders::StateView =
             serde_json::from_value(dump[order_id].clone()).expect("state JSON");
         assert_eq!(&got, want, "order {order_id}");
     }
@@ -481,7 +485,7 @@ fn crashes_at_each_point_resume_with_nothing_applied_twice_or_lost() {
     sources.dedup();
     assert_eq!(
         sources.len() as u64,
-        expected.dead_lettered,
+        expected.outcomes.dead_lettered,
         "every poison record dead-lettered at least once"
     );
     drop(c.mock);

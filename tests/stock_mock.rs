@@ -6,11 +6,10 @@
 
 mod support;
 
-use orderly::domains::stock::workload::{plan, StockExpectation, StockSpec};
-use orderly::domains::stock::{Availability, Stock, StockEncoder};
-use orderly::engine::store::Store;
-use orderly::ops::load::produce_planned;
-use orderly::registry::Registry;
+use orderly::testkit::produce_planned;
+use orderly::testkit::stock::workload::{plan, StockExpectation, StockSpec};
+use orderly::testkit::stock::{Availability, StockEncoder};
+use orderly::{Registry, Stock, Store};
 use support::mock::{
     self, assert_counters, config, last_status_changes, process_until_caught_up, producer,
 };
@@ -20,10 +19,10 @@ const PARTITIONS: i32 = 4;
 fn assert_levels(store: &Store, oracle: &StockExpectation) {
     assert_counters(
         store,
-        oracle.applied,
-        oracle.duplicates,
+        oracle.outcomes.applied,
+        oracle.outcomes.duplicates,
         0,
-        oracle.dead_lettered,
+        oracle.outcomes.dead_lettered,
     );
     let mut wrong = Vec::new();
     let mut seen = 0;
@@ -95,7 +94,7 @@ async fn stock_levels_are_exact_through_redeliveries_and_a_restore() {
     // last one per SKU names the SKU's availability now.
     let output = format!("{}-status", c.topic);
     let schema =
-        apache_avro::Schema::parse_str(orderly::domains::stock::STATUS_SCHEMA).expect("schema");
+        apache_avro::Schema::parse_str(orderly::testkit::stock::STATUS_SCHEMA).expect("schema");
     let last = last_status_changes(&c.bootstrap, &output, PARTITIONS, &schema, "sku");
     assert!(!last.is_empty(), "availability changes were published");
     for (sku, (_, level)) in &oracle.levels {

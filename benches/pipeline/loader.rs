@@ -14,8 +14,8 @@ use rdkafka::producer::Producer;
 use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 
-use orderly::domains::orders::codec::Encoder;
-use orderly::domains::orders::workload::{plan, WorkloadSpec};
+use orderly::testkit::orders::workload::{plan, WorkloadSpec};
+use orderly::testkit::orders::Encoder;
 
 use crate::figures::Counts;
 use crate::measure::{kib_to_mib, status_kib};
@@ -77,10 +77,10 @@ pub async fn loader(args: Args) -> anyhow::Result<()> {
         serde_json::to_writer(file, &expected.states)?;
     }
     let expected_counts = Counts {
-        applied: expected.applied,
-        duplicates: expected.duplicates,
-        stale: expected.stale,
-        dead_lettered: expected.dead_lettered,
+        applied: expected.outcomes.applied,
+        duplicates: expected.outcomes.duplicates,
+        stale: expected.outcomes.stale,
+        dead_lettered: expected.outcomes.dead_lettered,
     };
     drop(expected);
 
@@ -128,7 +128,7 @@ pub async fn loader(args: Args) -> anyhow::Result<()> {
         .set("linger.ms", "5")
         .create()?;
     let started = Instant::now();
-    let mut ends = orderly::ops::load::produce_planned(&producer, &topic, &records).await?;
+    let mut ends = orderly::testkit::produce_planned(&producer, &topic, &records).await?;
     let produce_seconds = started.elapsed().as_secs_f64();
     for p in 0..partitions {
         ends.entry(p).or_insert(0);

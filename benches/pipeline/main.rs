@@ -18,7 +18,7 @@
 //! whole topic, event ids of 32 hex characters: issue 7's workload) or, with
 //! `--shape clustered`, each order's events in a short window with canonical
 //! UUID ids (issue 4's workload); `--id-format` picks the ids of either. The
-//! expected counters come from `orderly::domains::orders::workload::plan`, computed from the
+//! expected counters come from `orderly::testkit::orders::workload::plan`, computed from the
 //! send order independently of the processor. The broker is librdkafka's mock
 //! cluster by default, run in a child process (this same binary with
 //! `--loader`) so that its in-memory log does not count towards this process's
@@ -135,10 +135,10 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Parser;
 
-use orderly::domains::orders::codec::Encoder;
-use orderly::domains::orders::workload::{IdFormat, Shape, WorkloadSpec};
-use orderly::engine::codec::Decoder;
-use orderly::registry::Registry;
+use orderly::testkit::orders::workload::{IdFormat, Shape, WorkloadSpec};
+use orderly::testkit::orders::Encoder;
+use orderly::testkit::Decoder;
+use orderly::Registry;
 
 use measure::trim_heap;
 use report::{Machine, Results, WorkloadOut};

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use orderly::domains::orders::workload::{IdFormat, Shape};
+use orderly::testkit::orders::workload::{IdFormat, Shape};
 
 use crate::figures::{Counts, FullPipeline, Phase, StorageOut};
 

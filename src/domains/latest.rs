@@ -310,7 +310,7 @@ fn mistyped(name: &str, setting: &str, value: &Value, want: &str) -> DecodeError
 /// branch, enums as their symbol, bytes, fixed and decimals as base64 text,
 /// timestamps and dates as their numbers, UUIDs and big decimals as text,
 /// floats that JSON cannot hold (NaN, infinities) as text.
-pub fn to_json(value: Value) -> serde_json::Value {
+pub(crate) fn to_json(value: Value) -> serde_json::Value {
     use serde_json::Value as Json;
     let base64 =
         |bytes: &[u8]| Json::String(base64::engine::general_purpose::STANDARD.encode(bytes));

@@ -20,7 +20,7 @@ pub enum Decision {
 
 /// What deciding an event needs to know first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Needs {
+pub(crate) enum Needs {
     /// Nothing more: the answer is in the state.
     Nothing,
     /// The inbox chunk starting at this version (a store read).
@@ -31,7 +31,7 @@ pub enum Needs {
 /// not newer than the state can be a redelivery (applied versions strictly
 /// increase), and only its version's entry is looked at: a redelivery
 /// carries the version of its original.
-pub fn needs<E: Entity>(state: Option<&State<E>>, event: &Event<E::Body>) -> Needs {
+pub(crate) fn needs<E: Entity>(state: Option<&State<E>>, event: &Event<E::Body>) -> Needs {
     match state {
         Some(current) if event.version <= current.version => {
             match current.inbox.slot(event.version) {
@@ -46,7 +46,7 @@ pub fn needs<E: Entity>(state: Option<&State<E>>, event: &Event<E::Body>) -> Nee
 /// Decides one event against the entity's stored state.
 ///
 /// `entry` is the inbox entry recorded for the event's version, when there
-/// is one (from the state's recent entries or from a chunk, see [`needs`]).
+/// is one (from the state's recent entries or from a chunk, see `needs`).
 /// The inbox check comes first so redeliveries are counted as duplicates,
 /// not as stale; a redelivery whose entry expired is still caught by the
 /// version check and counted stale.
@@ -118,7 +118,7 @@ fn inbox_entry<B>(event: &Event<B>, now_ms: i64) -> InboxEntry {
     }
 }
 
-/// The state after applying `event` (decided [`Decision::Apply`]) to
+/// The state after applying `event` (decided `Decision::Apply`) to
 /// `state`, or the entity's first state.
 pub fn apply<E: Entity>(
     state: Option<State<E>>,
@@ -155,7 +155,7 @@ pub fn apply<E: Entity>(
 
 /// Decides and applies one event against a state whose inbox chunks are
 /// given by `chunk` (a pure stand-in for the store). For tests and
-/// benches; the processor goes through [`crate::engine::partition_state`].
+/// benches; the processor goes through `crate::engine::partition_state`.
 pub fn step<E: Entity>(
     state: Option<State<E>>,
     event: Event<E::Body>,

@@ -125,12 +125,15 @@ pub trait Entity: Clone + Send + Sync + 'static {
 #[derive(Serialize, Deserialize)]
 #[serde(bound = "")]
 pub struct State<E: Entity> {
+    /// The entity's key.
     pub key: String,
+    /// The version of the newest applied event.
     pub version: i64,
     /// The domain's fields.
     pub data: E::Data,
     /// The event that produced this state.
     pub event_id: String,
+    /// When that event occurred (milliseconds since the Unix epoch).
     pub occurred_at: i64,
     /// Applied event ids within the retention window.
     pub inbox: Inbox,

@@ -81,6 +81,7 @@ impl Inbox {
         self.recent.len() + self.chunks.len() * INBOX_CHUNK
     }
 
+    /// No entries within the window.
     pub fn is_empty(&self) -> bool {
         self.recent.is_empty() && self.chunks.is_empty()
     }

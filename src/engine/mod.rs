@@ -4,12 +4,12 @@
 //! dead-letter `breaker`, the Avro [`codec`] and the crash points.
 
 pub(crate) mod breaker;
-pub mod codec;
-pub mod decide;
-pub mod entity;
+pub(crate) mod codec;
+pub(crate) mod decide;
+pub(crate) mod entity;
 pub(crate) mod fault;
-pub mod inbox;
-pub mod outbox_record;
-pub mod outcomes;
-pub mod partition_state;
-pub mod store;
+pub(crate) mod inbox;
+pub(crate) mod outbox_record;
+pub(crate) mod outcomes;
+pub(crate) mod partition_state;
+pub(crate) mod store;

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 /// One pending status change of an entity whose status is an `S` (an
 /// order's `EventType`), stored under its source offset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutboxRecord<S> {
+pub(crate) struct OutboxRecord<S> {
     pub event_id: String,
     /// The entity's key.
     pub key: String,

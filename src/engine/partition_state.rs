@@ -134,7 +134,9 @@ impl StatusChanges {
 /// A decoded record with the input offset it came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sourced<E> {
+    /// The record's input offset.
     pub offset: i64,
+    /// What it decoded to.
     pub value: E,
 }
 

@@ -104,9 +104,13 @@ pub struct Checkpoint {
     pub start_offset: i64,
     /// The next input offset to process: every record before it is covered.
     pub next_offset: i64,
+    /// Records applied (durable counter).
     pub applied: u64,
+    /// Records dropped as duplicates (durable counter).
     pub duplicates: u64,
+    /// Records dropped as stale (durable counter).
     pub stale: u64,
+    /// Records dead-lettered (durable counter).
     pub dead_lettered: u64,
     /// The changelog offset after the checkpoint record this state reflects
     /// (`None` without a changelog, or before the first write-out to it).
@@ -122,6 +126,7 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// A partition's first checkpoint: nothing processed before `offset`.
     pub fn starting_at(offset: i64) -> Self {
         Checkpoint {
             start_offset: offset,
@@ -174,6 +179,9 @@ pub struct PartitionStats {
     pub outbox_pending: usize,
 }
 
+/// The embedded sled store: one tree per input partition with its
+/// entities' states, inbox chunks, pending status changes and checkpoint.
+/// A clone shares the same database.
 #[derive(Clone)]
 pub struct Store {
     db: sled::Db,
@@ -236,6 +244,7 @@ impl Store {
         }
     }
 
+    /// The directory it was opened at.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -438,7 +447,7 @@ pub struct ChangeRecord {
 /// map (a B-tree's key comparisons were a fifth of a restore's CPU), sorted
 /// once when written.
 #[derive(Default)]
-pub struct RestoreWrite {
+pub(crate) struct RestoreWrite {
     changes: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
     /// Bytes of the keys and values held: a replaced value no longer counts.
     bytes: usize,
@@ -447,7 +456,7 @@ pub struct RestoreWrite {
 impl RestoreWrite {
     /// Takes a changelog record (its key in changelog form; no value for a
     /// deletion) in place of any earlier one of its key.
-    pub fn restore(&mut self, changelog_key: &[u8], value: Option<&[u8]>) {
+    pub(crate) fn restore(&mut self, changelog_key: &[u8], value: Option<&[u8]>) {
         let added = value.map_or(0, <[u8]>::len);
         match self.changes.get_mut(changelog_key) {
             Some(held) => {
@@ -469,12 +478,12 @@ impl RestoreWrite {
     }
 
     /// Keys held.
-    pub fn keys(&self) -> usize {
+    pub(crate) fn keys(&self) -> usize {
         self.changes.len()
     }
 
     /// Bytes of the keys and values held.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
@@ -505,7 +514,9 @@ pub struct PartitionStore {
 #[derive(Default)]
 pub struct BatchWrite {
     batch: sled::Batch,
+    /// Keys written or removed.
     pub keys: usize,
+    /// Bytes written, keys and values.
     pub bytes: usize,
     /// `Some` when the changes also go to a changelog.
     pub changes: Option<Vec<ChangeRecord>>,
@@ -586,6 +597,7 @@ impl BatchWrite {
         self.remove(chunk_key(order_id, first_version));
     }
 
+    /// Writes an entity's state.
     pub fn put_state<E: Entity>(&mut self, state: &State<E>) -> Result<(), StoreError> {
         let value = encode(state).map_err(|message| StoreError::Corrupt {
             tree: String::new(),
@@ -613,6 +625,7 @@ impl PartitionStore {
         })
     }
 
+    /// The partition's checkpoint (`None`: nothing written out yet).
     pub fn checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
         match self.tree.get(CHECKPOINT_KEY).map_err(|e| self.io(e))? {
             None => Ok(None),
@@ -628,6 +641,7 @@ impl PartitionStore {
         }
     }
 
+    /// The state of the entity `key` (`None`: no event applied).
     pub fn get<E: Entity>(&self, key: &str) -> Result<Option<State<E>>, StoreError> {
         let key = order_key(key);
         match self.tree.get(&key).map_err(|e| self.io(e))? {

@@ -25,7 +25,7 @@ use crate::config::Config;
 
 /// An ACL operation orderly needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Operation {
+pub(crate) enum Operation {
     Read,
     Write,
     Describe,
@@ -34,7 +34,7 @@ pub enum Operation {
 
 impl Operation {
     /// The name `kafka-acls.sh --operation` takes.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Operation::Read => "Read",
             Operation::Write => "Write",
@@ -59,7 +59,7 @@ impl Operation {
 
 /// A resource an ACL is on.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Resource {
+pub(crate) enum Resource {
     Topic(String),
     /// Granted prefixed in the docs, so it covers the restore readers'
     /// `<group>-restore` too.
@@ -85,7 +85,7 @@ impl Resource {
 
 /// What a configuration needs on one resource, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Need {
+pub(crate) struct Need {
     pub resource: Resource,
     pub operations: Vec<Operation>,
     pub why: &'static str,
@@ -93,7 +93,7 @@ pub struct Need {
 
 /// What the broker says the principal may do on a resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Authorized {
+pub(crate) enum Authorized {
     /// The operations allowed (implied ones included: Read implies
     /// Describe).
     Operations(Vec<Operation>),
@@ -106,14 +106,14 @@ pub enum Authorized {
 
 /// One ACL the principal lacks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Missing {
+pub(crate) struct Missing {
     pub resource: Resource,
     pub operations: Vec<Operation>,
     pub why: &'static str,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum AclError {
+pub(crate) enum AclError {
     /// The principal lacks ACLs `run` needs.
     #[error("{principal} lacks ACLs orderly needs: {}", list(.missing, .principal, .bootstrap))]
     Missing {
@@ -152,7 +152,7 @@ pub enum AclError {
 impl AclError {
     /// Sorts a failed request's text (with the client's last error) into
     /// a refusal of the credentials, of TLS, or no answer.
-    pub fn from_failure(config: &Config, detail: String) -> Self {
+    pub(crate) fn from_failure(config: &Config, detail: String) -> Self {
         let bootstrap = config.kafka.bootstrap_servers.clone();
         let lower = detail.to_ascii_lowercase();
         if lower.contains("sasl authentication error") || lower.contains("authentication failure") {
@@ -172,7 +172,7 @@ impl AclError {
 
     /// A refusal by the cluster's security (not a cluster that is away, or
     /// one that cannot answer).
-    pub fn is_refusal(&self) -> bool {
+    pub(crate) fn is_refusal(&self) -> bool {
         !matches!(
             self,
             AclError::Unreachable { .. } | AclError::Unsupported { .. }
@@ -205,7 +205,7 @@ fn list(missing: &[Missing], principal: &str, bootstrap: &str) -> String {
 }
 
 /// What `run` needs for `config` (docs/operating.md's table).
-pub fn needs(config: &Config) -> Vec<Need> {
+pub(crate) fn needs(config: &Config) -> Vec<Need> {
     use Operation::*;
     let mut needs = vec![
         Need {
@@ -243,7 +243,7 @@ pub fn needs(config: &Config) -> Vec<Need> {
 
 /// The needs `authorized` does not cover. A resource the broker said
 /// nothing about is passed over.
-pub fn missing(needs: &[Need], authorized: &BTreeMap<Resource, Authorized>) -> Vec<Missing> {
+pub(crate) fn missing(needs: &[Need], authorized: &BTreeMap<Resource, Authorized>) -> Vec<Missing> {
     needs
         .iter()
         .filter_map(|need| {
@@ -270,7 +270,7 @@ pub fn missing(needs: &[Need], authorized: &BTreeMap<Resource, Authorized>) -> V
 ///
 /// With SASL the user name; with a TLS client certificate, the principal
 /// the broker maps it to (not known here); otherwise the anonymous user.
-pub fn principal(config: &Config) -> String {
+pub(crate) fn principal(config: &Config) -> String {
     let mut certificate = false;
     for (key, value) in config.librdkafka_passthrough() {
         match key {
@@ -291,7 +291,7 @@ pub fn principal(config: &Config) -> String {
 /// Asks the broker what the principal may do on every resource `config`
 /// needs and returns what is missing (blocking: call it off the async
 /// workers). A cluster without an authorizer allows everything.
-pub fn check(config: &Config, timeout: Duration) -> Result<Vec<Missing>, AclError> {
+pub(crate) fn check(config: &Config, timeout: Duration) -> Result<Vec<Missing>, AclError> {
     let needs = needs(config);
     let client = client(config).map_err(|e| AclError::from_failure(config, e.to_string()))?;
     let mut topics = Vec::new();
@@ -364,7 +364,7 @@ pub fn check(config: &Config, timeout: Duration) -> Result<Vec<Missing>, AclErro
 
 /// Refuses when `check` finds a missing ACL (an error naming each, with the
 /// command that grants it).
-pub fn refuse_missing(config: &Config, timeout: Duration) -> Result<(), AclError> {
+pub(crate) fn refuse_missing(config: &Config, timeout: Duration) -> Result<(), AclError> {
     let missing = check(config, timeout)?;
     if missing.is_empty() {
         return Ok(());

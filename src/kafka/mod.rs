@@ -1,10 +1,10 @@
 //! librdkafka client settings: pass-through first, then the settings the
 //! guarantees depend on, forced.
 
-pub mod acl;
+pub(crate) mod acl;
 pub(crate) mod group_members;
 pub mod headers;
-pub mod partition_reader;
+pub(crate) mod partition_reader;
 pub(crate) mod retry;
 
 use rdkafka::ClientConfig;
@@ -90,13 +90,13 @@ pub fn consumer_config(config: &Config) -> ClientConfig {
 
 /// `orderly-<host>-<pid>`: the default client id of the consumer, and the
 /// writer every changelog record names (read once per process).
-pub fn client_id() -> &'static str {
+pub(crate) fn client_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| format!("orderly-{}-{}", hostname(), std::process::id()))
 }
 
 /// This machine's host name (`unknown-host` if it cannot be read).
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
@@ -107,7 +107,7 @@ pub fn hostname() -> String {
 
 /// The settings of producers (dead letters, load generator): idempotent,
 /// acknowledged by all in-sync replicas.
-pub fn producer_config(config: &Config) -> ClientConfig {
+pub(crate) fn producer_config(config: &Config) -> ClientConfig {
     producer_with_defaults(config, &[])
 }
 
@@ -169,6 +169,7 @@ pub struct ReaderSettings {
 }
 
 impl ReaderSettings {
+    /// The settings `config` implies.
     pub fn of(config: &Config) -> Self {
         ReaderSettings {
             client: reader_consumer_config(config),
@@ -198,7 +199,7 @@ pub(crate) fn redrive_consumer_config(config: &Config, group: &str) -> ClientCon
 }
 
 /// The settings of admin clients (topic creation).
-pub fn admin_config(config: &Config) -> ClientConfig {
+pub(crate) fn admin_config(config: &Config) -> ClientConfig {
     let mut client = passthrough(config);
     client.set("bootstrap.servers", &config.kafka.bootstrap_servers);
     client
@@ -216,7 +217,7 @@ pub(crate) fn metadata_client_config(config: &Config) -> ClientConfig {
 /// The producer of `orderly replay`'s changelog markers: idempotent and
 /// acknowledged by all in-sync replicas like the others, with a short
 /// linger. (Write-outs go through each partition's transactional producer.)
-pub fn changelog_producer_config(config: &Config) -> ClientConfig {
+pub(crate) fn changelog_producer_config(config: &Config) -> ClientConfig {
     producer_with_defaults(config, &[("linger.ms", "5")])
 }
 
@@ -381,7 +382,10 @@ where
 }
 
 /// The value of a record's header `name` (the first one), if any.
-pub fn header<'m>(message: &'m impl rdkafka::message::Message, name: &str) -> Option<&'m [u8]> {
+pub(crate) fn header<'m>(
+    message: &'m impl rdkafka::message::Message,
+    name: &str,
+) -> Option<&'m [u8]> {
     use rdkafka::message::Headers;
     message
         .headers()?

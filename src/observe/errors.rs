@@ -53,6 +53,7 @@ impl Stage {
         Stage::Task,
     ];
 
+    /// The stage's `stage` label.
     pub fn as_str(self) -> &'static str {
         match self {
             Stage::Start => "start",
@@ -80,11 +81,14 @@ impl fmt::Display for Stage {
 /// Whether a failure is waited out or stops the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// Waited out: the work goes on once it passes.
     Retryable,
+    /// Stops the work it hit.
     Permanent,
 }
 
 impl Kind {
+    /// The kind's `kind` label.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Retryable => "retryable",
@@ -95,7 +99,9 @@ impl Kind {
 
 /// What every error type of the pipeline says about itself.
 pub trait Failure: std::error::Error {
+    /// Where in the pipeline it happened.
     fn stage(&self) -> Stage;
+    /// Whether it is waited out or stops the work.
     fn kind(&self) -> Kind;
 }
 

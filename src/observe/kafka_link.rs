@@ -20,7 +20,7 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::Context;
 
 /// How often a connection that stays lost is logged again.
-pub const REMINDER: Duration = Duration::from_secs(15);
+pub(crate) const REMINDER: Duration = Duration::from_secs(15);
 
 /// How long an identical librdkafka warning is not repeated.
 const REPEAT_WINDOW: Duration = Duration::from_secs(60);
@@ -190,18 +190,18 @@ fn with_shared<T>(f: impl FnOnce(&mut Shared) -> T) -> T {
 }
 
 /// Names the bootstrap address the lines say was tried.
-pub fn set_bootstrap(bootstrap: &str) {
+pub(crate) fn set_bootstrap(bootstrap: &str) {
     with_shared(|s| s.bootstrap = bootstrap.to_string());
 }
 
 /// True while the connection is lost (the poll loop then probes for its
 /// return).
-pub fn is_down() -> bool {
+pub(crate) fn is_down() -> bool {
     with_shared(|s| s.link.is_down())
 }
 
 /// A request to the cluster succeeded: logs "back" once after a loss.
-pub fn reachable() {
+pub(crate) fn reachable() {
     let (line, bootstrap) =
         with_shared(|s| (s.link.reachable(Instant::now()), s.bootstrap.clone()));
     if let Some(line) = line {
@@ -211,19 +211,19 @@ pub fn reachable() {
 
 /// A request that could reach no broker failed (`error` says how): the
 /// connection is lost, or stays lost.
-pub fn unreachable(error: &str) {
+pub(crate) fn unreachable(error: &str) {
     report(Class::AllDown, error);
 }
 
 /// True when `text` (an error's) says no broker could be reached.
-pub fn is_connection_failure(text: &str) -> bool {
+pub(crate) fn is_connection_failure(text: &str) -> bool {
     matches!(classify(text), Class::AllDown | Class::BrokerDown)
 }
 
 /// An error a client reported (the processor's consumer context calls
 /// this): folded when it is about the connection, logged once per
 /// `REPEAT_WINDOW` otherwise.
-pub fn client_error(error: &rdkafka::error::KafkaError, reason: &str) {
+pub(crate) fn client_error(error: &rdkafka::error::KafkaError, reason: &str) {
     use rdkafka::types::RDKafkaErrorCode as C;
     let class = match error.rdkafka_error_code() {
         Some(C::AllBrokersDown) => Class::AllDown,
@@ -350,7 +350,7 @@ fn emit(line: &Line, bootstrap: &str) {
 
 /// The `tracing` layer that folds librdkafka's warnings and errors (logged
 /// by the default client contexts) into the connection's lines.
-pub struct KafkaLogFold;
+pub(crate) struct KafkaLogFold;
 
 impl<S: Subscriber> tracing_subscriber::Layer<S> for KafkaLogFold {
     fn event_enabled(&self, event: &Event<'_>, _ctx: Context<'_, S>) -> bool {

@@ -8,16 +8,16 @@
 //! * `exposition`: the Prometheus (OpenMetrics) text of all of it.
 //! * [`status`]: the JSON the status page shows, and readiness.
 
-pub mod errors;
+pub(crate) mod errors;
 pub(crate) mod exposition;
 pub(crate) mod histogram;
-pub mod kafka_link;
-pub mod restore_progress;
-pub mod status;
+pub(crate) mod kafka_link;
+pub(crate) mod restore_progress;
+pub(crate) mod status;
 pub(crate) mod vocabulary;
 
-pub use restore_progress::{RestoreProgress, RestoreView};
-pub use vocabulary::{Backlog, GroupOwners, Member, OwnersError, Phase};
+pub(crate) use restore_progress::RestoreProgress;
+pub(crate) use vocabulary::{Backlog, GroupOwners, Member, OwnersError, Phase};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -194,6 +194,7 @@ impl Telemetry {
             .unwrap_or_default()
     }
 
+    /// The status of `partition`, when assigned.
     pub fn partition(&self, partition: i32) -> Option<Arc<PartitionStatus>> {
         self.partitions
             .read()
@@ -201,12 +202,14 @@ impl Telemetry {
             .and_then(|p| p.get(&partition).cloned())
     }
 
+    /// Adds (or replaces) a partition's status.
     pub fn insert(&self, status: Arc<PartitionStatus>) {
         if let Ok(mut all) = self.partitions.write() {
             all.insert(status.partition, status);
         }
     }
 
+    /// Forgets a partition's status (revoked).
     pub fn remove(&self, partition: i32) {
         if let Ok(mut all) = self.partitions.write() {
             all.remove(&partition);
@@ -266,6 +269,7 @@ impl Telemetry {
             .store(per_second.to_bits(), Ordering::Relaxed);
     }
 
+    /// Records decided per second, over the last few seconds.
     pub fn rate(&self) -> f64 {
         f64::from_bits(self.rate_bits.load(Ordering::Relaxed))
     }

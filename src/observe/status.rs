@@ -21,7 +21,7 @@ pub struct Identity {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Status {
+pub(crate) struct Status {
     pub group: String,
     pub topic: String,
     pub instance: String,
@@ -42,13 +42,13 @@ pub struct Status {
 }
 
 #[derive(Debug, Serialize, PartialEq, Eq)]
-pub struct StandbyRow {
+pub(crate) struct StandbyRow {
     pub partition: i32,
     pub lag: i64,
 }
 
 #[derive(Debug, Default, Serialize, PartialEq, Eq)]
-pub struct Totals {
+pub(crate) struct Totals {
     pub applied: u64,
     pub duplicate: u64,
     pub stale: u64,
@@ -67,7 +67,7 @@ pub(crate) struct Completion {
 }
 
 #[derive(Debug, Default, Serialize)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     pub(crate) enabled: bool,
     pub pending: u64,
     pub(crate) oldest_age_seconds: f64,
@@ -79,7 +79,7 @@ pub struct Outbox {
 }
 
 #[derive(Debug, Serialize)]
-pub struct PartitionRow {
+pub(crate) struct PartitionRow {
     pub partition: i32,
     pub phase: &'static str,
     pub checkpoint: Option<i64>,
@@ -191,7 +191,7 @@ pub fn not_ready(t: &Telemetry) -> Option<String> {
     None
 }
 
-pub fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
+pub(crate) fn snapshot(t: &Telemetry, identity: &Identity) -> Status {
     let statuses = t.partitions();
     let partitions: Vec<PartitionRow> = statuses.iter().map(|p| row(p)).collect();
     let mut totals = Totals::default();

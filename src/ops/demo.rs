@@ -33,7 +33,7 @@ use crate::registry::Registry;
 
 /// What the demo generates and processes: the domain, with its workload.
 #[derive(Debug, Clone)]
-pub enum DemoWorkload {
+pub(crate) enum DemoWorkload {
     /// Orders, the built-in domain (the default).
     Orders(WorkloadSpec),
     /// Per-SKU stock levels, an accumulating state.
@@ -41,7 +41,7 @@ pub enum DemoWorkload {
 }
 
 #[derive(Debug, Clone)]
-pub struct DemoOptions {
+pub(crate) struct DemoOptions {
     pub workload: DemoWorkload,
     pub partitions: i32,
     /// Keep the store here instead of a temporary directory.
@@ -68,7 +68,7 @@ impl Default for DemoOptions {
 /// The demo's outcome: durable counters read back from the store, the
 /// generator's expectation, and whether they agree.
 #[derive(Debug, Clone, Serialize)]
-pub struct DemoSummary {
+pub(crate) struct DemoSummary {
     /// The domain: `orders` or `stock`.
     pub entity: &'static str,
     /// Entities generated (orders, SKUs), each expected to end with a state.
@@ -131,7 +131,7 @@ struct Timing {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ExpectedCounts {
+pub(crate) struct ExpectedCounts {
     /// Keys (orders, SKUs) the generator expects a state for.
     pub keys: usize,
     pub records: u64,
@@ -156,7 +156,7 @@ impl ExpectedCounts {
 
 impl DemoSummary {
     /// True when every guarantee the demo checks holds.
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.counts_match_expected
             && self.outcomes_add_up
             && self.state_matches_expected
@@ -165,7 +165,7 @@ impl DemoSummary {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum DemoError {
+pub(crate) enum DemoError {
     /// The cause is in the message and deliberately not a `source` (see
     /// the `From` below), so `{:#}` chains do not print it twice.
     #[error("mock cluster: {0}")]
@@ -246,14 +246,14 @@ impl Planned {
 
 /// Generates the chosen domain's workload, processes it on the mock
 /// cluster and checks the end against the generator's expectation.
-pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
+pub(crate) async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     let registry = Registry::memory();
     match &options.workload {
         DemoWorkload::Orders(spec) => {
             let encoder = Encoder::register(&registry, "orders").await?;
             let (records, expected) = plan(spec, &encoder)?;
             let counts =
-                ExpectedCounts::of(expected.states.len(), expected.records, expected.outcomes());
+                ExpectedCounts::of(expected.states.len(), expected.records, expected.outcomes);
             let planned = Planned::new("orders", records, counts, &expected.status_changes);
             let mut summary = demo_of(Orders, registry, planned, &options, |state| {
                 let want = expected.states.get(&state.key)?;
@@ -267,7 +267,7 @@ pub async fn run_demo(options: DemoOptions) -> Result<DemoSummary, DemoError> {
             let encoder = StockEncoder::register(&registry, "stock").await?;
             let (records, expected) = crate::domains::stock::workload::plan(spec, &encoder)?;
             let counts =
-                ExpectedCounts::of(expected.levels.len(), expected.records, expected.outcomes());
+                ExpectedCounts::of(expected.levels.len(), expected.records, expected.outcomes);
             let planned = Planned::new("stock", records, counts, &expected.status_changes);
             demo_of(Stock, registry, planned, &options, |state| {
                 expected
@@ -599,7 +599,7 @@ fn dlq_records(bootstrap: &str, dlq_topic: &str) -> Result<i64, DemoError> {
 
 impl DemoSummary {
     /// A human-readable table.
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         let e = &self.expected;
         let mark = |ok: bool| if ok { "yes" } else { "NO" };
         format!(

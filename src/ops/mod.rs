@@ -2,10 +2,10 @@
 //! ([`http`]), `demo`, `replay`, `dlq` ([`redrive`]), `config check`
 //! ([`preflight`]) and producing a workload ([`load`]).
 
-pub mod cli;
-pub mod demo;
-pub mod http;
-pub mod load;
-pub mod preflight;
-pub mod redrive;
-pub mod replay;
+pub(crate) mod cli;
+pub(crate) mod demo;
+pub(crate) mod http;
+pub(crate) mod load;
+pub(crate) mod preflight;
+pub(crate) mod redrive;
+pub(crate) mod replay;

@@ -23,7 +23,7 @@ use crate::error_chain::error_text;
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
+pub(crate) struct Check {
     /// What was checked: "store", "broker", "input topic", "dlq topic", "changelog",
     /// "registry".
     pub name: &'static str,
@@ -33,7 +33,7 @@ pub struct Check {
 }
 
 impl Check {
-    pub fn ok(name: &'static str, detail: impl Into<String>) -> Self {
+    pub(crate) fn ok(name: &'static str, detail: impl Into<String>) -> Self {
         Check {
             name,
             ok: true,
@@ -41,7 +41,7 @@ impl Check {
         }
     }
 
-    pub fn fail(name: &'static str, detail: impl Into<String>) -> Self {
+    pub(crate) fn fail(name: &'static str, detail: impl Into<String>) -> Self {
         Check {
             name,
             ok: false,
@@ -58,13 +58,9 @@ impl std::fmt::Display for Check {
 }
 
 /// Runs every check in order and stops after the first failure, which is
-/// then the last element.
-pub async fn check_all(config: &Config, timeout: Duration) -> Vec<Check> {
-    check_all_reporting(config, timeout, |_| {}).await
-}
-
-/// [`check_all`], handing each check to `report` as soon as it is done.
-pub async fn check_all_reporting(
+/// then the last element, handing each check to `report` as soon as it is
+/// done.
+pub(crate) async fn check_all(
     config: &Config,
     timeout: Duration,
     mut report: impl FnMut(&Check),
@@ -93,7 +89,7 @@ pub async fn check_all_reporting(
 
 /// `path` made absolute against the current directory (without resolving
 /// links, and without requiring it to exist).
-pub fn absolute(path: &Path) -> PathBuf {
+pub(crate) fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 

@@ -31,7 +31,7 @@ use crate::processor::changelog::{self, ChangelogError};
 
 /// Where to move the chosen partitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     Earliest,
     Latest,
     Offset(i64),
@@ -41,7 +41,7 @@ pub enum Target {
 }
 
 #[derive(Debug, Clone)]
-pub struct ReplayOptions {
+pub(crate) struct ReplayOptions {
     pub target: Target,
     /// Empty: every partition of the input topic.
     pub partitions: Vec<i32>,
@@ -49,7 +49,7 @@ pub struct ReplayOptions {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ReplayError {
+pub(crate) enum ReplayError {
     #[error(
         "group {group} has active members ({members}); stop every orderly instance of the group first (a replay \
          moves the checkpoints they hold)"
@@ -98,12 +98,12 @@ impl ReplayError {
     /// True while the group's coordinator is not ready to answer (a fresh
     /// broker loads `__consumer_offsets` after start-up, or the coordinator
     /// moved): the same request soon succeeds.
-    pub fn is_coordinator_not_ready(&self) -> bool {
+    pub(crate) fn is_coordinator_not_ready(&self) -> bool {
         matches!(self, ReplayError::Kafka { cause, .. } if crate::ops::preflight::coordinator_not_ready(cause))
     }
 
     /// True for a mistake in the command's arguments (nothing was changed).
-    pub fn is_usage(&self) -> bool {
+    pub(crate) fn is_usage(&self) -> bool {
         matches!(
             self,
             ReplayError::UnknownPartition { .. }
@@ -128,7 +128,7 @@ struct Committed {
 
 /// A partition whose committed offset was moved by another tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExternalReset {
+pub(crate) struct ExternalReset {
     pub partition: i32,
     /// The group's committed offset, set outside orderly.
     pub committed: i64,
@@ -138,7 +138,7 @@ pub struct ExternalReset {
 
 /// One partition's row of the plan (what `--dry-run` prints).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct PlanRow {
+pub(crate) struct PlanRow {
     pub partition: i32,
     /// The checkpoint's next offset (changelog, or local store without one).
     pub checkpoint: Option<i64>,
@@ -154,7 +154,7 @@ pub struct PlanRow {
 }
 
 /// The replay of one command line, planned against the cluster.
-pub struct Replay {
+pub(crate) struct Replay {
     config: Config,
     options: ReplayOptions,
     consumer: BaseConsumer,
@@ -163,7 +163,7 @@ pub struct Replay {
 }
 
 impl Replay {
-    pub fn new(config: Config, options: ReplayOptions) -> Result<Self, ReplayError> {
+    pub(crate) fn new(config: Config, options: ReplayOptions) -> Result<Self, ReplayError> {
         // The group's id, to read and commit its offsets; this consumer
         // never subscribes, so it never joins the group. It reads offsets
         // `read_uncommitted`: a read_committed OffsetFetch waits for
@@ -202,7 +202,7 @@ impl Replay {
 
     /// Refuses while the group has members, under either group protocol
     /// (see [`crate::kafka::group_members`]).
-    pub fn check_no_members(&self) -> Result<(), ReplayError> {
+    pub(crate) fn check_no_members(&self) -> Result<(), ReplayError> {
         let group = &self.config.kafka.group_id;
         let members = crate::kafka::group_members::describe_group(
             self.consumer.client(),
@@ -235,7 +235,7 @@ impl Replay {
     }
 
     /// Where each chosen partition stands and where it goes. Changes nothing.
-    pub fn plan(&self) -> Result<Vec<PlanRow>, ReplayError> {
+    pub(crate) fn plan(&self) -> Result<Vec<PlanRow>, ReplayError> {
         let topic = &self.config.kafka.input_topic;
         let metadata = self
             .consumer
@@ -587,7 +587,7 @@ impl Replay {
 
     /// Moves every planned partition: the changelog marker (or the local
     /// store), then the group's committed offsets.
-    pub async fn apply(&self, rows: &[PlanRow]) -> Result<(), ReplayError> {
+    pub(crate) async fn apply(&self, rows: &[PlanRow]) -> Result<(), ReplayError> {
         match &self.changelog {
             Some(changelog) => {
                 let producer: FutureProducer =
@@ -648,7 +648,7 @@ impl Replay {
 
 /// Fails with [`ReplayError::ExternalReset`] when another tool moved the
 /// group's committed offsets away from orderly's checkpoints.
-pub fn check_external_resets(config: Config) -> Result<(), ReplayError> {
+pub(crate) fn check_external_resets(config: Config) -> Result<(), ReplayError> {
     let topic = config.kafka.input_topic.clone();
     let replay = Replay::probe(config)?;
     let resets = replay.external_resets()?;
@@ -671,7 +671,7 @@ pub fn check_external_resets(config: Config) -> Result<(), ReplayError> {
 /// [`check_external_resets`], asked again quietly while the group's
 /// coordinator is not ready (a broker that just started loads its offsets
 /// topic first), for up to `wait`; `check` is the check itself.
-pub fn external_resets_waiting_for_the_coordinator(
+pub(crate) fn external_resets_waiting_for_the_coordinator(
     wait: Duration,
     mut check: impl FnMut() -> Result<(), ReplayError>,
 ) -> Result<(), ReplayError> {
@@ -688,7 +688,7 @@ pub fn external_resets_waiting_for_the_coordinator(
 }
 
 /// The plan as a table.
-pub fn table(rows: &[PlanRow]) -> String {
+pub(crate) fn table(rows: &[PlanRow]) -> String {
     let show = |o: Option<i64>| o.map(|o| o.to_string()).unwrap_or_else(|| "-".into());
     let mut out = format!(
         "{:>9} {:>12} {:>12} {:>12} {:>12}\n",

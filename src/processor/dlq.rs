@@ -37,11 +37,17 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// One record to dead-letter.
 pub struct DeadLetter<'a> {
+    /// The input record's key, copied as it is.
     pub key: Option<&'a [u8]>,
+    /// The input record's value, copied as it is.
     pub payload: Option<&'a [u8]>,
+    /// The input partition.
     pub partition: i32,
+    /// The record's input offset.
     pub offset: i64,
+    /// Why it is poison.
     pub kind: PoisonKind,
+    /// What is wrong with it.
     pub message: String,
     /// The input record's [`HEADER_REDRIVE_COUNT`] value, copied as it is
     /// (`None` when the record was never re-driven).
@@ -146,6 +152,8 @@ pub enum DeadLetterError {
     Metadata { topic: String, source: KafkaError },
 }
 
+/// Sends dead letters to the dead-letter topic, with the source position
+/// and the reason in their headers, each acknowledged.
 pub struct DeadLetters {
     sink: Sink,
     dlq_topic: String,
@@ -172,6 +180,8 @@ impl Sink {
 }
 
 impl DeadLetters {
+    /// Letters of `source_topic`'s records, sent to `dlq_topic` with
+    /// `producer`.
     pub fn new(producer: FutureProducer, dlq_topic: String, source_topic: String) -> Self {
         DeadLetters {
             sink: Sink::Kafka(producer),
@@ -210,6 +220,7 @@ impl DeadLetters {
         self
     }
 
+    /// The dead-letter topic.
     pub fn topic(&self) -> &str {
         &self.dlq_topic
     }

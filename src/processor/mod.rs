@@ -10,11 +10,11 @@
 //!   -> flusher (one flush for many batches, then one offset commit)
 //! ```
 
-pub mod changelog;
-pub mod outbox;
+pub(crate) mod changelog;
+pub(crate) mod outbox;
 
 mod context;
-mod dlq;
+pub(crate) mod dlq;
 mod fence;
 mod flush_msg;
 pub(crate) mod flusher;
@@ -40,9 +40,9 @@ use rdkafka::producer::FutureProducer;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-pub use crate::kafka::{admin_config, changelog_producer_config, consumer_config, producer_config};
-pub use crate::observe::Phase;
-pub use dlq::{DeadLetter, DeadLetterError, DeadLetters};
+pub(crate) use crate::kafka::{consumer_config, producer_config};
+pub(crate) use crate::observe::Phase;
+pub(crate) use dlq::DeadLetters;
 
 use crate::config::Config;
 use crate::engine::codec::Decoder;
@@ -156,7 +156,7 @@ impl Failure for ProcessError {
 /// counters are in each partition's checkpoint; latencies are histograms in
 /// [`Telemetry`].
 #[derive(Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub outcomes: AtomicOutcomes,
     pub batches: AtomicU64,
     /// Applied events that skipped versions.
@@ -214,7 +214,7 @@ impl Counters {
         );
     }
 
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.outcomes.load().total()
     }
 }
@@ -227,7 +227,7 @@ fn percentiles_ms(histogram: &crate::observe::histogram::Histogram) -> (f64, f64
 }
 
 /// What each partition's outbox relay is built from.
-pub struct OutboxSetup<E: Entity> {
+pub(crate) struct OutboxSetup<E: Entity> {
     pub topic: String,
     pub encoder: Arc<crate::processor::outbox::OutboxEncoder<E>>,
     pub producer_config: rdkafka::ClientConfig,
@@ -239,7 +239,7 @@ pub struct OutboxSetup<E: Entity> {
 
 impl<E: Entity> OutboxSetup<E> {
     /// The shared producer, created (again, after a fatal error) when needed.
-    pub fn producer(&self) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+    pub(crate) fn producer(&self) -> Result<FutureProducer, rdkafka::error::KafkaError> {
         crate::kafka::shared_producer(&self.producer, &self.producer_config)
     }
 }
@@ -249,16 +249,29 @@ impl<E: Entity> OutboxSetup<E> {
 pub struct RunReport {
     /// What this run decided.
     pub outcomes: Outcomes,
+    /// Applied events that skipped versions.
     pub version_gaps: u64,
+    /// Batches decided.
     pub batches: u64,
+    /// Write-outs (one atomic sled batch each), and the keys and bytes they
+    /// wrote.
     pub write_outs: u64,
+    /// Group flushes (each makes the write-outs before it durable, then
+    /// commits).
     pub flushes: u64,
+    /// Keys written by the write-outs.
     pub keys_written: u64,
+    /// Bytes written by the write-outs.
     pub bytes_written: u64,
+    /// Time to process a batch, median, in milliseconds.
     pub batch_p50_ms: f64,
+    /// Time to process a batch, p99, in milliseconds.
     pub batch_p99_ms: f64,
+    /// Time of a write-out, median, in milliseconds.
     pub write_p50_ms: f64,
+    /// Time of a write-out, p99, in milliseconds.
     pub write_p99_ms: f64,
+    /// Time of a group flush, median, in milliseconds.
     pub flush_p50_ms: f64,
     /// How late partition task timers fired (p99), in milliseconds.
     pub timer_late_p99_ms: f64,
@@ -268,6 +281,7 @@ pub struct RunReport {
     /// the time they took (summed).
     pub restores: u64,
     pub(crate) restored_records: u64,
+    /// The time restores took, summed over partitions.
     pub restore_seconds: f64,
 }
 
@@ -301,6 +315,7 @@ impl<E: Entity> Processor<E> {
         self.owners.clone()
     }
 
+    /// Its configuration.
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -310,6 +325,7 @@ impl<E: Entity> Processor<E> {
         &self.entity
     }
 
+    /// Its store.
     pub fn store(&self) -> &Store {
         &self.store
     }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use orderly::domains::orders::workload::{PlannedRecord, WorkloadSpec};
+use orderly::testkit::orders::workload::{PlannedRecord, WorkloadSpec};
 
 use crate::support::{signal, wait_exit, wait_until, Instance};
 use crate::world::{tail, Broker, Counts, World};

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use orderly::domains::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::observe::{http_get, scrape};
 use crate::support::{end_offsets, signal, wait_exit, wait_until, Reaper};
@@ -182,7 +182,7 @@ fn zombie(guarantee: &str) -> Zombie {
 
 struct Zombie {
     world: World,
-    expected: orderly::domains::orders::workload::Expectation,
+    expected: orderly::testkit::orders::workload::Expectation,
     a_log: String,
     /// The new owner, holding every partition at the end.
     b: crate::support::Instance,

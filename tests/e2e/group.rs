@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use orderly::domains::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::pauses::{batches, median_max, pauses, BATCH_LOG};
 use crate::required_env;
@@ -212,10 +212,10 @@ fn scale_out_and_in(world: World) {
         "group: {} records ({} applied, {} duplicates, {} stale, {} dead-lettered), {restores} restores, {mismatches} \
          mismatches, {:.1} s",
         records.len(),
-        expected.applied,
-        expected.duplicates,
-        expected.stale,
-        expected.dead_lettered,
+        expected.outcomes.applied,
+        expected.outcomes.duplicates,
+        expected.outcomes.stale,
+        expected.outcomes.dead_lettered,
         started.elapsed().as_secs_f64()
     );
     assert!(
@@ -443,10 +443,10 @@ fn a_static_member_restarts_without_a_rebalance_or_a_restore() {
     assert_eq!(
         sums,
         [
-            expected.applied,
-            expected.duplicates,
-            expected.stale,
-            expected.dead_lettered
+            expected.outcomes.applied,
+            expected.outcomes.duplicates,
+            expected.outcomes.stale,
+            expected.outcomes.dead_lettered
         ]
     );
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use orderly::domains::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::observe::http_get;
 use crate::support::{client_id_of, end_offsets, wait_exit, wait_until, Instance, Reaper};
@@ -206,7 +206,7 @@ fn kafka_tools_describe_the_group_and_an_outside_offset_reset_is_refused() {
         assert_eq!(*offset, ends[partition]);
         assert_eq!(
             metadata,
-            orderly::kafka::COMMIT_METADATA,
+            orderly::testkit::COMMIT_METADATA,
             "partition {partition}"
         );
     }
@@ -285,7 +285,7 @@ fn kafka_tools_describe_the_group_and_an_outside_offset_reset_is_refused() {
     for (partition, (offset, metadata)) in &restored {
         assert_eq!(
             (*offset, metadata.as_str()),
-            (ends[partition], orderly::kafka::COMMIT_METADATA),
+            (ends[partition], orderly::testkit::COMMIT_METADATA),
             "partition {partition}"
         );
     }

@@ -19,7 +19,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use orderly::domains::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::kafka_native::{compaction_removed, create_compacting_topic, make_compacting};
 use crate::observe::{http_get, scrape};
@@ -869,7 +869,7 @@ pub(crate) fn restore_fresh_and_verify(
     changelog: &str,
     settings: &str,
     guarantee: &str,
-    expected: &orderly::domains::orders::workload::Expectation,
+    expected: &orderly::testkit::orders::workload::Expectation,
     label: &str,
 ) {
     let point = label;

@@ -14,8 +14,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orderly::domains::latest::{Latest, STATUS_SCHEMA};
-use orderly::engine::entity::Entity;
+use orderly::testkit::latest::STATUS_SCHEMA;
+use orderly::{Entity, Latest};
 
 use crate::drills::drill;
 use crate::observe::http_get;

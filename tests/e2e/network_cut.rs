@@ -27,7 +27,7 @@
 
 use std::time::{Duration, Instant};
 
-use orderly::domains::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::kafka_native::create_compacting_topic;
 use crate::late_writes::{restore_fresh_and_verify, EXACTLY_ONCE};

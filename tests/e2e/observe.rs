@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orderly::domains::orders::event::StateView;
-use orderly::domains::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::StateView;
 
 use crate::browser::http_exchange;
 use crate::required_env;
@@ -116,10 +116,10 @@ fn metrics_state_queries_and_health_match_the_run() {
     );
     let m = scrape(&address);
     let want = [
-        expected.applied,
-        expected.duplicates,
-        expected.stale,
-        expected.dead_lettered,
+        expected.outcomes.applied,
+        expected.outcomes.duplicates,
+        expected.outcomes.stale,
+        expected.outcomes.dead_lettered,
     ];
     assert_eq!(
         outcome_totals(&m),
@@ -128,7 +128,7 @@ fn metrics_state_queries_and_health_match_the_run() {
     );
     assert_eq!(m["orderly_assigned_partitions"], PARTITIONS as f64);
     assert_eq!(
-        m["orderly_completion_seconds_count"] as u64, expected.applied,
+        m["orderly_completion_seconds_count"] as u64, expected.outcomes.applied,
         "one completion per applied event"
     );
     assert_eq!(
@@ -324,9 +324,7 @@ fn the_endpoint_survives_slow_clients_floods_and_garbage() {
             let runtime = tokio::runtime::Runtime::new().expect("runtime");
             for chunk in world_records.chunks(2_000) {
                 runtime
-                    .block_on(orderly::ops::load::produce_planned(
-                        &producer, &topic, chunk,
-                    ))
+                    .block_on(orderly::testkit::produce_planned(&producer, &topic, chunk))
                     .expect("produce");
                 std::thread::sleep(Duration::from_millis(100));
             }

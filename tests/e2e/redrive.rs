@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use orderly::domains::orders::codec::Encoder;
-use orderly::domains::orders::event::{EventType, StateView};
-use orderly::registry::Registry;
+use orderly::testkit::orders::{Encoder, EventType, StateView};
+use orderly::Registry;
 
 use crate::support::late_schema::{self, schema_v3, STUBBORN};
 use crate::support::{committed, end_offsets, Instance};
@@ -63,7 +62,7 @@ fn unknown_schema_letters_are_applied_exactly_once_after_two_replays() {
         .runtime
         .block_on(registry.register(
             &format!("{}-status-value", world.topic),
-            orderly::domains::orders::STATUS_SCHEMA,
+            orderly::testkit::orders::STATUS_SCHEMA,
         ))
         .expect("register the outbox schema");
     assert_eq!(outbox_id, 3);
@@ -103,8 +102,8 @@ fn unknown_schema_letters_are_applied_exactly_once_after_two_replays() {
         FIXABLE as i64 + 1,
         "{input_before:?} -> {input_after:?}"
     );
-    let group = orderly::ops::redrive::redrive_group(
-        &orderly::config::Config::load(Some(&instance.config_path)).expect("config"),
+    let group = orderly::testkit::redrive::redrive_group(
+        &orderly::Config::load(Some(&instance.config_path)).expect("config"),
     );
     assert_eq!(
         committed(&world.bootstrap, &group, &world.dlq, 1),
@@ -197,11 +196,10 @@ fn unknown_schema_letters_are_applied_exactly_once_after_two_replays() {
 #[test]
 #[ignore]
 fn large_dlq_timing() {
-    use orderly::domains::orders::codec::WriterVersion;
-    use orderly::domains::orders::event::EventType;
-    use orderly::kafka::headers::{
+    use orderly::testkit::headers::{
         HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
     };
+    use orderly::testkit::orders::{EventType, WriterVersion};
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::FutureRecord;
 

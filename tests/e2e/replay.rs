@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::process::Output;
 use std::time::Duration;
 
-use orderly::domains::orders::event::StateView;
-use orderly::domains::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::StateView;
 
 use crate::required_env;
 use crate::support::{end_offsets, signal, wait_exit, wait_until, Instance, Reaper};
@@ -241,7 +241,7 @@ fn a_replay_marker_reaches_every_store_ahead_behind_or_wiped() {
         );
     }
     assert!(
-        !orderly::ops::preflight::store_present(&d.store_path),
+        !orderly::testkit::store_present(&d.store_path),
         "the replay needs no store of its own"
     );
 
@@ -319,10 +319,10 @@ fn a_replay_marker_reaches_every_store_ahead_behind_or_wiped() {
     assert_eq!(
         counts,
         [
-            expected.applied,
-            expected.duplicates,
-            expected.stale,
-            expected.dead_lettered
+            expected.outcomes.applied,
+            expected.outcomes.duplicates,
+            expected.outcomes.stale,
+            expected.outcomes.dead_lettered
         ],
         "counters of the records after N"
     );

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use orderly::domains::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::observe::{http_get, scrape};
 use crate::support::{wait_until, Reaper};
@@ -274,7 +274,7 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
         .sum();
     assert_eq!(
         (after - before) as u64,
-        expected.dead_lettered,
+        expected.outcomes.dead_lettered,
         "every dead letter re-published once\n{}",
         text(&redriven.stdout)
     );

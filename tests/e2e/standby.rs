@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use orderly::domains::orders::workload::WorkloadSpec;
+use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::observe::http_get;
 use crate::required_env;

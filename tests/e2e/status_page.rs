@@ -47,9 +47,8 @@ fn live_stream(
     rounds: usize,
     flowing: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<Sent> {
-    use orderly::domains::orders::codec::{Encoder, WriterVersion};
-    use orderly::domains::orders::event::{EventType, OrderEvent};
-    let registry = orderly::registry::Registry::http(&world.registry.url, Duration::from_secs(5))
+    use orderly::testkit::orders::{Encoder, EventType, OrderEvent, WriterVersion};
+    let registry = orderly::Registry::http(&world.registry.url, Duration::from_secs(5))
         .expect("registry client");
     let encoder = world
         .runtime
@@ -78,7 +77,7 @@ fn live_stream(
                 };
                 let (created, paid) = (event(1, EventType::Created), event(2, EventType::Paid));
                 let mut push = |e: &OrderEvent| {
-                    batch.push(orderly::domains::orders::workload::PlannedRecord {
+                    batch.push(orderly::testkit::orders::workload::PlannedRecord {
                         key: order_id.clone(),
                         payload: encoder.encode(e, WriterVersion::V2).expect("encode"),
                     })
@@ -99,16 +98,14 @@ fn live_stream(
                     sent.stale += 1;
                 }
             }
-            batch.push(orderly::domains::orders::workload::PlannedRecord {
+            batch.push(orderly::testkit::orders::workload::PlannedRecord {
                 key: format!("poison-{round}"),
                 payload: b"not avro".to_vec(),
             });
             sent.dead_lettered += 1;
             sent.records += batch.len() as u64;
             runtime
-                .block_on(orderly::ops::load::produce_planned(
-                    &producer, &topic, &batch,
-                ))
+                .block_on(orderly::testkit::produce_planned(&producer, &topic, &batch))
                 .expect("produce");
             std::thread::sleep(Duration::from_millis(300));
         }

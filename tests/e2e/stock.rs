@@ -12,9 +12,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orderly::domains::stock::workload::{plan, StockExpectation, StockSpec};
-use orderly::domains::stock::{Stock, StockEncoder, STATUS_SCHEMA};
-use orderly::engine::entity::Entity;
+use orderly::testkit::stock::workload::{plan, StockExpectation, StockSpec};
+use orderly::testkit::stock::{StockEncoder, STATUS_SCHEMA};
+use orderly::{Entity, Stock};
 
 use crate::drills::drill;
 use crate::observe::http_get;
@@ -91,10 +91,10 @@ fn stock_drill(settings: &str, spec: StockSpec, faults: &[&str], kills: usize) {
         .expect("register the stock schema");
     let (records, expected) = plan(&spec, &encoder).expect("plan");
     assert!(
-        expected.duplicates > 0 && expected.dead_lettered > 0,
+        expected.outcomes.duplicates > 0 && expected.outcomes.dead_lettered > 0,
         "redeliveries and poison records: {} duplicates, {} dead-lettered",
-        expected.duplicates,
-        expected.dead_lettered
+        expected.outcomes.duplicates,
+        expected.outcomes.dead_lettered
     );
     drill(
         &world,
@@ -113,7 +113,7 @@ fn stock_drill(settings: &str, spec: StockSpec, faults: &[&str], kills: usize) {
     );
     let exactly_once = settings.contains("exactly_once");
     if exactly_once {
-        world.verify_one_letter_each(expected.dead_lettered);
+        world.verify_one_letter_each(expected.outcomes.dead_lettered);
     }
     verify_availability(&world, &expected, exactly_once);
 }
@@ -180,7 +180,7 @@ fn verify_levels(world: &World, instance: &Instance, expected: &StockExpectation
         want.len()
     );
     world.verify_counts(instance, Counts::from(expected));
-    world.verify_dead_letters(expected.dead_lettered);
+    world.verify_dead_letters(expected.outcomes.dead_lettered);
     mismatches
 }
 

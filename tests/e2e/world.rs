@@ -10,12 +10,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::producer::FutureProducer;
 
-use orderly::domains::orders::codec::Encoder;
-use orderly::domains::orders::event::StateView;
-use orderly::domains::orders::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
-use orderly::kafka::headers::{HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
-use orderly::ops::load::produce_planned;
-use orderly::registry::Registry;
+use orderly::testkit::headers::{HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC};
+use orderly::testkit::orders::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
+use orderly::testkit::orders::{Encoder, StateView};
+use orderly::testkit::produce_planned;
+use orderly::Registry;
 
 use crate::support::registry_double::RegistryDouble;
 use crate::support::{
@@ -69,21 +68,21 @@ pub struct Counts {
 impl From<&Expectation> for Counts {
     fn from(e: &Expectation) -> Self {
         Counts {
-            applied: e.applied,
-            duplicates: e.duplicates,
-            stale: e.stale,
-            dead_lettered: e.dead_lettered,
+            applied: e.outcomes.applied,
+            duplicates: e.outcomes.duplicates,
+            stale: e.outcomes.stale,
+            dead_lettered: e.outcomes.dead_lettered,
         }
     }
 }
 
-impl From<&orderly::domains::stock::workload::StockExpectation> for Counts {
-    fn from(e: &orderly::domains::stock::workload::StockExpectation) -> Self {
+impl From<&orderly::testkit::stock::workload::StockExpectation> for Counts {
+    fn from(e: &orderly::testkit::stock::workload::StockExpectation) -> Self {
         Counts {
-            applied: e.applied,
-            duplicates: e.duplicates,
-            stale: e.stale,
-            dead_lettered: e.dead_lettered,
+            applied: e.outcomes.applied,
+            duplicates: e.outcomes.duplicates,
+            stale: e.outcomes.stale,
+            dead_lettered: e.outcomes.dead_lettered,
         }
     }
 }
@@ -185,7 +184,7 @@ impl World {
     /// Every instance of this world processes the entity `entity` describes:
     /// its kind and the field names a `latest` entity reads (the whole
     /// `[entity]` section).
-    pub fn with_entity_config(mut self, entity: &orderly::config::EntityConfig) -> Self {
+    pub fn with_entity_config(mut self, entity: &orderly::testkit::EntityConfig) -> Self {
         let section = toml::to_string(entity).expect("[entity] as TOML");
         self.entity_section = format!("[entity]\n{section}");
         self
@@ -309,7 +308,7 @@ impl World {
     /// Every record of the output topic (the outbox), per partition in
     /// offset order: (order id, version, event id).
     pub fn outbox_records(&self) -> BTreeMap<i32, Vec<(String, i64, String)>> {
-        let schema = apache_avro::Schema::parse_str(orderly::domains::orders::STATUS_SCHEMA)
+        let schema = apache_avro::Schema::parse_str(orderly::testkit::orders::STATUS_SCHEMA)
             .expect("the order output schema");
         self.output_records(&schema, "order_id")
             .into_iter()
@@ -436,7 +435,7 @@ impl World {
         let wanted: std::collections::HashSet<String> = expected
             .status_changes
             .iter()
-            .map(|id| orderly::processor::outbox::status_event_id(id))
+            .map(|id| orderly::testkit::status_event_id(id))
             .collect();
         let got: std::collections::HashSet<String> = records
             .values()
@@ -478,7 +477,7 @@ impl World {
             expected.status_changes.len(),
             "each status change exactly once on the output topic"
         );
-        self.verify_one_letter_each(expected.dead_lettered);
+        self.verify_one_letter_each(expected.outcomes.dead_lettered);
     }
 
     /// exactly_once's promise on the dead-letter topic, read
@@ -499,7 +498,7 @@ impl World {
             serde_json::from_value::<StateView>(v.clone()).expect("state JSON")
         });
         assert_eq!(mismatches, 0, "final state mismatches");
-        self.verify_dead_letters(expected.dead_lettered);
+        self.verify_dead_letters(expected.outcomes.dead_lettered);
         mismatches
     }
 

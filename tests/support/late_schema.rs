@@ -5,10 +5,9 @@
 
 use serde_json::Value;
 
-use orderly::domains::orders::codec::{Encoder, WriterVersion, SCHEMA_V2};
-use orderly::domains::orders::event::{EventType, OrderEvent};
-use orderly::domains::orders::workload::PlannedRecord;
-use orderly::engine::codec::wire;
+use orderly::testkit::orders::workload::PlannedRecord;
+use orderly::testkit::orders::{Encoder, EventType, OrderEvent, WriterVersion, SCHEMA_V2};
+use orderly::testkit::wire;
 
 /// A schema id no registry will ever know.
 pub const NEVER: u32 = 999_999;

@@ -9,7 +9,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 
-use orderly::config::Config;
+use orderly::Config;
 
 use super::{unique, Instance, Setup};
 
@@ -90,14 +90,14 @@ pub fn config(c: &Cluster, store: &Path) -> Config {
 pub async fn process_until_caught_up<E: orderly::Entity>(
     entity: E,
     config: Config,
-    store: orderly::engine::store::Store,
-    registry: orderly::registry::Registry,
+    store: orderly::Store,
+    registry: orderly::Registry,
     ends: std::collections::BTreeMap<i32, i64>,
 ) {
     let watcher = store.clone();
     let caught_up = async move {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
-        while !orderly::ops::demo::covers(&watcher, &ends) {
+        while !orderly::testkit::covers(&watcher, &ends) {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "processor did not catch up"
@@ -105,7 +105,7 @@ pub async fn process_until_caught_up<E: orderly::Entity>(
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     };
-    orderly::processor::Processor::for_entity(entity, config, store, registry)
+    orderly::Processor::for_entity(entity, config, store, registry)
         .run(caught_up)
         .await
         .expect("processor run");
@@ -114,14 +114,14 @@ pub async fn process_until_caught_up<E: orderly::Entity>(
 /// The store's durable counters, summed over its partitions, are these;
 /// each partition's add up to the records it consumed.
 pub fn assert_counters(
-    store: &orderly::engine::store::Store,
+    store: &orderly::Store,
     applied: u64,
     duplicates: u64,
     stale: u64,
     dead_lettered: u64,
 ) {
     let stats = store.stats().expect("stats");
-    let total = |f: fn(&orderly::engine::store::Checkpoint) -> u64| {
+    let total = |f: fn(&orderly::testkit::Checkpoint) -> u64| {
         stats.iter().map(|s| f(&s.checkpoint)).sum::<u64>()
     };
     assert_eq!(total(|c| c.applied), applied, "applied");

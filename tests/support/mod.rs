@@ -55,7 +55,7 @@ pub fn orderly_bin() -> &'static str {
 }
 
 /// The client id a child `orderly` process names itself by in the group
-/// (`orderly-<host>-<pid>`, as `orderly::kafka::client_id`).
+/// (`orderly-<host>-<pid>`, as orderly's `kafka::client_id`).
 pub fn client_id_of(child: &Child) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
     format!("orderly-{}-{}", host.trim(), child.id())

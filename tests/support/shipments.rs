@@ -11,10 +11,9 @@ use std::collections::HashMap;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
-use orderly::config::{EntityConfig, EntityKind};
-use orderly::domains::orders::workload::PlannedRecord;
-use orderly::engine::codec::wire;
-use orderly::registry::Registry;
+use orderly::testkit::orders::workload::PlannedRecord;
+use orderly::testkit::{wire, EntityConfig, EntityKind};
+use orderly::Registry;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;

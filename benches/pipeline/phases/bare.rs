@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rdkafka::message::Message;
 
-use orderly::engine::codec::Decoder;
+use orderly::testkit::Decoder;
 
 use super::{plain_consumer, read_all};
 use crate::figures::Phase;

@@ -16,10 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use orderly::config::Config;
-use orderly::engine::store::{PartitionStore, Store};
-use orderly::processor::{Processor, RunReport};
-use orderly::registry::Registry;
+use orderly::testkit::PartitionStore;
+use orderly::{Config, Processor, Registry, RunReport, Store};
 
 use super::passthrough;
 use crate::figures::{Counts, FullPipeline, Phase};
@@ -119,7 +117,7 @@ pub async fn run(
         (true, other, round) => format!("{}-{other}{round}", changelog_topic(load)),
     };
     if exactly_once {
-        config.processing.guarantee = orderly::config::Guarantee::ExactlyOnce;
+        config.processing.guarantee = orderly::testkit::Guarantee::ExactlyOnce;
     }
     config.kafka.output_topic = if outbox {
         format!("{}-status", load.topic)
@@ -155,9 +153,9 @@ pub async fn run(
     let disk_at_start = dir_size(&store_path);
     let processor = Processor::new(config, store.clone(), registry);
     let (http_address, http_server) = if args.http || args.http_load {
-        let listener = orderly::ops::http::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let listener = orderly::testkit::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
         let address = listener.local_addr()?;
-        let server = orderly::ops::http::serve(listener, &processor)?;
+        let server = orderly::testkit::serve(listener, &processor)?;
         eprintln!(
             "pipeline: ({key}) http endpoint at http://{address}/{}",
             if args.http_load {

@@ -18,11 +18,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use orderly::config::Config;
-use orderly::domains::orders::codec::{Encoder, WriterVersion};
-use orderly::domains::orders::event::{EventType, OrderEvent};
-use orderly::engine::codec::Decoder;
-use orderly::processor::consumer_config;
+use orderly::testkit::orders::{Encoder, EventType, OrderEvent, WriterVersion};
+use orderly::testkit::{consumer_config, Decoder};
+use orderly::Config;
 
 use crate::loader::LoadInfo;
 use crate::Args;

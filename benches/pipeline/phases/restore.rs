@@ -9,10 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use orderly::config::Config;
-use orderly::engine::store::Store;
-use orderly::kafka::ReaderSettings;
-use orderly::processor::changelog::restore::Restore;
+use orderly::testkit::{ReaderSettings, Restore};
+use orderly::{Config, Store};
 
 use super::passthrough;
 use crate::figures::Phase;
@@ -74,7 +72,7 @@ pub fn run_topic(
                 scope.spawn(move || -> anyhow::Result<(u64, Instant, Duration)> {
                     let started = Instant::now();
                     let tree = store.partition(&load.topic, *partition)?;
-                    let progress = orderly::observe::RestoreProgress::default();
+                    let progress = orderly::testkit::RestoreProgress::default();
                     let restored = Restore {
                         reader,
                         topic,

@@ -50,7 +50,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Serialize;
 
-use orderly::domains::orders::event::StateView;
+use orderly::testkit::orders::StateView;
 
 use crate::figures::{fmt_opt, median};
 use crate::figures::{Counts, Phase};

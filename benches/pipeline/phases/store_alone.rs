@@ -1,7 +1,7 @@
 //! (d) the store alone: the processor's state work on pre-decoded events,
 //! no Kafka: the storage limit. Per partition, batches of the processor's
 //! configured size are decided against its order cache
-//! (`orderly::engine::partition_state::PartitionState::apply`, what a partition task
+//! (`orderly::testkit::PartitionState::apply`, what a partition task
 //! calls per batch); once per commit interval (or when a partition's changed
 //! orders pass their share of `cache_max_bytes`) every partition writes out
 //! (`write_out`: changed orders + checkpoint in one sled batch) and one
@@ -13,11 +13,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::message::Message;
 
-use orderly::config::Config;
-use orderly::engine::codec::Decoder;
-type OrderEvent = orderly::Event<orderly::domains::orders::event::Order>;
-use orderly::engine::partition_state::{Decoded, PartitionState, Sourced};
-use orderly::engine::store::Store;
+use orderly::testkit::Decoder;
+use orderly::Config;
+type OrderEvent = orderly::Event<orderly::testkit::orders::Order>;
+use orderly::testkit::{Decoded, PartitionState, Sourced};
+use orderly::Store;
 
 use super::{plain_consumer, read_all};
 use crate::figures::{Phase, StorageOut};

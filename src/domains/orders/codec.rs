@@ -15,7 +15,9 @@ use crate::engine::codec::{
 };
 use crate::registry::{Registry, RegistryError};
 
+/// The order event schema, version 1 (no `currency`).
 pub const SCHEMA_V1: &str = include_str!("../../../schemas/order_event_v1.avsc");
+/// The order event schema, version 2 (with `currency`): the reader schema.
 pub const SCHEMA_V2: &str = include_str!("../../../schemas/order_event_v2.avsc");
 
 /// The processor's reader schema (v2), parsed once per process.
@@ -109,7 +111,9 @@ fn event_from_value(value: Value) -> Result<OrderEvent, DecodeError> {
 /// Which schema a record is written with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriterVersion {
+    /// [`SCHEMA_V1`].
     V1,
+    /// [`SCHEMA_V2`].
     V2,
 }
 
@@ -117,7 +121,9 @@ pub enum WriterVersion {
 pub struct Encoder {
     v1: Schema,
     v2: Schema,
+    /// The registry's id of [`SCHEMA_V1`].
     pub v1_id: u32,
+    /// The registry's id of [`SCHEMA_V2`].
     pub v2_id: u32,
 }
 

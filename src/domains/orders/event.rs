@@ -6,10 +6,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum EventType {
+    /// The order was placed.
     Created,
+    /// The order was paid for.
     Paid,
+    /// The order left the warehouse (sent again for each shipping update).
     Shipped,
+    /// The order reached its customer.
     Delivered,
+    /// The order was cancelled.
     Cancelled,
 }
 
@@ -18,10 +23,12 @@ impl EventType {
     pub(crate) const SYMBOLS: [&'static str; 5] =
         ["CREATED", "PAID", "SHIPPED", "DELIVERED", "CANCELLED"];
 
+    /// The Avro enum symbol (`"CREATED"`, ...).
     pub fn as_str(self) -> &'static str {
         Self::SYMBOLS[self.index()]
     }
 
+    /// The position of the symbol in the schema's enum.
     pub fn index(self) -> usize {
         match self {
             EventType::Created => 0,
@@ -59,13 +66,17 @@ pub(crate) const DEFAULT_CURRENCY: &str = "EUR";
 /// One decoded order event (the v2 reader's view of any writer version).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderEvent {
+    /// The event's unique id (what the inbox remembers).
     pub event_id: String,
+    /// The order's id: the record key.
     pub order_id: String,
     /// Per-order sequence, starting at 1; always positive once decoded.
     pub version: i64,
+    /// The lifecycle step the event records.
     pub event_type: EventType,
     /// Order total in minor units.
     pub amount: i64,
+    /// ISO 4217 code (`DEFAULT_CURRENCY` for a v1 record).
     pub currency: String,
     /// Milliseconds since the Unix epoch.
     pub occurred_at: i64,
@@ -77,8 +88,11 @@ pub struct OrderEvent {
 /// own entity type here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Order {
+    /// The lifecycle step of the newest applied event.
     pub status: EventType,
+    /// Order total in minor units.
     pub amount: i64,
+    /// ISO 4217 code.
     pub currency: String,
 }
 
@@ -86,12 +100,20 @@ pub struct Order {
 /// expectations compare.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateView {
+    /// The order's id.
     pub order_id: String,
+    /// The version of the newest applied event.
     pub version: i64,
+    /// The lifecycle step of the newest applied event.
     pub status: EventType,
+    /// Order total in minor units.
     pub amount: i64,
+    /// ISO 4217 code.
     pub currency: String,
+    /// The newest applied event.
     pub event_id: String,
+    /// When the newest applied event occurred (milliseconds since the Unix
+    /// epoch).
     pub occurred_at: i64,
 }
 

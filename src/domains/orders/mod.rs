@@ -2,13 +2,13 @@
 //! event carries (event-carried state), and a change of its status is
 //! published as `OrderStatusChanged`.
 
-pub mod codec;
+pub(crate) mod codec;
 #[cfg(test)]
 mod engine_tests;
-pub mod event;
+pub(crate) mod event;
 /// Public so the differential fuzz test (`tests/fuzz_read_plan.rs`) can
 /// drive it directly; the decoder is the API.
-pub mod plan;
+pub(crate) mod plan;
 pub mod workload;
 
 use apache_avro::types::Value;
@@ -157,17 +157,9 @@ impl crate::processor::Processor<Orders> {
 }
 
 impl crate::processor::outbox::OutboxEncoder<Orders> {
-    /// Registers the order output schema under `<output_topic>-value`.
-    pub async fn register(
-        registry: &crate::registry::Registry,
-        output_topic: &str,
-        source_topic: &str,
-    ) -> Result<Self, crate::registry::RegistryError> {
-        Self::register_for(&Orders, registry, output_topic, source_topic).await
-    }
-
     /// An order encoder whose schema is registered as `schema_id`.
-    pub fn with_id(schema_id: u32, source_topic: &str) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_id(schema_id: u32, source_topic: &str) -> Self {
         // Compiled in and covered by tests: failing to parse it is a build defect.
         #[allow(clippy::expect_used)]
         let schema = Schema::parse_str(STATUS_SCHEMA).expect("compiled-in schema parses");

@@ -12,11 +12,15 @@ use serde::{Deserialize, Serialize};
 use crate::domains::orders::codec::{Encoder, WriterVersion};
 use crate::domains::orders::event::{EventType, OrderEvent, StateView, DEFAULT_CURRENCY};
 use crate::engine::codec::{wire, EncodeError};
+use crate::engine::outcomes::Outcomes;
 
 /// The shape of a generated workload.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkloadSpec {
+    /// How many orders (each a lifecycle of events).
     pub orders: usize,
+    /// The random generator's seed: the same spec and seed plan the same
+    /// records.
     pub seed: u64,
     /// Chance that an event is sent a second time (a producer retry).
     pub duplicate_rate: f64,
@@ -97,6 +101,7 @@ pub enum IdFormat {
 }
 
 impl Shape {
+    /// The shape's name on the command line.
     pub fn as_str(self) -> &'static str {
         match self {
             Shape::Clustered => "clustered",
@@ -106,6 +111,7 @@ impl Shape {
 }
 
 impl IdFormat {
+    /// The format's name on the command line.
     pub fn as_str(self) -> &'static str {
         match self {
             IdFormat::Uuid => "uuid",
@@ -125,35 +131,26 @@ impl IdFormat {
 /// One record to produce, keyed by order id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedRecord {
+    /// The record key (the order id).
     pub key: String,
+    /// The record value, in the Confluent wire format (or poison).
     pub payload: Vec<u8>,
 }
 
 /// What the processor must end with after consuming every planned record.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Expectation {
+    /// Every planned record, poison included.
     pub records: u64,
-    pub applied: u64,
-    pub duplicates: u64,
-    pub stale: u64,
-    pub dead_lettered: u64,
+    /// The four outcomes the records imply (flattened: the `--expect-out`
+    /// file keeps its four top-level counts).
+    #[serde(flatten)]
+    pub outcomes: Outcomes,
     /// Final state per order id.
     pub states: HashMap<String, StateView>,
     /// The `event_id`s of applied events that changed their order's status
     /// (an order's first event included): what the outbox must publish.
     pub status_changes: HashSet<String>,
-}
-
-impl Expectation {
-    /// The four outcomes the records imply.
-    pub fn outcomes(&self) -> crate::engine::outcomes::Outcomes {
-        crate::engine::outcomes::Outcomes {
-            applied: self.applied,
-            duplicates: self.duplicates,
-            stale: self.stale,
-            dead_lettered: self.dead_lettered,
-        }
-    }
 }
 
 /// Generates the records in send order and their expected outcome.
@@ -259,7 +256,7 @@ pub fn plan(
     for (_, _, event, writer) in sends {
         if rng.gen_bool(spec.poison_rate.min(1.0)) {
             records.push(poison(&mut rng, encoder, &event)?);
-            expectation.dead_lettered += 1;
+            expectation.outcomes.dead_lettered += 1;
         }
         // The expected outcome, by the documented rules: an id applied before
         // is a duplicate; a version not above the newest applied is stale.
@@ -276,11 +273,11 @@ pub fn plan(
             .map(|s| s.version)
             .unwrap_or(0);
         if applied_ids.contains(&event.event_id) {
-            expectation.duplicates += 1;
+            expectation.outcomes.duplicates += 1;
         } else if event.version <= newest {
-            expectation.stale += 1;
+            expectation.outcomes.stale += 1;
         } else {
-            expectation.applied += 1;
+            expectation.outcomes.applied += 1;
             applied_ids.insert(event.event_id.clone());
             if expectation.states.get(&event.order_id).map(|s| s.status) != Some(event.event_type) {
                 expectation.status_changes.insert(event.event_id.clone());
@@ -367,13 +364,10 @@ mod tests {
         let (again, expected_again) = plan(&spec, &encoder).unwrap();
         assert_eq!(expected, expected_again);
         assert_eq!(records.len(), again.len());
-        assert_eq!(
-            expected.applied + expected.duplicates + expected.stale + expected.dead_lettered,
-            expected.records
-        );
+        assert_eq!(expected.outcomes.total(), expected.records);
         assert_eq!(expected.states.len(), 500);
         assert!(
-            expected.duplicates > 0 && expected.stale > 0,
+            expected.outcomes.duplicates > 0 && expected.outcomes.stale > 0,
             "{expected:?}"
         );
     }
@@ -394,7 +388,7 @@ mod tests {
         }
         assert_eq!(
             out.len() as u64,
-            expected.records - expected.dead_lettered,
+            expected.records - expected.outcomes.dead_lettered,
             "every good record decodes, no poison does"
         );
         (out, expected)
@@ -432,13 +426,12 @@ mod tests {
     async fn interleaved_orders_span_the_stream_and_counts_add_up() {
         let spec = interleaved(200, 50);
         let (events, expected) = decoded(&spec).await;
-        assert_eq!(
-            expected.applied + expected.duplicates + expected.stale + expected.dead_lettered,
-            expected.records
-        );
+        assert_eq!(expected.outcomes.total(), expected.records);
         assert_eq!(expected.states.len(), 200);
         assert!(
-            expected.duplicates > 0 && expected.stale > 0 && expected.dead_lettered > 0,
+            expected.outcomes.duplicates > 0
+                && expected.outcomes.stale > 0
+                && expected.outcomes.dead_lettered > 0,
             "{expected:?}"
         );
         // Every order ends delivered at version 50, its last event (a
@@ -483,9 +476,9 @@ mod tests {
         }
         assert_eq!(
             (
-                expected.applied,
-                expected.duplicates,
-                expected.stale,
+                expected.outcomes.applied,
+                expected.outcomes.duplicates,
+                expected.outcomes.stale,
                 expected.records
             ),
             (3_000, 0, 0, 3_000)
@@ -502,10 +495,7 @@ mod tests {
             ..Default::default()
         };
         let (events, expected) = decoded(&spec).await;
-        assert_eq!(
-            expected.applied + expected.duplicates + expected.stale + expected.dead_lettered,
-            expected.records
-        );
+        assert_eq!(expected.outcomes.total(), expected.records);
         let mid = median(spans(&events, expected.records));
         assert!(mid < 0.2, "median span {mid}");
         assert!(events
@@ -563,8 +553,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (uuid.records, uuid.applied, uuid.duplicates, uuid.stale),
-            (hex.records, hex.applied, hex.duplicates, hex.stale)
+            (
+                uuid.records,
+                uuid.outcomes.applied,
+                uuid.outcomes.duplicates,
+                uuid.outcomes.stale
+            ),
+            (
+                hex.records,
+                hex.outcomes.applied,
+                hex.outcomes.duplicates,
+                hex.outcomes.stale
+            )
         );
         for (order, state) in &uuid.states {
             let other = &hex.states[order];

@@ -26,7 +26,7 @@ use crate::engine::codec::{read_value, resolving_reader, DecodeError, Fields, Po
 use crate::engine::entity::{Entity, Event, State};
 
 /// The reader schema of stock events.
-pub const EVENT_SCHEMA: &str = include_str!("../../../schemas/stock_event_v1.avsc");
+pub(crate) const EVENT_SCHEMA: &str = include_str!("../../../schemas/stock_event_v1.avsc");
 /// The output schema of availability changes.
 pub const STATUS_SCHEMA: &str = include_str!("../../../schemas/stock_availability_changed_v1.avsc");
 
@@ -120,7 +120,9 @@ impl StockLevel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Availability {
+    /// Some units are available to reserve.
     InStock,
+    /// None are.
     OutOfStock,
 }
 
@@ -202,7 +204,7 @@ impl Entity for Stock {
 }
 
 /// The stock event reader schema, parsed once per process.
-pub fn event_schema() -> &'static Schema {
+pub(crate) fn event_schema() -> &'static Schema {
     static READER: OnceLock<Schema> = OnceLock::new();
     // Compiled in and covered by tests: failing to parse it is a build defect.
     #[allow(clippy::expect_used)]
@@ -240,6 +242,7 @@ fn event_from_value(value: Value) -> Result<Event<StockChange>, DecodeError> {
 /// stock generator, tests).
 pub struct StockEncoder {
     schema: Schema,
+    /// The registry's id of the stock event schema.
     pub schema_id: u32,
 }
 

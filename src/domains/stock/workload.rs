@@ -18,11 +18,15 @@ use super::{Stock, StockChange, StockEncoder, StockEventKind, StockLevel};
 use crate::domains::orders::workload::PlannedRecord;
 use crate::engine::codec::EncodeError;
 use crate::engine::entity::Event;
+use crate::engine::outcomes::Outcomes;
 
 /// What a stock workload is.
 #[derive(Debug, Clone)]
 pub struct StockSpec {
+    /// How many SKUs (each a run of events).
     pub skus: usize,
+    /// The random generator's seed: the same spec and seed plan the same
+    /// records.
     pub seed: u64,
     /// Chance an event is sent twice (the copy later in the stream).
     pub duplicate_rate: f64,
@@ -38,11 +42,12 @@ pub struct StockSpec {
 /// What the planned records imply.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StockExpectation {
+    /// Every planned record, poison included.
     pub records: u64,
-    pub applied: u64,
-    pub duplicates: u64,
-    pub stale: u64,
-    pub dead_lettered: u64,
+    /// The four outcomes the records imply (flattened: the `--expect-out`
+    /// file keeps its four top-level counts).
+    #[serde(flatten)]
+    pub outcomes: Outcomes,
     /// Per SKU: its last applied version and its level after every applied
     /// event.
     pub levels: BTreeMap<String, (i64, StockLevel)>,
@@ -51,18 +56,6 @@ pub struct StockExpectation {
     /// must publish.
     #[serde(default)]
     pub status_changes: BTreeSet<String>,
-}
-
-impl StockExpectation {
-    /// The four outcomes the records imply.
-    pub fn outcomes(&self) -> crate::engine::outcomes::Outcomes {
-        crate::engine::outcomes::Outcomes {
-            applied: self.applied,
-            duplicates: self.duplicates,
-            stale: self.stale,
-            dead_lettered: self.dead_lettered,
-        }
-    }
 }
 
 /// One good record as the generator wrote it: what deciding it needs.
@@ -167,7 +160,7 @@ fn expect(sends: &[(f64, PlannedRecord, Option<Sent>)]) -> StockExpectation {
     };
     for (_, record, sent) in sends {
         let Some(sent) = sent else {
-            expected.dead_lettered += 1;
+            expected.outcomes.dead_lettered += 1;
             continue;
         };
         // Version 0: no event applied yet (versions start at 1).
@@ -180,11 +173,11 @@ fn expect(sends: &[(f64, PlannedRecord, Option<Sent>)]) -> StockExpectation {
             }
             *version = sent.version;
             applied.insert(sent.event_id.as_str());
-            expected.applied += 1;
+            expected.outcomes.applied += 1;
         } else if applied.contains(sent.event_id.as_str()) {
-            expected.duplicates += 1;
+            expected.outcomes.duplicates += 1;
         } else {
-            expected.stale += 1;
+            expected.outcomes.stale += 1;
         }
     }
     expected.levels = skus
@@ -248,9 +241,11 @@ mod tests {
         assert_eq!(expected, again);
         assert_eq!(
             expected.records,
-            expected.applied + expected.duplicates + expected.dead_lettered
+            expected.outcomes.applied
+                + expected.outcomes.duplicates
+                + expected.outcomes.dead_lettered
         );
-        assert!(expected.duplicates > 0 && expected.dead_lettered > 0);
+        assert!(expected.outcomes.duplicates > 0 && expected.outcomes.dead_lettered > 0);
         assert!(expected.levels.values().all(|(_, l)| l.available() >= 0));
     }
 
@@ -263,15 +258,16 @@ mod tests {
         let reordered = spec(200, 11, 0.1);
         let (records, expected) = plan(&reordered, &encoder).unwrap();
         assert_eq!(records.len() as u64, expected.records);
-        assert_eq!(
-            expected.records,
-            expected.applied + expected.duplicates + expected.stale + expected.dead_lettered
+        assert_eq!(expected.records, expected.outcomes.total());
+        assert!(
+            expected.outcomes.stale > 0
+                && expected.outcomes.duplicates > 0
+                && expected.outcomes.dead_lettered > 0
         );
-        assert!(expected.stale > 0 && expected.duplicates > 0 && expected.dead_lettered > 0);
         assert_eq!(expected.levels.len(), reordered.skus);
         // Every SKU's first applied event publishes its availability.
         assert!(expected.status_changes.len() >= reordered.skus);
         let in_order = plan(&spec(200, 11, 0.0), &encoder).unwrap().1;
-        assert_eq!(in_order.stale, 0);
+        assert_eq!(in_order.outcomes.stale, 0);
     }
 }

@@ -12,7 +12,7 @@ use crate::registry::{RegisteredVersion, Registry, RegistryError};
 
 /// A registered version orderly cannot read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Incompatible {
+pub(crate) struct Incompatible {
     pub version: u32,
     pub id: u32,
     pub(crate) problem: String,
@@ -20,7 +20,7 @@ pub struct Incompatible {
 
 /// What the guard found under one subject.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GuardReport {
+pub(crate) struct GuardReport {
     pub subject: String,
     /// Versions registered (0: the subject is not registered yet).
     pub versions: usize,
@@ -32,7 +32,10 @@ pub struct GuardReport {
 /// The versions of `versions` that `reader` cannot read (`None`: an entity
 /// that reads each record with its writer's schema, so only a version that
 /// does not parse is one). Pure.
-pub fn check_against(versions: &[RegisteredVersion], reader: Option<&Schema>) -> Vec<Incompatible> {
+pub(crate) fn check_against(
+    versions: &[RegisteredVersion],
+    reader: Option<&Schema>,
+) -> Vec<Incompatible> {
     versions
         .iter()
         .filter_map(|v| {
@@ -54,7 +57,7 @@ pub fn check_against(versions: &[RegisteredVersion], reader: Option<&Schema>) ->
 
 /// Fetches every version of `<input_topic>-value` and checks each against
 /// `reader` (see [`check_against`]).
-pub async fn guard(
+pub(crate) async fn guard(
     registry: &Registry,
     input_topic: &str,
     reader: Option<&Schema>,
@@ -71,7 +74,7 @@ pub async fn guard(
 
 impl GuardReport {
     /// One line: how many versions, and each incompatible one.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         if self.versions == 0 {
             return format!(
                 "{}: no writer schema registered yet (producers register it)",

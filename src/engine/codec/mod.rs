@@ -16,8 +16,8 @@ use apache_avro::Schema;
 use crate::engine::entity::{Entity, Event};
 use crate::registry::{Registry, RegistryError};
 
-pub mod error;
-pub mod guard;
+pub(crate) mod error;
+pub(crate) mod guard;
 pub use error::{DecodeError, PoisonKind};
 
 #[derive(Debug, thiserror::Error)]

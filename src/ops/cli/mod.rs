@@ -848,7 +848,7 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
                 .await
                 .with_context(|| format!("registering schemas at {}", config.registry.url))?;
             let (records, expected) = plan(&spec, &encoder)?;
-            let counts = expected.outcomes();
+            let counts = expected.outcomes;
             let expectation = serde_json::to_vec(&expected)?;
             produce_records(
                 &config,
@@ -907,12 +907,11 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
                 detail.push_str(&warning);
             }
             println!("{}", Check::ok("config", detail));
-            let checks = preflight::check_all_reporting(
-                &config,
-                Duration::from_millis(timeout_ms),
-                |check| println!("{check}"),
-            )
-            .await;
+            let checks =
+                preflight::check_all(&config, Duration::from_millis(timeout_ms), |check| {
+                    println!("{check}")
+                })
+                .await;
             Ok(if checks.iter().all(|c| c.ok) {
                 Exit::Success
             } else {
@@ -937,7 +936,7 @@ async fn produce_stock(
         .await
         .with_context(|| format!("registering the stock schema at {}", config.registry.url))?;
     let (records, expected) = plan(&spec, &encoder)?;
-    let counts = expected.outcomes();
+    let counts = expected.outcomes;
     let expectation = serde_json::to_vec(&expected)?;
     produce_records(config, &records, counts, expect_out, &expectation).await
 }

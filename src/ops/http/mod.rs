@@ -11,7 +11,7 @@
 //! a connection open), request heads are capped at `MAX_HEAD_BYTES`, and a
 //! connection is closed gracefully after `CONNECTION_LIFETIME`.
 
-pub mod guard;
+pub(crate) mod guard;
 mod order_id;
 pub(crate) mod routes;
 
@@ -24,8 +24,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::sync::{watch, Semaphore};
 use tracing::{debug, info, warn};
 
-pub use crate::observe::{GroupOwners, Member, OwnersError};
-pub use routes::HttpContext;
+pub(crate) use routes::HttpContext;
 
 /// Connections served at once.
 pub(crate) const MAX_CONNECTIONS: usize = 256;

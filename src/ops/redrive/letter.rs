@@ -20,7 +20,9 @@ use crate::kafka::headers::{
 /// P:O` names and what re-drive records list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct SourcePos {
+    /// The source partition.
     pub partition: i32,
+    /// The record's offset in it.
     pub offset: i64,
 }
 
@@ -50,7 +52,7 @@ impl FromStr for SourcePos {
 /// a header is missing (a record some other tool wrote), and `defect` says
 /// why `dlq replay` cannot use such a letter.
 #[derive(Debug, Clone, Serialize)]
-pub struct Letter {
+pub(crate) struct Letter {
     pub(crate) dlq_partition: i32,
     pub(crate) dlq_offset: i64,
     pub source_topic: Option<String>,
@@ -71,7 +73,7 @@ pub struct Letter {
 
 impl Letter {
     /// The source position, when both headers are there and parse.
-    pub fn source(&self) -> Option<SourcePos> {
+    pub(crate) fn source(&self) -> Option<SourcePos> {
         Some(SourcePos {
             partition: self.source_partition?,
             offset: self.source_offset?,
@@ -88,7 +90,7 @@ pub(crate) struct RedriveRecord {
 }
 
 /// What a dead-letter record is.
-pub enum DlqRecord {
+pub(crate) enum DlqRecord {
     Letter(Letter),
     /// A re-drive record: these source positions of this input topic were
     /// re-published.
@@ -99,7 +101,7 @@ pub enum DlqRecord {
 }
 
 /// Parses one record of the dead-letter topic.
-pub fn parse(message: &BorrowedMessage<'_>) -> DlqRecord {
+pub(crate) fn parse(message: &BorrowedMessage<'_>) -> DlqRecord {
     let header = |name: &str| crate::kafka::header(message, name);
     let text = |name: &str| header(name).map(|v| String::from_utf8_lossy(v).into_owned());
     if header(HEADER_REDRIVE_DONE).is_some() {

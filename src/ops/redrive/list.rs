@@ -12,7 +12,7 @@ use crate::config::Config;
 const MESSAGE_WIDTH: usize = 60;
 
 #[derive(Debug, Serialize)]
-pub struct Listing {
+pub(crate) struct Listing {
     pub topic: String,
     pub partitions: i32,
     /// Letters in the topic (the listing may show fewer: `--limit`).
@@ -25,7 +25,7 @@ pub struct Listing {
 
 /// Reads every letter of `kafka.dlq_topic`; `limit` keeps the newest ones.
 /// Blocking: call it from a thread that may block.
-pub fn list(config: &Config, limit: Option<usize>) -> Result<Listing, RedriveError> {
+pub(crate) fn list(config: &Config, limit: Option<usize>) -> Result<Listing, RedriveError> {
     let dlq = Dlq::open(config)?;
     let (partitions, _) = dlq.partition_counts(&config.kafka.input_topic)?;
     let input_topic = &config.kafka.input_topic;
@@ -82,7 +82,7 @@ pub fn list(config: &Config, limit: Option<usize>) -> Result<Listing, RedriveErr
 impl Listing {
     /// The table `dlq list` prints: one row per letter, the message
     /// shortened, then a line of totals.
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
         if self.total == 0 {

@@ -41,10 +41,10 @@
 //! inbox drops a re-sent event as a duplicate, so it is still applied once.
 //! Run one replay at a time: two concurrent runs can both send a letter.
 
-pub mod letter;
+pub(crate) mod letter;
 mod list;
-pub mod log;
-mod replay;
+pub(crate) mod log;
+pub(crate) mod replay;
 mod scan;
 mod time;
 
@@ -55,14 +55,13 @@ use tracing::info;
 
 use crate::config::Config;
 
-pub use letter::{Letter, SourcePos};
-pub use list::{list, Listing};
-pub use replay::{replay, Redriven, ReplayReport, ReplayRequest, Selection, SkipReason, Skipped};
-pub use time::rfc3339_millis;
+pub(crate) use letter::SourcePos;
+pub(crate) use list::list;
+pub(crate) use replay::{replay, Redriven, ReplayRequest, Selection};
 
 /// `dlq replay --max-redrives` default: a record is re-published at most
 /// this many times.
-pub const DEFAULT_MAX_REDRIVES: u32 = 3;
+pub(crate) const DEFAULT_MAX_REDRIVES: u32 = 3;
 /// Records re-published between two re-drive records (and commits): what a
 /// crash can re-send.
 pub(crate) const CHUNK: usize = 5_000;

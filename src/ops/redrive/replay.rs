@@ -37,8 +37,10 @@ pub enum Selection {
     Sources(Vec<SourcePos>),
 }
 
+/// What `dlq replay` is asked to do.
 #[derive(Debug, Clone)]
 pub struct ReplayRequest {
+    /// Which letters.
     pub selection: Selection,
     /// Decide and report only: nothing produced, nothing committed.
     pub dry_run: bool,
@@ -60,7 +62,7 @@ pub struct Redriven {
 
 /// Why a chosen letter is not re-published.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SkipReason {
+pub(crate) enum SkipReason {
     /// A re-drive record names its source position (or an earlier letter
     /// of this run had the same one).
     AlreadyRedriven,
@@ -81,7 +83,7 @@ pub enum SkipReason {
 
 impl SkipReason {
     /// A short fixed label, for JSON and the summary's counts.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             SkipReason::AlreadyRedriven => "already_redriven",
             SkipReason::LimitReached { .. } => "limit_reached",

@@ -1,7 +1,7 @@
 //! Record timestamps as RFC 3339 text, without a date-time dependency.
 
 /// `ms` since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC).
-pub fn rfc3339_millis(ms: i64) -> String {
+pub(crate) fn rfc3339_millis(ms: i64) -> String {
     let seconds = ms.div_euclid(1000);
     let millis = ms.rem_euclid(1000);
     let (year, month, day) = civil_from_days(seconds.div_euclid(86_400));

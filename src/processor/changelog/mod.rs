@@ -20,10 +20,10 @@
 //! * [`restore`]: brings a partition's tree up to the changelog.
 //! * [`topic`]: creates the topic at start-up, or checks the one there is.
 
-pub mod reader;
-pub mod replay;
-pub mod restore;
-pub mod topic;
+pub(crate) mod reader;
+pub(crate) mod replay;
+pub(crate) mod restore;
+pub(crate) mod topic;
 
 use rdkafka::error::KafkaError;
 

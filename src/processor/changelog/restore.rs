@@ -106,8 +106,11 @@ macro_rules! say {
 pub struct Restore<'a> {
     /// What the changelog's reader is built from.
     pub reader: &'a ReaderSettings,
+    /// The changelog topic.
     pub topic: &'a str,
+    /// The partition (the same number in the input and the changelog).
     pub partition: i32,
+    /// The store's tree of the partition, brought up to the changelog.
     pub tree: &'a PartitionStore,
     /// Set when the partition is revoked: the restore stops at its next poll.
     pub cancel: &'a AtomicBool,

@@ -22,14 +22,14 @@
 
 pub(crate) mod direct;
 pub(crate) mod read_back;
-pub mod relay;
+pub(crate) mod relay;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
 
 use crate::engine::codec::{wire, EncodeError};
 use crate::engine::entity::Entity;
-pub use crate::engine::outbox_record::{status_event_id, OutboxRecord};
+pub(crate) use crate::engine::outbox_record::{status_event_id, OutboxRecord};
 use crate::registry::{Registry, RegistryError};
 
 /// The output schema of an entity whose status is a string: the fields
@@ -88,7 +88,7 @@ pub(crate) fn status_headers<S>(
 
 /// Encodes an entity's outbox records in its output schema
 /// (`OrderStatusChanged` for orders) in the wire format.
-pub struct OutboxEncoder<E: Entity> {
+pub(crate) struct OutboxEncoder<E: Entity> {
     schema: Schema,
     schema_id: u32,
     source_topic: String,
@@ -97,7 +97,7 @@ pub struct OutboxEncoder<E: Entity> {
 
 impl<E: Entity> OutboxEncoder<E> {
     /// Registers `entity`'s output schema under `<output_topic>-value`.
-    pub async fn register_for(
+    pub(crate) async fn register_for(
         entity: &E,
         registry: &Registry,
         output_topic: &str,
@@ -115,7 +115,7 @@ impl<E: Entity> OutboxEncoder<E> {
     }
 
     /// An encoder of `schema`, registered as `schema_id`.
-    pub fn with_schema(schema: Schema, schema_id: u32, source_topic: &str) -> Self {
+    pub(crate) fn with_schema(schema: Schema, schema_id: u32, source_topic: &str) -> Self {
         OutboxEncoder {
             schema,
             schema_id,
@@ -124,7 +124,7 @@ impl<E: Entity> OutboxEncoder<E> {
         }
     }
 
-    pub fn encode(&self, record: &OutboxRecord<E::Status>) -> Result<Vec<u8>, EncodeError> {
+    pub(crate) fn encode(&self, record: &OutboxRecord<E::Status>) -> Result<Vec<u8>, EncodeError> {
         let from = match &record.from_status {
             None => Value::Union(0, Box::new(Value::Null)),
             Some(s) => Value::Union(1, Box::new(E::status_value(s))),
@@ -162,7 +162,7 @@ impl<E: Entity> OutboxEncoder<E> {
     }
 
     /// Decodes a published record's body (tests and tools).
-    pub fn decode(&self, payload: &[u8]) -> Result<Value, String> {
+    pub(crate) fn decode(&self, payload: &[u8]) -> Result<Value, String> {
         let body = payload.get(5..).ok_or("shorter than the wire header")?;
         #[allow(deprecated)]
         apache_avro::from_avro_datum(&self.schema, &mut &body[..], None).map_err(|e| e.to_string())

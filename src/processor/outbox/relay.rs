@@ -26,7 +26,7 @@ mod error;
 
 use super::read_back::{read_back, ReadBack};
 
-pub use error::RelayError;
+pub(crate) use error::RelayError;
 
 use super::{OutboxEncoder, OutboxRecord};
 use crate::engine::store::PartitionStore;
@@ -40,7 +40,7 @@ const ROUND: usize = 5_000;
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// What a relay needs.
-pub struct Relay<E: Entity> {
+pub(crate) struct Relay<E: Entity> {
     pub tree: PartitionStore,
     pub partition: i32,
     /// The outbox producer, shared by every partition's relay (fewer,
@@ -65,7 +65,7 @@ pub struct Relay<E: Entity> {
 
 impl<E: Entity> Relay<E> {
     /// Runs until the partition task drops its end of `written`.
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         let mut last_warn: Option<Instant> = None;
         let mut last_status = Instant::now() - Duration::from_secs(60);

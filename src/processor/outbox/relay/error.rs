@@ -11,7 +11,7 @@ use crate::observe::errors::{Failure, Kind, Stage};
 /// Each message names the output partition (or the record) and states its
 /// cause once, in a field named `cause`.
 #[derive(Debug, thiserror::Error)]
-pub enum RelayError {
+pub(crate) enum RelayError {
     #[error("cannot encode the status change of source offset {source_offset} (input partition {partition}): {cause}")]
     Encode {
         partition: i32,
