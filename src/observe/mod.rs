@@ -8,6 +8,7 @@
 //! * `exposition`: the Prometheus (OpenMetrics) text of all of it.
 //! * [`status`]: the JSON the status page shows, and readiness.
 
+pub(crate) mod cadence;
 pub(crate) mod errors;
 pub(crate) mod exposition;
 pub(crate) mod histogram;

@@ -49,6 +49,7 @@ use crate::engine::codec::Decoder;
 use crate::engine::outcomes::{AtomicOutcomes, Outcomes};
 use crate::engine::store::{Binding, Store, StoreError};
 use crate::kafka::retry::Backoff;
+use crate::observe::cadence::{Cadence, Due, QUIET_EVERY};
 use crate::observe::errors::{Failure, Kind, Stage};
 use crate::observe::kafka_link as link;
 use crate::observe::Telemetry;
@@ -638,7 +639,7 @@ fn poll_loop<E: Entity>(
             }
         }
     }
-    let mut last_log = Instant::now();
+    let mut progress_lines = Cadence::new(Instant::now());
     let mut last_total = 0u64;
     let mut last_refresh = Instant::now();
     // Topic names have no NUL byte (the broker refuses them).
@@ -692,15 +693,15 @@ fn poll_loop<E: Entity>(
             refresh_rate(&reporting, &mut rate_window);
             last_refresh = Instant::now();
         }
-        if last_log.elapsed() >= Duration::from_secs(10) {
+        let due = progress_lines.due(Instant::now(), || anything_moved(&reporting, last_total));
+        if let Due::Write(interval) = due {
             log_progress(
                 &reporting,
                 outputs.outbox.is_some(),
                 config.status_in_write_outs(),
                 last_total,
-                last_log.elapsed(),
+                interval,
             );
-            last_log = Instant::now();
             last_total = reporting.counters.total();
         }
     }
@@ -822,8 +823,21 @@ fn create_output_topic(topic: &str, bootstrap: &str, partitions: u32) -> String 
     )
 }
 
+/// Whether anything the progress lines count moved since they were last
+/// written: records processed, partitions restoring, status changes waiting.
+fn anything_moved(reporting: &Reporting, last_total: u64) -> bool {
+    reporting.counters.total() != last_total
+        || reporting.telemetry.partitions().iter().any(|p| {
+            p.phase() == Phase::Restoring
+                || p.outbox
+                    .get()
+                    .is_some_and(|backlog| backlog.pending.load(Ordering::Relaxed) > 0)
+        })
+}
+
 /// The progress lines: restoring partitions, the outbox backlog (outbox on;
-/// worded by who delivers the status changes), totals.
+/// worded by who delivers the status changes), totals. While nothing moves
+/// they come once, then every few minutes ([`Cadence`]).
 fn log_progress(
     reporting: &Reporting,
     outbox_on: bool,
@@ -875,6 +889,18 @@ fn log_progress(
     let total = reporting.counters.total();
     let rate = (total - last_total) as f64 / elapsed.as_secs_f64().max(1e-3);
     let c = reporting.counters.outcomes.load();
+    if total == last_total && restoring.is_empty() {
+        info!(
+            processed = total,
+            applied = c.applied,
+            duplicates = c.duplicates,
+            stale = c.stale,
+            dead_lettered = c.dead_lettered,
+            "progress: idle, nothing to process (the next line when records arrive, or in {} minutes)",
+            QUIET_EVERY.as_secs() / 60
+        );
+        return;
+    }
     info!(
         processed = total,
         per_second = rate.round() as u64,
