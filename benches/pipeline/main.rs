@@ -119,7 +119,7 @@
 //! results, as JSON or a table).
 
 // The same allocator as the `orderly` binary, with the same compiled
-// options, so the phases run in this process ((c), (d), (r), (or)) allocate
+// options, so the phases run in this process ((c), (d), (r)) allocate
 // as `orderly run` does.
 orderly::global_allocator!();
 

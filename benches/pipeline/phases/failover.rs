@@ -393,21 +393,25 @@ fn start_feed(
         })?)
 }
 
-/// One `orderly run` child of the drill.
-struct Instance {
+/// One `orderly run` child of the drill (and of the side-by-side's cold
+/// restore).
+pub(super) struct Instance {
     child: Child,
-    pid: u32,
+    pub(super) pid: u32,
     store: PathBuf,
     log_path: PathBuf,
     /// The HTTP address it logged.
     address: Arc<Mutex<Option<String>>>,
     /// Its "restore finished" lines, with when they came.
-    restores: Arc<Mutex<Vec<(Instant, String)>>>,
+    pub(super) restores: Arc<Mutex<Vec<(Instant, String)>>>,
+    /// When its partitions' restores began ("restoring from the changelog"
+    /// lines of one partition, which name the records to read).
+    pub(super) restore_starts: Arc<Mutex<Vec<Instant>>>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Instance {
-    fn spawn(bin: &Path, dir: &Path, config: &str) -> anyhow::Result<Instance> {
+    pub(super) fn spawn(bin: &Path, dir: &Path, config: &str) -> anyhow::Result<Instance> {
         std::fs::create_dir_all(dir)?;
         let config_path = dir.join("orderly.toml");
         std::fs::write(&config_path, config)?;
@@ -424,9 +428,11 @@ impl Instance {
             .with_context(|| format!("starting {}", bin.display()))?;
         let address: Arc<Mutex<Option<String>>> = Arc::default();
         let restores: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+        let restore_starts: Arc<Mutex<Vec<Instant>>> = Arc::default();
         let reader = {
             let stderr = child.stderr.take().context("orderly's stderr")?;
             let (address, restores) = (address.clone(), restores.clone());
+            let restore_starts = restore_starts.clone();
             let mut log = std::fs::File::create(&log_path)?;
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -439,6 +445,9 @@ impl Instance {
                     if line.contains("restore finished") {
                         lock(&restores).push((Instant::now(), line.clone()));
                     }
+                    if line.contains("restoring from the changelog") && line.contains(" records=") {
+                        lock(&restore_starts).push(Instant::now());
+                    }
                     let _ = writeln!(log, "{line}");
                 }
             })
@@ -450,8 +459,16 @@ impl Instance {
             log_path,
             address,
             restores,
+            restore_starts,
             reader: Some(reader),
         })
+    }
+
+    /// Whether its `/readyz` answers 200.
+    pub(super) fn ready(&self) -> bool {
+        lock(&self.address)
+            .clone()
+            .is_some_and(|address| http_get(&address, "/readyz").is_ok())
     }
 
     fn status(&self) -> Option<serde_json::Value> {
@@ -460,19 +477,19 @@ impl Instance {
         serde_json::from_str(&body).ok()
     }
 
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+    pub(super) fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
 
     /// Its last log lines.
-    fn tail(&self) -> String {
+    pub(super) fn tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(15)..].join("\n")
     }
 
     /// SIGTERM, unless it has exited.
-    fn terminate(&mut self) {
+    pub(super) fn terminate(&mut self) {
         if self.exited().is_none() {
             let _ = Command::new("kill")
                 .arg("-TERM")
@@ -482,14 +499,14 @@ impl Instance {
     }
 
     /// Waits for its exit after `terminate`, SIGKILL after 60 s.
-    fn wait_stopped(&mut self) {
+    pub(super) fn wait_stopped(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.exited().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
         if self.exited().is_none() {
             eprintln!(
-                "pipeline: (fo) orderly run (pid {}) still running 60 s after SIGTERM: SIGKILL",
+                "pipeline: orderly run (pid {}) still running 60 s after SIGTERM: SIGKILL",
                 self.pid
             );
             let _ = self.child.kill();
@@ -510,7 +527,7 @@ impl Drop for Instance {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -582,7 +599,7 @@ fn committed(
 }
 
 /// The value of `field=N` on a log line.
-fn field(line: &str, field: &str) -> Option<i64> {
+pub(super) fn field(line: &str, field: &str) -> Option<i64> {
     let at = line.find(&format!(" {field}="))? + field.len() + 2;
     line[at..]
         .split(|c: char| !c.is_ascii_digit() && c != '-')

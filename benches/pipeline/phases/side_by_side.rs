@@ -17,12 +17,16 @@
 //!   directory, `--dump-state`); it stops by itself once its committed
 //!   offsets cover the input; its counts come from its JSON line and its
 //!   states from the dump.
-//! * (or): orderly's restore of (oa)'s first changelog into a fresh store,
-//!   in this process with the library's `Restore` (phase (r)'s code, a
-//!   thread per partition); (kr): `peer run --restore-only` with (ka)'s
-//!   first application id and a fresh state directory (its own
-//!   `StateRestoreListener` timing, first `onRestoreStart` to last
-//!   `onRestoreEnd`).
+//! * (or) / (kr): each side's restore of its first at_least_once run's
+//!   changelogs, by a cold process with empty state in that run's group, as
+//!   a new instance restores: `orderly run` with a fresh store, and
+//!   `peer run --restore-only` with a fresh state directory. Both are timed
+//!   by the bench from the process's start until it is ready to process
+//!   (orderly's `/readyz` answers 200 after every partition's "restore
+//!   finished"; the peer prints its report once Streams is RUNNING with no
+//!   restore active), and from the first partition's restore start to the
+//!   last one's end (orderly's log lines as they arrive; the peer's
+//!   `StateRestoreListener`, first `onRestoreStart` to last `onRestoreEnd`).
 //!
 //! Both contenders are measured the same way from the outside: the bench
 //! polls the group's committed offsets (an OffsetFetch every 50 ms) and, at
@@ -39,7 +43,7 @@
 //! runs right after the other's load on the broker.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -153,11 +157,13 @@ pub struct RestoreRun {
     pub contender: Contender,
     pub how: String,
     pub changelog_records: u64,
+    /// From the cold process's start until it is ready to process (both
+    /// sides timed by the bench the same way).
     pub seconds: f64,
     pub records_per_s: f64,
-    /// From the first record read (the offsets located) to the end: the
-    /// peer's own listener timing; orderly's without its consumers' set-up,
-    /// watermarks and checkpoint search.
+    /// From the first partition's restore start to the last one's end: the
+    /// peer's own listener timing; orderly's from its log lines (without its
+    /// consumers' set-up, watermarks and checkpoint search).
     pub read_seconds: f64,
     pub read_records_per_s: f64,
     pub orders: u64,
@@ -1058,30 +1064,117 @@ fn peer_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Result
     ))
 }
 
+/// (or): a cold `orderly run` process with an empty store joins (oa)'s
+/// group and restores its changelog, as a new instance does. Timed from the
+/// process's start until its `/readyz` answers 200 (every partition restored
+/// and processing; no record was waiting), and from the first partition's
+/// restore start to the last one's end, both as its log lines arrive.
 fn orderly_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<RestoreRun> {
-    let topic = format!("{}-changelog", source.group_id);
-    let (phase, read_seconds) = super::restore::run_topic(
-        ctx.args,
-        ctx.load,
-        ctx.broker_pid,
-        &topic,
-        "or",
-        "orderly: restore (oa)'s changelog, in-process",
-    )?;
+    let dir = tempfile::Builder::new()
+        .prefix("orderly-bench-or-")
+        .tempdir()?;
+    let (output, dlq) = (
+        format!("{}-status", source.group_id),
+        format!("{}-dlq", source.group_id),
+    );
+    let home = dir.path().join("i");
+    let config = OrderlyConfig {
+        args: ctx.args,
+        load: ctx.load,
+        registry_url: &ctx.registry_url,
+        group: &source.group_id,
+        store: &home.join("store"),
+        output: &output,
+        dlq: &dlq,
+        guarantee: source.guarantee.orderly(),
+        http_address: "127.0.0.1:0",
+        kafka_extra: "",
+        processing_extra: "",
+    }
+    .toml();
+    let partitions = usize::try_from(ctx.load.partitions).unwrap_or(0);
+    let cpu_before = ctx.broker_pid.and_then(|b| process_cpu(Some(b)));
+    let started = Instant::now();
+    let mut instance = super::failover::Instance::spawn(&ctx.orderly_bin, &home, &config)?;
+    let deadline = started + Duration::from_secs(900);
+    let ready_at = loop {
+        if let Some(status) = instance.exited() {
+            bail!(
+                "(or) orderly run exited {status} before it was ready:\n{}",
+                instance.tail()
+            );
+        }
+        if Instant::now() > deadline {
+            instance.terminate();
+            instance.wait_stopped();
+            bail!(
+                "(or) orderly run not ready after 900 s:\n{}",
+                instance.tail()
+            );
+        }
+        let finished = super::failover::lock(&instance.restores).len();
+        if finished >= partitions && instance.ready() {
+            break Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let hwm_kib = pid_status_kib(instance.pid, "VmHWM").unwrap_or(0);
+    let cpu_seconds = process_cpu(Some(instance.pid)).unwrap_or(0.0);
+    let broker_cpu = match (
+        cpu_before,
+        ctx.broker_pid.and_then(|b| process_cpu(Some(b))),
+    ) {
+        (Some(before), Some(after)) => Some(after - before),
+        _ => None,
+    };
+    instance.terminate();
+    instance.wait_stopped();
+    let finished = super::failover::lock(&instance.restores).clone();
+    let records: i64 = finished
+        .iter()
+        .filter_map(|(_, line)| super::failover::field(line, "restored"))
+        .sum();
+    let first_start = super::failover::lock(&instance.restore_starts)
+        .iter()
+        .min()
+        .copied()
+        .unwrap_or(started);
+    let last_end = finished.iter().map(|(at, _)| *at).max().unwrap_or(ready_at);
+    let seconds = ready_at.duration_since(started).as_secs_f64();
+    let read_seconds = last_end
+        .saturating_duration_since(first_start)
+        .as_secs_f64();
+    let records = u64::try_from(records).unwrap_or(0);
+    eprintln!(
+        "pipeline: (or) {records} changelog records restored by a cold orderly run: ready {seconds:.2} s after its start, \
+         {read_seconds:.2} s from the first partition's restore start to the last one's end; peak RSS {:.0} MiB, cpu {cpu_seconds:.2} s",
+        hwm_kib as f64 / 1024.0
+    );
     Ok(RestoreRun {
         key: "or".into(),
         contender: Contender::Orderly,
-        how: format!("library Restore in the bench's process, a thread per partition, of {topic} into a fresh store"),
-        changelog_records: phase.events,
-        seconds: phase.seconds,
-        records_per_s: phase.events_per_s,
+        how: format!(
+            "a cold `orderly run` with an empty store in (oa)'s group {}: from its start until /readyz; restore from the first start to the last end",
+            source.group_id
+        ),
+        changelog_records: records,
+        seconds,
+        records_per_s: records as f64 / seconds.max(1e-9),
         read_seconds,
-        read_records_per_s: phase.events as f64 / read_seconds.max(1e-9),
+        read_records_per_s: records as f64 / read_seconds.max(1e-9),
         orders: source.own_report["orders"].as_u64().unwrap_or(0),
-        own_report: serde_json::json!({ "peak_rss_mib": phase.peak_rss_mib, "cpu_seconds": phase.cpu_seconds }),
+        own_report: serde_json::json!({
+            "peak_rss_mib": hwm_kib as f64 / 1024.0,
+            "cpu_seconds": cpu_seconds,
+            "broker_cpu_seconds": broker_cpu,
+        }),
     })
 }
 
+/// (kr): a cold peer process (`--restore-only`, a fresh state dir) in
+/// (ka)'s application id. Timed from the process's start until it prints its
+/// report (Streams RUNNING with no restore active), and by its own
+/// `StateRestoreListener` from the first restore start to the last end.
 fn peer_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<RestoreRun> {
     let dir = tempfile::Builder::new()
         .prefix("orderly-bench-peer-r-")
@@ -1090,7 +1183,8 @@ fn peer_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<RestoreR
         format!("{}-status", source.group_id),
         format!("{}-dlq", source.group_id),
     );
-    let out = peer_command(ctx)
+    let started = Instant::now();
+    let mut child = peer_command(ctx)
         .arg("--input")
         .arg(&ctx.load.topic)
         .arg("--output")
@@ -1107,33 +1201,49 @@ fn peer_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<RestoreR
         .arg(ctx.load.total_events().to_string())
         .arg("--restore-only")
         .stdin(Stdio::null())
-        .output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!(
-            "(kr) peer --restore-only exited {}: {text}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting the peer")?;
+    let stderr = child.stderr.take().context("the peer's stderr")?;
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = BufReader::new(stderr).read_to_string(&mut text);
+        text
+    });
+    let stdout = child.stdout.take().context("the peer's stdout")?;
+    let mut report_line = None;
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        if line.starts_with('{') {
+            report_line = Some((started.elapsed(), line));
+        }
     }
-    let report: serde_json::Value = serde_json::from_str(
-        text.lines()
-            .rev()
-            .find(|l| l.starts_with('{'))
-            .context("the peer printed no JSON line")?,
-    )?;
+    let status = child.wait()?;
+    let errors = errors.join().unwrap_or_default();
+    if !status.success() {
+        bail!("(kr) peer --restore-only exited {status}\n{errors}");
+    }
+    let (ready_after, line) = report_line.context("the peer printed no JSON line")?;
+    let report: serde_json::Value = serde_json::from_str(&line)?;
     let records = report["records_restored"].as_u64().unwrap_or(0);
-    let seconds = report["restore_s"].as_f64().unwrap_or(0.0);
-    eprintln!("pipeline: (kr) {records} changelog records restored in {seconds:.2} s");
+    let read_seconds = report["restore_s"].as_f64().unwrap_or(0.0);
+    let seconds = ready_after.as_secs_f64();
+    eprintln!(
+        "pipeline: (kr) {records} changelog records restored by a cold peer: ready {seconds:.2} s after its start, \
+         {read_seconds:.2} s from the first restore start to the last end"
+    );
     Ok(RestoreRun {
         key: "kr".into(),
         contender: Contender::KafkaStreams,
-        how: format!("peer run --restore-only --application-id {} (fresh state dir; StateRestoreListener timing)", source.group_id),
+        how: format!(
+            "a cold peer run --restore-only --application-id {} (fresh state dir): from its start until its report; restore by its StateRestoreListener",
+            source.group_id
+        ),
         changelog_records: records,
         seconds,
-        records_per_s: report["records_per_s"].as_f64().unwrap_or(records as f64 / seconds.max(1e-9)),
-        read_seconds: seconds,
-        read_records_per_s: records as f64 / seconds.max(1e-9),
+        records_per_s: records as f64 / seconds.max(1e-9),
+        read_seconds,
+        read_records_per_s: records as f64 / read_seconds.max(1e-9),
         orders: ctx.expected.as_ref().map(|e| e.len() as u64).unwrap_or(0),
         own_report: report,
     })
@@ -1263,7 +1373,7 @@ impl SideBySideOut {
         }
         for r in &self.restores {
             lines.push(format!(
-                "  ({}) restore: {} changelog records in {:.2} s = {:.0} records/s; from the first record read {:.2} s = {:.0} records/s ({})",
+                "  ({}) restore: {} changelog records, ready {:.2} s after the process started = {:.0} records/s; from the restore's first start to its last end {:.2} s = {:.0} records/s ({})",
                 r.key, r.changelog_records, r.seconds, r.records_per_s, r.read_seconds, r.read_records_per_s, r.how
             ));
         }
