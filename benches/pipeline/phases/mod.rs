@@ -5,6 +5,7 @@
 //! (a), (b) and (d)'s untimed read share.
 
 pub mod bare;
+pub mod child;
 pub mod failover;
 pub mod full;
 pub mod restore;

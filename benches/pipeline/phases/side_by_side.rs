@@ -1095,7 +1095,7 @@ fn orderly_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<Resto
     let partitions = usize::try_from(ctx.load.partitions).unwrap_or(0);
     let cpu_before = ctx.broker_pid.and_then(|b| process_cpu(Some(b)));
     let started = Instant::now();
-    let mut instance = super::failover::Instance::spawn(&ctx.orderly_bin, &home, &config)?;
+    let mut instance = super::child::Instance::spawn(&ctx.orderly_bin, &home, &config)?;
     let deadline = started + Duration::from_secs(900);
     let ready_at = loop {
         if let Some(status) = instance.exited() {
@@ -1112,7 +1112,7 @@ fn orderly_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<Resto
                 instance.tail()
             );
         }
-        let finished = super::failover::lock(&instance.restores).len();
+        let finished = super::child::lock(&instance.restores).len();
         if finished >= partitions && instance.ready() {
             break Instant::now();
         }
@@ -1129,12 +1129,12 @@ fn orderly_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<Resto
     };
     instance.terminate();
     instance.wait_stopped();
-    let finished = super::failover::lock(&instance.restores).clone();
+    let finished = super::child::lock(&instance.restores).clone();
     let records: i64 = finished
         .iter()
-        .filter_map(|(_, line)| super::failover::field(line, "restored"))
+        .filter_map(|(_, line)| super::child::field(line, "restored"))
         .sum();
-    let first_start = super::failover::lock(&instance.restore_starts)
+    let first_start = super::child::lock(&instance.restore_starts)
         .iter()
         .min()
         .copied()
