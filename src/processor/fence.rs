@@ -13,8 +13,13 @@
 //! every earlier producer of the id as `init_transactions` always does.
 //!
 //! A dropped producer never held a producer id, and it is destroyed before
-//! the next is created, so it cannot fence the one that replaces it. After
+//! the next one asks, so it cannot fence the one that replaces it. After
 //! [`FRESH_TRIES`] producers the last one keeps librdkafka's own retries.
+//!
+//! The cost: the spare is created while the first producer asks, so every
+//! assignment of a partition briefly holds two producers (one more
+//! connection, with its TLS and SASL handshake on a secured cluster); the
+//! unused spare is destroyed as soon as the first one is ready.
 
 use std::time::{Duration, Instant};
 
