@@ -1304,9 +1304,9 @@ impl SideBySideOut {
             "RSS MiB",
             "cpu s/1M",
             "broker s/1M",
-            "restore r/s",
-            "restore s",
-            "read r/s"
+            "cold r/s",
+            "ready s",
+            "restore r/s"
         ));
         for r in &self.rows {
             let (who, g) = match r.contender {
@@ -1335,9 +1335,16 @@ impl SideBySideOut {
                 fmt_opt(r.restore_read_records_per_s, 0),
             ));
         }
+        if !self.restores.is_empty() {
+            lines.push(
+                "  (restores, at_least_once rows: a cold process with empty state; ready s: from its start until ready to process; \
+                 cold r/s: records / ready s; restore r/s: records / the first partition's restore start to the last one's end)"
+                    .into(),
+            );
+        }
         for q in &self.ratios {
             lines.push(format!(
-                "orderly / peer, {:<13}: ev/s {}, steady {}, RSS {}, cpu/ev {}, broker cpu/ev {}, restore r/s {}, restore s {}, read r/s {}",
+                "orderly / peer, {:<13}: ev/s {}, steady {}, RSS {}, cpu/ev {}, broker cpu/ev {}, cold restore r/s {}, ready s {}, restore r/s {}",
                 q.guarantee.orderly(),
                 fmt_opt(q.events_per_s, 2),
                 fmt_opt(q.steady_events_per_s, 2),
