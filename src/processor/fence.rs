@@ -94,15 +94,17 @@ pub(crate) fn init(client: &rdkafka::ClientConfig, timeout: Duration) -> KafkaRe
             let Err(e) = producer.init_transactions(wait) else {
                 break None;
             };
-            // A call that timed out says so, or names the answer its
-            // producer is waiting to ask again after; either resumes.
+            // A call that timed out says so, or names the retriable answer
+            // its producer is waiting to ask again after (a refusal while
+            // the coordinator aborts, a coordinator moving or loading during
+            // a broker restart); the next call resumes either. Only the
+            // refusal is answered with a new producer: librdkafka handles
+            // the others as a single long call would.
             let code = e.rdkafka_error_code();
-            let resumable = matches!(
-                code,
-                Some(
-                    RDKafkaErrorCode::OperationTimedOut | RDKafkaErrorCode::ConcurrentTransactions
-                )
-            );
+            let resumable = match &e {
+                KafkaError::Transaction(error) => error.is_retriable(),
+                _ => false,
+            } || code == Some(RDKafkaErrorCode::OperationTimedOut);
             if !resumable || left.is_zero() {
                 break Some(Err(e));
             }
@@ -185,6 +187,46 @@ mod tests {
         cluster.request_errors(RDKafkaApiKey::InitProducerId, &refusals);
         let fenced = init(&client(&cluster), Duration::from_secs(10)).expect("initialised");
         assert_eq!(fenced.tries, FRESH_TRIES);
+    }
+
+    #[test]
+    fn a_coordinator_that_moves_or_loads_is_waited_out_on_the_same_producer() {
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        // What a broker restart answers for a while (seen on Apache Kafka 4.4
+        // in the broker-restart drill).
+        cluster.request_errors(
+            RDKafkaApiKey::InitProducerId,
+            &[
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_COORDINATOR,
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+            ],
+        );
+        let fenced = init(&client(&cluster), Duration::from_secs(20)).expect("initialised");
+        assert_eq!(fenced.tries, 1);
+    }
+
+    #[test]
+    fn a_refusal_that_asking_again_cannot_change_ends_the_init_at_once() {
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        // No ACL for the transactional id: the process stops naming it.
+        cluster.request_errors(
+            RDKafkaApiKey::InitProducerId,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED; 8],
+        );
+        let started = Instant::now();
+        let Err(error) = init(&client(&cluster), Duration::from_secs(20)) else {
+            panic!("initialised without the ACL");
+        };
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "waited: {error}"
+        );
+        assert_eq!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed),
+            "{error}"
+        );
     }
 
     #[test]
