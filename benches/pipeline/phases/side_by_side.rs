@@ -537,6 +537,29 @@ pub(super) fn create_topics_like_input(
 
 /// A consumer in `group` that only reads its committed offsets (never
 /// subscribes or commits).
+/// Waits until `group` has no member (ListGroups' member list); how long.
+fn wait_group_empty(bootstrap: &str, group: &str, timeout: Duration) -> anyhow::Result<Duration> {
+    let admin: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let started = Instant::now();
+    loop {
+        let list = admin.fetch_group_list(Some(group), Duration::from_secs(5))?;
+        let members = list
+            .groups()
+            .iter()
+            .map(|g| g.members().len())
+            .sum::<usize>();
+        if members == 0 {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > timeout {
+            bail!("group {group} still has {members} members after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub(super) fn offsets_reader(bootstrap: &str, group: &str) -> anyhow::Result<BaseConsumer> {
     Ok(ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -1183,6 +1206,22 @@ fn peer_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Result<RestoreR
         format!("{}-status", source.group_id),
         format!("{}-dlq", source.group_id),
     );
+    // Kafka Streams' consumers do not leave the group when they close: the
+    // members of the run before (the processing run, or the restore before
+    // this one) stay until their session times out, and a new member's
+    // first rebalance waits for them. orderly's members leave on SIGTERM.
+    // So both cold restores start in an empty group.
+    let waited = wait_group_empty(
+        &ctx.load.bootstrap,
+        &source.group_id,
+        Duration::from_secs(120),
+    )?;
+    if waited > Duration::from_secs(1) {
+        eprintln!(
+            "pipeline: (kr) waited {:.1} s for the peer's earlier members to leave its group",
+            waited.as_secs_f64()
+        );
+    }
     let started = Instant::now();
     let mut child = peer_command(ctx)
         .arg("--input")
