@@ -36,14 +36,7 @@ impl Instance {
         let config_path = dir.join("orderly.toml");
         std::fs::write(&config_path, config)?;
         let log_path = dir.join("orderly.err");
-        let mut child = Command::new(bin)
-            .arg("--config")
-            .arg(&config_path)
-            .arg("run")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+        let mut child = run_command(bin, &config_path)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         let address: Arc<Mutex<Option<String>>> = Arc::default();
@@ -145,6 +138,20 @@ impl Drop for Instance {
             let _ = self.child.wait();
         }
     }
+}
+
+/// `orderly --config CONFIG run`, logging at info to a pipe (its stderr).
+pub(super) fn run_command(bin: &Path, config: &Path) -> Command {
+    let mut command = Command::new(bin);
+    command
+        .arg("--config")
+        .arg(config)
+        .arg("run")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

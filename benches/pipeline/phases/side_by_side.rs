@@ -745,14 +745,7 @@ fn orderly_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Res
     let load1_at_start = load1();
     let broker_cpu_start = ctx.broker_pid.and_then(|b| process_cpu(Some(b)));
     let started = Instant::now();
-    let mut child = Command::new(&ctx.orderly_bin)
-        .arg("--config")
-        .arg(&config_path)
-        .arg("run")
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+    let mut child = super::child::run_command(&ctx.orderly_bin, &config_path)
         .spawn()
         .with_context(|| format!("starting {}", ctx.orderly_bin.display()))?;
     let pid = child.id();
