@@ -1,9 +1,11 @@
 package io.orderly.peer;
 
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import net.openhft.hashing.LongHashFunction;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.streams.processor.PunctuationType;
 import org.apache.kafka.streams.processor.api.Processor;
 import org.apache.kafka.streams.processor.api.ProcessorContext;
 import org.apache.kafka.streams.processor.api.Record;
@@ -21,6 +23,11 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * </ul>
  * An applied event whose type differs from the order's previous status (the first event included) forwards
  * an OrderStatusChanged to the output sink.
+ *
+ * <p>Commit when idle (--commit-when-idle-ms, orderly's caught-up write-out): a wall-clock punctuator every
+ * {@code idleCommitMs} requests a commit ({@link ProcessorContext#commit()}) once the task has processed records
+ * since its last request and none in the last {@code idleCommitMs}: a task that has read its input commits then,
+ * instead of at the next commit.interval.ms.
  */
 public final class DecideProcessor implements Processor<byte[], OrderEvent, String, StatusChange> {
     private static final LongHashFunction XXH3_64 = LongHashFunction.xx3();
@@ -33,10 +40,15 @@ public final class DecideProcessor implements Processor<byte[], OrderEvent, Stri
     private KeyValueStore<Bytes, byte[]> chunks;
     private StatusChange.Encoder encoder;
     private final int[] expiredCount = new int[1];
+    private final long idleCommitMs;
+    /** Wall clock of the last record processed; whether one was processed since the last commit request. */
+    private long lastRecordMs;
+    private boolean uncommitted;
 
-    public DecideProcessor(long retentionMs, int statusSchemaId) {
+    public DecideProcessor(long retentionMs, int statusSchemaId, long idleCommitMs) {
         this.retentionMs = retentionMs;
         this.statusSchemaId = statusSchemaId;
+        this.idleCommitMs = idleCommitMs;
     }
 
     @Override
@@ -44,6 +56,14 @@ public final class DecideProcessor implements Processor<byte[], OrderEvent, Stri
         this.context = context;
         this.orders = context.getStateStore(Main.ORDERS_STORE);
         this.chunks = context.getStateStore(Main.CHUNKS_STORE);
+        if (idleCommitMs > 0) context.schedule(Duration.ofMillis(idleCommitMs), PunctuationType.WALL_CLOCK_TIME, this::commitWhenIdle);
+    }
+
+    private void commitWhenIdle(long now) {
+        if (uncommitted && now - lastRecordMs >= idleCommitMs) {
+            context.commit();
+            uncommitted = false;
+        }
     }
 
     @Override
@@ -51,6 +71,8 @@ public final class DecideProcessor implements Processor<byte[], OrderEvent, Stri
         counters.seen();
         OrderEvent e = record.value();
         long now = System.currentTimeMillis();
+        lastRecordMs = now;
+        uncommitted = true;
         long horizon = now - retentionMs;
         long idHash = XXH3_64.hashBytes(e.eventId().getBytes(StandardCharsets.UTF_8));
         OrderState s = orders.get(e.orderId());

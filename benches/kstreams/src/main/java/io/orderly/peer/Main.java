@@ -15,6 +15,9 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.admin.Admin;
@@ -26,6 +29,7 @@ import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.CloseOptions;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StoreQueryParameters;
@@ -33,6 +37,8 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.processor.StateRestoreListener;
+import org.apache.kafka.streams.ThreadMetadata;
+import org.apache.kafka.streams.TaskMetadata;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.QueryableStoreTypes;
 import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
@@ -72,6 +78,10 @@ public final class Main {
     static final String ORDERS_STORE = "orders";
     static final String CHUNKS_STORE = "inbox-chunks";
     private static final ObjectMapper JSON = new ObjectMapper();
+    /** --commit-when-idle-ms: a task that read everything commits this long after its last record. */
+    static final long DEFAULT_IDLE_COMMIT_MS = 100;
+    /** How long close() may take (the last commit, the producers' flush, leaving the group). */
+    static final Duration CLOSE_TIMEOUT = Duration.ofSeconds(30);
 
     public static void main(String[] args) throws Exception {
         long startedMs = System.currentTimeMillis();
@@ -94,6 +104,8 @@ public final class Main {
         long retentionMs = Long.parseLong(opt.getOrDefault("inbox-retention-ms", Long.toString(7L * 86_400_000)));
         long timeoutS = Long.parseLong(opt.getOrDefault("timeout-s", "900"));
         boolean restoreOnly = opt.containsKey("restore-only");
+        boolean untilSignal = opt.containsKey("until-signal");
+        long idleCommitMs = Long.parseLong(opt.getOrDefault("commit-when-idle-ms", Long.toString(DEFAULT_IDLE_COMMIT_MS)));
         String dump = opt.get("dump-state");
 
         Registry registry = new Registry(registryUrl);
@@ -116,7 +128,9 @@ public final class Main {
         p.put(StreamsConfig.producerPrefix(ProducerConfig.LINGER_MS_CONFIG), 5);
         p.put(StreamsConfig.producerPrefix(ProducerConfig.BATCH_SIZE_CONFIG), 256 * 1024);
 
-        Topology topology = topology(registry, input, output, retentionMs, statusSchemaId);
+        for (Map.Entry<String, String> kv : sets(args).entrySet()) p.put(kv.getKey(), kv.getValue());
+
+        Topology topology = topology(registry, input, output, retentionMs, statusSchemaId, idleCommitMs);
         KafkaStreams streams = new KafkaStreams(topology, p);
         AtomicReference<Throwable> failure = new AtomicReference<>();
         streams.setUncaughtExceptionHandler(e -> {
@@ -127,9 +141,12 @@ public final class Main {
         streams.setGlobalStateRestoreListener(restores);
         AtomicReference<KafkaStreams.State> state = new AtomicReference<>(KafkaStreams.State.CREATED);
         streams.setStateListener((now, before) -> state.set(now));
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(30))));
-
         long deadline = System.currentTimeMillis() + timeoutS * 1000;
+        if (untilSignal && !restoreOnly) {
+            System.exit(untilSignal(streams, guarantee, startedMs, dump, state, failure, restores, deadline));
+        }
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> close(streams)));
+
         long streamsStartMs = System.currentTimeMillis();
         streams.start();
         try {
@@ -148,26 +165,16 @@ public final class Main {
                 out.put("until_running_s", (runningMs - streamsStartMs) / 1000.0);
                 double restoreS = Math.max(1e-9, (restores.lastEndMs.get() - restores.firstStartMs.get()) / 1000.0);
                 out.put("records_per_s", restores.records.get() / restoreS);
-                if (dump != null) dumpState(streams, inputPartitions(bootstrap, input), dump);
+                if (dump != null) dumpState(streams, dump);
                 System.out.println(JSON.writeValueAsString(out));
             } else {
                 long lastCommitMs = waitCovered(bootstrap, appId, input, expect, state, failure, deadline);
-                if (dump != null) dumpState(streams, inputPartitions(bootstrap, input), dump);
+                if (dump != null) dumpState(streams, dump);
                 Counters c = Counters.INSTANCE;
                 long records = c.records();
                 double elapsed = (lastCommitMs - startedMs) / 1000.0;
                 double afterFirst = (lastCommitMs - c.firstRecordMs()) / 1000.0;
-                Map<String, Object> out = new LinkedHashMap<>();
-                out.put("guarantee", guarantee);
-                out.put("applied", c.applied.sum());
-                out.put("duplicates", c.duplicates.sum());
-                out.put("stale", c.stale.sum());
-                out.put("dead_lettered", c.deadLettered.sum());
-                out.put("records", records);
-                out.put("status_changes", c.statusChanges.sum());
-                out.put("restored_records", restores.records.get());
-                out.put("started_ms", startedMs);
-                out.put("first_record_ms", c.firstRecordMs());
+                Map<String, Object> out = counts(guarantee, startedMs, restores);
                 out.put("last_commit_ms", lastCommitMs);
                 out.put("elapsed_s", elapsed);
                 out.put("events_per_s", records / Math.max(1e-9, elapsed));
@@ -176,17 +183,91 @@ public final class Main {
             }
         } catch (Exception e) {
             System.err.println("orderly-kstreams-peer: " + e.getMessage());
-            streams.close(Duration.ofSeconds(30));
+            close(streams);
             System.exit(1);
         }
-        streams.close(Duration.ofSeconds(30));
+        close(streams);
         System.exit(0);
     }
 
-    static Topology topology(Registry registry, String input, String output, long retentionMs, int statusSchemaId) {
+    /**
+     * --until-signal: process until SIGTERM (or SIGINT), polling nothing of its own; the bench watches the group's
+     * committed offsets from outside. On the signal a shutdown hook hands over to this thread, which dumps the
+     * states (interactive queries need a running instance: before close), closes Streams, prints the counts and
+     * lets the hook end the JVM with this method's status (a JVM stopped by a signal would exit 143). Returns
+     * only on a failure before the signal.
+     */
+    static int untilSignal(KafkaStreams streams, String guarantee, long startedMs, String dump, AtomicReference<KafkaStreams.State> state,
+                           AtomicReference<Throwable> failure, Restores restores, long deadline) throws Exception {
+        CountDownLatch signalled = new CountDownLatch(1);
+        CountDownLatch reported = new CountDownLatch(1);
+        AtomicInteger status = new AtomicInteger(1);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            signalled.countDown();
+            try {
+                reported.await(CLOSE_TIMEOUT.toSeconds() + 120, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            System.out.flush();
+            System.err.flush();
+            Runtime.getRuntime().halt(status.get());
+        }, "peer-signal"));
+        streams.start();
+        try {
+            while (!signalled.await(100, TimeUnit.MILLISECONDS)) checkAlive(state.get(), failure.get(), deadline);
+        } catch (Exception e) {
+            System.err.println("orderly-kstreams-peer: " + e.getMessage());
+            close(streams);
+            reported.countDown(); // System.exit's run of the hook ends at once, with status 1
+            return 1;
+        }
+        try {
+            long signalMs = System.currentTimeMillis();
+            if (failure.get() != null) throw new IllegalStateException("stream thread failed: " + failure.get(), failure.get());
+            if (dump != null) dumpState(streams, dump);
+            boolean closed = close(streams);
+            Map<String, Object> out = counts(guarantee, startedMs, restores);
+            out.put("signal_ms", signalMs);
+            out.put("closed_ms", System.currentTimeMillis());
+            out.put("closed_cleanly", closed);
+            System.out.println(JSON.writeValueAsString(out));
+            status.set(0);
+        } catch (Exception e) {
+            System.err.println("orderly-kstreams-peer: " + e.getMessage());
+        } finally {
+            reported.countDown();
+        }
+        Thread.currentThread().join(); // the shutdown hook halts the JVM
+        return status.get();
+    }
+
+    /** Closes Streams, leaving the group (KIP-1153), so a new member does not wait for this one's session timeout. */
+    static boolean close(KafkaStreams streams) {
+        return streams.close(CloseOptions.groupMembershipOperation(CloseOptions.GroupMembershipOperation.LEAVE_GROUP).withTimeout(CLOSE_TIMEOUT));
+    }
+
+    /** The counts every processing report carries. */
+    static Map<String, Object> counts(String guarantee, long startedMs, Restores restores) {
+        Counters c = Counters.INSTANCE;
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("guarantee", guarantee);
+        out.put("applied", c.applied.sum());
+        out.put("duplicates", c.duplicates.sum());
+        out.put("stale", c.stale.sum());
+        out.put("dead_lettered", c.deadLettered.sum());
+        out.put("records", c.records());
+        out.put("status_changes", c.statusChanges.sum());
+        out.put("restored_records", restores.records.get());
+        out.put("started_ms", startedMs);
+        out.put("first_record_ms", c.firstRecordMs());
+        return out;
+    }
+
+    static Topology topology(Registry registry, String input, String output, long retentionMs, int statusSchemaId, long idleCommitMs) {
         Topology t = new Topology();
         t.addSource("input", Serdes.ByteArray().deserializer(), new EventDeserializer(registry), input);
-        t.addProcessor("decide", () -> new DecideProcessor(retentionMs, statusSchemaId), "input");
+        t.addProcessor("decide", () -> new DecideProcessor(retentionMs, statusSchemaId, idleCommitMs), "input");
         t.addStateStore(Stores.keyValueStoreBuilder(Stores.persistentKeyValueStore(ORDERS_STORE), Serdes.String(), OrderState.SERDE)
                 .withCachingEnabled(), "decide");
         // Chunks are written once and read only for an old redelivery: no cache.
@@ -224,12 +305,15 @@ public final class Main {
         }
     }
 
-    static int inputPartitions(String bootstrap, String input) throws Exception {
-        Properties ap = new Properties();
-        ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        try (Admin admin = Admin.create(ap)) {
-            return admin.describeTopics(List.of(input)).allTopicNames().get().get(input).partitions().size();
+    /** The input partitions this instance's active tasks own (all of them: the bench runs one instance). */
+    static List<Integer> localPartitions(KafkaStreams streams) {
+        TreeMap<Integer, Boolean> partitions = new TreeMap<>();
+        for (ThreadMetadata thread : streams.metadataForLocalThreads()) {
+            for (TaskMetadata task : thread.activeTasks()) {
+                for (TopicPartition tp : task.topicPartitions()) partitions.put(tp.partition(), true);
+            }
         }
+        return new ArrayList<>(partitions.keySet());
     }
 
     static void checkAlive(KafkaStreams.State state, Throwable failure, long deadline) {
@@ -241,9 +325,9 @@ public final class Main {
     }
 
     /** orderly `state dump`'s JSON lines (order_id, version, status, amount, currency, event_id, occurred_at, partition), sorted by order_id. */
-    static void dumpState(KafkaStreams streams, int partitions, String file) throws IOException {
+    static void dumpState(KafkaStreams streams, String file) throws IOException {
         TreeMap<String, String> lines = new TreeMap<>();
-        for (int partition = 0; partition < partitions; partition++) {
+        for (int partition : localPartitions(streams)) {
             ReadOnlyKeyValueStore<String, OrderState> store =
                     streams.store(StoreQueryParameters.fromNameAndType(ORDERS_STORE, QueryableStoreTypes.<String, OrderState>keyValueStore())
                             .withPartition(partition));
@@ -306,7 +390,7 @@ public final class Main {
 
     static Map<String, String> parse(String[] args) {
         Map<String, String> opt = new HashMap<>();
-        List<String> flags = List.of("restore-only");
+        List<String> flags = List.of("restore-only", "until-signal");
         for (int i = 0; i < args.length; i++) {
             if (!args[i].startsWith("--")) die("unexpected argument " + args[i]);
             String name = args[i].substring(2);
@@ -318,6 +402,19 @@ public final class Main {
             }
         }
         return opt;
+    }
+
+    /** Every --set KEY=VALUE: a StreamsConfig property (prefixed ones included), set last, so it overrides the defaults. */
+    static Map<String, String> sets(String[] args) {
+        Map<String, String> sets = new LinkedHashMap<>();
+        for (int i = 0; i + 1 < args.length; i++) {
+            if (!args[i].equals("--set")) continue;
+            String kv = args[++i];
+            int eq = kv.indexOf('=');
+            if (eq <= 0) die("--set needs KEY=VALUE, got " + kv);
+            sets.put(kv.substring(0, eq), kv.substring(eq + 1));
+        }
+        return sets;
     }
 
     static String need(Map<String, String> opt, String name) {
