@@ -190,6 +190,12 @@ pub struct Args {
     /// The Kafka Streams peer's launcher (default benches/kstreams/peer).
     #[arg(long)]
     pub peer: Option<std::path::PathBuf>,
+    /// One more argument for every `peer run` (repeatable, e.g.
+    /// `--peer-arg=--threads --peer-arg=4`): the peer's settings A/B'd in
+    /// one bench run. Its JVM options come from the environment
+    /// (benches/kstreams/README.md).
+    #[arg(long = "peer-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub peer_arg: Vec<String>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,

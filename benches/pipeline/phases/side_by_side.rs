@@ -14,9 +14,10 @@
 //!   `orderly state stats --json` and `orderly state dump`.
 //! * (ka) / (kx): the Kafka Streams peer (`benches/kstreams/peer run`,
 //!   `at_least_once` / `exactly_once_v2`, a fresh application id and state
-//!   directory, `--dump-state`); it stops by itself once its committed
-//!   offsets cover the input; its counts come from its JSON line and its
-//!   states from the dump.
+//!   directory, `--dump-state`, `--until-signal`: it polls nothing of its
+//!   own), stopped with SIGTERM like orderly once its group's committed
+//!   offsets cover the input; its counts come from the JSON line it prints
+//!   on SIGTERM and its states from the dump. `--peer-arg` adds arguments.
 //! * (or) / (kr): each side's restore of its first at_least_once run's
 //!   changelogs, by a cold process with empty state in that run's group, as
 //!   a new instance restores: `orderly run` with a fresh store, and
@@ -32,11 +33,17 @@
 //! polls the group's committed offsets (an OffsetFetch every 50 ms) and, at
 //! the first poll that sees them cover the end offsets, samples the
 //! contender's /proc/<pid>/stat (utime + stime) and VmHWM and the broker's
-//! CPU. Rates: total = records / (cover - spawn), steady = (records - 1) /
-//! (cover - first record), the first record being orderly's first "first
-//! batch" log line (read from its stderr as it comes) or the peer's
-//! `first_record_ms`. A contender whose counts or states differ from the
-//! workload's expectation gets no rate (the table says MISMATCH).
+//! CPU. Rates: total = records / (cover - spawn); from the first record =
+//! (records - 1) / (cover - first record), the first record being orderly's
+//! first "first batch" log line (read from its stderr as it comes) or the
+//! peer's `first_record_ms`; the steady middle = the records between the
+//! first poll that saw 25% of the input's offsets committed and the first
+//! that saw 75%, over the time between them (both are commits landing, so
+//! neither start-up, JIT warm-up nor the last commit's timing is in it),
+//! with the contender's and the broker's CPU over the same span (CPU per
+//! event without start-up). A contender whose counts or states differ from
+//! the workload's expectation gets no rate (the table says MISMATCH), and
+//! no ratio is reported at a guarantee where any run did different work.
 //!
 //! Order within a round: for each guarantee, orderly then the peer in
 //! rounds 1, 3, ..., the peer first in rounds 2, 4, ..., so neither always
@@ -129,7 +136,12 @@ pub struct ContenderRun {
     pub first_record_seconds: Option<f64>,
     /// None when the result differs from the expectation.
     pub events_per_s: Option<f64>,
+    /// From the first record to the cover (None when the result differs).
     pub steady_events_per_s: Option<f64>,
+    /// The steady middle (25% to 75% of the offsets committed).
+    pub middle: Option<Middle>,
+    /// The middle's events/s (None when the result differs).
+    pub middle_events_per_s: Option<f64>,
     /// VmHWM of the contender's process at the covering poll (orderly: read
     /// again just before SIGTERM).
     pub peak_rss_mib: f64,
@@ -138,6 +150,9 @@ pub struct ContenderRun {
     pub cpu_seconds_per_million: f64,
     pub broker_cpu_seconds: Option<f64>,
     pub broker_cpu_seconds_per_million: Option<f64>,
+    /// The broker's CPU seconds per second of the contender's run (spawn to
+    /// cover): how busy the contender kept the broker.
+    pub broker_cpu_per_second: Option<f64>,
     pub counts: Counts,
     pub counts_match: bool,
     /// Orders whose final state differs from the expectation (missing and
@@ -179,9 +194,15 @@ pub struct Row {
     pub valid_rounds: usize,
     pub events_per_s: Option<f64>,
     pub steady_events_per_s: Option<f64>,
+    pub middle_events_per_s: Option<f64>,
     pub peak_rss_mib: Option<f64>,
+    /// With start-up (spawn to cover).
     pub cpu_seconds_per_million: Option<f64>,
+    /// Without start-up (the steady middle).
+    pub middle_cpu_seconds_per_million: Option<f64>,
     pub broker_cpu_seconds_per_million: Option<f64>,
+    pub middle_broker_cpu_seconds_per_million: Option<f64>,
+    pub broker_cpu_per_second: Option<f64>,
     /// Restore (at_least_once rows: the first round's changelog).
     pub restore_records_per_s: Option<f64>,
     pub restore_seconds: Option<f64>,
@@ -192,10 +213,16 @@ pub struct Row {
 #[derive(Debug, Clone, Serialize)]
 pub struct Ratios {
     pub guarantee: Guarantee,
+    /// Why no ratio is reported: the contenders did not do the same work
+    /// (a round whose counts or states differ from the workload's, or states
+    /// not checked). Every ratio below is None then.
+    pub refused: Option<String>,
     pub events_per_s: Option<f64>,
     pub steady_events_per_s: Option<f64>,
+    pub middle_events_per_s: Option<f64>,
     pub peak_rss: Option<f64>,
     pub cpu_per_event: Option<f64>,
+    pub middle_cpu_per_event: Option<f64>,
     pub broker_cpu_per_event: Option<f64>,
     pub restore_records_per_s: Option<f64>,
     pub restore_seconds: Option<f64>,
@@ -280,12 +307,13 @@ pub fn run(
                     Contender::KafkaStreams => peer_run(&ctx, guarantee, round)?,
                 };
                 eprintln!(
-                    "pipeline: ({}) {} events in {:.2} s: {} ev/s (steady {}), peak RSS {:.0} MiB, cpu {:.2} s, broker cpu {}; counts {}, states {}",
+                    "pipeline: ({}) {} events in {:.2} s: {} ev/s (from the first record {}, middle {}), peak RSS {:.0} MiB, cpu {:.2} s, broker cpu {}; counts {}, states {}",
                     r.key,
                     r.events,
                     r.seconds,
                     fmt_opt(r.events_per_s, 0),
                     fmt_opt(r.steady_events_per_s, 0),
+                    fmt_opt(r.middle_events_per_s, 0),
                     r.peak_rss_mib,
                     r.cpu_seconds,
                     fmt_opt(r.broker_cpu_seconds, 2),
@@ -370,9 +398,17 @@ pub fn run(
                 valid_rounds: valid.len(),
                 events_per_s: med(&|r| r.events_per_s),
                 steady_events_per_s: med(&|r| r.steady_events_per_s),
+                middle_events_per_s: med(&|r| r.middle_events_per_s),
                 peak_rss_mib: med(&|r| Some(r.peak_rss_mib)),
                 cpu_seconds_per_million: med(&|r| Some(r.cpu_seconds_per_million)),
+                middle_cpu_seconds_per_million: med(&|r| {
+                    r.middle.map(|m| m.cpu_seconds_per_million())
+                }),
                 broker_cpu_seconds_per_million: med(&|r| r.broker_cpu_seconds_per_million),
+                middle_broker_cpu_seconds_per_million: med(&|r| {
+                    r.middle.and_then(|m| m.broker_cpu_seconds_per_million())
+                }),
+                broker_cpu_per_second: med(&|r| r.broker_cpu_per_second),
                 restore_records_per_s: restore_median(&|r| r.records_per_s),
                 restore_seconds: restore_median(&|r| r.seconds),
                 restore_read_records_per_s: restore_median(&|r| r.read_records_per_s),
@@ -386,15 +422,33 @@ pub fn run(
                 .find(|r| r.contender == c && r.guarantee == guarantee)
         };
         if let (Some(o), Some(k)) = (row(Contender::Orderly), row(Contender::KafkaStreams)) {
+            let these: Vec<&ContenderRun> =
+                runs.iter().filter(|r| r.guarantee == guarantee).collect();
+            let refused = different_work(&these);
+            if let Some(why) = &refused {
+                eprintln!(
+                    "pipeline: no orderly / peer ratio at {}: {why}",
+                    guarantee.orderly()
+                );
+            }
+            let fair = refused.is_none();
             let ratio = |a: Option<f64>, b: Option<f64>| {
-                a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b)
+                a.zip(b)
+                    .filter(|(_, b)| fair && *b > 0.0)
+                    .map(|(a, b)| a / b)
             };
             ratios.push(Ratios {
                 guarantee,
+                refused,
                 events_per_s: ratio(o.events_per_s, k.events_per_s),
                 steady_events_per_s: ratio(o.steady_events_per_s, k.steady_events_per_s),
+                middle_events_per_s: ratio(o.middle_events_per_s, k.middle_events_per_s),
                 peak_rss: ratio(o.peak_rss_mib, k.peak_rss_mib),
                 cpu_per_event: ratio(o.cpu_seconds_per_million, k.cpu_seconds_per_million),
+                middle_cpu_per_event: ratio(
+                    o.middle_cpu_seconds_per_million,
+                    k.middle_cpu_seconds_per_million,
+                ),
                 broker_cpu_per_event: ratio(
                     o.broker_cpu_seconds_per_million,
                     k.broker_cpu_seconds_per_million,
@@ -417,6 +471,78 @@ pub fn run(
         rows,
         ratios,
     })
+}
+
+/// Why the runs of one guarantee cannot be compared, if they cannot: a
+/// ratio means something only when both contenders read the same input and
+/// made the same decisions into the same states, which the bench checks
+/// against the workload's expectation on every run (the restores read the
+/// changelogs the first at_least_once runs wrote, so they follow).
+fn different_work(runs: &[&ContenderRun]) -> Option<String> {
+    for contender in [Contender::Orderly, Contender::KafkaStreams] {
+        if !runs.iter().any(|r| r.contender == contender) {
+            return Some(format!("no run of {contender:?}"));
+        }
+    }
+    let events: Vec<u64> = runs.iter().map(|r| r.events).collect();
+    if events.iter().any(|e| *e != events[0]) {
+        return Some(format!("the runs read different inputs: {events:?} events"));
+    }
+    for r in runs {
+        if !r.counts_match {
+            return Some(format!(
+                "({}) counted {:?}, not the workload's counts",
+                r.key, r.counts
+            ));
+        }
+        match r.states_mismatched {
+            Some(0) => {}
+            Some(n) => {
+                return Some(format!(
+                    "({}) ended with {n} orders in another state",
+                    r.key
+                ))
+            }
+            None => {
+                return Some(format!(
+                    "({}) final states not checked (the workload's expected states are missing)",
+                    r.key
+                ))
+            }
+        }
+    }
+    None
+}
+
+/// Stops a contender the same way on both sides once its committed offsets
+/// covered the input: its VmHWM just before (shutdown's own allocations not
+/// counted), then SIGTERM, then SIGKILL after `grace`. Returns the VmHWM
+/// (`hwm_kib` if it can no longer be read), the exit status and the seconds
+/// it took to stop.
+fn stop(
+    child: &mut Child,
+    hwm_kib: u64,
+    grace: Duration,
+) -> anyhow::Result<(u64, std::process::ExitStatus, f64)> {
+    let pid = child.id();
+    let hwm_kib = pid_status_kib(pid, "VmHWM").unwrap_or(hwm_kib);
+    let term_at = Instant::now();
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()?;
+    let deadline = term_at + grace;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait()?;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ok((hwm_kib, status, term_at.elapsed().as_secs_f64()))
 }
 
 fn epoch_ms() -> i64 {
@@ -444,6 +570,75 @@ struct Covered {
     at: Duration,
     sample: Sample,
     broker_cpu: Option<f64>,
+    middle: Option<Middle>,
+}
+
+/// The steady middle of a run: from the first poll that saw at least
+/// `MIDDLE.0` of the input's offsets committed to the first that saw
+/// `MIDDLE.1`. Both ends are commits the poll saw land, so the rate between
+/// them is the contender's own, without its start-up or its last commit.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Middle {
+    pub from_seconds: f64,
+    pub to_seconds: f64,
+    /// Committed offsets at each end, as a share of the input's.
+    pub from_share: f64,
+    pub to_share: f64,
+    /// The input's records between the two ends.
+    pub events: f64,
+    /// The contender's CPU (utime + stime) between the two ends.
+    pub cpu_seconds: f64,
+    pub broker_cpu_seconds: Option<f64>,
+}
+
+/// The share of the input's offsets that bounds the steady middle.
+const MIDDLE: (f64, f64) = (0.25, 0.75);
+
+/// One poll that saw the committed offsets move.
+#[derive(Clone, Copy)]
+struct Progress {
+    at: Duration,
+    committed: i64,
+    cpu: f64,
+    broker_cpu: Option<f64>,
+}
+
+/// The steady middle of `seen` (polls in time order) for an input of
+/// `total` offsets holding `events` records; None when one commit jumped
+/// over the whole middle.
+fn middle_of(seen: &[Progress], total: i64, events: u64) -> Option<Middle> {
+    if total <= 0 {
+        return None;
+    }
+    let share = |p: &Progress| p.committed as f64 / total as f64;
+    let from = seen.iter().find(|p| share(p) >= MIDDLE.0)?;
+    let to = seen.iter().find(|p| share(p) >= MIDDLE.1)?;
+    if to.committed <= from.committed || to.at <= from.at {
+        return None;
+    }
+    let per_offset = events as f64 / total as f64;
+    Some(Middle {
+        from_seconds: from.at.as_secs_f64(),
+        to_seconds: to.at.as_secs_f64(),
+        from_share: share(from),
+        to_share: share(to),
+        events: (to.committed - from.committed) as f64 * per_offset,
+        cpu_seconds: to.cpu - from.cpu,
+        broker_cpu_seconds: to.broker_cpu.zip(from.broker_cpu).map(|(t, f)| t - f),
+    })
+}
+
+impl Middle {
+    pub fn events_per_s(&self) -> f64 {
+        self.events / (self.to_seconds - self.from_seconds).max(1e-9)
+    }
+    pub fn cpu_seconds_per_million(&self) -> f64 {
+        self.cpu_seconds / (self.events / 1e6).max(1e-9)
+    }
+    pub fn broker_cpu_seconds_per_million(&self) -> Option<f64> {
+        self.broker_cpu_seconds
+            .map(|c| c / (self.events / 1e6).max(1e-9))
+    }
 }
 
 /// Polls `group`'s committed offsets every 50 ms until they equal the
@@ -463,6 +658,8 @@ fn watch(
     }
     let mut last = Sample::default();
     let mut errors = 0u32;
+    let total: i64 = ctx.load.ends.values().sum();
+    let mut seen: Vec<Progress> = Vec::new();
     loop {
         if let Some(status) = child.try_wait()? {
             bail!("{what} (pid {pid}) exited ({status}) before its group's committed offsets covered the input");
@@ -472,12 +669,37 @@ fn watch(
         }
         match consumer.committed_offsets(tpl.clone(), Duration::from_secs(5)) {
             Ok(committed) => {
-                let all = ctx.load.ends.iter().all(|(p, end)| {
-                    *end == 0
-                        || matches!(committed.find_partition(&ctx.load.topic, *p).map(|e| e.offset()), Some(Offset::Offset(o)) if o >= *end)
-                });
+                let at = started.elapsed();
+                let offset = |p: i32| match committed
+                    .find_partition(&ctx.load.topic, p)
+                    .map(|e| e.offset())
+                {
+                    Some(Offset::Offset(o)) => o,
+                    _ => 0,
+                };
+                let sum: i64 = ctx
+                    .load
+                    .ends
+                    .iter()
+                    .map(|(p, end)| offset(*p).min(*end))
+                    .sum();
+                if seen.last().map(|p| p.committed) != Some(sum) {
+                    if let Some(s) = sample(pid) {
+                        last = s;
+                    }
+                    seen.push(Progress {
+                        at,
+                        committed: sum,
+                        cpu: last.cpu,
+                        broker_cpu: ctx.broker_pid.and_then(|b| process_cpu(Some(b))),
+                    });
+                }
+                let all = ctx
+                    .load
+                    .ends
+                    .iter()
+                    .all(|(p, end)| *end == 0 || offset(*p) >= *end);
                 if all {
-                    let at = started.elapsed();
                     let broker_cpu = ctx.broker_pid.and_then(|b| process_cpu(Some(b)));
                     if let Some(s) = sample(pid) {
                         last = s;
@@ -486,6 +708,7 @@ fn watch(
                         at,
                         sample: last,
                         broker_cpu,
+                        middle: middle_of(&seen, total, ctx.load.total_events()),
                     });
                 }
             }
@@ -786,25 +1009,8 @@ fn orderly_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Res
             return Err(e);
         }
     };
-    // VmHWM just before SIGTERM (shutdown's own allocations not counted).
-    let hwm_kib = pid_status_kib(pid, "VmHWM").unwrap_or(covered.sample.hwm_kib);
-    let term_at = Instant::now();
-    Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status()?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait()?;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let shutdown_seconds = term_at.elapsed().as_secs_f64();
+    let (hwm_kib, status, shutdown_seconds) =
+        stop(&mut child, covered.sample.hwm_kib, Duration::from_secs(60))?;
     let _ = reader.join();
     if !status.success() {
         eprintln!(
@@ -902,6 +1108,7 @@ fn finish(
         .map(|f| (events.saturating_sub(1)) as f64 / (covered.at - f).as_secs_f64());
     let broker_cpu_seconds = covered.broker_cpu.zip(broker_cpu_start).map(|(e, s)| e - s);
     let million = events as f64 / 1e6;
+    let middle = covered.middle;
     ContenderRun {
         key,
         contender,
@@ -915,11 +1122,14 @@ fn finish(
         first_record_seconds: first.map(|f| f.as_secs_f64()),
         events_per_s: valid.then(|| events as f64 / seconds.max(1e-9)),
         steady_events_per_s: if valid { steady } else { None },
+        middle,
+        middle_events_per_s: middle.filter(|_| valid).map(|m| m.events_per_s()),
         peak_rss_mib: hwm_kib as f64 / 1024.0,
         cpu_seconds: covered.sample.cpu,
         cpu_seconds_per_million: covered.sample.cpu / million.max(1e-9),
         broker_cpu_seconds,
         broker_cpu_seconds_per_million: broker_cpu_seconds.map(|c| c / million.max(1e-9)),
+        broker_cpu_per_second: broker_cpu_seconds.map(|c| c / seconds.max(1e-9)),
         counts,
         counts_match,
         states_mismatched,
@@ -935,7 +1145,8 @@ fn peer_command(ctx: &Ctx<'_>) -> Command {
         .arg("--bootstrap")
         .arg(&ctx.load.bootstrap)
         .arg("--registry")
-        .arg(&ctx.registry_url);
+        .arg(&ctx.registry_url)
+        .args(&ctx.args.peer_arg);
     command
 }
 
@@ -977,6 +1188,7 @@ fn peer_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Result
         .arg(dir.path().join("state"))
         .arg("--expect-records")
         .arg(ctx.load.total_events().to_string())
+        .arg("--until-signal")
         .arg("--timeout-s")
         .arg(ctx.timeout.as_secs().to_string());
     if ctx.expected.is_some() {
@@ -1017,19 +1229,10 @@ fn peer_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Result
             return Err(e);
         }
     };
-    let covered_at = Instant::now();
-    let deadline = covered_at + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait()?;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let shutdown_seconds = covered_at.elapsed().as_secs_f64();
+    // Stopped as orderly is: it polls nothing of its own (--until-signal),
+    // and prints its counts and dumps its states on SIGTERM.
+    let (hwm_kib, status, shutdown_seconds) =
+        stop(&mut child, covered.sample.hwm_kib, Duration::from_secs(120))?;
     let out = std::fs::read_to_string(&out_path)?;
     if !status.success() {
         bail!(
@@ -1071,7 +1274,7 @@ fn peer_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Result
         load1_at_start,
         &covered,
         first,
-        covered.sample.hwm_kib,
+        hwm_kib,
         broker_cpu_start,
         counts,
         states_mismatched,
@@ -1327,15 +1530,18 @@ impl SideBySideOut {
             ));
         }
         lines.push(format!(
-            "{:<14} {:<16} {:>6} {:>10} {:>12} {:>9} {:>11} {:>13} {:>12} {:>9} {:>10}",
+            "{:<14} {:<16} {:>6} {:>10} {:>12} {:>12} {:>9} {:>9} {:>11} {:>11} {:>13} {:>12} {:>9} {:>10}",
             "contender",
             "guarantee",
             "rounds",
             "ev/s",
-            "steady ev/s",
+            "1st rec ev/s",
+            "middle ev/s",
             "RSS MiB",
             "cpu s/1M",
+            "mid cpu/1M",
             "broker s/1M",
+            "broker cpu/s",
             "cold r/s",
             "ready s",
             "restore r/s"
@@ -1351,7 +1557,7 @@ impl SideBySideOut {
                 format!("{}/{} ok", r.valid_rounds, r.rounds)
             };
             lines.push(format!(
-                "{:<14} {:<16} {:>6} {:>10} {:>12} {:>9} {:>11} {:>13} {:>12} {:>9} {:>10}",
+                "{:<14} {:<16} {:>6} {:>10} {:>12} {:>12} {:>9} {:>9} {:>11} {:>11} {:>13} {:>12} {:>9} {:>10}",
                 who,
                 g,
                 rounds,
@@ -1359,9 +1565,12 @@ impl SideBySideOut {
                     .map(|x| format!("{x:.0}"))
                     .unwrap_or_else(|| "MISMATCH".into()),
                 fmt_opt(r.steady_events_per_s, 0),
+                fmt_opt(r.middle_events_per_s, 0),
                 fmt_opt(r.peak_rss_mib, 0),
                 fmt_opt(r.cpu_seconds_per_million, 2),
+                fmt_opt(r.middle_cpu_seconds_per_million, 2),
                 fmt_opt(r.broker_cpu_seconds_per_million, 2),
+                fmt_opt(r.broker_cpu_per_second, 2),
                 fmt_opt(r.restore_records_per_s, 0),
                 fmt_opt(r.restore_seconds, 2),
                 fmt_opt(r.restore_read_records_per_s, 0),
@@ -1374,14 +1583,30 @@ impl SideBySideOut {
                     .into(),
             );
         }
+        lines.push(format!(
+            "  (ev/s: records / spawn to the committed offsets covering the input; 1st rec: from the first record; \
+             middle: between the polls that saw {:.0}% and {:.0}% of the offsets committed; cpu s/1M with start-up, mid cpu/1M without; \
+             broker cpu/s: the broker's CPU seconds per second of the run)",
+            MIDDLE.0 * 100.0,
+            MIDDLE.1 * 100.0
+        ));
         for q in &self.ratios {
+            if let Some(why) = &q.refused {
+                lines.push(format!(
+                    "orderly / peer, {:<13}: no ratio, the contenders did different work: {why}",
+                    q.guarantee.orderly()
+                ));
+                continue;
+            }
             lines.push(format!(
-                "orderly / peer, {:<13}: ev/s {}, steady {}, RSS {}, cpu/ev {}, broker cpu/ev {}, cold restore r/s {}, ready s {}, restore r/s {}",
+                "orderly / peer, {:<13}: ev/s {}, 1st rec {}, middle {}, RSS {}, cpu/ev {}, middle cpu/ev {}, broker cpu/ev {}, cold restore r/s {}, ready s {}, restore r/s {}",
                 q.guarantee.orderly(),
                 fmt_opt(q.events_per_s, 2),
                 fmt_opt(q.steady_events_per_s, 2),
+                fmt_opt(q.middle_events_per_s, 2),
                 fmt_opt(q.peak_rss, 2),
                 fmt_opt(q.cpu_per_event, 2),
+                fmt_opt(q.middle_cpu_per_event, 2),
                 fmt_opt(q.broker_cpu_per_event, 2),
                 fmt_opt(q.restore_records_per_s, 2),
                 fmt_opt(q.restore_seconds, 2),
@@ -1391,13 +1616,24 @@ impl SideBySideOut {
         lines.push("per run:".into());
         for r in &self.runs {
             lines.push(format!(
-                "  ({:<3}) load {:>4.1}  {:>7.2} s  first record {:>5} s  ev/s {:>8}  steady {:>8}  RSS {:>4.0} MiB  cpu {:>6.2} s  broker {:>6} s  stop {:>5.2} s  counts {}  states {}",
+                "  ({:<3}) load {:>4.1}  {:>7.2} s  first record {:>5} s  ev/s {:>8}  1st rec {:>8}  middle {:>8} ({})  RSS {:>4.0} MiB  cpu {:>6.2} s  broker {:>6} s  stop {:>5.2} s  counts {}  states {}",
                 r.key,
                 r.load1_at_start,
                 r.seconds,
                 fmt_opt(r.first_record_seconds, 2),
                 fmt_opt(r.events_per_s, 0),
                 fmt_opt(r.steady_events_per_s, 0),
+                fmt_opt(r.middle_events_per_s, 0),
+                r.middle
+                    .map(|m| format!(
+                        "{:.0}%-{:.0}% in {:.2}-{:.2} s, cpu {:.2} s",
+                        m.from_share * 100.0,
+                        m.to_share * 100.0,
+                        m.from_seconds,
+                        m.to_seconds,
+                        m.cpu_seconds
+                    ))
+                    .unwrap_or_else(|| "one commit jumped over it".into()),
                 r.peak_rss_mib,
                 r.cpu_seconds,
                 fmt_opt(r.broker_cpu_seconds, 2),
