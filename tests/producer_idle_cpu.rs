@@ -31,9 +31,12 @@ fn polling_threads_ticks() -> u64 {
             continue;
         };
         let fields: Vec<&str> = rest.split_whitespace().collect();
-        // utime and stime are fields 14 and 15 of stat, 12 and 13 here.
+        // utime and stime are fields 14 and 15 of stat; `rest` starts at field 3.
         for i in [11, 12] {
-            ticks += fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+            ticks += fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0);
         }
     }
     ticks
