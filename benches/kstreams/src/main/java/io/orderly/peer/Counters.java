@@ -15,6 +15,8 @@ public final class Counters {
     public final LongAdder stale = new LongAdder();
     public final LongAdder deadLettered = new LongAdder();
     public final LongAdder statusChanges = new LongAdder();
+    /** Commits requested by --commit-when-idle-ms's punctuator. */
+    public final LongAdder idleCommits = new LongAdder();
     private final AtomicLong firstRecordMs = new AtomicLong(0);
 
     public static final Counters INSTANCE = new Counters();

@@ -3,6 +3,8 @@ package io.orderly.peer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import net.openhft.hashing.LongHashFunction;
+import org.apache.kafka.common.Metric;
+import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.processor.PunctuationType;
@@ -26,8 +28,10 @@ import org.apache.kafka.streams.state.KeyValueStore;
  *
  * <p>Commit when idle (--commit-when-idle-ms, orderly's caught-up write-out): a wall-clock punctuator every
  * {@code idleCommitMs} requests a commit ({@link ProcessorContext#commit()}) once the task has processed records
- * since its last request and none in the last {@code idleCommitMs}: a task that has read its input commits then,
- * instead of at the next commit.interval.ms.
+ * since its last request, none in the last {@code idleCommitMs}, and its consumer's {@code records-lag} for its
+ * partition (the high watermark less the position of the last records handed to Streams) is 0: a task that has
+ * read its input commits then, instead of at the next commit.interval.ms. Without the lag condition a task that
+ * waits 100 ms for a fetch mid-run would commit too (60 extra commits in a 1M-event run at 2 threads).
  */
 public final class DecideProcessor implements Processor<byte[], OrderEvent, String, StatusChange> {
     private static final LongHashFunction XXH3_64 = LongHashFunction.xx3();
@@ -44,6 +48,8 @@ public final class DecideProcessor implements Processor<byte[], OrderEvent, Stri
     /** Wall clock of the last record processed; whether one was processed since the last commit request. */
     private long lastRecordMs;
     private boolean uncommitted;
+    /** This task's partition's records-lag metric of its thread's consumer, once found. */
+    private Metric lag;
 
     public DecideProcessor(long retentionMs, int statusSchemaId, long idleCommitMs) {
         this.retentionMs = retentionMs;
@@ -60,10 +66,32 @@ public final class DecideProcessor implements Processor<byte[], OrderEvent, Stri
     }
 
     private void commitWhenIdle(long now) {
-        if (uncommitted && now - lastRecordMs >= idleCommitMs) {
+        if (uncommitted && now - lastRecordMs >= idleCommitMs && caughtUp()) {
             context.commit();
             uncommitted = false;
+            counters.idleCommits.increment();
         }
+    }
+
+    /** Whether the last records the consumer handed over for this task's partition reached its high watermark. */
+    private boolean caughtUp() {
+        if (lag == null) {
+            var streams = Main.STREAMS;
+            if (streams == null) return true;
+            String client = Thread.currentThread().getName() + "-consumer";
+            String partition = Integer.toString(context.taskId().partition());
+            for (Metric m : streams.metrics().values()) {
+                MetricName n = m.metricName();
+                if (n.name().equals("records-lag") && n.group().equals("consumer-fetch-manager-metrics")
+                        && client.equals(n.tags().get("client-id")) && partition.equals(n.tags().get("partition"))) {
+                    lag = m;
+                    break;
+                }
+            }
+            if (lag == null) return true; // not recorded yet: the time alone decides
+        }
+        Object v = lag.metricValue();
+        return !(v instanceof Double d) || d.isNaN() || d <= 0;
     }
 
     @Override

@@ -17,7 +17,6 @@ import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.admin.Admin;
@@ -82,6 +81,8 @@ public final class Main {
     static final long DEFAULT_IDLE_COMMIT_MS = 100;
     /** How long close() may take (the last commit, the producers' flush, leaving the group). */
     static final Duration CLOSE_TIMEOUT = Duration.ofSeconds(30);
+    /** The instance, for DecideProcessor's idle commit to read its consumer's records-lag metric. */
+    static volatile KafkaStreams STREAMS;
 
     public static void main(String[] args) throws Exception {
         long startedMs = System.currentTimeMillis();
@@ -125,6 +126,9 @@ public final class Main {
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, -1);
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.MAX_POLL_RECORDS_CONFIG), 1000);
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        // orderly's fetch.wait.max.ms; the Java default of 500 leaves a task with an empty buffer waiting for
+        // a fetch that has less than fetch.min.bytes to return (README.md, "Tuning, measured").
+        p.put(StreamsConfig.consumerPrefix(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG), 100);
         p.put(StreamsConfig.producerPrefix(ProducerConfig.LINGER_MS_CONFIG), 5);
         p.put(StreamsConfig.producerPrefix(ProducerConfig.BATCH_SIZE_CONFIG), 256 * 1024);
 
@@ -132,6 +136,7 @@ public final class Main {
 
         Topology topology = topology(registry, input, output, retentionMs, statusSchemaId, idleCommitMs);
         KafkaStreams streams = new KafkaStreams(topology, p);
+        STREAMS = streams;
         AtomicReference<Throwable> failure = new AtomicReference<>();
         streams.setUncaughtExceptionHandler(e -> {
             failure.compareAndSet(null, e);
@@ -192,37 +197,18 @@ public final class Main {
 
     /**
      * --until-signal: process until SIGTERM (or SIGINT), polling nothing of its own; the bench watches the group's
-     * committed offsets from outside. On the signal a shutdown hook hands over to this thread, which dumps the
-     * states (interactive queries need a running instance: before close), closes Streams, prints the counts and
-     * lets the hook end the JVM with this method's status (a JVM stopped by a signal would exit 143). Returns
-     * only on a failure before the signal.
+     * committed offsets from outside. The signal is handled (sun.misc.Signal) rather than left to the JVM's
+     * shutdown: a JVM ended by a signal exits 143 whatever its hooks do, and skips its delete-on-exit files
+     * (RocksDB's extracted library). On the signal: dump the states (interactive queries need a running instance,
+     * so before close), close Streams (leaving the group), print the counts; returns the exit status.
      */
     static int untilSignal(KafkaStreams streams, String guarantee, long startedMs, String dump, AtomicReference<KafkaStreams.State> state,
                            AtomicReference<Throwable> failure, Restores restores, long deadline) throws Exception {
         CountDownLatch signalled = new CountDownLatch(1);
-        CountDownLatch reported = new CountDownLatch(1);
-        AtomicInteger status = new AtomicInteger(1);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            signalled.countDown();
-            try {
-                reported.await(CLOSE_TIMEOUT.toSeconds() + 120, TimeUnit.SECONDS);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-            System.out.flush();
-            System.err.flush();
-            Runtime.getRuntime().halt(status.get());
-        }, "peer-signal"));
+        for (String name : List.of("TERM", "INT")) sun.misc.Signal.handle(new sun.misc.Signal(name), s -> signalled.countDown());
         streams.start();
         try {
             while (!signalled.await(100, TimeUnit.MILLISECONDS)) checkAlive(state.get(), failure.get(), deadline);
-        } catch (Exception e) {
-            System.err.println("orderly-kstreams-peer: " + e.getMessage());
-            close(streams);
-            reported.countDown(); // System.exit's run of the hook ends at once, with status 1
-            return 1;
-        }
-        try {
             long signalMs = System.currentTimeMillis();
             if (failure.get() != null) throw new IllegalStateException("stream thread failed: " + failure.get(), failure.get());
             if (dump != null) dumpState(streams, dump);
@@ -232,14 +218,12 @@ public final class Main {
             out.put("closed_ms", System.currentTimeMillis());
             out.put("closed_cleanly", closed);
             System.out.println(JSON.writeValueAsString(out));
-            status.set(0);
+            return 0;
         } catch (Exception e) {
             System.err.println("orderly-kstreams-peer: " + e.getMessage());
-        } finally {
-            reported.countDown();
+            close(streams);
+            return 1;
         }
-        Thread.currentThread().join(); // the shutdown hook halts the JVM
-        return status.get();
     }
 
     /** Closes Streams, leaving the group (KIP-1153), so a new member does not wait for this one's session timeout. */
@@ -259,6 +243,7 @@ public final class Main {
         out.put("records", c.records());
         out.put("status_changes", c.statusChanges.sum());
         out.put("restored_records", restores.records.get());
+        out.put("idle_commits", c.idleCommits.sum());
         out.put("started_ms", startedMs);
         out.put("first_record_ms", c.firstRecordMs());
         return out;

@@ -61,6 +61,7 @@ public final class Watch {
             long total = ends.values().stream().mapToLong(Long::longValue).sum();
             String load = Files.readString(Path.of("/proc/loadavg")).split(" ")[0];
 
+            long[] cpuAtSpawn = machineCpu();
             long spawnMs = System.currentTimeMillis();
             Process peer = new ProcessBuilder(command)
                     .redirectOutput(dir.resolve("peer.out").toFile())
@@ -91,6 +92,7 @@ public final class Watch {
                 }
                 Thread.sleep(50);
             }
+            long[] cpuAtCover = machineCpu();
             long termMs = System.currentTimeMillis();
             peer.destroy(); // SIGTERM
             int status = peer.waitFor();
@@ -123,6 +125,10 @@ public final class Watch {
             out.put("middle_cpu_us_per_event", c75 > c25 ? Math.round((cpu75 - cpu25) * 1e6 / (c75 - c25) * 100) / 100.0 : null);
             out.put("peak_rss_mib", Math.round(hwmKib / 1024.0 * 10) / 10.0);
             out.put("shutdown_s", (exitMs - termMs) / 1000.0);
+            // The machine over the run: CPU-seconds busy (all processes) and stolen by the hypervisor.
+            out.put("machine_busy_s", (cpuAtCover[0] - cpuAtSpawn[0]) / 100.0);
+            out.put("steal_s", (cpuAtCover[1] - cpuAtSpawn[1]) / 100.0);
+            if (report != null && report.has("idle_commits")) out.put("idle_commits", report.get("idle_commits").asLong());
             System.out.println(JSON.writeValueAsString(out));
         }
     }
@@ -135,6 +141,17 @@ public final class Watch {
             return (Long.parseLong(f[11]) + Long.parseLong(f[12])) / 100.0;
         } catch (Exception e) {
             return 0;
+        }
+    }
+
+    /** The machine's busy (user, nice, system, irq, softirq) and steal ticks, from /proc/stat's cpu line. */
+    static long[] machineCpu() {
+        try {
+            String[] f = Files.readAllLines(Path.of("/proc/stat")).get(0).trim().split("\\s+");
+            long busy = Long.parseLong(f[1]) + Long.parseLong(f[2]) + Long.parseLong(f[3]) + Long.parseLong(f[6]) + Long.parseLong(f[7]);
+            return new long[] {busy, Long.parseLong(f[8])};
+        } catch (Exception e) {
+            return new long[] {0, 0};
         }
     }
 
