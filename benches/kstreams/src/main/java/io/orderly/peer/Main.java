@@ -49,8 +49,9 @@ import org.apache.kafka.streams.state.Stores;
  * <pre>
  * java -jar orderly-kstreams-peer.jar --bootstrap H:P --registry URL --input T --output T --dlq T
  *      --application-id ID --guarantee at_least_once|exactly_once_v2 --state-dir D --expect-records N
- *      [--dump-state FILE] [--restore-only] [--threads 2] [--commit-interval-ms 1000]
- *      [--cache-max-bytes 16777216] [--inbox-retention-ms 604800000] [--timeout-s 900]
+ *      [--dump-state FILE] [--restore-only | --until-signal] [--threads 2] [--commit-interval-ms 1000]
+ *      [--commit-when-idle-ms 100] [--cache-max-bytes 16777216] [--inbox-retention-ms 604800000]
+ *      [--timeout-s 900] [--set STREAMS_PROPERTY=VALUE]...
  * </pre>
  *
  * Settings (the defaults below; each stated against orderly's config/default.toml):
@@ -66,7 +67,9 @@ import org.apache.kafka.streams.state.Stores;
  *   <li>num.stream.threads = 2: the machine has 2 cores; the 4 input partitions give 4 tasks (orderly: one
  *       task per partition), 2 per thread.</li>
  *   <li>RocksDB: {@link BoundedRocksDb} (64 MiB shared block cache, memtables charged to it, 32 MiB).</li>
- *   <li>consumer max.poll.records = 1000: Streams' default, and orderly's batch_max_records.</li>
+ *   <li>consumer max.poll.records = 1000: Streams' default, and orderly's batch_max_records;
+ *       fetch.max.wait.ms = 100: orderly's fetch.wait.max.ms.</li>
+ *   <li>commit when idle (--commit-when-idle-ms 100): orderly's caught-up write-out (DecideProcessor).</li>
  *   <li>producer linger.ms = 5 (orderly's changelog and transactional producers linger 5 ms; Streams' own
  *       default is 100), batch.size = 256 KiB (16 KiB default: small for 4 busy changelog partitions).</li>
  *   <li>changelog: on (Streams default), compacted topics Streams creates; replication.factor = -1 (the
