@@ -104,30 +104,49 @@ impl Instance {
     /// SIGTERM, unless it has exited.
     pub(super) fn terminate(&mut self) {
         if self.exited().is_none() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(self.pid.to_string())
-                .status();
+            let _ = sigterm(self.pid);
         }
     }
 
     /// Waits for its exit after `terminate`, SIGKILL after 60 s.
     pub(super) fn wait_stopped(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.exited().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if self.exited().is_none() {
+        if let Ok((_, true)) = wait_or_kill(&mut self.child, Duration::from_secs(60)) {
             eprintln!(
                 "pipeline: orderly run (pid {}) still running 60 s after SIGTERM: SIGKILL",
                 self.pid
             );
-            let _ = self.child.kill();
-            let _ = self.child.wait();
         }
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
+    }
+}
+
+/// Sends SIGTERM to `pid`.
+pub(super) fn sigterm(pid: u32) -> std::io::Result<()> {
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()
+        .map(|_| ())
+}
+
+/// Waits for `child` to exit, SIGKILL once `grace` has passed: its exit
+/// status, and whether it had to be killed.
+pub(super) fn wait_or_kill(
+    child: &mut Child,
+    grace: Duration,
+) -> std::io::Result<(std::process::ExitStatus, bool)> {
+    let deadline = Instant::now() + grace;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok((status, false));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Ok((child.wait()?, true));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -527,21 +527,8 @@ fn stop(
     let pid = child.id();
     let hwm_kib = pid_status_kib(pid, "VmHWM").unwrap_or(hwm_kib);
     let term_at = Instant::now();
-    Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status()?;
-    let deadline = term_at + grace;
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait()?;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    super::child::sigterm(pid)?;
+    let (status, _) = super::child::wait_or_kill(child, grace)?;
     Ok((hwm_kib, status, term_at.elapsed().as_secs_f64()))
 }
 
