@@ -177,10 +177,10 @@ impl<E: Entity> PartialEq for State<E> {
 }
 
 impl<E: Entity> State<E> {
-    /// Rough heap and inline bytes, for the cache budget.
-    pub(crate) fn approx_bytes(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self.key.capacity()
+    /// Rough heap bytes (what it holds beyond its own inline size), for
+    /// the cache budget.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.key.capacity()
             + E::data_heap_bytes(&self.data)
             + self.event_id.capacity()
             + self.inbox.heap_bytes()

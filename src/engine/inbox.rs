@@ -119,7 +119,9 @@ impl Inbox {
         self.recent.push(entry);
         let mut spilled = None;
         if self.recent.len() >= INBOX_CHUNK {
-            let full = std::mem::replace(&mut self.recent, Vec::with_capacity(INBOX_CHUNK));
+            // The next entries grow a fresh vector: an order that never fills it
+            // again holds only what it uses (the cache's budget counts it).
+            let full = std::mem::take(&mut self.recent);
             let (first, last) = (full[0], full[full.len() - 1]);
             self.chunks.push(ChunkRef {
                 first_version: first.version,

@@ -60,18 +60,25 @@ struct Cached<E: Entity> {
     expired_chunks: Vec<i64>,
     /// Approximate memory held, for the cache budget.
     bytes: usize,
+    /// The batch that last read it in or changed it
+    /// ([`PartitionState::shed`] forgets the least recently touched first).
+    touched: u64,
 }
 
-/// Per-entry overhead beyond the state: the map's key and slot.
+/// Per-entry overhead beyond the state's heap: the map's slot (key and
+/// entry inline, the state among them) with the table's spare slots (it
+/// is at most 7/8 full) and control byte, and the allocator's header of
+/// each heap block an entry holds (its key twice, the event id, the data,
+/// the inbox: about five).
 const fn entry_overhead<E: Entity>() -> usize {
-    std::mem::size_of::<(String, Cached<E>)>() + 16
+    std::mem::size_of::<(String, Cached<E>)>() * 8 / 7 + 1 + 5 * 16
 }
 
 impl<E: Entity> Cached<E> {
     fn measure(&self, key_len: usize) -> usize {
         entry_overhead::<E>()
             + key_len
-            + self.state.approx_bytes()
+            + self.state.heap_bytes()
             + self
                 .new_chunks
                 .iter()
@@ -95,6 +102,8 @@ pub struct PartitionState<E: Entity> {
     cached_bytes: usize,
     /// Where the status changes of applied events go.
     status_changes: StatusChanges,
+    /// Counts [`Self::apply`] calls: the cache's clock for [`Cached::touched`].
+    batches: u64,
     /// Status changes decided since the last write-out.
     new_outbox: Vec<OutboxRecord<E::Status>>,
     /// Published outbox records up to this source offset are to be deleted
@@ -164,6 +173,7 @@ impl<E: Entity> PartitionState<E> {
             written: checkpoint,
             dirty_bytes: 0,
             cached_bytes: 0,
+            batches: 0,
             status_changes: StatusChanges::Off,
             new_outbox: Vec::new(),
             outbox_delete_through: None,
@@ -233,6 +243,18 @@ impl<E: Entity> PartitionState<E> {
         self.cache.len()
     }
 
+    /// Whether `key` is in the cache.
+    #[cfg(test)]
+    pub(crate) fn is_cached(&self, key: &str) -> bool {
+        self.cache.contains_key(key)
+    }
+
+    /// Memory held by all cached orders.
+    #[cfg(test)]
+    pub(crate) fn cached_bytes(&self) -> usize {
+        self.cached_bytes
+    }
+
     /// The state of one order as decided so far (cache, then store).
     pub fn get(&self, key: &str) -> Result<Option<State<E>>, StoreError> {
         match self.cache.get(key) {
@@ -258,6 +280,7 @@ impl<E: Entity> PartitionState<E> {
         } = batch;
         let horizon = now_ms.saturating_sub(retention_ms);
         let mut outcome = BatchOutcome::default();
+        self.batches += 1;
         for Sourced {
             offset,
             value: event,
@@ -271,6 +294,7 @@ impl<E: Entity> PartitionState<E> {
                         new_chunks: Vec::new(),
                         expired_chunks: Vec::new(),
                         bytes: 0,
+                        touched: self.batches,
                     };
                     cached.bytes = cached.measure(event.key.len());
                     self.cached_bytes += cached.bytes;
@@ -378,6 +402,7 @@ impl<E: Entity> PartitionState<E> {
         };
         match self.cache.get_mut(event.key.as_str()) {
             Some(cached) => {
+                cached.touched = self.batches;
                 let spill = apply_in_place(&mut cached.state, event, now_ms, retention_ms);
                 let key_len = cached.state.key.len();
                 record_spill(cached, spill);
@@ -401,6 +426,7 @@ impl<E: Entity> PartitionState<E> {
                     new_chunks: Vec::new(),
                     expired_chunks: Vec::new(),
                     bytes: 0,
+                    touched: self.batches,
                 };
                 record_spill(&mut cached, spill);
                 cached.bytes = cached.measure(key.len());
@@ -482,8 +508,8 @@ impl<E: Entity> PartitionState<E> {
 
     /// Writes a prepared write-out with its checkpoint (recording the
     /// changelog position `changelog_next` when it went to a changelog).
-    /// Then, when the cache holds more than `keep_bytes`, forgets every order
-    /// (all are clean now; the next read goes through to sled).
+    /// Then, when the cache holds more than `keep_bytes`, forgets the least
+    /// recently touched orders ([`Self::shed`]; all are clean now).
     pub(crate) fn finish_write_out(
         &mut self,
         prepared: PreparedWrite<E::Status>,
@@ -511,27 +537,66 @@ impl<E: Entity> PartitionState<E> {
                 self.outbox_delete_through = None;
             }
         }
-        if self.cached_bytes > keep_bytes {
-            self.cache = HashMap::new();
-            self.cached_bytes = 0;
-        } else {
-            for cached in self.cache.values_mut().filter(|c| c.dirty) {
-                cached.dirty = false;
-                cached.new_chunks = Vec::new();
-                cached.expired_chunks = Vec::new();
-                let key_len = cached.state.key.len();
-                let before = cached.bytes;
-                cached.bytes = cached.measure(key_len);
-                self.cached_bytes = self.cached_bytes + cached.bytes - before;
-            }
+        for cached in self.cache.values_mut().filter(|c| c.dirty) {
+            cached.dirty = false;
+            cached.new_chunks = Vec::new();
+            cached.expired_chunks = Vec::new();
+            let key_len = cached.state.key.len();
+            let before = cached.bytes;
+            cached.bytes = cached.measure(key_len);
+            self.cached_bytes = self.cached_bytes + cached.bytes - before;
         }
         self.dirty_bytes = 0;
+        self.shed(keep_bytes);
         Ok(WriteOutcome {
             orders,
             keys,
             bytes,
             checkpoint,
         })
+    }
+}
+
+impl<E: Entity> PartitionState<E> {
+    /// When the cache holds more than `keep_bytes`, forgets unchanged
+    /// orders, least recently touched first, until it holds at most three
+    /// quarters of it (so the next pass is a quarter of the budget away).
+    /// Changed orders stay until a write-out: when they alone pass the
+    /// budget, the write-out is due. O(n log n) in the orders cached, at
+    /// most once per quarter of the budget read in.
+    pub fn shed(&mut self, keep_bytes: usize) {
+        let clean_bytes = self.cached_bytes.saturating_sub(self.dirty_bytes);
+        if self.cached_bytes <= keep_bytes || clean_bytes == 0 {
+            return;
+        }
+        let target = keep_bytes - keep_bytes / 4;
+        let mut to_free = self.cached_bytes.saturating_sub(target).min(clean_bytes);
+        let mut clean: Vec<(u64, usize)> = self
+            .cache
+            .values()
+            .filter(|c| !c.dirty)
+            .map(|c| (c.touched, c.bytes))
+            .collect();
+        clean.sort_unstable();
+        // Every clean order touched at or before `through` goes: the oldest
+        // touches until enough is freed, and the rest of the last one's batch.
+        let mut through = 0;
+        for (touched, bytes) in clean {
+            if to_free == 0 && touched > through {
+                break;
+            }
+            through = touched;
+            to_free = to_free.saturating_sub(bytes);
+        }
+        let mut freed = 0;
+        self.cache.retain(|_, c| {
+            let forget = !c.dirty && c.touched <= through;
+            if forget {
+                freed += c.bytes;
+            }
+            !forget
+        });
+        self.cached_bytes -= freed;
     }
 }
 

@@ -225,8 +225,13 @@ pub struct Ratios {
     pub middle_cpu_per_event: Option<f64>,
     pub broker_cpu_per_event: Option<f64>,
     pub restore_records_per_s: Option<f64>,
+    /// None also when the two changelogs held different numbers of records
+    /// (`restore_refused`): the times are of different work then, while the
+    /// records/s ratios stay per record.
     pub restore_seconds: Option<f64>,
     pub restore_read_records_per_s: Option<f64>,
+    /// Why `restore_seconds` is not reported though the runs matched.
+    pub restore_refused: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -432,6 +437,10 @@ pub fn run(
                 );
             }
             let fair = refused.is_none();
+            let restore_refused = different_restores(&restores);
+            if let Some(why) = restore_refused.as_ref().filter(|_| fair) {
+                eprintln!("pipeline: no orderly / peer restore time ratio: {why}");
+            }
             let ratio = |a: Option<f64>, b: Option<f64>| {
                 a.zip(b)
                     .filter(|(_, b)| fair && *b > 0.0)
@@ -454,11 +463,13 @@ pub fn run(
                     k.broker_cpu_seconds_per_million,
                 ),
                 restore_records_per_s: ratio(o.restore_records_per_s, k.restore_records_per_s),
-                restore_seconds: ratio(o.restore_seconds, k.restore_seconds),
+                restore_seconds: ratio(o.restore_seconds, k.restore_seconds)
+                    .filter(|_| restore_refused.is_none()),
                 restore_read_records_per_s: ratio(
                     o.restore_read_records_per_s,
                     k.restore_read_records_per_s,
                 ),
+                restore_refused,
             });
         }
     }
@@ -512,6 +523,27 @@ fn different_work(runs: &[&ContenderRun]) -> Option<String> {
         }
     }
     None
+}
+
+/// Why the restores' times cannot be compared, if they cannot: each side
+/// restores the changelog its own first at_least_once run wrote, and a side
+/// that wrote more records (more write-outs of the same orders) restores
+/// more, so its time is of more work. Allowed: 5% apart.
+fn different_restores(restores: &[RestoreRun]) -> Option<String> {
+    let most = |c: Contender| {
+        restores
+            .iter()
+            .filter(|r| r.contender == c)
+            .map(|r| r.changelog_records)
+            .max()
+    };
+    let (o, k) = (most(Contender::Orderly)?, most(Contender::KafkaStreams)?);
+    let (low, high) = (o.min(k), o.max(k));
+    (high as f64 > low as f64 * 1.05).then(|| {
+        format!(
+            "orderly's changelog held {o} records and the peer's {k} (the ready times are of different work; records/s stay per record)"
+        )
+    })
 }
 
 /// Stops a contender the same way on both sides once its committed offsets

@@ -203,6 +203,7 @@ fn store_alone(
                 next_offset: batch.to,
             };
             let outcome = state.apply(decoded, now_ms, retention_ms)?;
+            state.shed(share);
             black_box(&outcome);
             over_budget |= state.dirty_bytes() > share;
             batch_micros.push(t.elapsed().as_micros() as u64);

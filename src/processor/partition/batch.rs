@@ -115,6 +115,7 @@ impl<E: Entity> Live<E> {
             next_offset,
         };
         let outcome = self.task.state.apply(decoded, now_ms, retention_ms)?;
+        self.task.state.shed(self.task.member.cache_share());
         let BatchOutcome {
             outcomes,
             version_gaps,

@@ -197,3 +197,68 @@ fn version_gaps_are_counted() {
     .unwrap();
     assert_eq!(out.version_gaps, 2);
 }
+
+/// Orders `from..to` of one batch, each at `version`, with ids unique per
+/// order and version.
+fn orders(from: usize, to: usize, version: i64) -> Vec<OrderEvent> {
+    (from..to)
+        .map(|o| event(&format!("o{o:04}"), version, &format!("o{o:04}-{version}")))
+        .collect()
+}
+
+#[test]
+fn over_budget_the_least_recently_touched_orders_go_first() {
+    let (_dir, store) = open();
+    let mut p = PartitionState::<Orders>::new(store.partition("t", 0).unwrap(), None);
+    // 100 cold orders, then 100 hot ones, in two batches.
+    apply(&mut p, orders(0, 100, 1), 0, 0, 100, 1000, DAY_MS).unwrap();
+    apply(&mut p, orders(100, 200, 1), 0, 100, 200, 1000, DAY_MS).unwrap();
+    let per_order = p.cached_bytes() / 200;
+    // A budget for 150 orders: the write-out keeps three quarters of it.
+    let budget = 150 * per_order;
+    p.write_out(budget).unwrap().expect("something to write");
+    assert!(p.cached_bytes() <= budget - budget / 4, "shed to 3/4");
+    assert!(
+        (100..200).all(|o| p.is_cached(&format!("o{o:04}"))),
+        "the newer batch stays"
+    );
+    assert!(!p.is_cached("o0000"), "the oldest goes");
+    assert!(p.cached_orders() >= 100 && p.cached_orders() < 150);
+}
+
+#[test]
+fn changed_orders_are_never_shed_and_the_hot_set_survives_a_stream_of_new_ones() {
+    let (_dir, store) = open();
+    let mut p = PartitionState::<Orders>::new(store.partition("t", 0).unwrap(), None);
+    apply(&mut p, orders(0, 50, 1), 0, 0, 50, 1000, DAY_MS).unwrap();
+    let per_order = p.cached_bytes() / 50;
+    let budget = 100 * per_order;
+    p.write_out(budget).unwrap().expect("something to write");
+    assert_eq!(p.cached_orders(), 50, "under budget: all kept");
+    // Unchanged orders are shed; changed ones stay even past the budget.
+    let mut offset = 50;
+    for round in 0..10 {
+        let v = 2 + round as i64;
+        // The hot 10 again, and 20 orders never seen before.
+        let mut batch = orders(0, 10, v);
+        let fresh = 1000 + round * 20;
+        batch.extend(orders(fresh, fresh + 20, 1));
+        apply(&mut p, batch, 0, offset, offset + 30, 1000, DAY_MS).unwrap();
+        offset += 30;
+        p.shed(budget);
+        assert!(
+            (fresh..fresh + 20).all(|o| p.is_cached(&format!("o{o:04}"))),
+            "unwritten changes stay cached"
+        );
+    }
+    assert!(p.cached_bytes() > budget, "changed orders alone pass it");
+    p.write_out(budget).unwrap().expect("something to write");
+    assert!(p.cached_bytes() <= budget - budget / 4);
+    assert!(
+        (0..10).all(|o| p.is_cached(&format!("o{o:04}"))),
+        "the hot orders, touched by every batch, survive"
+    );
+    let tree = store.partition("t", 0).unwrap();
+    assert_eq!(tree.get::<Orders>("o1180").unwrap().unwrap().version, 1);
+    assert_eq!(tree.get::<Orders>("o0000").unwrap().unwrap().version, 11);
+}
