@@ -437,7 +437,9 @@ pub fn run(
                 );
             }
             let fair = refused.is_none();
-            let restore_refused = different_restores(&restores);
+            // The restores read the at_least_once runs' changelogs.
+            let restore_refused =
+                different_restores(&restores).filter(|_| guarantee == Guarantee::AtLeastOnce);
             if let Some(why) = restore_refused.as_ref().filter(|_| fair) {
                 eprintln!("pipeline: no orderly / peer restore time ratio: {why}");
             }
@@ -968,9 +970,16 @@ fn orderly_run(ctx: &Ctx<'_>, guarantee: Guarantee, round: usize) -> anyhow::Res
     let group = format!("orderly-side-{}-r{}-{id}", guarantee.short(), round + 1);
     let (output, dlq) = (format!("{group}-status"), format!("{group}-dlq"));
     create_topics(ctx, &[output.clone(), dlq.clone()])?;
+    // ORDERLY_BENCH_KEEP_DIRS=1 keeps the run's store, config and log
+    // (`orderly.err`) for a look afterwards; the path is printed.
+    let keep = std::env::var_os("ORDERLY_BENCH_KEEP_DIRS").is_some();
     let dir = tempfile::Builder::new()
         .prefix("orderly-bench-side-")
+        .disable_cleanup(keep)
         .tempdir()?;
+    if keep {
+        eprintln!("pipeline: ({}) keeping {}", key, dir.path().display());
+    }
     let config_path = dir.path().join("orderly.toml");
     std::fs::write(
         &config_path,

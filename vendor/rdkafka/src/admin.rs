@@ -428,7 +428,10 @@ impl<C: ClientContext> FromClientConfigAndContext<C> for AdminClient<C> {
 impl<C: ClientContext> Drop for AdminClient<C> {
     fn drop(&mut self) {
         trace!("Stopping polling");
-        self.should_stop.store(true, Ordering::Relaxed);
+        self.should_stop.store(true, Ordering::SeqCst);
+        // orderly's patch (PATCH.md): wake the polling thread's wait instead
+        // of joining it after up to 100 ms.
+        unsafe { rdsys::rd_kafka_queue_yield(self.queue.ptr()) };
         trace!("Waiting for polling thread termination");
         match self.handle.take().unwrap().join() {
             Ok(()) => trace!("Polling stopped"),
@@ -445,7 +448,7 @@ fn start_poll_thread(queue: Arc<NativeQueue>, should_stop: Arc<AtomicBool>) -> J
             loop {
                 let event = queue.poll(Duration::from_millis(100));
                 if event.is_null() {
-                    if should_stop.load(Ordering::Relaxed) {
+                    if should_stop.load(Ordering::SeqCst) {
                         // We received nothing and the thread should stop, so
                         // break the loop.
                         break;

@@ -362,23 +362,30 @@ where
     pub fn poll<T: Into<Timeout>>(&self, timeout: T) {
         let deadline: Deadline = timeout.into().into();
         loop {
-            let event = self.client().poll_event(&self.queue, &deadline);
-            if let EventPollResult::Event(ev) = event {
-                let evtype = unsafe { rdsys::rd_kafka_event_type(ev.ptr()) };
-                match evtype {
-                    rdsys::RD_KAFKA_EVENT_DR => self.handle_delivery_report_event(ev),
-                    rdsys::RD_KAFKA_EVENT_ERROR => self.handle_error_event(ev),
-                    _ => {
-                        let evname = unsafe {
-                            let evname = rdsys::rd_kafka_event_name(ev.ptr());
-                            CStr::from_ptr(evname).to_string_lossy()
-                        };
-                        warn!("Ignored event '{}' on base producer poll", evname);
-                    }
-                }
-            }
+            self.poll_once(&deadline);
             if deadline.elapsed() {
                 break;
+            }
+        }
+    }
+
+    // orderly's patch (PATCH.md): one wait, until `deadline` or until the
+    // queue is yielded, and the event it brought handled, so that the
+    // ThreadedProducer's thread sees a stop request at once.
+    fn poll_once(&self, deadline: &Deadline) {
+        let event = self.client().poll_event(&self.queue, deadline);
+        if let EventPollResult::Event(ev) = event {
+            let evtype = unsafe { rdsys::rd_kafka_event_type(ev.ptr()) };
+            match evtype {
+                rdsys::RD_KAFKA_EVENT_DR => self.handle_delivery_report_event(ev),
+                rdsys::RD_KAFKA_EVENT_ERROR => self.handle_error_event(ev),
+                _ => {
+                    let evname = unsafe {
+                        let evname = rdsys::rd_kafka_event_name(ev.ptr());
+                        CStr::from_ptr(evname).to_string_lossy()
+                    };
+                    warn!("Ignored event '{}' on base producer poll", evname);
+                }
             }
         }
     }
@@ -687,8 +694,12 @@ where
                 .spawn(move || {
                     trace!("Polling thread loop started");
                     loop {
-                        producer.poll(Duration::from_millis(100));
-                        if should_stop.load(Ordering::Relaxed) {
+                        // orderly's patch (PATCH.md): one wait at a time, so
+                        // that a drop's yield ends it.
+                        let deadline: Deadline =
+                            Timeout::After(Duration::from_millis(100)).into();
+                        producer.poll_once(&deadline);
+                        if should_stop.load(Ordering::SeqCst) {
                             // We received nothing and the thread should
                             // stop, so break the loop.
                             break;
@@ -804,7 +815,10 @@ where
         trace!("Destroy ThreadedProducer");
         if let Some(handle) = self.handle.take().and_then(Arc::into_inner) {
             trace!("Stopping polling");
-            self.should_stop.store(true, Ordering::Relaxed);
+            self.should_stop.store(true, Ordering::SeqCst);
+            // orderly's patch (PATCH.md): wake the polling thread's wait
+            // instead of joining it after up to 100 ms.
+            unsafe { rdsys::rd_kafka_queue_yield(self.producer.queue.ptr()) };
             trace!("Waiting for polling thread termination");
             match handle.join() {
                 Ok(()) => trace!("Polling stopped"),
