@@ -183,6 +183,23 @@ mod tests {
     }
 
     #[test]
+    fn after_a_spill_the_newest_entries_hold_only_the_room_they_use() {
+        // The cache counts the vector's capacity: a full chunk's worth of
+        // room right after each spill made an order measure twice its size
+        // until its next write-out.
+        let mut inbox = Inbox::default();
+        for v in 1..=INBOX_CHUNK as i64 + 1 {
+            inbox.push(entry(v, v), 0);
+        }
+        assert_eq!(inbox.recent.len(), 1);
+        assert!(
+            inbox.recent.capacity() < INBOX_CHUNK / 2,
+            "capacity {} after a spill",
+            inbox.recent.capacity()
+        );
+    }
+
+    #[test]
     fn inbox_spills_full_chunks_and_finds_every_version() {
         let mut inbox = Inbox::default();
         let mut spilled = Vec::new();
