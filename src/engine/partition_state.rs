@@ -555,15 +555,14 @@ impl<E: Entity> PartitionState<E> {
             checkpoint,
         })
     }
-}
 
-impl<E: Entity> PartitionState<E> {
     /// When the cache holds more than `keep_bytes`, forgets unchanged
     /// orders, least recently touched first, until it holds at most three
     /// quarters of it (so the next pass is a quarter of the budget away).
     /// Changed orders stay until a write-out: when they alone pass the
-    /// budget, the write-out is due. O(n log n) in the orders cached, at
-    /// most once per quarter of the budget read in.
+    /// budget, the write-out is due. O(n log n) in the unchanged orders
+    /// cached; a pass that frees what it should leaves a quarter of the
+    /// budget before the next.
     pub fn shed(&mut self, keep_bytes: usize) {
         let clean_bytes = self.cached_bytes.saturating_sub(self.dirty_bytes);
         if self.cached_bytes <= keep_bytes || clean_bytes == 0 {
