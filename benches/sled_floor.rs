@@ -15,9 +15,14 @@
 //!
 //! It prints the wall time, the process's CPU time and the CPU per key.
 //!
+//! `--packed BYTES` writes the keys as a restore from nothing writes them
+//! since layout 4: in packed runs of about BYTES each
+//! (the encoding of orderly's `engine::runs`), one sled insert per
+//! run, not per key.
+//!
 //! ```sh
 //! cargo bench --bench sled_floor -- [--keys 1000000] [--trees 4] [--value-bytes 180] \
-//!     [--cache-mb 64] [--orders random,batched,sorted] [--dir /dev/shm]
+//!     [--cache-mb 64] [--orders random,batched,sorted] [--packed BYTES] [--dir /dev/shm]
 //! ```
 
 use std::time::Instant;
@@ -37,6 +42,7 @@ struct Args {
     value_bytes: usize,
     cache_mb: u64,
     orders: Vec<String>,
+    packed: Option<usize>,
     dir: std::path::PathBuf,
 }
 
@@ -47,6 +53,7 @@ fn parse() -> anyhow::Result<Args> {
         value_bytes: 180,
         cache_mb: 64,
         orders: vec!["random".into(), "batched".into(), "sorted".into()],
+        packed: None,
         dir: std::env::temp_dir(),
     };
     let mut it = std::env::args().skip(1);
@@ -63,6 +70,7 @@ fn parse() -> anyhow::Result<Args> {
             "--cache-mb" => args.cache_mb = value.parse().context("--cache-mb")?,
             "--orders" => args.orders = value.split(',').map(str::to_string).collect(),
             "--dir" => args.dir = value.into(),
+            "--packed" => args.packed = Some(value.parse().context("--packed")?),
             other => bail!("unknown option {other}"),
         }
     }
@@ -115,6 +123,49 @@ fn keys_of(
     keys
 }
 
+/// Writes `keys` (in the order given) in runs of about `run_bytes`, each
+/// under `r` + the last key it holds, encoded as `engine::runs` encodes
+/// them: a count, the entries' offsets, then each entry's key length, key,
+/// kind byte, value length and value.
+fn write_packed(
+    tree: &sled::Tree,
+    keys: Vec<Vec<u8>>,
+    value: &[u8],
+    run_bytes: usize,
+) -> sled::Result<()> {
+    let mut data: Vec<u8> = Vec::new();
+    let mut offsets: Vec<u32> = Vec::new();
+    let mut last: Vec<u8> = Vec::new();
+    let mut flush = |data: &mut Vec<u8>, offsets: &mut Vec<u32>, last: &[u8]| {
+        let header = 4 + 4 * offsets.len();
+        let mut run = Vec::with_capacity(header + data.len());
+        run.extend_from_slice(&(offsets.len() as u32).to_le_bytes());
+        for offset in offsets.drain(..) {
+            run.extend_from_slice(&(offset + header as u32).to_le_bytes());
+        }
+        run.append(data);
+        let mut key = vec![b'r', 0, 0, 0, 0];
+        key.extend_from_slice(last);
+        tree.insert(key, run).map(drop)
+    };
+    for key in keys {
+        offsets.push(data.len() as u32);
+        data.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        data.extend_from_slice(&key);
+        data.push(1);
+        data.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        data.extend_from_slice(value);
+        last = key;
+        if data.len() >= run_bytes {
+            flush(&mut data, &mut offsets, &last)?;
+        }
+    }
+    if !offsets.is_empty() {
+        flush(&mut data, &mut offsets, &last)?;
+    }
+    Ok(())
+}
+
 fn run(args: &Args, order: &str) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new()
         .prefix("orderly-sled-floor-")
@@ -134,9 +185,15 @@ fn run(args: &Args, order: &str) -> anyhow::Result<()> {
         for (t, keys) in keys.into_iter().enumerate() {
             let tree = db.open_tree(format!("partition/bench/{t}"))?;
             let value = &value;
+            let packed = args.packed;
             writers.push(scope.spawn(move || -> sled::Result<()> {
-                for key in keys {
-                    tree.insert(key, value.as_slice())?;
+                match packed {
+                    None => {
+                        for key in keys {
+                            tree.insert(key, value.as_slice())?;
+                        }
+                    }
+                    Some(bytes) => write_packed(&tree, keys, value, bytes)?,
                 }
                 Ok(())
             }));
@@ -151,8 +208,11 @@ fn run(args: &Args, order: &str) -> anyhow::Result<()> {
     db.flush()?;
     let (wall, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds()? - cpu_before);
     let written = per_tree * args.trees;
+    let packed = args
+        .packed
+        .map_or_else(String::new, |bytes| format!(" in runs of {bytes} bytes"));
     println!(
-        "{order:>8}: {written} keys of {} bytes over {} trees, cache {} MiB: {wall:.2} s wall, {cpu:.2} s CPU, \
+        "{order:>8}{packed}: {written} keys of {} bytes over {} trees, cache {} MiB: {wall:.2} s wall, {cpu:.2} s CPU, \
          {:.2} µs CPU per key, {:.0} keys/s",
         args.value_bytes,
         args.trees,

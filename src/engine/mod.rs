@@ -12,4 +12,5 @@ pub(crate) mod inbox;
 pub(crate) mod outbox_record;
 pub(crate) mod outcomes;
 pub(crate) mod partition_state;
+pub(crate) mod runs;
 pub(crate) mod store;

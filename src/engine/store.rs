@@ -15,6 +15,11 @@
 //!
 //! * `x` + source offset (i64, big-endian): a pending [`OutboxRecord`]
 //!   (bincode), deleted once the relay's publish was acknowledged.
+//! * `r` + generation + last key: a packed run of states and chunks written
+//!   by a restore from nothing, and `\x00runs`: how many generations of
+//!   them the tree holds ([`crate::engine::runs`]). A state or chunk key in
+//!   the tree shadows the runs; while the tree has runs, an empty value
+//!   under such a key is a tombstone.
 //!
 //! The default tree holds `format`: the layout version, checked at open, and
 //! `binding`: the group, input topic and changelog topic the store was built
@@ -25,13 +30,17 @@
 //! is prefixed with `0xFF`, a byte no UTF-8 text (so no valid `order_id`)
 //! contains. The changelog value is the sled value, byte for byte.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::entity::{Entity, State};
 use crate::engine::inbox::InboxEntry;
 use crate::engine::outbox_record::OutboxRecord;
+use crate::engine::runs::{self, Found, Run, RunBuilder, RUNS_KEY};
 
 pub(crate) const CHECKPOINT_KEY: &[u8] = b"\x00checkpoint";
 /// Present while a restore from the changelog is under way: the tree's
@@ -46,8 +55,10 @@ const OUTBOX_PREFIX: u8 = b'x';
 const FORMAT_KEY: &[u8] = b"format";
 /// The store layout this build reads and writes. 1: whole inbox in the
 /// state value (before write coalescing); 2: recent entries plus chunks;
-/// 3: the checkpoint records its changelog position.
-pub(crate) const FORMAT: u32 = 3;
+/// 3: the checkpoint records its changelog position; 4: packed runs. A
+/// layout-3 store is a layout-4 store without runs, and is marked 4 at open.
+pub(crate) const FORMAT: u32 = 4;
+const FORMAT_WITHOUT_RUNS: u32 = 3;
 const TREE_PREFIX: &str = "partition/";
 
 #[derive(Debug, thiserror::Error)]
@@ -186,6 +197,10 @@ pub struct PartitionStats {
 pub struct Store {
     db: sled::Db,
     path: PathBuf,
+    /// Each partition tree's count of run generations, shared by every
+    /// [`PartitionStore`] of the tree (a restore adds generations that the
+    /// partition's task must see).
+    runs: Arc<Mutex<HashMap<String, Arc<AtomicU32>>>>,
 }
 
 impl Store {
@@ -215,6 +230,7 @@ impl Store {
         let store = Store {
             db,
             path: path.to_path_buf(),
+            runs: Arc::default(),
         };
         store.check_format()?;
         Ok(store)
@@ -225,6 +241,12 @@ impl Store {
         let found = self.db.get(FORMAT_KEY).map_err(|e| self.io(e))?;
         match found {
             Some(bytes) if bytes.as_ref() == FORMAT.to_be_bytes() => Ok(()),
+            Some(bytes) if bytes.as_ref() == FORMAT_WITHOUT_RUNS.to_be_bytes() => {
+                self.db
+                    .insert(FORMAT_KEY, &FORMAT.to_be_bytes())
+                    .map_err(|e| self.io(e))?;
+                Ok(())
+            }
             Some(bytes) => Err(StoreError::Format {
                 path: self.path.clone(),
                 found: <[u8; 4]>::try_from(bytes.as_ref())
@@ -280,10 +302,34 @@ impl Store {
     pub fn partition(&self, topic: &str, partition: i32) -> Result<PartitionStore, StoreError> {
         let name = format!("{TREE_PREFIX}{topic}/{partition}");
         let tree = self.db.open_tree(name.as_bytes()).map_err(|e| self.io(e))?;
+        let runs = {
+            // A poisoned lock only means another thread panicked while
+            // holding it; the map itself is always whole.
+            let mut shared = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+            match shared.get(&name) {
+                Some(runs) => runs.clone(),
+                None => {
+                    let count = match tree.get(RUNS_KEY).map_err(|e| self.io(e))? {
+                        None => 0,
+                        Some(bytes) => <[u8; 4]>::try_from(bytes.as_ref())
+                            .map(u32::from_be_bytes)
+                            .map_err(|_| StoreError::Corrupt {
+                                tree: name.clone(),
+                                key: "runs".into(),
+                                message: format!("{} bytes, not 4", bytes.len()),
+                            })?,
+                    };
+                    let runs = Arc::new(AtomicU32::new(count));
+                    shared.insert(name.clone(), runs.clone());
+                    runs
+                }
+            }
+        };
         Ok(PartitionStore {
             tree,
             name,
             path: self.path.clone(),
+            runs,
         })
     }
 
@@ -329,7 +375,7 @@ impl Store {
         for (topic, partition) in self.partitions() {
             let tree = self.partition(&topic, partition)?;
             let checkpoint = tree.checkpoint()?.unwrap_or_default();
-            let orders = tree.tree.scan_prefix([ORDER_PREFIX]).count();
+            let orders = tree.state_count()?;
             let outbox_pending = tree.tree.scan_prefix([OUTBOX_PREFIX]).count();
             out.push(PartitionStats {
                 topic,
@@ -365,10 +411,10 @@ impl Store {
     ) -> Result<(), StoreError> {
         for (topic, partition) in self.partitions() {
             let tree = self.partition(&topic, partition)?;
-            for item in tree.tree.scan_prefix([ORDER_PREFIX]) {
-                let (key, value) = item.map_err(|e| self.io(e))?;
-                visit(partition, tree.decode_state(&key, &value)?);
-            }
+            tree.scan_packable(ORDER_PREFIX, |key, value| {
+                visit(partition, tree.decode_state(key, value)?);
+                Ok(())
+            })?;
         }
         Ok(())
     }
@@ -507,13 +553,18 @@ pub struct PartitionStore {
     pub(crate) tree: sled::Tree,
     name: String,
     path: PathBuf,
+    /// Generations of packed runs in the tree (0: none), shared with every
+    /// other handle of the tree.
+    runs: Arc<AtomicU32>,
 }
 
 /// The writes of one write-out: changed states and inbox chunks, then the
 /// checkpoint. With a changelog, the same changes as changelog records.
 #[derive(Default)]
 pub struct BatchWrite {
-    batch: sled::Batch,
+    /// Keys and values (`None`: a removal) in the order written; a later
+    /// write of a key replaces an earlier one.
+    ops: Vec<(Vec<u8>, Option<sled::IVec>)>,
     /// Keys written or removed.
     pub keys: usize,
     /// Bytes written, keys and values.
@@ -541,7 +592,7 @@ impl BatchWrite {
                 value: Some(value.clone()),
             });
         }
-        self.batch.insert(key, value);
+        self.ops.push((key, Some(value)));
     }
 
     fn remove(&mut self, key: Vec<u8>) {
@@ -552,7 +603,7 @@ impl BatchWrite {
                 value: None,
             });
         }
-        self.batch.remove(key);
+        self.ops.push((key, None));
     }
 
     /// Stores a full chunk of an order's older inbox entries.
@@ -644,7 +695,7 @@ impl PartitionStore {
     /// The state of the entity `key` (`None`: no event applied).
     pub fn get<E: Entity>(&self, key: &str) -> Result<Option<State<E>>, StoreError> {
         let key = order_key(key);
-        match self.tree.get(&key).map_err(|e| self.io(e))? {
+        match self.lookup(&key)? {
             None => Ok(None),
             Some(bytes) => self.decode_state(&key, &bytes).map(Some),
         }
@@ -657,7 +708,7 @@ impl PartitionStore {
         first_version: i64,
     ) -> Result<Option<Vec<InboxEntry>>, StoreError> {
         let key = chunk_key(order_id, first_version);
-        match self.tree.get(&key).map_err(|e| self.io(e))? {
+        match self.lookup(&key)? {
             None => Ok(None),
             Some(bytes) => {
                 bincode::deserialize(&bytes)
@@ -675,13 +726,20 @@ impl PartitionStore {
     /// durable until `Store::flush`.
     pub fn commit_batch(
         &self,
-        mut write: BatchWrite,
+        write: BatchWrite,
         checkpoint: &Checkpoint,
     ) -> Result<(), StoreError> {
-        write
-            .batch
-            .insert(CHECKPOINT_KEY, self.encode_checkpoint(checkpoint)?);
-        self.tree.apply_batch(write.batch).map_err(|e| self.io(e))
+        let tombstones = self.has_runs();
+        let mut batch = sled::Batch::default();
+        for (key, value) in write.ops {
+            match value {
+                Some(value) => batch.insert(key, value),
+                None if tombstones && packable(&key) => batch.insert(key, sled::IVec::default()),
+                None => batch.remove(key),
+            }
+        }
+        batch.insert(CHECKPOINT_KEY, self.encode_checkpoint(checkpoint)?);
+        self.tree.apply_batch(batch).map_err(|e| self.io(e))
     }
 
     /// The checkpoint's bytes (as stored, and as its changelog record carries them).
@@ -764,7 +822,9 @@ impl PartitionStore {
     /// Removes every key of the tree (a restore of a newer epoch, or a
     /// replay with `--reset-state` without a changelog).
     pub fn clear(&self) -> Result<(), StoreError> {
-        self.tree.clear().map_err(|e| self.io(e))
+        self.tree.clear().map_err(|e| self.io(e))?;
+        self.runs.store(0, Ordering::Release);
+        Ok(())
     }
 
     /// Marks the tree as being restored.
@@ -776,20 +836,228 @@ impl PartitionStore {
     }
 
     /// Writes restored changes while the tree is marked as
-    /// restoring. One key at a time, not as an atomic batch: the mark makes
-    /// a half-written restore start again, and sled's batches hold a lock
-    /// over every tree while they apply, where single writes to different
-    /// trees run side by side (the partitions' restores, and the write-outs
-    /// of the partitions already processing).
-    pub(crate) fn restore_batch(&self, write: RestoreWrite) -> Result<(), StoreError> {
+    /// restoring. Not as an atomic batch: the mark makes a half-written
+    /// restore start again, and sled's batches hold a lock over every tree
+    /// while they apply, where single writes to different trees run side by
+    /// side (the partitions' restores, and the write-outs of the partitions
+    /// already processing).
+    ///
+    /// `packed` (a restore into a tree it cleared): the states and chunks
+    /// go into one new generation of packed runs ([`crate::engine::runs`]),
+    /// a few sled writes for thousands of keys; other keys one at a time.
+    /// Otherwise every key is written one at a time.
+    pub(crate) fn restore_batch(
+        &self,
+        write: RestoreWrite,
+        packed: bool,
+    ) -> Result<(), StoreError> {
+        let tombstones = self.has_runs();
+        let generation = self.runs.load(Ordering::Acquire);
+        let mut builder = RunBuilder::default();
+        let mut wrote_runs = false;
         for (key, value) in write.into_tree_order() {
+            if packed && packable(&key) {
+                if let Some((last, run)) = builder.push(&key, value.as_deref()) {
+                    self.put_run(generation, &last, run)?;
+                    wrote_runs = true;
+                }
+                continue;
+            }
             match value {
                 Some(value) => self.tree.insert(key, value).map(drop),
+                None if tombstones && packable(&key) => {
+                    self.tree.insert(key, sled::IVec::default()).map(drop)
+                }
                 None => self.tree.remove(key).map(drop),
             }
             .map_err(|e| self.io(e))?;
         }
+        if let Some((last, run)) = builder.finish() {
+            self.put_run(generation, &last, run)?;
+            wrote_runs = true;
+        }
+        if wrote_runs {
+            let count = generation + 1;
+            self.tree
+                .insert(RUNS_KEY, &count.to_be_bytes())
+                .map_err(|e| self.io(e))?;
+            self.runs.store(count, Ordering::Release);
+        }
         Ok(())
+    }
+
+    fn put_run(&self, generation: u32, last: &[u8], run: Vec<u8>) -> Result<(), StoreError> {
+        self.tree
+            .insert(runs::run_key(generation, last), run)
+            .map(drop)
+            .map_err(|e| self.io(e))
+    }
+
+    /// Entity states the tree holds (scans every one).
+    pub(crate) fn state_count(&self) -> Result<usize, StoreError> {
+        let mut states = 0;
+        self.scan_packable(ORDER_PREFIX, |_, _| {
+            states += 1;
+            Ok(())
+        })?;
+        Ok(states)
+    }
+
+    /// True when the tree holds packed runs.
+    pub(crate) fn has_runs(&self) -> bool {
+        self.runs.load(Ordering::Acquire) > 0
+    }
+
+    fn corrupt_run(&self, key: &[u8], message: String) -> StoreError {
+        StoreError::Corrupt {
+            tree: self.name.clone(),
+            key: format!("run holding {}", String::from_utf8_lossy(key)),
+            message,
+        }
+    }
+
+    /// The value of a state or chunk key: the tree's, else the newest
+    /// generation of runs that holds the key (`None`: absent or deleted).
+    fn lookup(&self, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
+        let generations = self.runs.load(Ordering::Acquire);
+        match self.tree.get(key).map_err(|e| self.io(e))? {
+            Some(value) if generations > 0 && value.is_empty() => return Ok(None),
+            Some(value) => return Ok(Some(value)),
+            None if generations == 0 => return Ok(None),
+            None => {}
+        }
+        for generation in (0..generations).rev() {
+            let start = runs::generation_start(generation, key);
+            let Some(item) = self
+                .tree
+                .range(start..runs::generation_end(generation))
+                .next()
+            else {
+                continue;
+            };
+            let (_, bytes) = item.map_err(|e| self.io(e))?;
+            let run = Run::parse(&bytes).map_err(|m| self.corrupt_run(key, m))?;
+            match run.find(key).map_err(|m| self.corrupt_run(key, m))? {
+                Found::Value(value) => {
+                    let (offset, len) = run.range_of(value);
+                    return Ok(Some(bytes.subslice(offset, len)));
+                }
+                Found::Deleted => return Ok(None),
+                Found::Absent => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// Visits every live key with the one-byte `prefix` (a state or chunk
+    /// prefix) and its value, in key order: the tree's keys merged with the
+    /// runs', the tree's winning, then the newer generation's.
+    pub(crate) fn scan_packable(
+        &self,
+        prefix: u8,
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let generations = self.runs.load(Ordering::Acquire);
+        let tombstones = generations > 0;
+        let mut sources: Vec<std::iter::Peekable<Box<dyn Iterator<Item = Entry> + '_>>> =
+            Vec::new();
+        let tree: Box<dyn Iterator<Item = Entry>> =
+            Box::new(self.tree.scan_prefix([prefix]).map(move |item| {
+                let (key, value) = item.map_err(|e| self.io(e))?;
+                let value = (!(tombstones && value.is_empty())).then(|| value.to_vec());
+                Ok((key.to_vec(), value))
+            }));
+        sources.push(tree.peekable());
+        for generation in (0..generations).rev() {
+            let entries: Box<dyn Iterator<Item = Entry>> =
+                Box::new(self.generation_entries(generation, prefix));
+            sources.push(entries.peekable());
+        }
+        loop {
+            let mut smallest: Option<(usize, Vec<u8>)> = None;
+            for (index, source) in sources.iter_mut().enumerate() {
+                if matches!(source.peek(), Some(Err(_))) {
+                    if let Some(Err(error)) = source.next() {
+                        return Err(error);
+                    }
+                }
+                if let Some(Ok((key, _))) = source.peek() {
+                    if smallest.as_ref().is_none_or(|(_, least)| key < least) {
+                        smallest = Some((index, key.clone()));
+                    }
+                }
+            }
+            let Some((winner, key)) = smallest else {
+                return Ok(());
+            };
+            let mut value = None;
+            for (index, source) in sources.iter_mut().enumerate() {
+                if matches!(source.peek(), Some(Ok((k, _))) if *k == key) {
+                    if let Some(Ok((_, v))) = source.next() {
+                        if index == winner {
+                            value = v;
+                        }
+                    }
+                }
+            }
+            if let Some(value) = value {
+                visit(&key, &value)?;
+            }
+        }
+    }
+
+    /// The entries of one generation's runs with keys starting with
+    /// `prefix`, in key order (deletions as `None`).
+    fn generation_entries(&self, generation: u32, prefix: u8) -> impl Iterator<Item = Entry> + '_ {
+        let mut runs = self
+            .tree
+            .range(runs::generation_start(generation, &[prefix])..runs::generation_end(generation));
+        let mut current: Option<(sled::IVec, usize)> = None;
+        let mut done = false;
+        std::iter::from_fn(move || loop {
+            if done {
+                return None;
+            }
+            let step = (|| -> Result<Option<Scanned>, StoreError> {
+                if let Some((bytes, index)) = current.as_mut() {
+                    let run = Run::parse(bytes).map_err(|m| self.corrupt_run(&[prefix], m))?;
+                    if *index < run.len() {
+                        let (key, value) = run
+                            .entry(*index)
+                            .map_err(|m| self.corrupt_run(&[prefix], m))?;
+                        *index += 1;
+                        if key.first() != Some(&prefix) {
+                            done = true;
+                            return Ok(None);
+                        }
+                        return Ok(Some((key.to_vec(), value.map(<[u8]>::to_vec))));
+                    }
+                }
+                match runs.next() {
+                    None => {
+                        done = true;
+                        Ok(None)
+                    }
+                    Some(item) => {
+                        let (_, bytes) = item.map_err(|e| self.io(e))?;
+                        let run = Run::parse(&bytes).map_err(|m| self.corrupt_run(&[prefix], m))?;
+                        let first = run
+                            .lower_bound(&[prefix])
+                            .map_err(|m| self.corrupt_run(&[prefix], m))?;
+                        current = Some((bytes, first));
+                        Ok(None)
+                    }
+                }
+            })();
+            match step {
+                Err(error) => {
+                    done = true;
+                    return Some(Err(error));
+                }
+                Ok(Some(entry)) => return Some(Ok(entry)),
+                Ok(None) => continue,
+            }
+        })
     }
 
     /// Writes the last restored changes, then the checkpoint that covers
@@ -797,11 +1065,12 @@ impl PartitionStore {
     pub(crate) fn finish_restore(
         &self,
         write: RestoreWrite,
+        packed: bool,
         checkpoint: &Checkpoint,
     ) -> Result<(), StoreError> {
-        self.restore_batch(write)?;
+        self.restore_batch(write, packed)?;
         let mut finish = BatchWrite::default();
-        finish.batch.remove(RESTORING_KEY);
+        finish.ops.push((RESTORING_KEY.to_vec(), None));
         self.commit_batch(finish, checkpoint)
     }
 
@@ -809,6 +1078,15 @@ impl PartitionStore {
     pub fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// A key met by a scan of a tree and its runs, and its value (`None`: deleted).
+type Scanned = (Vec<u8>, Option<Vec<u8>>);
+type Entry = Result<Scanned, StoreError>;
+
+/// True for the keys packed runs may hold: states and inbox chunks.
+fn packable(key: &[u8]) -> bool {
+    matches!(key.first(), Some(&ORDER_PREFIX) | Some(&CHUNK_PREFIX))
 }
 
 pub(crate) fn order_key(order_id: &str) -> Vec<u8> {

@@ -13,12 +13,17 @@
 //!    None there: only a torn tail follows the position; nothing to apply.
 //! 3. Records from the position up to that checkpoint record, those it
 //!    covers only (`covers <= next_offset`), are gathered newest-per-key
-//!    and written to the tree key by key in batches, with the tree marked
-//!    as restoring; after the last batch one atomic sled batch writes the
+//!    and written to the tree in batches, with the tree marked as
+//!    restoring; after the last batch one atomic sled batch writes the
 //!    checkpoint (with its changelog position) and clears the mark. A crash
 //!    or a revoke mid-restore leaves the mark, and the next restore starts
 //!    again from the recorded position: records are re-applied in log
-//!    order, so the result is the same.
+//!    order, so the result is the same. A restore from nothing (no
+//!    checkpoint in the tree, or a new epoch) clears the tree first (of
+//!    what an interrupted one left) and writes each batch's states and
+//!    chunks as a generation of packed runs ([`crate::engine::runs`]): a
+//!    few sled writes per thousand keys. A restore of a tail writes key by
+//!    key.
 //! 4. A restore that fails on the broker's side (no leader, no broker
 //!    reachable, a timeout) is started again after a wait, up to
 //!    `RESTORE_TRIES` in all ([`Restore::run_with_retries`]).
@@ -237,6 +242,12 @@ impl Restore<'_> {
         // this store was written): the store's state is from before the
         // reset. Clear it and restore the new epoch from the start.
         let mut from = from;
+        // A tree with no checkpoint holds nothing but what an interrupted
+        // restore left: it is cleared, and the restore writes packed runs.
+        let mut packed = local.is_none();
+        if packed {
+            self.tree.clear()?;
+        }
         if local.is_some_and(|l| l.epoch != checkpoint.epoch) {
             say!(
                 voice,
@@ -247,6 +258,7 @@ impl Restore<'_> {
             );
             self.tree.clear()?;
             from = low;
+            packed = true;
         }
         say!(
             voice,
@@ -294,7 +306,8 @@ impl Restore<'_> {
             applied += 1;
             if write.keys() >= RESTORE_BATCH_KEYS || write.bytes() >= RESTORE_BATCH_BYTES {
                 let writing = Instant::now();
-                self.tree.restore_batch(std::mem::take(&mut write))?;
+                self.tree
+                    .restore_batch(std::mem::take(&mut write), packed)?;
                 store_write += writing.elapsed();
                 batches += 1;
             }
@@ -338,7 +351,7 @@ impl Restore<'_> {
         };
         let last_batch_keys = write.keys();
         let writing = Instant::now();
-        self.tree.finish_restore(write, &checkpoint)?;
+        self.tree.finish_restore(write, packed, &checkpoint)?;
         let store_write = store_write + writing.elapsed();
         let elapsed = started.elapsed();
         let read = (applied + skipped) as f64;

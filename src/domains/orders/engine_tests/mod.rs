@@ -3,6 +3,7 @@
 
 mod decide;
 mod outbox;
+mod packed_runs;
 mod partition_state;
 mod processing;
 mod store;

@@ -212,7 +212,7 @@ fn a_restore_write_keeps_the_newest_record_of_each_key_and_counts_only_what_it_h
         changelog_next: Some(5),
         ..Default::default()
     };
-    p.finish_restore(write, &cp).unwrap();
+    p.finish_restore(write, false, &cp).unwrap();
     assert!(
         !p.restoring().unwrap(),
         "the mark is cleared with the checkpoint"
