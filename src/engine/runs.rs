@@ -33,8 +33,9 @@ pub(crate) const RUN_PREFIX: u8 = b'r';
 /// absent: none.
 pub(crate) const RUNS_KEY: &[u8] = b"\x00runs";
 /// A run is cut once its entries reach this many bytes. Measured with
-/// `benches/sled_floor.rs --packed`: 8 KiB runs cost 1.35 µs of CPU per
-/// key, 32 KiB 0.85, 128 KiB no less; one key per sled value 7.6.
+/// `benches/sled_floor.rs --packed` (docs/performance.md, "Packed runs"):
+/// a key in a run of this size costs an eighth of a key of its own, and
+/// larger runs gain little.
 pub(crate) const RUN_BYTES: usize = 32 << 10;
 
 const KIND_DELETED: u8 = 0;
