@@ -25,7 +25,9 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
 use orderly::testkit::orders::{Encoder, EventType, OrderEvent, OrderState, WriterVersion};
-use orderly::testkit::{apply, decide, step, BatchWrite, Checkpoint, Decoder, InboxEntry};
+use orderly::testkit::{
+    apply, decide, step, BatchWrite, Checkpoint, Decoder, InboxEntry, PartitionStore, RestoreWrite,
+};
 use orderly::{Registry, Store};
 use std::collections::HashMap;
 
@@ -200,6 +202,58 @@ fn store_benches(c: &mut Criterion) {
     drop(store);
 }
 
+/// A state read from a tree restored key by key, and from one restored from
+/// nothing into packed runs of several generations (a 1M-order restore
+/// writes about 7 per partition): a key held, and a key absent.
+fn lookup_benches(c: &mut Criterion) {
+    const KEYS: usize = 40_000;
+    const GENERATIONS: usize = 7;
+    let dir = tempfile::Builder::new()
+        .prefix("orderly-bench-lookup-")
+        .tempdir()
+        .expect("tempdir");
+    let store = Store::open(&dir.path().join("store"), 64).expect("store opens");
+    let encoded: Vec<(String, Vec<u8>)> = (0..KEYS)
+        .map(|order| {
+            let state = state(order, 1).0;
+            let value = bincode::serialize(&state).expect("encodes");
+            (state.key, value)
+        })
+        .collect();
+    let restore = |tree: &PartitionStore, packed: bool| {
+        tree.begin_restore().expect("marked");
+        for generation in encoded.chunks(KEYS / GENERATIONS) {
+            let mut write = RestoreWrite::default();
+            for (key, value) in generation {
+                // An order's changelog key is its id.
+                write.restore(key.as_bytes(), Some(value));
+            }
+            tree.restore_batch(write, packed).expect("restored");
+        }
+        tree.finish_restore(RestoreWrite::default(), packed, &Checkpoint::starting_at(0))
+            .expect("finished");
+    };
+    let mut group = c.benchmark_group("lookup");
+    for (name, packed) in [("keyed", false), ("packed_7_generations", true)] {
+        let tree = store
+            .partition("orders", i32::from(packed))
+            .expect("tree opens");
+        restore(&tree, packed);
+        assert_eq!(tree.has_runs(), packed);
+        let mut next = 0usize;
+        group.bench_function(BenchmarkId::new("held", name), |b| {
+            b.iter(|| {
+                next = (next + 7_919) % KEYS;
+                black_box(tree.get::<orderly::Orders>(&encoded[next].0).expect("read"))
+            })
+        });
+        group.bench_function(BenchmarkId::new("absent", name), |b| {
+            b.iter(|| black_box(tree.get::<orderly::Orders>("no-such-order").expect("read")))
+        });
+    }
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -210,6 +264,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = components;
     config = config();
-    targets = decode_benches, decide_benches, store_benches
+    targets = decode_benches, decide_benches, store_benches, lookup_benches
 }
 criterion_main!(components);

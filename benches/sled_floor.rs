@@ -136,7 +136,7 @@ fn write_packed(
     let mut data: Vec<u8> = Vec::new();
     let mut offsets: Vec<u32> = Vec::new();
     let mut last: Vec<u8> = Vec::new();
-    let mut flush = |data: &mut Vec<u8>, offsets: &mut Vec<u32>, last: &[u8]| {
+    let flush = |data: &mut Vec<u8>, offsets: &mut Vec<u32>, last: &[u8]| {
         let header = 4 + 4 * offsets.len();
         let mut run = Vec::with_capacity(header + data.len());
         run.extend_from_slice(&(offsets.len() as u32).to_le_bytes());

@@ -1,0 +1,302 @@
+//! A partition tree's reads and its write-outs: states and chunks (found in
+//! the tree, else in its packed runs), the outbox, and the atomic batch of
+//! a write-out with its checkpoint.
+
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use super::{
+    chunk_key, encode, order_key, outbox_key, packable, to_changelog_key, Checkpoint,
+    PartitionStore, StoreError, CHECKPOINT_KEY, OUTBOX_PREFIX, RESTORING_KEY,
+};
+use crate::engine::entity::{Entity, State};
+use crate::engine::inbox::InboxEntry;
+use crate::engine::outbox_record::OutboxRecord;
+
+/// One change of a write-out as the changelog carries it: the key in its
+/// changelog form, the value (`None`: a deletion, a tombstone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeRecord {
+    pub key: Vec<u8>,
+    pub value: Option<sled::IVec>,
+}
+
+/// The writes of one write-out: changed states and inbox chunks, then the
+/// checkpoint. With a changelog, the same changes as changelog records.
+#[derive(Default)]
+pub struct BatchWrite {
+    /// Keys and values (`None`: a removal) in the order written; a later
+    /// write of a key replaces an earlier one.
+    ops: Vec<(Vec<u8>, Option<sled::IVec>)>,
+    /// Keys written or removed.
+    pub keys: usize,
+    /// Bytes written, keys and values.
+    pub bytes: usize,
+    /// `Some` when the changes also go to a changelog.
+    pub changes: Option<Vec<ChangeRecord>>,
+}
+
+impl BatchWrite {
+    /// A write whose changes are also collected for the changelog.
+    pub(crate) fn with_changelog() -> Self {
+        BatchWrite {
+            changes: Some(Vec::new()),
+            ..Default::default()
+        }
+    }
+
+    fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.keys += 1;
+        self.bytes += key.len() + value.len();
+        let value = sled::IVec::from(value);
+        if let Some(changes) = &mut self.changes {
+            changes.push(ChangeRecord {
+                key: to_changelog_key(&key),
+                value: Some(value.clone()),
+            });
+        }
+        self.ops.push((key, Some(value)));
+    }
+
+    pub(super) fn remove(&mut self, key: Vec<u8>) {
+        self.keys += 1;
+        if let Some(changes) = &mut self.changes {
+            changes.push(ChangeRecord {
+                key: to_changelog_key(&key),
+                value: None,
+            });
+        }
+        self.ops.push((key, None));
+    }
+
+    /// Stores a full chunk of an order's older inbox entries.
+    pub(crate) fn put_chunk(
+        &mut self,
+        order_id: &str,
+        entries: &[InboxEntry],
+    ) -> Result<(), StoreError> {
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
+        let value = encode(&entries).map_err(|message| StoreError::Corrupt {
+            tree: String::new(),
+            key: order_id.to_string(),
+            message,
+        })?;
+        self.insert(chunk_key(order_id, first.version), value);
+        Ok(())
+    }
+
+    /// Stores a pending outbox record under its source offset.
+    pub(crate) fn put_outbox<S: Serialize>(
+        &mut self,
+        record: &OutboxRecord<S>,
+    ) -> Result<(), StoreError> {
+        let value = encode(record).map_err(|message| StoreError::Corrupt {
+            tree: String::new(),
+            key: format!("outbox {}", record.source_offset),
+            message,
+        })?;
+        self.insert(outbox_key(record.source_offset), value);
+        Ok(())
+    }
+
+    /// Deletes a published outbox record.
+    pub(crate) fn delete_outbox(&mut self, source_offset: i64) {
+        self.remove(outbox_key(source_offset));
+    }
+
+    /// Deletes an expired chunk.
+    pub(crate) fn delete_chunk(&mut self, order_id: &str, first_version: i64) {
+        self.remove(chunk_key(order_id, first_version));
+    }
+
+    /// Writes an entity's state.
+    pub fn put_state<E: Entity>(&mut self, state: &State<E>) -> Result<(), StoreError> {
+        let value = encode(state).map_err(|message| StoreError::Corrupt {
+            tree: String::new(),
+            key: state.key.clone(),
+            message,
+        })?;
+        self.insert(order_key(&state.key), value);
+        Ok(())
+    }
+}
+
+impl PartitionStore {
+    pub(super) fn io(&self, cause: sled::Error) -> StoreError {
+        StoreError::Io {
+            path: self.path.clone(),
+            cause,
+        }
+    }
+
+    pub(super) fn decode_state<E: Entity>(
+        &self,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<State<E>, StoreError> {
+        bincode::deserialize(value).map_err(|e| StoreError::Corrupt {
+            tree: self.name.clone(),
+            key: String::from_utf8_lossy(key).into_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// The partition's checkpoint (`None`: nothing written out yet).
+    pub fn checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
+        match self.tree.get(CHECKPOINT_KEY).map_err(|e| self.io(e))? {
+            None => Ok(None),
+            Some(bytes) => {
+                bincode::deserialize(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::Corrupt {
+                        tree: self.name.clone(),
+                        key: "checkpoint".into(),
+                        message: e.to_string(),
+                    })
+            }
+        }
+    }
+
+    /// The state of the entity `key` (`None`: no event applied).
+    pub fn get<E: Entity>(&self, key: &str) -> Result<Option<State<E>>, StoreError> {
+        let key = order_key(key);
+        match self.lookup(&key)? {
+            None => Ok(None),
+            Some(bytes) => self.decode_state(&key, &bytes).map(Some),
+        }
+    }
+
+    /// One chunk of an order's older inbox entries.
+    pub(crate) fn get_chunk(
+        &self,
+        order_id: &str,
+        first_version: i64,
+    ) -> Result<Option<Vec<InboxEntry>>, StoreError> {
+        let key = chunk_key(order_id, first_version);
+        match self.lookup(&key)? {
+            None => Ok(None),
+            Some(bytes) => {
+                bincode::deserialize(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::Corrupt {
+                        tree: self.name.clone(),
+                        key: format!("inbox chunk {order_id}@{first_version}"),
+                        message: e.to_string(),
+                    })
+            }
+        }
+    }
+
+    /// Writes the batch's states and `checkpoint` in one atomic batch. Not
+    /// durable until `Store::flush`.
+    pub fn commit_batch(
+        &self,
+        write: BatchWrite,
+        checkpoint: &Checkpoint,
+    ) -> Result<(), StoreError> {
+        let tombstones = self.has_runs();
+        let mut batch = sled::Batch::default();
+        for (key, value) in write.ops {
+            match value {
+                Some(value) => batch.insert(key, value),
+                None if tombstones && packable(&key) => batch.insert(key, sled::IVec::default()),
+                None => batch.remove(key),
+            }
+        }
+        batch.insert(CHECKPOINT_KEY, self.encode_checkpoint(checkpoint)?);
+        self.tree.apply_batch(batch).map_err(|e| self.io(e))
+    }
+
+    /// The checkpoint's bytes (as stored, and as its changelog record carries them).
+    pub(crate) fn encode_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Vec<u8>, StoreError> {
+        checkpoint.encode().map_err(|message| StoreError::Corrupt {
+            tree: self.name.clone(),
+            key: "checkpoint".into(),
+            message,
+        })
+    }
+
+    /// Pending outbox records with source offsets in `(after, below)`, in
+    /// offset order, at most `limit`.
+    pub(crate) fn outbox_between<S: serde::de::DeserializeOwned>(
+        &self,
+        after: i64,
+        below: i64,
+        limit: usize,
+    ) -> Result<Vec<OutboxRecord<S>>, StoreError> {
+        let start = outbox_key(after.saturating_add(1).max(0));
+        let end = outbox_key(below.max(0));
+        let mut out = Vec::new();
+        for item in self.tree.range(start..end).take(limit) {
+            let (key, value) = item.map_err(|e| self.io(e))?;
+            out.push(
+                bincode::deserialize(&value).map_err(|e| StoreError::Corrupt {
+                    tree: self.name.clone(),
+                    key: String::from_utf8_lossy(&key).into_owned(),
+                    message: e.to_string(),
+                })?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Source offsets of pending outbox records at or below `through`.
+    pub(crate) fn outbox_through(&self, through: i64) -> Result<Vec<i64>, StoreError> {
+        let end = outbox_key(through.saturating_add(1).max(0));
+        let mut out = Vec::new();
+        for item in self.tree.range(outbox_key(0)..end) {
+            let (key, _) = item.map_err(|e| self.io(e))?;
+            if let Some(offset) = key
+                .get(1..9)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(i64::from_be_bytes)
+            {
+                out.push(offset);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Pending outbox records (of an entity whose status is an `S`) and the
+    /// oldest one's creation time (ms).
+    pub(crate) fn outbox_backlog<S: serde::de::DeserializeOwned>(
+        &self,
+    ) -> Result<(u64, Option<i64>), StoreError> {
+        let mut count = 0u64;
+        let mut oldest = None;
+        for item in self.tree.scan_prefix([OUTBOX_PREFIX]) {
+            let (_, value) = item.map_err(|e| self.io(e))?;
+            if oldest.is_none() {
+                oldest = bincode::deserialize::<OutboxRecord<S>>(&value)
+                    .ok()
+                    .map(|r| r.created_ms);
+            }
+            count += 1;
+        }
+        Ok((count, oldest))
+    }
+
+    /// True while a restore into this tree has not finished (its states may
+    /// be ahead of its checkpoint).
+    pub fn restoring(&self) -> Result<bool, StoreError> {
+        self.tree
+            .contains_key(RESTORING_KEY)
+            .map_err(|e| self.io(e))
+    }
+
+    /// Removes every key of the tree (a restore of a newer epoch, or a
+    /// replay with `--reset-state` without a changelog).
+    pub fn clear(&self) -> Result<(), StoreError> {
+        self.tree.clear().map_err(|e| self.io(e))?;
+        self.runs.store(0, Ordering::Release);
+        Ok(())
+    }
+
+    /// The tree's name, for messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
