@@ -3,33 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::domains::orders::event::{EventType, Order};
-use crate::domains::orders::OrderState;
+use super::store::state;
 use crate::domains::orders::Orders;
-use crate::engine::inbox::{event_id_hash, Inbox, InboxEntry};
+use crate::engine::inbox::InboxEntry;
 use crate::engine::store::*;
-
-fn state(order: &str, version: i64) -> OrderState {
-    OrderState {
-        key: order.into(),
-        version,
-        data: Order {
-            status: EventType::Paid,
-            amount: version * 10,
-            currency: "EUR".into(),
-        },
-        event_id: format!("{order}-{version}"),
-        occurred_at: 1,
-        inbox: Inbox {
-            recent: vec![InboxEntry {
-                version,
-                id_hash: event_id_hash(&format!("{order}-{version}")),
-                applied_at_ms: 5,
-            }],
-            chunks: Vec::new(),
-        },
-    }
-}
 
 fn chunk(version: i64) -> Vec<InboxEntry> {
     (version..version + 3)
@@ -148,6 +125,21 @@ fn write_out(tree: &PartitionStore, changes: &[Change], next_offset: i64) {
         .expect("commit");
 }
 
+/// The store at `path`, once the process's earlier handle has let go of its
+/// lock (sled releases it on a background thread).
+fn reopen(path: &std::path::Path) -> Store {
+    (0..100)
+        .find_map(|_| match Store::open(path, 8) {
+            Err(StoreError::Open { .. }) | Err(StoreError::Locked { .. }) => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                None
+            }
+            other => Some(other),
+        })
+        .expect("lock released")
+        .expect("the store opens")
+}
+
 fn check(store: &Store, partition: i32, model: &Model, what: &str) {
     // A handle of its own: runs a restore wrote through another handle count.
     let tree = store.partition("orders", partition).expect("tree");
@@ -260,16 +252,7 @@ fn a_tree_restored_into_packed_runs_reads_as_one_restored_key_by_key() {
             check(&store, 0, &model, &format!("seed {seed}, tail restored"));
             store.flush().expect("flush");
         }
-        let reopened = (0..100)
-            .find_map(|_| match Store::open(dir.path(), 8) {
-                Err(StoreError::Open { .. }) | Err(StoreError::Locked { .. }) => {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                    None
-                }
-                other => Some(other),
-            })
-            .expect("lock released")
-            .expect("reopened");
+        let reopened = reopen(dir.path());
         check(&reopened, 0, &model, &format!("seed {seed}, reopened"));
         let tree = reopened.partition("orders", 0).expect("tree");
         tree.clear().expect("clear");
@@ -298,16 +281,7 @@ fn a_store_of_the_layout_before_runs_is_opened_and_marked() {
             .expect("state");
         db.flush().expect("flush");
     }
-    let store = (0..100)
-        .find_map(|_| match Store::open(dir.path(), 8) {
-            Err(StoreError::Open { .. }) | Err(StoreError::Locked { .. }) => {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                None
-            }
-            other => Some(other),
-        })
-        .expect("lock released")
-        .expect("a layout-3 store opens");
+    let store = reopen(dir.path());
     assert_eq!(
         store.find::<Orders>("a").expect("find").map(|s| s.version),
         Some(2)

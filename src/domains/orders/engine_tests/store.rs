@@ -7,7 +7,7 @@ use crate::engine::inbox::{event_id_hash, Inbox, InboxEntry};
 use crate::engine::outbox_record::OutboxRecord;
 use crate::engine::store::*;
 
-fn state(order: &str, version: i64) -> OrderState {
+pub(super) fn state(order: &str, version: i64) -> OrderState {
     OrderState {
         key: order.into(),
         version,
