@@ -132,31 +132,33 @@ impl PartitionStore {
         }
     }
 
+    /// A stored value, or the error that names the tree and what `key`
+    /// describes.
+    fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        value: &[u8],
+        key: impl FnOnce() -> String,
+    ) -> Result<T, StoreError> {
+        bincode::deserialize(value).map_err(|e| StoreError::Corrupt {
+            tree: self.name.clone(),
+            key: key(),
+            message: e.to_string(),
+        })
+    }
+
     pub(super) fn decode_state<E: Entity>(
         &self,
         key: &[u8],
         value: &[u8],
     ) -> Result<State<E>, StoreError> {
-        bincode::deserialize(value).map_err(|e| StoreError::Corrupt {
-            tree: self.name.clone(),
-            key: String::from_utf8_lossy(key).into_owned(),
-            message: e.to_string(),
-        })
+        self.decode(value, || String::from_utf8_lossy(key).into_owned())
     }
 
     /// The partition's checkpoint (`None`: nothing written out yet).
     pub fn checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
         match self.tree.get(CHECKPOINT_KEY).map_err(|e| self.io(e))? {
             None => Ok(None),
-            Some(bytes) => {
-                bincode::deserialize(&bytes)
-                    .map(Some)
-                    .map_err(|e| StoreError::Corrupt {
-                        tree: self.name.clone(),
-                        key: "checkpoint".into(),
-                        message: e.to_string(),
-                    })
-            }
+            Some(bytes) => self.decode(&bytes, || "checkpoint".into()).map(Some),
         }
     }
 
@@ -178,15 +180,9 @@ impl PartitionStore {
         let key = chunk_key(order_id, first_version);
         match self.lookup(&key)? {
             None => Ok(None),
-            Some(bytes) => {
-                bincode::deserialize(&bytes)
-                    .map(Some)
-                    .map_err(|e| StoreError::Corrupt {
-                        tree: self.name.clone(),
-                        key: format!("inbox chunk {order_id}@{first_version}"),
-                        message: e.to_string(),
-                    })
-            }
+            Some(bytes) => self
+                .decode(&bytes, || format!("inbox chunk {order_id}@{first_version}"))
+                .map(Some),
         }
     }
 
@@ -232,13 +228,7 @@ impl PartitionStore {
         let mut out = Vec::new();
         for item in self.tree.range(start..end).take(limit) {
             let (key, value) = item.map_err(|e| self.io(e))?;
-            out.push(
-                bincode::deserialize(&value).map_err(|e| StoreError::Corrupt {
-                    tree: self.name.clone(),
-                    key: String::from_utf8_lossy(&key).into_owned(),
-                    message: e.to_string(),
-                })?,
-            );
+            out.push(self.decode(&value, || String::from_utf8_lossy(&key).into_owned())?);
         }
         Ok(out)
     }
