@@ -13,9 +13,9 @@
 //! Later writes go to the tree key by key, as before, and shadow the runs:
 //! a lookup reads the tree first, then the generations newest first. A key
 //! that a run may hold cannot simply be removed from the tree, or the run's
-//! older value would show again: while a tree has runs, a removal of such a
-//! key writes an empty value (a tombstone; no state or chunk encodes to
-//! nothing). A run marks a key the changelog deleted the same way, so a
+//! older value would show again: while a run holds a value for such a key,
+//! its removal writes an empty value (a tombstone; no state or chunk
+//! encodes to nothing), and a key no run holds is removed outright. A run marks a key the changelog deleted the same way, so a
 //! newer generation hides an older one's value.
 //!
 //! A run's value:

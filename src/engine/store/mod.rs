@@ -19,7 +19,8 @@
 //!   by a restore from nothing, and `\x00runs`: how many generations of
 //!   them the tree holds ([`crate::engine::runs`]). A state or chunk key in
 //!   the tree shadows the runs; while the tree has runs, an empty value
-//!   under such a key is a tombstone.
+//!   under such a key is a tombstone (written only where a run holds the
+//!   key).
 //!
 //! The default tree holds `format`: the layout version, checked at open, and
 //! `binding`: the group, input topic and changelog topic the store was built

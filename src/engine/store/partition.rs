@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use super::{
-    chunk_key, encode, order_key, outbox_key, packable, to_changelog_key, Checkpoint,
-    PartitionStore, StoreError, CHECKPOINT_KEY, OUTBOX_PREFIX, RESTORING_KEY,
+    chunk_key, encode, order_key, outbox_key, to_changelog_key, Checkpoint, PartitionStore,
+    StoreError, CHECKPOINT_KEY, OUTBOX_PREFIX, RESTORING_KEY,
 };
 use crate::engine::entity::{Entity, State};
 use crate::engine::inbox::InboxEntry;
@@ -193,12 +193,11 @@ impl PartitionStore {
         write: BatchWrite,
         checkpoint: &Checkpoint,
     ) -> Result<(), StoreError> {
-        let tombstones = self.has_runs();
         let mut batch = sled::Batch::default();
         for (key, value) in write.ops {
             match value {
                 Some(value) => batch.insert(key, value),
-                None if tombstones && packable(&key) => batch.insert(key, sled::IVec::default()),
+                None if self.needs_tombstone(&key)? => batch.insert(key, sled::IVec::default()),
                 None => batch.remove(key),
             }
         }

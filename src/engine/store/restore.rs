@@ -94,7 +94,6 @@ impl PartitionStore {
     /// a few sled writes for thousands of keys; other keys one at a time.
     /// Otherwise every key is written one at a time.
     pub fn restore_batch(&self, write: RestoreWrite, packed: bool) -> Result<(), StoreError> {
-        let tombstones = self.has_runs();
         let generation = self.runs.load(Ordering::Acquire);
         let mut builder = RunBuilder::default();
         let mut wrote_runs = false;
@@ -108,7 +107,7 @@ impl PartitionStore {
             }
             match value {
                 Some(value) => self.tree.insert(key, value).map(drop),
-                None if tombstones && packable(&key) => {
+                None if self.needs_tombstone(&key)? => {
                     self.tree.insert(key, sled::IVec::default()).map(drop)
                 }
                 None => self.tree.remove(key).map(drop),
@@ -164,12 +163,16 @@ impl PartitionStore {
     pub(super) fn lookup(&self, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
         let generations = self.runs.load(Ordering::Acquire);
         match self.tree.get(key).map_err(|e| self.io(e))? {
-            Some(value) if generations > 0 && value.is_empty() => return Ok(None),
-            Some(value) => return Ok(Some(value)),
-            None if generations == 0 => return Ok(None),
-            None => {}
+            Some(value) if generations > 0 && value.is_empty() => Ok(None),
+            Some(value) => Ok(Some(value)),
+            None => Ok(self.in_runs(key)?.flatten()),
         }
-        for generation in (0..generations).rev() {
+    }
+
+    /// What the newest generation of runs that holds `key` says (`None`: no
+    /// run holds it; `Some(None)`: deleted there).
+    fn in_runs(&self, key: &[u8]) -> Result<Option<Option<sled::IVec>>, StoreError> {
+        for generation in (0..self.runs.load(Ordering::Acquire)).rev() {
             let start = runs::generation_start(generation, key);
             let Some(item) = self
                 .tree
@@ -183,13 +186,24 @@ impl PartitionStore {
             match run.find(key).map_err(|m| self.corrupt_run(key, m))? {
                 Found::Value(value) => {
                     let (offset, len) = run.range_of(value);
-                    return Ok(Some(bytes.subslice(offset, len)));
+                    return Ok(Some(Some(bytes.subslice(offset, len))));
                 }
-                Found::Deleted => return Ok(None),
+                Found::Deleted => return Ok(Some(None)),
                 Found::Absent => {}
             }
         }
         Ok(None)
+    }
+
+    /// True when removing `key` from the tree needs a tombstone: a run still
+    /// holds a value for it that would show again. Keys written only since
+    /// the runs (most inbox chunks that expire) are removed outright, so
+    /// tombstones do not pile up.
+    pub(super) fn needs_tombstone(&self, key: &[u8]) -> Result<bool, StoreError> {
+        if !packable(key) || !self.has_runs() {
+            return Ok(false);
+        }
+        Ok(matches!(self.in_runs(key)?, Some(Some(_))))
     }
 
     /// Visits every live key with the one-byte `prefix` (a state or chunk

@@ -287,3 +287,40 @@ fn a_store_of_the_layout_before_runs_is_opened_and_marked() {
         Some(2)
     );
 }
+
+/// A removal leaves a tombstone only where a run still holds the key: an
+/// inbox chunk written after the restore and expired later is removed
+/// outright, so tombstones do not pile up in a tree that was restored once.
+#[test]
+fn only_a_key_a_run_holds_is_removed_with_a_tombstone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), 8).expect("store");
+    let tree = store.partition("orders", 0).expect("tree");
+    tree.begin_restore().expect("mark");
+    tree.restore_batch(
+        restore_write(&[Change::Chunk("restored".into(), 1, true)]),
+        true,
+    )
+    .expect("packed");
+    tree.finish_restore(RestoreWrite::default(), true, &Checkpoint::starting_at(1))
+        .expect("finish");
+    write_out(&tree, &[Change::Chunk("later".into(), 1, true)], 2);
+    write_out(
+        &tree,
+        &[
+            Change::Chunk("restored".into(), 1, false),
+            Change::Chunk("later".into(), 1, false),
+        ],
+        3,
+    );
+    let raw = |order: &str| tree.tree.get(chunk_key(order, 1)).expect("raw read");
+    assert_eq!(
+        raw("restored").as_deref(),
+        Some(&[][..]),
+        "a run holds it: a tombstone"
+    );
+    assert_eq!(raw("later"), None, "no run holds it: removed outright");
+    for order in ["restored", "later"] {
+        assert_eq!(tree.get_chunk(order, 1).expect("read"), None, "{order}");
+    }
+}
