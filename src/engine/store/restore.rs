@@ -59,9 +59,9 @@ impl RestoreWrite {
         self.bytes
     }
 
-    /// The changes as (tree key, value), in the tree's key order, so a
-    /// restore writes the same way each time (measured neither faster nor
-    /// slower than the hash map's order: docs/performance.md).
+    /// The changes as (tree key, value), in the tree's key order: packed
+    /// runs are cut from it, and key by key a restore writes the same way
+    /// each time.
     fn into_tree_order(self) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
         let mut changes: Vec<_> = self
             .changes
