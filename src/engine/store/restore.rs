@@ -264,57 +264,41 @@ impl PartitionStore {
     }
 
     /// The entries of one generation's runs with keys starting with
-    /// `prefix`, in key order (deletions as `None`).
+    /// `prefix`, in key order (deletions as `None`), read a run at a time.
     fn generation_entries(&self, generation: u32, prefix: u8) -> impl Iterator<Item = Entry> + '_ {
-        let mut runs = self
+        let runs = self
             .tree
             .range(runs::generation_start(generation, &[prefix])..runs::generation_end(generation));
-        let mut current: Option<(sled::IVec, usize)> = None;
-        let mut done = false;
-        std::iter::from_fn(move || loop {
-            if done {
-                return None;
+        // Set once a run holds a key past the prefix: no later run has one in it.
+        let mut past = false;
+        runs.map_while(move |item| (!past).then(|| self.run_entries(item, prefix, &mut past)))
+            .flat_map(|entries| match entries {
+                Ok(entries) => entries.into_iter().map(Ok).collect::<Vec<_>>(),
+                Err(error) => vec![Err(error)],
+            })
+    }
+
+    /// One run's entries with keys starting with `prefix`; sets `past` when
+    /// the run goes on beyond them.
+    fn run_entries(
+        &self,
+        item: sled::Result<(sled::IVec, sled::IVec)>,
+        prefix: u8,
+        past: &mut bool,
+    ) -> Result<Vec<Scanned>, StoreError> {
+        let (_, bytes) = item.map_err(|e| self.io(e))?;
+        let corrupt = |m| self.corrupt_run(&[prefix], m);
+        let run = Run::parse(&bytes).map_err(corrupt)?;
+        let mut entries = Vec::new();
+        for index in run.lower_bound(&[prefix]).map_err(corrupt)?..run.len() {
+            let (key, value) = run.entry(index).map_err(corrupt)?;
+            if key.first() != Some(&prefix) {
+                *past = true;
+                break;
             }
-            let step = (|| -> Result<Option<Scanned>, StoreError> {
-                if let Some((bytes, index)) = current.as_mut() {
-                    let run = Run::parse(bytes).map_err(|m| self.corrupt_run(&[prefix], m))?;
-                    if *index < run.len() {
-                        let (key, value) = run
-                            .entry(*index)
-                            .map_err(|m| self.corrupt_run(&[prefix], m))?;
-                        *index += 1;
-                        if key.first() != Some(&prefix) {
-                            done = true;
-                            return Ok(None);
-                        }
-                        return Ok(Some((key.to_vec(), value.map(<[u8]>::to_vec))));
-                    }
-                }
-                match runs.next() {
-                    None => {
-                        done = true;
-                        Ok(None)
-                    }
-                    Some(item) => {
-                        let (_, bytes) = item.map_err(|e| self.io(e))?;
-                        let run = Run::parse(&bytes).map_err(|m| self.corrupt_run(&[prefix], m))?;
-                        let first = run
-                            .lower_bound(&[prefix])
-                            .map_err(|m| self.corrupt_run(&[prefix], m))?;
-                        current = Some((bytes, first));
-                        Ok(None)
-                    }
-                }
-            })();
-            match step {
-                Err(error) => {
-                    done = true;
-                    return Some(Err(error));
-                }
-                Ok(Some(entry)) => return Some(Ok(entry)),
-                Ok(None) => continue,
-            }
-        })
+            entries.push((key.to_vec(), value.map(<[u8]>::to_vec)));
+        }
+        Ok(entries)
     }
 
     /// Writes the last restored changes, then the checkpoint that covers
