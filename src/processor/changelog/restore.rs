@@ -563,6 +563,40 @@ mod tests {
         assert_eq!(progress.view(), None, "cleared once the restore ended");
     }
 
+    /// A restore from nothing that was cut short (its mark and some packed
+    /// runs left, no checkpoint) is started again on a cleared tree: what
+    /// the interrupted one wrote cannot outlive it.
+    #[test]
+    fn an_interrupted_restore_from_nothing_leaves_nothing_behind() {
+        const RECORDS: i64 = 5;
+        let fixture = Fixture::new(RECORDS);
+        let tree = &fixture.tree;
+        tree.begin_restore().expect("mark");
+        let mut left = RestoreWrite::default();
+        left.restore(b"ghost", Some(&[1u8; 20]));
+        tree.restore_batch(left, true)
+            .expect("a generation written");
+        assert!(tree.has_runs() && tree.restoring().expect("mark read"));
+        let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
+        let restored = Restore {
+            reader: &fixture.reader,
+            topic: CHANGELOG,
+            partition: 0,
+            tree,
+            cancel: &cancel,
+            progress: &progress,
+        }
+        .run()
+        .expect("restored");
+        assert_eq!(restored.applied, RECORDS as u64);
+        assert!(!tree.restoring().expect("mark read"));
+        assert_eq!(
+            tree.state_count().expect("states"),
+            RECORDS as usize,
+            "the changelog's states only, not the interrupted restore's"
+        );
+    }
+
     #[test]
     fn only_the_brokers_passing_failures_are_transient() {
         let corrupt = ChangelogError::Corrupt {
