@@ -472,7 +472,7 @@ impl<E: Entity> PartitionState<E> {
             orders += 1;
             write.put_state(&cached.state)?;
             for chunk in &cached.new_chunks {
-                write.put_chunk(order_id, chunk)?;
+                write.put_chunk(order_id, chunk);
             }
             for first in &cached.expired_chunks {
                 write.delete_chunk(order_id, *first);

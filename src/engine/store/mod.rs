@@ -65,10 +65,14 @@ const OUTBOX_PREFIX: u8 = b'x';
 const FORMAT_KEY: &[u8] = b"format";
 /// The store layout this build reads and writes. 1: whole inbox in the
 /// state value (before write coalescing); 2: recent entries plus chunks;
-/// 3: the checkpoint records its changelog position; 4: packed runs. A
-/// layout-3 store is a layout-4 store without runs, and is marked 4 at open.
-pub(crate) const FORMAT: u32 = 4;
-const FORMAT_WITHOUT_RUNS: u32 = 3;
+/// 3: the checkpoint records its changelog position; 4: packed runs; 5:
+/// inbox chunks packed ([`crate::engine::inbox::encode_chunk`]). Each of
+/// 3 and 4 is a layout-5 store without what came later (chunks in
+/// bincode's form still read), and is marked 5 at open, so an older
+/// orderly refuses it from then on.
+pub(crate) const FORMAT: u32 = 5;
+/// The layouts a store is opened from as it is, and marked [`FORMAT`].
+const FORMATS_OPENED_AS_IS: [u32; 2] = [3, 4];
 const TREE_PREFIX: &str = "partition/";
 
 #[derive(Debug, thiserror::Error)]
@@ -251,7 +255,11 @@ impl Store {
         let found = self.db.get(FORMAT_KEY).map_err(|e| self.io(e))?;
         match found {
             Some(bytes) if bytes.as_ref() == FORMAT.to_be_bytes() => Ok(()),
-            Some(bytes) if bytes.as_ref() == FORMAT_WITHOUT_RUNS.to_be_bytes() => {
+            Some(bytes)
+                if FORMATS_OPENED_AS_IS
+                    .iter()
+                    .any(|f| bytes.as_ref() == f.to_be_bytes()) =>
+            {
                 self.db
                     .insert(FORMAT_KEY, &FORMAT.to_be_bytes())
                     .map_err(|e| self.io(e))?;

@@ -71,21 +71,14 @@ impl BatchWrite {
     }
 
     /// Stores a full chunk of an order's older inbox entries.
-    pub(crate) fn put_chunk(
-        &mut self,
-        order_id: &str,
-        entries: &[InboxEntry],
-    ) -> Result<(), StoreError> {
+    pub(crate) fn put_chunk(&mut self, order_id: &str, entries: &[InboxEntry]) {
         let Some(first) = entries.first() else {
-            return Ok(());
+            return;
         };
-        let value = encode(&entries).map_err(|message| StoreError::Corrupt {
-            tree: String::new(),
-            key: order_id.to_string(),
-            message,
-        })?;
-        self.insert(chunk_key(order_id, first.version), value);
-        Ok(())
+        self.insert(
+            chunk_key(order_id, first.version),
+            crate::engine::inbox::encode_chunk(entries),
+        );
     }
 
     /// Stores a pending outbox record under its source offset.
@@ -180,9 +173,13 @@ impl PartitionStore {
         let key = chunk_key(order_id, first_version);
         match self.lookup(&key)? {
             None => Ok(None),
-            Some(bytes) => self
-                .decode(&bytes, || format!("inbox chunk {order_id}@{first_version}"))
-                .map(Some),
+            Some(bytes) => crate::engine::inbox::decode_chunk(&bytes)
+                .map(Some)
+                .map_err(|message| StoreError::Corrupt {
+                    tree: self.name.clone(),
+                    key: format!("inbox chunk {order_id}@{first_version}"),
+                    message,
+                }),
         }
     }
 

@@ -115,9 +115,7 @@ fn write_out(tree: &PartitionStore, changes: &[Change], next_offset: i64) {
                 write.put_state(&state(order, *version)).expect("put")
             }
             Change::State(_, None) => unreachable!("a write-out deletes no state"),
-            Change::Chunk(order, first, true) => {
-                write.put_chunk(order, &chunk(*first)).expect("chunk")
-            }
+            Change::Chunk(order, first, true) => write.put_chunk(order, &chunk(*first)),
             Change::Chunk(order, first, false) => write.delete_chunk(order, *first),
         }
     }
@@ -267,25 +265,43 @@ fn a_tree_restored_into_packed_runs_reads_as_one_restored_key_by_key() {
     }
 }
 
-/// A store written by the layout before packed runs (3) opens, and is
-/// marked with this one.
+/// A store written by the layouts before packed runs (3) or before packed
+/// chunks (4) opens, its bincode chunks read, and it is marked with this
+/// layout.
 #[test]
-fn a_store_of_the_layout_before_runs_is_opened_and_marked() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    {
+fn a_store_of_an_earlier_layout_is_opened_and_marked() {
+    for layout in [3u32, 4] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let old_chunk = chunk(1);
+        {
+            let db = sled::open(dir.path()).expect("sled");
+            db.insert("format", &layout.to_be_bytes()).expect("mark");
+            let tree = db.open_tree("partition/orders/0").expect("tree");
+            tree.insert(order_key("a"), encode(&state("a", 2)).expect("encodes"))
+                .expect("state");
+            tree.insert(
+                chunk_key("a", 1),
+                bincode::serialize(&old_chunk).expect("encodes"),
+            )
+            .expect("chunk");
+            db.flush().expect("flush");
+        }
+        {
+            let store = reopen(dir.path());
+            assert_eq!(
+                store.find::<Orders>("a").expect("find").map(|s| s.version),
+                Some(2)
+            );
+            let tree = store.partition("orders", 0).expect("tree");
+            assert_eq!(tree.get_chunk("a", 1).expect("chunk"), Some(old_chunk));
+        }
         let db = sled::open(dir.path()).expect("sled");
-        db.insert("format", &3u32.to_be_bytes()).expect("mark");
-        db.open_tree("partition/orders/0")
-            .expect("tree")
-            .insert(order_key("a"), encode(&state("a", 2)).expect("encodes"))
-            .expect("state");
-        db.flush().expect("flush");
+        assert_eq!(
+            db.get("format").expect("mark").as_deref(),
+            Some(&5u32.to_be_bytes()[..]),
+            "layout {layout} marked 5"
+        );
     }
-    let store = reopen(dir.path());
-    assert_eq!(
-        store.find::<Orders>("a").expect("find").map(|s| s.version),
-        Some(2)
-    );
 }
 
 /// A removal leaves a tombstone only where a run still holds the key: an

@@ -63,7 +63,7 @@ fn stored_and_changelog_bytes_are_pinned() {
     };
     let mut write = BatchWrite::with_changelog();
     write.put_state(&order).unwrap();
-    write.put_chunk("ord-golden-1", &entries).unwrap();
+    write.put_chunk("ord-golden-1", &entries);
     write.put_outbox(&outbox).unwrap();
     write.delete_chunk("ord-golden-0", 1);
     let checkpoint = Checkpoint {
@@ -114,8 +114,19 @@ fn stored_and_changelog_bytes_are_pinned() {
         .collect();
     let read: OrderState = bincode::deserialize(&values[0]).unwrap();
     assert_eq!(read, order);
-    let read: Vec<InboxEntry> = bincode::deserialize(&values[1]).unwrap();
-    assert_eq!(read, entries);
+    assert_eq!(
+        crate::engine::inbox::decode_chunk(&values[1]).unwrap(),
+        entries
+    );
+    // A chunk as orderly wrote it before the packed form (store layout 4 and
+    // earlier, and changelogs written then) still reads.
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/chunk-bincode.txt");
+    let old = std::fs::read_to_string(&path).expect("tests/golden/chunk-bincode.txt");
+    assert_eq!(
+        crate::engine::inbox::decode_chunk(&unhex(old.trim())).unwrap(),
+        entries
+    );
     let read: OutboxRecord<crate::domains::orders::event::EventType> =
         bincode::deserialize(&values[2]).unwrap();
     assert_eq!(read, outbox);
@@ -152,7 +163,7 @@ fn batch_and_checkpoint_round_trip_across_reopen() {
                 applied_at_ms: v,
             })
             .collect();
-        write.put_chunk("b", &chunk).unwrap();
+        write.put_chunk("b", &chunk);
         let cp = Checkpoint {
             start_offset: 0,
             next_offset: 2,
