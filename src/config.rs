@@ -437,6 +437,10 @@ pub struct ProcessingConfig {
     /// Dirty bytes held in memory across all partitions' order caches before
     /// a partition writes early; also bounds the clean entries kept cached.
     pub cache_max_bytes: u64,
+    /// Partitions' write-outs in flight at once in this process, each from
+    /// encoding its changes to its store batch (0: one per CPU core; see
+    /// [`ProcessingConfig::write_out_turns`]).
+    pub concurrent_write_outs: usize,
     pub shutdown_timeout_ms: u64,
     /// The dead-letter breaker (`crate::engine::breaker`): dead letters in a row
     /// that stop a partition (0: off).
@@ -447,6 +451,17 @@ pub struct ProcessingConfig {
     /// Warm copies each partition has on other members, kept from the
     /// changelog (`crate::processor::standby`); 0: none.
     pub standby_replicas: u32,
+}
+
+impl ProcessingConfig {
+    /// The write-out turns `concurrent_write_outs` gives this process: the
+    /// setting, or one per CPU core (`cores`) for 0.
+    pub fn write_out_turns(&self, cores: usize) -> usize {
+        match self.concurrent_write_outs {
+            0 => cores.max(1),
+            n => n,
+        }
+    }
 }
 
 impl Config {
@@ -646,6 +661,15 @@ impl Config {
             return Err(value_err(
                 "processing.cache_max_bytes",
                 format!("{} must be at least 1048576 (1 MiB)", p.cache_max_bytes),
+            ));
+        }
+        if p.concurrent_write_outs > 64 {
+            return Err(value_err(
+                "processing.concurrent_write_outs",
+                format!(
+                    "{} is out of range 0..=64 (0: one per CPU core)",
+                    p.concurrent_write_outs
+                ),
             ));
         }
         if self.kafka.session_timeout_ms < 1000 {
@@ -1343,6 +1367,19 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(msg.contains("batch_max_records"), "{msg}");
+    }
+
+    #[test]
+    fn write_out_turns_are_one_per_core_by_default_and_bounded() {
+        let mut config = Config::defaults().unwrap();
+        assert_eq!(config.processing.concurrent_write_outs, 0);
+        assert_eq!(config.processing.write_out_turns(2), 2);
+        assert_eq!(config.processing.write_out_turns(0), 1);
+        config.processing.concurrent_write_outs = 1;
+        assert_eq!(config.processing.write_out_turns(8), 1);
+        config.processing.concurrent_write_outs = 65;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("processing.concurrent_write_outs"), "{err}");
     }
 
     #[test]

@@ -279,6 +279,13 @@ impl Collector for TelemetryCollector {
         )?;
         histogram(
             &mut encoder,
+            "orderly_write_out_wait",
+            "A write-out's wait for its turn (processing.concurrent_write_outs)",
+            seconds,
+            &t.write_out_wait,
+        )?;
+        histogram(
+            &mut encoder,
             "orderly_flush_duration",
             "One store flush (fsync) covering many write-outs",
             seconds,

@@ -131,6 +131,8 @@ pub struct Telemetry {
     pub(crate) batch_records: Histogram,
     /// One write-out: changelog acknowledged, then the atomic store batch.
     pub(crate) write_out_duration: Histogram,
+    /// A write-out's wait for its turn (`processing.concurrent_write_outs`).
+    pub(crate) write_out_wait: Histogram,
     pub(crate) flush_duration: Histogram,
     pub(crate) commit_duration: Histogram,
     /// From an applied event's `occurred_at` to its write-out being flushed.
@@ -167,6 +169,7 @@ impl Default for Telemetry {
             batch_duration: Histogram::new(duration_bounds()),
             batch_records: Histogram::new(count_bounds()),
             write_out_duration: Histogram::new(duration_bounds()),
+            write_out_wait: Histogram::new(duration_bounds()),
             flush_duration: Histogram::new(duration_bounds()),
             commit_duration: Histogram::new(duration_bounds()),
             completion: Histogram::new(completion_bounds()),

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, Notify, Semaphore, SemaphorePermit};
 use tracing::error;
 
 use super::dlq::DeadLetters;
@@ -105,7 +105,8 @@ impl Reporting {
 }
 
 /// What this group member's partitions share: the store, the flusher they
-/// report write-outs to, and the order cache budget they split.
+/// report write-outs to, the order cache budget they split, and the turns
+/// their write-outs take.
 pub(crate) struct Member {
     /// Every partition's tree (a restore flushes it).
     pub store: Store,
@@ -116,6 +117,12 @@ pub(crate) struct Member {
     cache_max_bytes: usize,
     /// Partitions with a running task.
     assigned: AtomicUsize,
+    /// `processing.concurrent_write_outs` (resolved: at least 1): a write-out holds a turn from
+    /// encoding its changes to its store batch. Each one in flight holds
+    /// its encoded changes, the producer's copies and the store's garbage
+    /// (sled frees what a batch replaced only after it), so partitions
+    /// writing out at once add up.
+    write_turns: Semaphore,
 }
 
 impl Member {
@@ -123,6 +130,7 @@ impl Member {
         store: Store,
         flush_tx: mpsc::Sender<FlushMsg>,
         cache_max_bytes: u64,
+        write_out_turns: usize,
         assigned: usize,
     ) -> Self {
         Member {
@@ -130,7 +138,20 @@ impl Member {
             flush_tx,
             cache_max_bytes: usize::try_from(cache_max_bytes).unwrap_or(usize::MAX),
             assigned: AtomicUsize::new(assigned),
+            write_turns: Semaphore::new(write_out_turns.max(1)),
         }
+    }
+
+    /// Whether a write-out could take a turn now without waiting.
+    pub(crate) fn write_turn_free(&self) -> bool {
+        self.write_turns.available_permits() > 0
+    }
+
+    /// Waits for a write-out turn; it is given back when the returned
+    /// permit is dropped. (`None` only if the turns were closed, which
+    /// nothing does: the write-out then goes ahead without one.)
+    pub(crate) async fn write_turn(&self) -> Option<SemaphorePermit<'_>> {
+        self.write_turns.acquire().await.ok()
     }
 
     /// One partition's share of `processing.cache_max_bytes`.

@@ -249,6 +249,17 @@ impl<E: Entity> Live<E> {
         if !self.task.state.has_unwritten() {
             return Ok(());
         }
+        // A turn from encoding the changes to the store batch: what a
+        // write-out holds in memory meanwhile adds up over the partitions
+        // writing out at once (`processing.concurrent_write_outs`).
+        let member = self.task.member.clone();
+        let waited = tokio::time::Instant::now();
+        let turn = member.write_turn().await;
+        self.task
+            .reporting
+            .telemetry
+            .write_out_wait
+            .observe(waited.elapsed().as_secs_f64());
         let started = Instant::now();
         let applied_at = self.task.state.take_applied_times();
         // Encoding and writing every changed order takes tens of
@@ -280,6 +291,7 @@ impl<E: Entity> Live<E> {
             .lend_state(move |state| state.finish_write_out(prepared, position, share))
             .await?;
         self.task.state = state;
+        drop(turn);
         let written = result?;
         if status_changes > 0 {
             self.task

@@ -212,12 +212,13 @@ impl<E: Entity> Processing<E> {
             self.live.collect_published();
             let now = tokio::time::Instant::now();
             let state = &self.live.task.state;
-            if schedule.write_now(
-                now,
-                state.has_unwritten(),
-                state.dirty_bytes() > self.live.task.member.cache_share(),
-                || drained && at_end(source, &self.live),
-            ) {
+            let member = &self.live.task.member;
+            let share = member.cache_share();
+            let over_share = state.dirty_bytes() > share;
+            if schedule.write_now(now, state.has_unwritten(), over_share, || {
+                drained && at_end(source, &self.live)
+            }) && (member.write_turn_free() || !schedule.may_put_off(now, !drained, over_share))
+            {
                 match self.live.write_out().await {
                     Err(ProcessError::Txn(cause @ TxnError::Fenced { .. })) => {
                         return Ok(Ended::Fenced {

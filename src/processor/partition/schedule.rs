@@ -3,6 +3,8 @@
 //! write-out once it has read everything its input holds, and never during
 //! the hold after a pause (without a changelog). Pure: the caller passes
 //! the time, so every rule is unit-tested without a clock or a cluster.
+//! A due write-out may also be put off for a while when the process's
+//! write-out turns are taken (`processing.concurrent_write_outs`).
 
 use std::time::Duration;
 
@@ -115,6 +117,17 @@ impl WriteSchedule {
                 .is_some_and(|after| now >= self.last_write + after && caught_up())
     }
 
+    /// Whether a due write-out may be put off while the process's
+    /// write-out turns are all taken (by other partitions' write-outs):
+    /// only while input is waiting (`more_input`: the last batch was full),
+    /// the changed orders are within their memory share (`over_share`
+    /// false) and the last write-out is less than two intervals ago.
+    /// Otherwise the task waits for a turn. Putting it off keeps the task
+    /// deciding records instead of idling behind another write-out.
+    pub(super) fn may_put_off(&self, now: Instant, more_input: bool, over_share: bool) -> bool {
+        more_input && !over_share && now < self.last_write + self.settings.interval * 2
+    }
+
     /// A write-out was made at `now`.
     pub(super) fn written(&mut self, now: Instant) {
         self.last_write = now;
@@ -190,6 +203,23 @@ mod tests {
         });
         let on = WriteSchedule::new(settings(false), t0);
         let _ = on.due(false, || panic!("asked with nothing unwritten"));
+    }
+
+    #[test]
+    fn a_due_write_out_is_put_off_only_with_input_waiting_and_within_bounds() {
+        let t0 = Instant::now();
+        let mut schedule = WriteSchedule::new(settings(false), t0);
+        // Input waiting, within the share, within two intervals.
+        assert!(schedule.may_put_off(t0 + 1_000 * MS, true, false));
+        assert!(schedule.may_put_off(t0 + 1_999 * MS, true, false));
+        // Nothing waiting: the task would idle, so it waits for the turn.
+        assert!(!schedule.may_put_off(t0 + 1_000 * MS, false, false));
+        // Over the share: the cache's budget holds.
+        assert!(!schedule.may_put_off(t0 + 1_000 * MS, true, true));
+        // Two intervals since the last write-out.
+        assert!(!schedule.may_put_off(t0 + 2_000 * MS, true, false));
+        schedule.written(t0 + 2_000 * MS);
+        assert!(schedule.may_put_off(t0 + 3_000 * MS, true, false));
     }
 
     #[test]

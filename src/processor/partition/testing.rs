@@ -38,6 +38,9 @@ pub(crate) struct Harness<E: Entity> {
     pub store: PartitionStore,
     /// What the task handed to the flusher.
     pub flushes: mpsc::Receiver<FlushMsg>,
+    /// What the task shares with the member's other partitions (a test
+    /// holds a write-out turn as another partition's write-out would).
+    pub member: Arc<Member>,
     commands: mpsc::Sender<Command>,
     join: JoinHandle<Result<(), ProcessError>>,
     _watchdog: Watchdog,
@@ -109,6 +112,9 @@ impl<E: Entity> Harness<E> {
             store.clone(),
             flush_tx,
             config.processing.cache_max_bytes,
+            config
+                .processing
+                .write_out_turns(std::thread::available_parallelism().map_or(1, |n| n.get())),
             1,
         ));
         #[allow(clippy::unwrap_used)]
@@ -122,7 +128,7 @@ impl<E: Entity> Harness<E> {
             input: input.clone(),
             outputs,
             reporting: reporting.clone(),
-            member,
+            member: member.clone(),
             partition,
             state: PartitionState::new(tree.clone(), checkpoint),
             rx,
@@ -149,6 +155,7 @@ impl<E: Entity> Harness<E> {
             status,
             store: tree,
             flushes,
+            member,
             commands,
             join,
             _watchdog: Watchdog::arm(format!("partition {partition}'s task harness")),

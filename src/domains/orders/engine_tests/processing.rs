@@ -225,3 +225,35 @@ async fn a_task_at_the_end_of_its_input_writes_out_before_the_commit_interval() 
     let (_, ended) = harness.drain().await;
     ended.unwrap();
 }
+
+/// A write-out that falls due while another partition's write-out holds the
+/// process's only turn (`processing.concurrent_write_outs = 1`) waits for it
+/// when the task has nothing more to decide, and goes ahead once it is
+/// given back; its wait shows in `orderly_write_out_wait_seconds`.
+#[tokio::test(start_paused = true)]
+async fn a_due_write_out_waits_for_the_turn_another_write_out_holds() {
+    let setup = setup().await;
+    let mut config = setup.config.clone();
+    config.processing.commit_interval_ms = 1_000;
+    config.processing.concurrent_write_outs = 1;
+    let source = Arc::new(MemorySource::new());
+    let mut harness = setup.start(config, &source);
+    let member = harness.member.clone();
+    let turn = member.write_turn().await;
+    assert!(!member.write_turn_free());
+    source.push(Ok(setup.record(0, "A", 1, "a1")));
+    source.push(Ok(setup.record(1, "A", 2, "a2")));
+    source.set_end(2);
+
+    // Due after 1 s (and sooner, caught up), but the turn is taken.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(harness.flushed().is_empty());
+
+    drop(turn);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(covered(&harness.flushed()), vec![2]);
+    let waits = harness.reporting.telemetry.write_out_wait.snapshot();
+    assert!(waits.sum >= 4.0, "waited {} s", waits.sum);
+    let (_, ended) = harness.drain().await;
+    ended.unwrap();
+}
