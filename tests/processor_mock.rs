@@ -517,7 +517,8 @@ fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
                 seed: 8,
                 ..Default::default()
             },
-            "commit_interval_ms = 3000\ncaught_up_write_ms = 0",
+            // Every partition's write-out at once (no turns to wait for).
+            "commit_interval_ms = 3000\ncaught_up_write_ms = 0\nconcurrent_write_outs = 64",
         );
         let instance = &loaded.instance;
         let mut child = instance.spawn_run_env(
