@@ -438,7 +438,7 @@ pub struct ProcessingConfig {
     /// a partition writes early; also bounds the clean entries kept cached.
     pub cache_max_bytes: u64,
     /// Partitions' write-outs in flight at once in this process, each from
-    /// encoding its changes to its store batch (0: one per CPU core; see
+    /// encoding its changes to its store batch (0: no limit; see
     /// [`ProcessingConfig::write_out_turns`]).
     pub concurrent_write_outs: usize,
     pub shutdown_timeout_ms: u64,
@@ -454,13 +454,10 @@ pub struct ProcessingConfig {
 }
 
 impl ProcessingConfig {
-    /// The write-out turns `concurrent_write_outs` gives this process: the
-    /// setting, or one per CPU core (`cores`) for 0.
-    pub fn write_out_turns(&self, cores: usize) -> usize {
-        match self.concurrent_write_outs {
-            0 => cores.max(1),
-            n => n,
-        }
+    /// The write-out turns `concurrent_write_outs` gives this process
+    /// (`None`: no limit, every partition's write-out at once).
+    pub fn write_out_turns(&self) -> Option<usize> {
+        (self.concurrent_write_outs > 0).then_some(self.concurrent_write_outs)
     }
 }
 
@@ -667,7 +664,7 @@ impl Config {
             return Err(value_err(
                 "processing.concurrent_write_outs",
                 format!(
-                    "{} is out of range 0..=64 (0: one per CPU core)",
+                    "{} is out of range 0..=64 (0: no limit)",
                     p.concurrent_write_outs
                 ),
             ));
@@ -1370,13 +1367,12 @@ mod tests {
     }
 
     #[test]
-    fn write_out_turns_are_one_per_core_by_default_and_bounded() {
+    fn write_out_turns_are_unlimited_by_default_and_bounded() {
         let mut config = Config::defaults().unwrap();
         assert_eq!(config.processing.concurrent_write_outs, 0);
-        assert_eq!(config.processing.write_out_turns(2), 2);
-        assert_eq!(config.processing.write_out_turns(0), 1);
+        assert_eq!(config.processing.write_out_turns(), None);
         config.processing.concurrent_write_outs = 1;
-        assert_eq!(config.processing.write_out_turns(8), 1);
+        assert_eq!(config.processing.write_out_turns(), Some(1));
         config.processing.concurrent_write_outs = 65;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("processing.concurrent_write_outs"), "{err}");

@@ -518,7 +518,7 @@ fn durable_checkpoints_ahead_of_the_group_are_committed_without_new_input() {
                 ..Default::default()
             },
             // Every partition's write-out at once (no turns to wait for).
-            "commit_interval_ms = 3000\ncaught_up_write_ms = 0\nconcurrent_write_outs = 64",
+            "commit_interval_ms = 3000\ncaught_up_write_ms = 0\nconcurrent_write_outs = 0",
         );
         let instance = &loaded.instance;
         let mut child = instance.spawn_run_env(

@@ -409,9 +409,7 @@ impl<E: Entity> Processor<E> {
                 self.store,
                 flush_tx,
                 config.processing.cache_max_bytes,
-                config
-                    .processing
-                    .write_out_turns(std::thread::available_parallelism().map_or(1, |n| n.get())),
+                config.processing.write_out_turns(),
                 0,
             )),
         };

@@ -117,12 +117,12 @@ pub(crate) struct Member {
     cache_max_bytes: usize,
     /// Partitions with a running task.
     assigned: AtomicUsize,
-    /// `processing.concurrent_write_outs` (resolved: at least 1): a write-out holds a turn from
-    /// encoding its changes to its store batch. Each one in flight holds
-    /// its encoded changes, the producer's copies and the store's garbage
-    /// (sled frees what a batch replaced only after it), so partitions
-    /// writing out at once add up.
-    write_turns: Semaphore,
+    /// `processing.concurrent_write_outs` (`None`: no limit): a write-out
+    /// holds a turn from encoding its changes to its store batch. Each one
+    /// in flight holds its encoded changes, the producer's copies and the
+    /// store's garbage (sled frees what a batch replaced only after it), so
+    /// partitions writing out at once add up.
+    write_turns: Option<Semaphore>,
 }
 
 impl Member {
@@ -130,7 +130,7 @@ impl Member {
         store: Store,
         flush_tx: mpsc::Sender<FlushMsg>,
         cache_max_bytes: u64,
-        write_out_turns: usize,
+        write_out_turns: Option<usize>,
         assigned: usize,
     ) -> Self {
         Member {
@@ -138,20 +138,25 @@ impl Member {
             flush_tx,
             cache_max_bytes: usize::try_from(cache_max_bytes).unwrap_or(usize::MAX),
             assigned: AtomicUsize::new(assigned),
-            write_turns: Semaphore::new(write_out_turns.max(1)),
+            write_turns: write_out_turns.map(|n| Semaphore::new(n.max(1))),
         }
     }
 
     /// Whether a write-out could take a turn now without waiting.
     pub(crate) fn write_turn_free(&self) -> bool {
-        self.write_turns.available_permits() > 0
+        self.write_turns
+            .as_ref()
+            .is_none_or(|turns| turns.available_permits() > 0)
     }
 
     /// Waits for a write-out turn; it is given back when the returned
-    /// permit is dropped. (`None` only if the turns were closed, which
-    /// nothing does: the write-out then goes ahead without one.)
+    /// permit is dropped. `None` without a limit (and if the turns were
+    /// closed, which nothing does: the write-out then goes ahead).
     pub(crate) async fn write_turn(&self) -> Option<SemaphorePermit<'_>> {
-        self.write_turns.acquire().await.ok()
+        match &self.write_turns {
+            Some(turns) => turns.acquire().await.ok(),
+            None => None,
+        }
     }
 
     /// One partition's share of `processing.cache_max_bytes`.

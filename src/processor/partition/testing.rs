@@ -112,9 +112,7 @@ impl<E: Entity> Harness<E> {
             store.clone(),
             flush_tx,
             config.processing.cache_max_bytes,
-            config
-                .processing
-                .write_out_turns(std::thread::available_parallelism().map_or(1, |n| n.get())),
+            config.processing.write_out_turns(),
             1,
         ));
         #[allow(clippy::unwrap_used)]
