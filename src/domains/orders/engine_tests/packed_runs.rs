@@ -295,7 +295,17 @@ fn a_store_of_an_earlier_layout_is_opened_and_marked() {
             let tree = store.partition("orders", 0).expect("tree");
             assert_eq!(tree.get_chunk("a", 1).expect("chunk"), Some(old_chunk));
         }
-        let db = sled::open(dir.path()).expect("sled");
+        // The store's background threads release its lock shortly after
+        // it is dropped.
+        let db = (0..100)
+            .find_map(|_| match sled::open(dir.path()) {
+                Ok(db) => Some(db),
+                Err(_) => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    None
+                }
+            })
+            .expect("lock released");
         assert_eq!(
             db.get("format").expect("mark").as_deref(),
             Some(&5u32.to_be_bytes()[..]),
