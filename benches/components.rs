@@ -216,7 +216,7 @@ fn lookup_benches(c: &mut Criterion) {
     let encoded: Vec<(String, Vec<u8>)> = (0..KEYS)
         .map(|order| {
             let state = state(order, 1).0;
-            let value = bincode::serialize(&state).expect("encodes");
+            let value = orderly::testkit::encode_state(&state).expect("encodes");
             (state.key, value)
         })
         .collect();

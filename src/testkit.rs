@@ -22,6 +22,7 @@ pub use crate::engine::decide::{apply, decide, step};
 pub use crate::engine::inbox::InboxEntry;
 pub use crate::engine::partition_state::{Decoded, PartitionState, Sourced};
 pub use crate::engine::store::{BatchWrite, Checkpoint, PartitionStore, RestoreWrite};
+pub use crate::engine::stored_state::encode_state;
 
 // Kafka: the consumer's settings, the offset commits' metadata, a partition
 // read to a known end, the record headers orderly writes.

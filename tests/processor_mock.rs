@@ -201,7 +201,7 @@ async fn a_lost_store_is_restored_from_the_changelog_without_its_torn_tail() {
         let mut state = victim.expect("an order in the partition");
         state.version = 999;
         state.data.status = EventType::Cancelled;
-        let value = bincode::serialize(&state).expect("encode");
+        let value = orderly::testkit::encode_state(&state).expect("encode");
         let covers = (stats.checkpoint.next_offset + 1_000_000).to_string();
         let headers = OwnedHeaders::new().insert(Header {
             key: orderly::testkit::headers::HEADER_COVERS,

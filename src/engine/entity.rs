@@ -119,10 +119,10 @@ pub trait Entity: Clone + Send + Sync + 'static {
 /// version that orders events, the producing event and its time, the inbox
 /// of applied event ids) around the entity's data.
 ///
-/// The field order is the stored (bincode) layout, the same for every
-/// entity: the key, then the version, come first, so the engine can read
-/// them without knowing the entity.
-#[derive(Serialize, Deserialize)]
+/// Stored packed ([`crate::engine::stored_state`]); its `Deserialize` reads
+/// the fixed-width form orderly stored before layout 6, field by field in
+/// this order.
+#[derive(Deserialize)]
 #[serde(bound = "")]
 pub struct State<E: Entity> {
     /// The entity's key.

@@ -194,7 +194,9 @@ pub(crate) fn decode_chunk(bytes: &[u8]) -> Result<Vec<InboxEntry>, String> {
     }
 }
 
-fn decode_packed(bytes: &[u8]) -> Option<Vec<InboxEntry>> {
+/// Entries in the packed form of [`encode_chunk`] (`None`: another form,
+/// or damaged).
+pub(crate) fn decode_packed(bytes: &[u8]) -> Option<Vec<InboxEntry>> {
     let (&tag, mut rest) = bytes.split_first()?;
     if tag != CHUNK_PACKED {
         return None;

@@ -14,3 +14,4 @@ pub(crate) mod outcomes;
 pub(crate) mod partition_state;
 pub(crate) mod runs;
 pub(crate) mod store;
+pub(crate) mod stored_state;

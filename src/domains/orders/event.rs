@@ -140,7 +140,8 @@ mod tests {
     use serde::Serialize;
 
     /// The stored layout did not move when the domain fields were grouped:
-    /// a state encodes to the bytes of the flat struct it used to be.
+    /// a state stored as the flat struct it used to be (bincode's
+    /// fixed-width form, before layout 6) still reads.
     #[test]
     fn grouping_the_domain_fields_keeps_the_stored_bytes() {
         #[derive(Serialize)]
@@ -184,14 +185,10 @@ mod tests {
             occurred_at: 42,
             inbox: &inbox,
         };
-        let (grouped, flat) = (
-            bincode::serialize(&state).expect("encode"),
-            bincode::serialize(&flat).expect("encode"),
-        );
-        assert_eq!(grouped, flat);
+        let flat = bincode::serialize(&flat).expect("encode");
         assert_eq!(
-            bincode::deserialize::<OrderState>(&flat).expect("decode"),
-            state
+            crate::engine::stored_state::decode_state(&flat).as_ref(),
+            Ok(&state)
         );
     }
 }

@@ -66,13 +66,14 @@ const FORMAT_KEY: &[u8] = b"format";
 /// The store layout this build reads and writes. 1: whole inbox in the
 /// state value (before write coalescing); 2: recent entries plus chunks;
 /// 3: the checkpoint records its changelog position; 4: packed runs; 5:
-/// inbox chunks packed ([`crate::engine::inbox::encode_chunk`]). Each of
-/// 3 and 4 is a layout-5 store without what came later (chunks in
-/// bincode's form still read), and is marked 5 at open, so an older
-/// orderly refuses it from then on.
-pub(crate) const FORMAT: u32 = 5;
+/// inbox chunks packed ([`crate::engine::inbox::encode_chunk`]); 6: states
+/// packed ([`crate::engine::stored_state`]). Each of 3, 4 and 5 is a
+/// layout-6 store without what came later (states and chunks in bincode's
+/// form still read), and is marked 6 at open, so an older orderly refuses
+/// it from then on.
+pub(crate) const FORMAT: u32 = 6;
 /// The layouts a store is opened from as it is, and marked [`FORMAT`].
-const FORMATS_OPENED_AS_IS: [u32; 2] = [3, 4];
+const FORMATS_OPENED_AS_IS: [u32; 3] = [3, 4, 5];
 const TREE_PREFIX: &str = "partition/";
 
 #[derive(Debug, thiserror::Error)]

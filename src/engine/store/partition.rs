@@ -13,6 +13,7 @@ use super::{
 use crate::engine::entity::{Entity, State};
 use crate::engine::inbox::InboxEntry;
 use crate::engine::outbox_record::OutboxRecord;
+use crate::engine::stored_state::{decode_state, encode_state};
 
 /// One change of a write-out as the changelog carries it: the key in its
 /// changelog form, the value (`None`: a deletion, a tombstone).
@@ -107,7 +108,7 @@ impl BatchWrite {
 
     /// Writes an entity's state.
     pub fn put_state<E: Entity>(&mut self, state: &State<E>) -> Result<(), StoreError> {
-        let value = encode(state).map_err(|message| StoreError::Corrupt {
+        let value = encode_state(state).map_err(|message| StoreError::Corrupt {
             tree: String::new(),
             key: state.key.clone(),
             message,
@@ -144,7 +145,11 @@ impl PartitionStore {
         key: &[u8],
         value: &[u8],
     ) -> Result<State<E>, StoreError> {
-        self.decode(value, || String::from_utf8_lossy(key).into_owned())
+        decode_state(value).map_err(|message| StoreError::Corrupt {
+            tree: self.name.clone(),
+            key: String::from_utf8_lossy(key).into_owned(),
+            message,
+        })
     }
 
     /// The partition's checkpoint (`None`: nothing written out yet).

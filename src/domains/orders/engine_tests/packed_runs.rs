@@ -7,6 +7,7 @@ use super::store::state;
 use crate::domains::orders::Orders;
 use crate::engine::inbox::InboxEntry;
 use crate::engine::store::*;
+use crate::engine::stored_state::encode_state;
 
 fn chunk(version: i64) -> Vec<InboxEntry> {
     (version..version + 3)
@@ -92,7 +93,7 @@ fn restore_write(changes: &[Change]) -> RestoreWrite {
             Change::State(order, version) => write.restore(
                 &to_changelog_key(&order_key(order)),
                 version
-                    .map(|v| encode(&state(order, v)).expect("encodes"))
+                    .map(|v| encode_state(&state(order, v)).expect("encodes"))
                     .as_deref(),
             ),
             Change::Chunk(order, first, put) => write.restore(
@@ -265,19 +266,19 @@ fn a_tree_restored_into_packed_runs_reads_as_one_restored_key_by_key() {
     }
 }
 
-/// A store written by the layouts before packed runs (3) or before packed
-/// chunks (4) opens, its bincode chunks read, and it is marked with this
-/// layout.
+/// A store written by the layouts before packed runs (3), before packed
+/// chunks (4) or before packed states (5) opens, its fixed-width states and
+/// bincode chunks read, and it is marked with this layout.
 #[test]
 fn a_store_of_an_earlier_layout_is_opened_and_marked() {
-    for layout in [3u32, 4] {
+    for layout in [3u32, 4, 5] {
         let dir = tempfile::tempdir().expect("tempdir");
         let old_chunk = chunk(1);
         {
             let db = sled::open(dir.path()).expect("sled");
             db.insert("format", &layout.to_be_bytes()).expect("mark");
             let tree = db.open_tree("partition/orders/0").expect("tree");
-            tree.insert(order_key("a"), encode(&state("a", 2)).expect("encodes"))
+            tree.insert(order_key("a"), super::store::fixed_width(&state("a", 2)))
                 .expect("state");
             tree.insert(
                 chunk_key("a", 1),
@@ -308,8 +309,8 @@ fn a_store_of_an_earlier_layout_is_opened_and_marked() {
             .expect("lock released");
         assert_eq!(
             db.get("format").expect("mark").as_deref(),
-            Some(&5u32.to_be_bytes()[..]),
-            "layout {layout} marked 5"
+            Some(&FORMAT.to_be_bytes()[..]),
+            "layout {layout} marked {FORMAT}"
         );
     }
 }

@@ -141,6 +141,42 @@ fn redeliveries_are_found_after_the_cache_is_dropped() {
     assert_eq!(cp.outcomes() as i64, cp.next_offset - cp.start_offset);
 }
 
+/// Chunks that filled since the last write-out are held encoded until it:
+/// a redelivery of an event in one is still a duplicate, another id with
+/// its version is stale, and the write-out stores them as they were held.
+#[test]
+fn redeliveries_are_found_in_chunks_not_yet_written() {
+    let (_dir, store) = open();
+    let tree = store.partition("t", 0).unwrap();
+    let mut p = PartitionState::new(tree.clone(), None);
+    let events: Vec<OrderEvent> = (1..=70)
+        .map(|v| event("a", v, &format!("id-{v}")))
+        .collect();
+    apply(&mut p, events, 0, 0, 70, 1000, DAY_MS).unwrap();
+    let again: Vec<OrderEvent> = [1, 32, 33, 64, 65, 70]
+        .iter()
+        .map(|v| event("a", *v, &format!("id-{v}")))
+        .chain([event("a", 5, "not-id-5"), event("a", 40, "not-id-40")])
+        .collect();
+    let out = apply(&mut p, again, 0, 70, 78, 1000, DAY_MS).unwrap();
+    assert_eq!(
+        (
+            out.outcomes.duplicates,
+            out.outcomes.stale,
+            out.outcomes.applied
+        ),
+        (6, 2, 0)
+    );
+    p.write_out(usize::MAX).unwrap().unwrap();
+    for first in [1, 33] {
+        let chunk = tree.get_chunk("a", first).unwrap().expect("written");
+        assert_eq!(
+            chunk.iter().map(|e| e.version).collect::<Vec<_>>(),
+            (first..first + 32).collect::<Vec<_>>()
+        );
+    }
+}
+
 #[test]
 fn a_write_out_for_the_changelog_carries_the_same_changes() {
     let (_dir, store) = open();
