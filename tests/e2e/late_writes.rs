@@ -879,6 +879,17 @@ pub(crate) fn restore_fresh_and_verify(
         counts = compaction_removed(&world.bootstrap, changelog);
         counts.0 > 0
     });
+    if !compacted {
+        // What holds the cleaner back, for the failure's record: an open
+        // transaction pins the partition's last stable offset, and only
+        // records below it and outside the active segment are compacted.
+        for open in open_transactions(&world.bootstrap, changelog) {
+            eprintln!(
+                "open on {changelog}-{}: producer {} since offset {} ({})",
+                open.partition, open.producer_id, open.start, open.coordinator_state
+            );
+        }
+    }
     assert!(
         compacted,
         "the broker compacted the changelog: {} records removed over {} offsets",
