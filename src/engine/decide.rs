@@ -70,11 +70,18 @@ pub fn decide<E: Entity>(
 }
 
 /// The entry for `event`'s version among the state's recent inbox entries.
+/// `None` without looking for an event newer than the state, which
+/// [`decide`] applies whatever the inbox holds: most events are, and the
+/// search would read an entity's entries for nothing.
 pub(crate) fn recent_entry<E: Entity>(
     state: Option<&State<E>>,
     event: &Event<E::Body>,
 ) -> Option<InboxEntry> {
-    match state?.inbox.slot(event.version) {
+    let state = state?;
+    if event.version > state.version {
+        return None;
+    }
+    match state.inbox.slot(event.version) {
         InboxSlot::Recent(entry) => entry,
         _ => None,
     }

@@ -286,9 +286,10 @@ impl<E: Entity> PartitionState<E> {
             value: event,
         } in events
         {
-            if !self.cache.contains_key(event.key.as_str()) {
+            let mut cached = self.cache.get(event.key.as_str());
+            if cached.is_none() {
                 if let Some(state) = self.store.get(&event.key)? {
-                    let mut cached = Cached {
+                    let mut read = Cached {
                         state,
                         dirty: false,
                         new_chunks: Vec::new(),
@@ -296,12 +297,12 @@ impl<E: Entity> PartitionState<E> {
                         bytes: 0,
                         touched: self.batches,
                     };
-                    cached.bytes = cached.measure(event.key.len());
-                    self.cached_bytes += cached.bytes;
-                    self.cache.insert(event.key.clone(), cached);
+                    read.bytes = read.measure(event.key.len());
+                    self.cached_bytes += read.bytes;
+                    self.cache.insert(event.key.clone(), read);
+                    cached = self.cache.get(event.key.as_str());
                 }
             }
-            let cached = self.cache.get(event.key.as_str());
             let state = cached.map(|c| &c.state);
             let entry = match needs(state, &event) {
                 Needs::Nothing => recent_entry(state, &event),
