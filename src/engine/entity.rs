@@ -119,7 +119,7 @@ pub trait Entity: Clone + Send + Sync + 'static {
 /// version that orders events, the producing event and its time, the inbox
 /// of applied event ids) around the entity's data.
 ///
-/// Stored packed ([`crate::engine::stored_state`]); its `Deserialize` reads
+/// Stored packed (`src/engine/stored_state.rs`); its `Deserialize` reads
 /// the fixed-width form orderly stored before layout 6, field by field in
 /// this order.
 #[derive(Deserialize)]
