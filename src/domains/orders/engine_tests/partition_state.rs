@@ -92,15 +92,35 @@ fn an_order_touched_many_times_is_written_once_per_write_out() {
     assert_eq!(tree.checkpoint().unwrap().unwrap().applied, 100);
 }
 
-#[test]
-fn redeliveries_are_found_after_the_cache_is_dropped() {
-    let (_dir, store) = open();
+/// Order "a" with events 1 to 70 applied (two full inbox chunks, 6
+/// newest entries), nothing written out yet.
+fn seventy_applied() -> (
+    tempfile::TempDir,
+    crate::engine::store::PartitionStore,
+    PartitionState<Orders>,
+) {
+    let (dir, store) = open();
     let tree = store.partition("t", 0).unwrap();
     let mut p = PartitionState::new(tree.clone(), None);
     let events: Vec<OrderEvent> = (1..=70)
         .map(|v| event("a", v, &format!("id-{v}")))
         .collect();
     apply(&mut p, events, 0, 0, 70, 1000, DAY_MS).unwrap();
+    (dir, tree, p)
+}
+
+/// Redeliveries of "a"'s events 1, 32, 33 and 64 (in its chunks) and 65
+/// and 70 (among its newest entries).
+fn redeliveries() -> Vec<OrderEvent> {
+    [1, 32, 33, 64, 65, 70]
+        .iter()
+        .map(|v| event("a", *v, &format!("id-{v}")))
+        .collect()
+}
+
+#[test]
+fn redeliveries_are_found_after_the_cache_is_dropped() {
+    let (_dir, tree, mut p) = seventy_applied();
     p.write_out(0).unwrap();
     assert_eq!(
         p.cached_orders(),
@@ -109,10 +129,7 @@ fn redeliveries_are_found_after_the_cache_is_dropped() {
     );
     // A fresh state over the same tree, as after a restart.
     let mut p = PartitionState::new(tree.clone(), tree.checkpoint().unwrap());
-    let again: Vec<OrderEvent> = [1, 32, 33, 64, 65, 70]
-        .iter()
-        .map(|v| event("a", *v, &format!("id-{v}")))
-        .collect();
+    let again = redeliveries();
     let out = apply(&mut p, again, 0, 70, 76, 2000, DAY_MS).unwrap();
     assert_eq!(
         (
@@ -141,21 +158,15 @@ fn redeliveries_are_found_after_the_cache_is_dropped() {
     assert_eq!(cp.outcomes() as i64, cp.next_offset - cp.start_offset);
 }
 
-/// Chunks that filled since the last write-out are held encoded until it:
-/// a redelivery of an event in one is still a duplicate, another id with
-/// its version is stale, and the write-out stores them as they were held.
+/// Chunks that filled since the last write-out are held in memory until
+/// it: a redelivery of an event in one is still a duplicate, another id
+/// with its version is stale, and the write-out stores them as they were
+/// held.
 #[test]
 fn redeliveries_are_found_in_chunks_not_yet_written() {
-    let (_dir, store) = open();
-    let tree = store.partition("t", 0).unwrap();
-    let mut p = PartitionState::new(tree.clone(), None);
-    let events: Vec<OrderEvent> = (1..=70)
-        .map(|v| event("a", v, &format!("id-{v}")))
-        .collect();
-    apply(&mut p, events, 0, 0, 70, 1000, DAY_MS).unwrap();
-    let again: Vec<OrderEvent> = [1, 32, 33, 64, 65, 70]
-        .iter()
-        .map(|v| event("a", *v, &format!("id-{v}")))
+    let (_dir, tree, mut p) = seventy_applied();
+    let again: Vec<OrderEvent> = redeliveries()
+        .into_iter()
         .chain([event("a", 5, "not-id-5"), event("a", 40, "not-id-40")])
         .collect();
     let out = apply(&mut p, again, 0, 70, 78, 1000, DAY_MS).unwrap();
