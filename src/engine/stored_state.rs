@@ -25,7 +25,7 @@ use crate::engine::inbox::{decode_packed, encode_chunk, ChunkRef, Inbox};
 /// 0xFFFF_FFC3 bytes: no earlier value starts with them.
 const STATE_PACKED: [u8; 4] = [0xC3, 0xFF, 0xFF, 0xFF];
 
-fn packed() -> impl Options + Copy {
+fn packed() -> impl Options {
     // Varint integers, little-endian, no trailing bytes allowed.
     bincode::DefaultOptions::new()
 }
@@ -68,11 +68,18 @@ pub fn encode_state<E: Entity>(state: &State<E>) -> Result<Vec<u8>, String> {
         recent: &recent,
         chunks: &state.inbox.chunks,
     };
-    let options = packed();
-    let size = options.serialized_size(&value).map_err(|e| e.to_string())?;
-    let mut out = Vec::with_capacity(STATE_PACKED.len() + size as usize);
+    // Room for the strings, the entries and a few bytes a field (the
+    // domain's data is small): one allocation as a rule, without a
+    // second pass to size it exactly.
+    let room = STATE_PACKED.len()
+        + state.key.len()
+        + state.event_id.len()
+        + recent.len()
+        + state.inbox.chunks.len() * 12
+        + 64;
+    let mut out = Vec::with_capacity(room);
     out.extend_from_slice(&STATE_PACKED);
-    options
+    packed()
         .serialize_into(&mut out, &value)
         .map_err(|e| e.to_string())?;
     Ok(out)

@@ -126,6 +126,16 @@ impl PartitionStore {
         }
     }
 
+    /// The error for a value of this tree that does not read (or encode):
+    /// the tree, what `key` describes, and what was wrong.
+    fn corrupt(&self, key: impl Into<String>, message: impl ToString) -> StoreError {
+        StoreError::Corrupt {
+            tree: self.name.clone(),
+            key: key.into(),
+            message: message.to_string(),
+        }
+    }
+
     /// A stored value, or the error that names the tree and what `key`
     /// describes.
     fn decode<T: serde::de::DeserializeOwned>(
@@ -133,11 +143,7 @@ impl PartitionStore {
         value: &[u8],
         key: impl FnOnce() -> String,
     ) -> Result<T, StoreError> {
-        bincode::deserialize(value).map_err(|e| StoreError::Corrupt {
-            tree: self.name.clone(),
-            key: key(),
-            message: e.to_string(),
-        })
+        bincode::deserialize(value).map_err(|e| self.corrupt(key(), e))
     }
 
     pub(super) fn decode_state<E: Entity>(
@@ -145,11 +151,7 @@ impl PartitionStore {
         key: &[u8],
         value: &[u8],
     ) -> Result<State<E>, StoreError> {
-        decode_state(value).map_err(|message| StoreError::Corrupt {
-            tree: self.name.clone(),
-            key: String::from_utf8_lossy(key).into_owned(),
-            message,
-        })
+        decode_state(value).map_err(|message| self.corrupt(String::from_utf8_lossy(key), message))
     }
 
     /// The partition's checkpoint (`None`: nothing written out yet).
@@ -180,10 +182,8 @@ impl PartitionStore {
             None => Ok(None),
             Some(bytes) => crate::engine::inbox::decode_chunk(&bytes)
                 .map(Some)
-                .map_err(|message| StoreError::Corrupt {
-                    tree: self.name.clone(),
-                    key: format!("inbox chunk {order_id}@{first_version}"),
-                    message,
+                .map_err(|message| {
+                    self.corrupt(format!("inbox chunk {order_id}@{first_version}"), message)
                 }),
         }
     }
@@ -209,11 +209,9 @@ impl PartitionStore {
 
     /// The checkpoint's bytes (as stored, and as its changelog record carries them).
     pub(crate) fn encode_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Vec<u8>, StoreError> {
-        checkpoint.encode().map_err(|message| StoreError::Corrupt {
-            tree: self.name.clone(),
-            key: "checkpoint".into(),
-            message,
-        })
+        checkpoint
+            .encode()
+            .map_err(|message| self.corrupt("checkpoint", message))
     }
 
     /// Pending outbox records with source offsets in `(after, below)`, in
