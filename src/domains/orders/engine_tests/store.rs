@@ -474,3 +474,32 @@ proptest::proptest! {
         proptest::prop_assert_eq!(decode_state::<Orders>(&fixed_width(&order)), Ok(order));
     }
 }
+
+/// A changelog written across an upgrade holds states in both forms: a
+/// restore, key by key or into packed runs, reads each as it was.
+#[test]
+fn a_restore_from_a_changelog_of_both_state_forms_reads_each() {
+    for packed_runs in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 8).unwrap();
+        let p = store.partition("orders", 0).unwrap();
+        let key = |order: &str| to_changelog_key(&order_key(order));
+        let (old, new) = (typical("ord-old"), typical("ord-new"));
+        let mut write = RestoreWrite::default();
+        write.restore(&key("ord-old"), Some(&fixed_width(&old)));
+        write.restore(&key("ord-new"), Some(&encode_state(&new).unwrap()));
+        p.begin_restore().unwrap();
+        p.finish_restore(write, packed_runs, &Checkpoint::starting_at(0))
+            .unwrap();
+        assert_eq!(
+            p.get::<Orders>("ord-old").unwrap(),
+            Some(old),
+            "{packed_runs}"
+        );
+        assert_eq!(
+            p.get::<Orders>("ord-new").unwrap(),
+            Some(new),
+            "{packed_runs}"
+        );
+    }
+}
