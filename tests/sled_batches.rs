@@ -59,8 +59,8 @@ fn open(path: &Path) -> sled::Tree {
 #[test]
 fn a_large_batch_frees_what_it_replaces_as_it_goes() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile_dir("frees");
-    let tree = open(&dir);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tree = open(dir.path());
     let value = |round: u8| vec![round; 300];
     for round in 0..2u8 {
         let mut batch = sled::Batch::default();
@@ -91,7 +91,6 @@ fn a_large_batch_frees_what_it_replaces_as_it_goes() {
         grew >> 20
     );
     drop(tree);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 const CHILD_ENV: &str = "ORDERLY_TEST_SLED_BATCH_CHILD";
@@ -157,10 +156,10 @@ fn a_batch_is_all_or_nothing_across_sigkill() {
         write_batches_forever(Path::new(&path));
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile_dir("sigkill");
+    let dir = tempfile::tempdir().expect("tempdir");
     let mut seen = Vec::new();
     for round in 0..12u64 {
-        let mut child = spawn_child(&dir);
+        let mut child = spawn_child(dir.path());
         let stdout = child.stdout.take().expect("piped stdout");
         let ready = std::io::BufReader::new(stdout)
             .lines()
@@ -173,7 +172,7 @@ fn a_batch_is_all_or_nothing_across_sigkill() {
         let killed = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
         assert_eq!(killed, 0, "SIGKILL the writer");
         child.wait().expect("reap the writer");
-        let tree = open(&dir);
+        let tree = open(dir.path());
         let generation = read_generation(&tree);
         for i in 0..BATCH_KEYS {
             let got = tree
@@ -188,20 +187,10 @@ fn a_batch_is_all_or_nothing_across_sigkill() {
         seen.push(generation.unwrap_or(0));
         drop(tree);
     }
-    let _ = std::fs::remove_dir_all(&dir);
     // Each writer's first batch was durable before the kill, so every round
     // recovered a newer batch than the last, never an empty store.
     assert!(
         seen.windows(2).all(|w| w[1] > w[0]),
         "generations recovered: {seen:?}"
     );
-}
-
-fn tempfile_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "orderly-sled-batches-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
 }
