@@ -4,7 +4,7 @@
 //! id) decide; the entity's [`Entity::apply`] computes the new data.
 
 use crate::engine::entity::{Entity, Event, State};
-use crate::engine::inbox::{event_id_hash, Inbox, InboxEntry, InboxSlot};
+use crate::engine::inbox::{event_id_hash, ChunkRef, Inbox, InboxEntry, InboxSlot};
 
 /// The outcome of one decoded event. (Undecodable records never get here:
 /// they are dead-lettered.)
@@ -23,8 +23,8 @@ pub enum Decision {
 pub(crate) enum Needs {
     /// Nothing more: the answer is in the state.
     Nothing,
-    /// The inbox chunk starting at this version (a store read).
-    Chunk(i64),
+    /// This inbox chunk (a store read).
+    Chunk(ChunkRef),
 }
 
 /// Whether `event` can be decided from `state` alone. Only an event that is
@@ -35,7 +35,7 @@ pub(crate) fn needs<E: Entity>(state: Option<&State<E>>, event: &Event<E::Body>)
     match state {
         Some(current) if event.version <= current.version => {
             match current.inbox.slot(event.version) {
-                InboxSlot::Chunk(first_version) => Needs::Chunk(first_version),
+                InboxSlot::Chunk(chunk) => Needs::Chunk(chunk),
                 InboxSlot::Recent(_) | InboxSlot::Absent => Needs::Nothing,
             }
         }
@@ -92,8 +92,8 @@ pub(crate) fn recent_entry<E: Entity>(
 pub struct InboxSpill {
     /// A full chunk of entries to store under its own key.
     pub chunk: Option<Vec<InboxEntry>>,
-    /// Chunks (by first version) past the retention window, to delete.
-    pub(crate) expired: Vec<i64>,
+    /// Chunks past the retention window, to delete.
+    pub(crate) expired: Vec<ChunkRef>,
 }
 
 /// Applies `event` (decided [`Decision::Apply`]) to the entity's state in
@@ -173,9 +173,8 @@ pub fn step<E: Entity>(
     let horizon = now_ms.saturating_sub(retention_ms);
     let entry = match needs(state.as_ref(), &event) {
         Needs::Nothing => recent_entry(state.as_ref(), &event),
-        Needs::Chunk(first) => {
-            chunk(first).and_then(|c| c.into_iter().find(|e| e.version == event.version))
-        }
+        Needs::Chunk(first) => chunk(first.first_version)
+            .and_then(|c| c.into_iter().find(|e| e.version == event.version)),
     };
     let decision = decide(state.as_ref(), entry.as_ref(), &event, horizon);
     if decision != Decision::Apply {

@@ -69,8 +69,8 @@ pub struct Inbox {
 pub(crate) enum InboxSlot {
     /// In the state value (found or not).
     Recent(Option<InboxEntry>),
-    /// In the chunk that starts at this version (read it to know).
-    Chunk(i64),
+    /// In this chunk (read it to know).
+    Chunk(ChunkRef),
     /// Nowhere: never applied, or expired.
     Absent,
 }
@@ -100,7 +100,7 @@ impl Inbox {
         }
         match self.chunks.partition_point(|c| c.first_version <= version) {
             0 => InboxSlot::Absent,
-            i => InboxSlot::Chunk(self.chunks[i - 1].first_version),
+            i => InboxSlot::Chunk(self.chunks[i - 1]),
         }
     }
 
@@ -111,7 +111,7 @@ impl Inbox {
         &mut self,
         entry: InboxEntry,
         horizon_ms: i64,
-    ) -> (Option<Vec<InboxEntry>>, Vec<i64>) {
+    ) -> (Option<Vec<InboxEntry>>, Vec<ChunkRef>) {
         debug_assert!(self
             .recent
             .last()
@@ -134,11 +134,7 @@ impl Inbox {
             .iter()
             .take_while(|c| c.last_applied_at_ms < horizon_ms)
             .count();
-        let dropped = self
-            .chunks
-            .drain(..expired)
-            .map(|c| c.first_version)
-            .collect();
+        let dropped = self.chunks.drain(..expired).collect();
         (spilled, dropped)
     }
 
@@ -323,10 +319,10 @@ mod tests {
         for v in 1..=100 {
             match inbox.slot(v) {
                 InboxSlot::Recent(Some(e)) => assert_eq!(e.version, v),
-                InboxSlot::Chunk(first) => {
+                InboxSlot::Chunk(chunk) => {
                     let chunk = spilled
                         .iter()
-                        .find(|c| c[0].version == first)
+                        .find(|c| c[0].version == chunk.first_version)
                         .expect("chunk exists");
                     assert!(chunk.iter().any(|e| e.version == v));
                 }
@@ -346,9 +342,21 @@ mod tests {
         assert_eq!(inbox.chunks.len(), 2);
         // The first chunk's newest entry was applied at 32.
         let (_, expired) = inbox.push(entry(65, 65), 33);
-        assert_eq!(expired, vec![1]);
+        assert_eq!(
+            expired,
+            vec![ChunkRef {
+                first_version: 1,
+                last_applied_at_ms: 32
+            }]
+        );
         assert_eq!(inbox.slot(5), InboxSlot::Absent);
-        assert_eq!(inbox.slot(40), InboxSlot::Chunk(33));
+        assert_eq!(
+            inbox.slot(40),
+            InboxSlot::Chunk(ChunkRef {
+                first_version: 33,
+                last_applied_at_ms: 64
+            })
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::engine::decide::{
     apply, apply_in_place, decide, needs, recent_entry, Decision, InboxSpill, Needs,
 };
 use crate::engine::entity::{Entity, Event, State};
-use crate::engine::inbox::InboxEntry;
+use crate::engine::inbox::{ChunkRef, InboxEntry};
 use crate::engine::outbox_record::{status_id_hash, status_id_of_hash, OutboxRecord};
 use crate::engine::outcomes::Outcomes;
 use crate::engine::store::{BatchWrite, Checkpoint, PartitionStore, StoreError};
@@ -57,7 +57,7 @@ struct Cached<E: Entity> {
     /// Full inbox chunks not yet written.
     new_chunks: Vec<Vec<InboxEntry>>,
     /// Chunks past the retention window, not yet deleted.
-    expired_chunks: Vec<i64>,
+    expired_chunks: Vec<ChunkRef>,
     /// Approximate memory held, for the cache budget.
     bytes: usize,
     /// The batch that last read it in or changed it
@@ -84,7 +84,7 @@ impl<E: Entity> Cached<E> {
                 .iter()
                 .map(|c| c.capacity() * std::mem::size_of::<InboxEntry>())
                 .sum::<usize>()
-            + self.expired_chunks.capacity() * 8
+            + self.expired_chunks.capacity() * std::mem::size_of::<ChunkRef>()
     }
 }
 
@@ -306,9 +306,9 @@ impl<E: Entity> PartitionState<E> {
             let state = cached.map(|c| &c.state);
             let entry = match needs(state, &event) {
                 Needs::Nothing => recent_entry(state, &event),
-                Needs::Chunk(first) => {
+                Needs::Chunk(chunk) => {
                     outcome.chunk_reads += 1;
-                    self.chunk_entry(cached, &event.key, first, event.version)?
+                    self.chunk_entry(cached, &event.key, chunk, event.version)?
                 }
             };
             let decision = decide(state, entry.as_ref(), &event, horizon);
@@ -362,15 +362,16 @@ impl<E: Entity> PartitionState<E> {
         Ok(outcome)
     }
 
-    /// The inbox entry of `version` in the chunk starting at `first`: among
-    /// the chunks not yet written, else in the store.
+    /// The inbox entry of `version` in the chunk `chunk`: among the chunks
+    /// not yet written, else in the store.
     fn chunk_entry(
         &self,
         cached: Option<&Cached<E>>,
         order_id: &str,
-        first: i64,
+        chunk: ChunkRef,
         version: i64,
     ) -> Result<Option<InboxEntry>, StoreError> {
+        let first = chunk.first_version;
         let unwritten = cached.and_then(|c| {
             c.new_chunks
                 .iter()
@@ -381,7 +382,7 @@ impl<E: Entity> PartitionState<E> {
             Some(chunk) => Ok(find(chunk)),
             None => Ok(self
                 .store
-                .get_chunk(order_id, first)?
+                .get_chunk(order_id, chunk)?
                 .and_then(|chunk| find(&chunk))),
         }
     }
@@ -475,8 +476,11 @@ impl<E: Entity> PartitionState<E> {
             for chunk in &cached.new_chunks {
                 write.put_chunk(order_id, chunk);
             }
-            for first in &cached.expired_chunks {
-                write.delete_chunk(order_id, *first);
+            for chunk in &cached.expired_chunks {
+                // A chunk written by layout 6 or before (or restored from a
+                // changelog it wrote) is under the order-grouped key.
+                let legacy = self.store.has_legacy_chunk(order_id, chunk.first_version)?;
+                write.delete_chunk(order_id, chunk, legacy);
             }
         }
         let mut status = Vec::new();
@@ -620,17 +624,17 @@ fn record_spill<E: Entity>(cached: &mut Cached<E>, spill: InboxSpill) {
     if let Some(chunk) = spill.chunk {
         cached.new_chunks.push(chunk);
     }
-    for first in spill.expired {
+    for chunk in spill.expired {
         // A chunk that expires before it was ever written is just dropped.
         match cached
             .new_chunks
             .iter()
-            .position(|c| c.first().is_some_and(|e| e.version == first))
+            .position(|c| c.first().is_some_and(|e| e.version == chunk.first_version))
         {
             Some(i) => {
                 cached.new_chunks.remove(i);
             }
-            None => cached.expired_chunks.push(first),
+            None => cached.expired_chunks.push(chunk),
         }
     }
 }

@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use super::{
-    chunk_key, encode, order_key, outbox_key, to_changelog_key, Checkpoint, PartitionStore,
-    StoreError, CHECKPOINT_KEY, OUTBOX_PREFIX, RESTORING_KEY,
+    chunk_key, encode, legacy_chunk_key, order_key, outbox_key, to_changelog_key, Checkpoint,
+    PartitionStore, StoreError, CHECKPOINT_KEY, OUTBOX_PREFIX, RESTORING_KEY,
 };
 use crate::engine::entity::{Entity, State};
-use crate::engine::inbox::InboxEntry;
+use crate::engine::inbox::{ChunkRef, InboxEntry};
 use crate::engine::outbox_record::OutboxRecord;
 use crate::engine::stored_state::{decode_state, encode_state};
 
@@ -76,8 +76,16 @@ impl BatchWrite {
         let Some(first) = entries.first() else {
             return;
         };
+        let Some(last) = entries.last() else {
+            return;
+        };
+        // The ChunkRef the inbox made of these entries when they filled.
+        let chunk = ChunkRef {
+            first_version: first.version,
+            last_applied_at_ms: last.applied_at_ms,
+        };
         self.insert(
-            chunk_key(order_id, first.version),
+            chunk_key(order_id, &chunk),
             crate::engine::inbox::encode_chunk(entries),
         );
     }
@@ -102,8 +110,12 @@ impl BatchWrite {
     }
 
     /// Deletes an expired chunk.
-    pub(crate) fn delete_chunk(&mut self, order_id: &str, first_version: i64) {
-        self.remove(chunk_key(order_id, first_version));
+    pub(crate) fn delete_chunk(&mut self, order_id: &str, chunk: &ChunkRef, legacy: bool) {
+        if legacy {
+            self.remove(legacy_chunk_key(order_id, chunk.first_version));
+        } else {
+            self.remove(chunk_key(order_id, chunk));
+        }
     }
 
     /// Writes an entity's state.
@@ -175,10 +187,16 @@ impl PartitionStore {
     pub(crate) fn get_chunk(
         &self,
         order_id: &str,
-        first_version: i64,
+        chunk: ChunkRef,
     ) -> Result<Option<Vec<InboxEntry>>, StoreError> {
-        let key = chunk_key(order_id, first_version);
-        match self.lookup(&key)? {
+        let first_version = chunk.first_version;
+        let found = match self.lookup(&chunk_key(order_id, &chunk))? {
+            Some(bytes) => Some(bytes),
+            // Written by layout 6 or before, or restored from a changelog
+            // it wrote.
+            None => self.lookup(&legacy_chunk_key(order_id, first_version))?,
+        };
+        match found {
             None => Ok(None),
             Some(bytes) => crate::engine::inbox::decode_chunk(&bytes)
                 .map(Some)
@@ -186,6 +204,18 @@ impl PartitionStore {
                     self.corrupt(format!("inbox chunk {order_id}@{first_version}"), message)
                 }),
         }
+    }
+
+    /// True when the chunk of `order_id` starting at `first_version` is
+    /// stored under its layout-6 key ([`legacy_chunk_key`]).
+    pub(crate) fn has_legacy_chunk(
+        &self,
+        order_id: &str,
+        first_version: i64,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .lookup(&legacy_chunk_key(order_id, first_version))?
+            .is_some())
     }
 
     /// Writes the batch's states and `checkpoint` in one atomic batch. Not

@@ -41,7 +41,8 @@ impl Order {
         if let Some(chunk) = spill.chunk {
             self.chunks.insert(chunk[0].version, chunk);
         }
-        for first in spill.expired {
+        for chunk in spill.expired {
+            let first = chunk.first_version;
             assert!(
                 self.chunks.remove(&first).is_some(),
                 "expired chunk {first} existed"

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::store::state;
 use crate::domains::orders::Orders;
-use crate::engine::inbox::InboxEntry;
+use crate::engine::inbox::{ChunkRef, InboxEntry};
 use crate::engine::store::*;
 use crate::engine::stored_state::encode_state;
 
@@ -17,6 +17,14 @@ fn chunk(version: i64) -> Vec<InboxEntry> {
             applied_at_ms: 7,
         })
         .collect()
+}
+
+/// The reference an order's state holds to [`chunk`]`(first)`.
+fn chunk_ref(first: i64) -> ChunkRef {
+    ChunkRef {
+        first_version: first,
+        last_applied_at_ms: 7,
+    }
 }
 
 /// xorshift: the same sequence for a seed on every machine.
@@ -97,7 +105,7 @@ fn restore_write(changes: &[Change]) -> RestoreWrite {
                     .as_deref(),
             ),
             Change::Chunk(order, first, put) => write.restore(
-                &to_changelog_key(&chunk_key(order, *first)),
+                &to_changelog_key(&chunk_key(order, &chunk_ref(*first))),
                 put.then(|| encode(&chunk(*first)).expect("encodes"))
                     .as_deref(),
             ),
@@ -117,7 +125,9 @@ fn write_out(tree: &PartitionStore, changes: &[Change], next_offset: i64) {
             }
             Change::State(_, None) => unreachable!("a write-out deletes no state"),
             Change::Chunk(order, first, true) => write.put_chunk(order, &chunk(*first)),
-            Change::Chunk(order, first, false) => write.delete_chunk(order, *first),
+            Change::Chunk(order, first, false) => {
+                write.delete_chunk(order, &chunk_ref(*first), false)
+            }
         }
     }
     tree.commit_batch(write, &Checkpoint::starting_at(next_offset))
@@ -151,7 +161,9 @@ fn check(store: &Store, partition: i32, model: &Model, what: &str) {
         );
         for first in CHUNK_FIRSTS {
             assert_eq!(
-                tree.get_chunk(&order, first).expect("chunk").is_some(),
+                tree.get_chunk(&order, chunk_ref(first))
+                    .expect("chunk")
+                    .is_some(),
                 model.chunks.contains_key(&(order.clone(), first)),
                 "{what}: chunk {order}@{first}"
             );
@@ -267,11 +279,12 @@ fn a_tree_restored_into_packed_runs_reads_as_one_restored_key_by_key() {
 }
 
 /// A store written by the layouts before packed runs (3), before packed
-/// chunks (4) or before packed states (5) opens, its fixed-width states and
-/// bincode chunks read, and it is marked with this layout.
+/// chunks (4), before packed states (5) or before time-keyed chunks (6)
+/// opens, its fixed-width states and bincode chunks under their
+/// order-grouped keys read, and it is marked with this layout.
 #[test]
 fn a_store_of_an_earlier_layout_is_opened_and_marked() {
-    for layout in [3u32, 4, 5] {
+    for layout in [3u32, 4, 5, 6] {
         let dir = tempfile::tempdir().expect("tempdir");
         let old_chunk = chunk(1);
         {
@@ -281,7 +294,7 @@ fn a_store_of_an_earlier_layout_is_opened_and_marked() {
             tree.insert(order_key("a"), super::store::fixed_width(&state("a", 2)))
                 .expect("state");
             tree.insert(
-                chunk_key("a", 1),
+                legacy_chunk_key("a", 1),
                 bincode::serialize(&old_chunk).expect("encodes"),
             )
             .expect("chunk");
@@ -294,7 +307,10 @@ fn a_store_of_an_earlier_layout_is_opened_and_marked() {
                 Some(2)
             );
             let tree = store.partition("orders", 0).expect("tree");
-            assert_eq!(tree.get_chunk("a", 1).expect("chunk"), Some(old_chunk));
+            assert_eq!(
+                tree.get_chunk("a", chunk_ref(1)).expect("chunk"),
+                Some(old_chunk)
+            );
         }
         // The store's background threads release its lock shortly after
         // it is dropped.
@@ -340,7 +356,11 @@ fn only_a_key_a_run_holds_is_removed_with_a_tombstone() {
         ],
         3,
     );
-    let raw = |order: &str| tree.tree.get(chunk_key(order, 1)).expect("raw read");
+    let raw = |order: &str| {
+        tree.tree
+            .get(chunk_key(order, &chunk_ref(1)))
+            .expect("raw read")
+    };
     assert_eq!(
         raw("restored").as_deref(),
         Some(&[][..]),
@@ -348,6 +368,10 @@ fn only_a_key_a_run_holds_is_removed_with_a_tombstone() {
     );
     assert_eq!(raw("later"), None, "no run holds it: removed outright");
     for order in ["restored", "later"] {
-        assert_eq!(tree.get_chunk(order, 1).expect("read"), None, "{order}");
+        assert_eq!(
+            tree.get_chunk(order, chunk_ref(1)).expect("read"),
+            None,
+            "{order}"
+        );
     }
 }

@@ -158,6 +158,116 @@ fn redeliveries_are_found_after_the_cache_is_dropped() {
     assert_eq!(cp.outcomes() as i64, cp.next_offset - cp.start_offset);
 }
 
+/// Layout 7 keys a chunk by the time of its newest entry: a later chunk
+/// sorts after an earlier one whatever their orders, so each write-out's
+/// chunks land at the tree's right edge.
+#[test]
+fn new_chunks_are_keyed_by_time_whatever_their_order() {
+    let (_dir, store) = open();
+    let tree = store.partition("t", 0).unwrap();
+    let mut p = PartitionState::new(tree.clone(), None);
+    let thirty_two = |order: &str| -> Vec<OrderEvent> {
+        (1..=32)
+            .map(|v| event(order, v, &format!("{order}{v}")))
+            .collect()
+    };
+    apply(&mut p, thirty_two("b"), 0, 0, 32, 1000, DAY_MS).unwrap();
+    p.write_out(usize::MAX).unwrap();
+    apply(&mut p, thirty_two("a"), 0, 32, 64, 2000, DAY_MS).unwrap();
+    p.write_out(usize::MAX).unwrap();
+    let in_key_order: Vec<crate::engine::inbox::ChunkRef> = ["a", "b"]
+        .into_iter()
+        .map(|order| tree.get::<Orders>(order).unwrap().expect("state"))
+        .map(|state| state.inbox.chunks[0])
+        .collect();
+    let (a, b) = (in_key_order[0], in_key_order[1]);
+    assert!(
+        crate::engine::store::chunk_key("b", &b) < crate::engine::store::chunk_key("a", &a),
+        "b's chunk filled first, so it sorts first"
+    );
+    let stored: Vec<Vec<u8>> = tree
+        .tree
+        .scan_prefix(b"j")
+        .keys()
+        .map(|k| k.unwrap().to_vec())
+        .collect();
+    assert_eq!(
+        stored,
+        vec![
+            crate::engine::store::chunk_key("b", &b),
+            crate::engine::store::chunk_key("a", &a)
+        ]
+    );
+    assert!(
+        tree.tree.scan_prefix(b"i").next().is_none(),
+        "nothing under the order-grouped keys"
+    );
+}
+
+/// A store of layout 6 or before holds its chunks under order-grouped
+/// keys: a redelivery of an event in one is still a duplicate, and when it
+/// expires it is deleted under that key, its changelog tombstone too.
+#[test]
+fn chunks_under_the_earlier_keys_still_count_and_expire() {
+    use crate::engine::store::{chunk_key, legacy_chunk_key, to_changelog_key};
+    let (_dir, tree, mut p) = seventy_applied();
+    p.write_out(0).unwrap();
+    // The chunks as layout 6 wrote them.
+    let refs = tree
+        .get::<Orders>("a")
+        .unwrap()
+        .expect("state")
+        .inbox
+        .chunks;
+    assert_eq!(refs.len(), 2);
+    for chunk in &refs {
+        let value = tree
+            .tree
+            .remove(chunk_key("a", chunk))
+            .unwrap()
+            .expect("written under its layout-7 key");
+        tree.tree
+            .insert(legacy_chunk_key("a", chunk.first_version), value)
+            .unwrap();
+    }
+    let mut p = PartitionState::new(tree.clone(), tree.checkpoint().unwrap());
+    let out = apply(&mut p, redeliveries(), 0, 70, 76, 2000, DAY_MS).unwrap();
+    assert_eq!(
+        (out.outcomes.duplicates, out.outcomes.stale, out.chunk_reads),
+        (6, 0, 4),
+        "found under the earlier keys"
+    );
+    // A day later both chunks are past the retention window.
+    apply(
+        &mut p,
+        vec![event("a", 71, "id-71")],
+        0,
+        76,
+        77,
+        1000 + DAY_MS + 1,
+        DAY_MS,
+    )
+    .unwrap();
+    let mut prepared = p.prepare_write_out(true).unwrap().expect("changes");
+    let changes = prepared.write.changes.take().expect("collected");
+    for chunk in &refs {
+        let legacy = to_changelog_key(&legacy_chunk_key("a", chunk.first_version));
+        assert!(
+            changes.iter().any(|c| c.key == legacy && c.value.is_none()),
+            "a tombstone for chunk {} under its earlier key",
+            chunk.first_version
+        );
+        let current = to_changelog_key(&chunk_key("a", chunk));
+        assert!(
+            !changes.iter().any(|c| c.key == current),
+            "nothing for a key it never had"
+        );
+    }
+    p.finish_write_out(prepared, Some(1), usize::MAX).unwrap();
+    assert!(tree.tree.scan_prefix(b"i").next().is_none(), "deleted");
+    assert!(tree.tree.scan_prefix(b"j").next().is_none());
+}
+
 /// Chunks that filled since the last write-out are held in memory until
 /// it: a redelivery of an event in one is still a duplicate, another id
 /// with its version is stale, and the write-out stores them as they were
@@ -179,8 +289,15 @@ fn redeliveries_are_found_in_chunks_not_yet_written() {
         (6, 2, 0)
     );
     p.write_out(usize::MAX).unwrap().unwrap();
+    let stored = tree.get::<Orders>("a").unwrap().expect("state");
     for first in [1, 33] {
-        let chunk = tree.get_chunk("a", first).unwrap().expect("written");
+        let chunk = stored
+            .inbox
+            .chunks
+            .iter()
+            .find(|c| c.first_version == first)
+            .expect("the state refers to it");
+        let chunk = tree.get_chunk("a", *chunk).unwrap().expect("written");
         assert_eq!(
             chunk.iter().map(|e| e.version).collect::<Vec<_>>(),
             (first..first + 32).collect::<Vec<_>>()

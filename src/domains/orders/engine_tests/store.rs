@@ -89,7 +89,13 @@ fn stored_and_changelog_bytes_are_pinned() {
     write.put_state(&order).unwrap();
     write.put_chunk("ord-golden-1", &entries);
     write.put_outbox(&outbox).unwrap();
-    write.delete_chunk("ord-golden-0", 1);
+    let expired = crate::engine::inbox::ChunkRef {
+        first_version: 1,
+        last_applied_at_ms: 1_699_000_000_032,
+    };
+    write.delete_chunk("ord-golden-0", &expired, false);
+    // A chunk layout 6 or before wrote, under its order-grouped key.
+    write.delete_chunk("ord-golden-2", &expired, true);
     let checkpoint = Checkpoint {
         start_offset: 7,
         next_offset: 4_243,
@@ -165,7 +171,8 @@ fn stored_and_changelog_bytes_are_pinned() {
     let read: OutboxRecord<crate::domains::orders::event::EventType> =
         bincode::deserialize(&values[2]).unwrap();
     assert_eq!(read, outbox);
-    assert_eq!(Checkpoint::decode(&values[4]).unwrap(), checkpoint);
+    let last = values.last().expect("the checkpoint line");
+    assert_eq!(Checkpoint::decode(last).unwrap(), checkpoint);
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -222,8 +229,12 @@ fn batch_and_checkpoint_round_trip_across_reopen() {
     let p = store.partition("orders", 3).unwrap();
     assert_eq!(p.checkpoint().unwrap().unwrap().next_offset, 2);
     assert_eq!(store.find::<Orders>("b").unwrap().unwrap().version, 2);
-    assert_eq!(p.get_chunk("b", 1).unwrap().unwrap().len(), 3);
-    assert_eq!(p.get_chunk("b", 2).unwrap(), None);
+    let chunk = |first_version, last_applied_at_ms| crate::engine::inbox::ChunkRef {
+        first_version,
+        last_applied_at_ms,
+    };
+    assert_eq!(p.get_chunk("b", chunk(1, 3)).unwrap().unwrap().len(), 3);
+    assert_eq!(p.get_chunk("b", chunk(2, 3)).unwrap(), None);
     let stats = store.stats().unwrap();
     assert_eq!(stats[0].orders, 2, "chunks are not orders");
     assert_eq!(stats[0].checkpoint.outcomes(), 2);
@@ -290,7 +301,14 @@ fn changelog_keys_round_trip_and_never_collide_with_an_order_id() {
     }
     for key in [
         CHECKPOINT_KEY.to_vec(),
-        chunk_key("o", 33),
+        chunk_key(
+            "o",
+            &crate::engine::inbox::ChunkRef {
+                first_version: 33,
+                last_applied_at_ms: 1_700_000_000_000,
+            },
+        ),
+        legacy_chunk_key("o", 33),
         RESTORING_KEY.to_vec(),
     ] {
         let changelog = to_changelog_key(&key);
