@@ -51,6 +51,18 @@ pub struct ChunkRef {
     pub(crate) last_applied_at_ms: i64,
 }
 
+impl ChunkRef {
+    /// The reference to a chunk of `entries` (by version; `None`: empty):
+    /// what the inbox records when they fill, and what their store key is
+    /// made of, so the two always agree.
+    pub(crate) fn of(entries: &[InboxEntry]) -> Option<ChunkRef> {
+        Some(ChunkRef {
+            first_version: entries.first()?.version,
+            last_applied_at_ms: entries.last()?.applied_at_ms,
+        })
+    }
+}
+
 /// An order's applied event ids within the retention window: the newest
 /// (fewer than `INBOX_CHUNK`) in the state value, older ones in chunks of
 /// `INBOX_CHUNK` under their own keys. Applying an event costs the same
@@ -122,11 +134,7 @@ impl Inbox {
             // The next entries grow a fresh vector: an order that never fills it
             // again holds only what it uses (the cache's budget counts it).
             let full = std::mem::take(&mut self.recent);
-            let (first, last) = (full[0], full[full.len() - 1]);
-            self.chunks.push(ChunkRef {
-                first_version: first.version,
-                last_applied_at_ms: last.applied_at_ms,
-            });
+            self.chunks.extend(ChunkRef::of(&full));
             spilled = Some(full);
         }
         let expired = self

@@ -371,19 +371,18 @@ impl<E: Entity> PartitionState<E> {
         chunk: ChunkRef,
         version: i64,
     ) -> Result<Option<InboxEntry>, StoreError> {
-        let first = chunk.first_version;
         let unwritten = cached.and_then(|c| {
             c.new_chunks
                 .iter()
-                .find(|chunk| chunk.first().is_some_and(|e| e.version == first))
+                .find(|entries| ChunkRef::of(entries) == Some(chunk))
         });
-        let find = |chunk: &[InboxEntry]| chunk.iter().find(|e| e.version == version).copied();
+        let find = |entries: &[InboxEntry]| entries.iter().find(|e| e.version == version).copied();
         match unwritten {
-            Some(chunk) => Ok(find(chunk)),
+            Some(entries) => Ok(find(entries)),
             None => Ok(self
                 .store
                 .get_chunk(order_id, chunk)?
-                .and_then(|chunk| find(&chunk))),
+                .and_then(|entries| find(&entries))),
         }
     }
 
@@ -629,7 +628,7 @@ fn record_spill<E: Entity>(cached: &mut Cached<E>, spill: InboxSpill) {
         match cached
             .new_chunks
             .iter()
-            .position(|c| c.first().is_some_and(|e| e.version == chunk.first_version))
+            .position(|c| ChunkRef::of(c) == Some(chunk))
         {
             Some(i) => {
                 cached.new_chunks.remove(i);

@@ -73,16 +73,8 @@ impl BatchWrite {
 
     /// Stores a full chunk of an order's older inbox entries.
     pub(crate) fn put_chunk(&mut self, order_id: &str, entries: &[InboxEntry]) {
-        let Some(first) = entries.first() else {
+        let Some(chunk) = ChunkRef::of(entries) else {
             return;
-        };
-        let Some(last) = entries.last() else {
-            return;
-        };
-        // The ChunkRef the inbox made of these entries when they filled.
-        let chunk = ChunkRef {
-            first_version: first.version,
-            last_applied_at_ms: last.applied_at_ms,
         };
         self.insert(
             chunk_key(order_id, &chunk),
