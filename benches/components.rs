@@ -65,7 +65,7 @@ fn state(order: usize, inbox_len: usize) -> (OrderState, HashMap<i64, Vec<InboxE
             RETENTION_MS,
         );
         if let Some(chunk) = spill.chunk {
-            chunks.insert(chunk[0].version, chunk);
+            chunks.insert(chunk.reference().first_version(), chunk.entries());
         }
         current = Some(next);
     }

@@ -4,7 +4,7 @@
 //! id) decide; the entity's [`Entity::apply`] computes the new data.
 
 use crate::engine::entity::{Entity, Event, State};
-use crate::engine::inbox::{event_id_hash, ChunkRef, Inbox, InboxEntry, InboxSlot};
+use crate::engine::inbox::{event_id_hash, Chunk, ChunkRef, Inbox, InboxEntry, InboxSlot};
 
 /// The outcome of one decoded event. (Undecodable records never get here:
 /// they are dead-lettered.)
@@ -91,7 +91,7 @@ pub(crate) fn recent_entry<E: Entity>(
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct InboxSpill {
     /// A full chunk of entries to store under its own key.
-    pub chunk: Option<Vec<InboxEntry>>,
+    pub chunk: Option<Chunk>,
     /// Chunks past the retention window, to delete.
     pub(crate) expired: Vec<ChunkRef>,
 }

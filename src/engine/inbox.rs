@@ -43,7 +43,7 @@ impl InboxEntry {
 pub(crate) const INBOX_CHUNK: usize = 32;
 
 /// A chunk of older inbox entries stored under its own key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkRef {
     /// Version of the chunk's first entry (its key).
     pub(crate) first_version: i64,
@@ -52,9 +52,51 @@ pub struct ChunkRef {
 }
 
 impl ChunkRef {
-    /// The reference to a chunk of `entries` (by version; `None`: empty):
-    /// what the inbox records when they fill, and what their store key is
-    /// made of, so the two always agree.
+    /// The version of the chunk's first entry.
+    pub fn first_version(&self) -> i64 {
+        self.first_version
+    }
+}
+
+/// A full chunk of inbox entries that left the state value, packed as the
+/// store holds it ([`encode_chunk`]'s form): held so until its write-out,
+/// about 11 bytes an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    reference: ChunkRef,
+    packed: Vec<u8>,
+}
+
+impl Chunk {
+    /// The chunk's reference (its first version and newest apply time).
+    pub fn reference(&self) -> ChunkRef {
+        self.reference
+    }
+
+    /// Its entries, by version.
+    pub fn entries(&self) -> Vec<InboxEntry> {
+        Entries::of(&self.packed).collect()
+    }
+
+    /// Its entry of `version`, if any.
+    pub(crate) fn find(&self, version: i64) -> Option<InboxEntry> {
+        Entries::of(&self.packed).find(|e| e.version == version)
+    }
+
+    /// The stored value.
+    pub(crate) fn packed(&self) -> &[u8] {
+        &self.packed
+    }
+
+    /// Heap bytes held, for the cache budget.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.packed.capacity()
+    }
+}
+
+#[cfg(test)]
+impl ChunkRef {
+    /// The reference to a chunk of `entries` (`None`: empty).
     pub(crate) fn of(entries: &[InboxEntry]) -> Option<ChunkRef> {
         Some(ChunkRef {
             first_version: entries.first()?.version,
@@ -63,17 +105,306 @@ impl ChunkRef {
     }
 }
 
+#[cfg(test)]
+impl Chunk {
+    /// A chunk of `entries` (`None`: empty).
+    pub(crate) fn of(entries: &[InboxEntry]) -> Option<Chunk> {
+        Some(Chunk {
+            reference: ChunkRef::of(entries)?,
+            packed: encode_chunk(entries),
+        })
+    }
+}
+
+/// Entries packed the way a chunk's value holds them ([`encode_chunk`]):
+/// the newest entries of an inbox, kept so as they arrive (an append of
+/// about 11 bytes, where the decoded form takes 24), which a write-out
+/// stores as they are and which become a chunk's value as they are when
+/// they fill. The bytes are canonical (only [`Run::push`] writes them), so
+/// equal entries make equal runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Run {
+    /// Empty, or [`CHUNK_PACKED`], the count (a varint) and the entries.
+    bytes: Vec<u8>,
+    len: u32,
+    /// The newest entry's version and apply time: the next entry is
+    /// packed as its difference from them.
+    last_version: i64,
+    last_at: i64,
+}
+
+/// The packed form of no entries.
+const EMPTY_RUN: [u8; 2] = [CHUNK_PACKED, 0];
+
+impl Run {
+    fn of(entries: &[InboxEntry]) -> Run {
+        match entries.last() {
+            None => Run::default(),
+            Some(last) => Run {
+                bytes: encode_chunk(entries),
+                len: entries.len() as u32,
+                last_version: last.version,
+                last_at: last.applied_at_ms,
+            },
+        }
+    }
+
+    fn push(&mut self, entry: InboxEntry) {
+        if self.bytes.is_empty() {
+            // Room for four entries: most entities see few events.
+            self.bytes.reserve(EMPTY_RUN.len() + 4 * 11);
+            self.bytes.extend_from_slice(&EMPTY_RUN);
+            (self.last_version, self.last_at) = (0, 0);
+        }
+        let (old, new) = (u64::from(self.len), u64::from(self.len) + 1);
+        if new < 0x80 {
+            // A one-byte count, as it was.
+            self.bytes[1] = new as u8;
+        } else {
+            let mut count = Vec::with_capacity(10);
+            put_varint(&mut count, new);
+            self.bytes.splice(1..1 + varint_len(old), count);
+        }
+        put_entry(&mut self.bytes, (self.last_version, self.last_at), &entry);
+        self.len += 1;
+        (self.last_version, self.last_at) = (entry.version, entry.applied_at_ms);
+    }
+
+    fn entries(&self) -> Entries<'_> {
+        Entries::of(self.packed())
+    }
+
+    /// The stored form (that of no entries when empty).
+    fn packed(&self) -> &[u8] {
+        if self.bytes.is_empty() {
+            &EMPTY_RUN
+        } else {
+            &self.bytes
+        }
+    }
+
+    /// The packed bytes, leaving the run empty.
+    fn take(&mut self) -> Vec<u8> {
+        let bytes = std::mem::take(&mut self.bytes);
+        *self = Run::default();
+        bytes
+    }
+}
+
+/// The entries of a packed run, decoded one at a time. Stops at the count,
+/// or early at bytes that do not decode (never from a run this module
+/// packed; [`decode_packed`] checks stored ones).
+struct Entries<'a> {
+    rest: &'a [u8],
+    remaining: usize,
+    previous: (i64, i64),
+}
+
+impl<'a> Entries<'a> {
+    /// The entries of `bytes` in [`encode_chunk`]'s form (`None`: not that
+    /// form).
+    fn parse(bytes: &'a [u8]) -> Option<Entries<'a>> {
+        let mut rest = match bytes.split_first()? {
+            (&CHUNK_PACKED, rest) => rest,
+            _ => return None,
+        };
+        let remaining = usize::try_from(take_varint(&mut rest)?).ok()?;
+        Some(Entries {
+            rest,
+            remaining,
+            previous: (0, 0),
+        })
+    }
+
+    /// The entries of a run this module packed (none for anything else).
+    fn of(bytes: &'a [u8]) -> Entries<'a> {
+        Entries::parse(bytes).unwrap_or(Entries {
+            rest: &[],
+            remaining: 0,
+            previous: (0, 0),
+        })
+    }
+}
+
+impl Iterator for Entries<'_> {
+    type Item = InboxEntry;
+
+    fn next(&mut self) -> Option<InboxEntry> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let mut rest = self.rest;
+        let version = self
+            .previous
+            .0
+            .wrapping_add(unzigzag(take_varint(&mut rest)?));
+        let at = self
+            .previous
+            .1
+            .wrapping_add(unzigzag(take_varint(&mut rest)?));
+        let Some((hash, tail)) = rest.split_first_chunk::<8>() else {
+            self.remaining = 0;
+            return None;
+        };
+        self.rest = tail;
+        self.remaining -= 1;
+        self.previous = (version, at);
+        Some(InboxEntry {
+            version,
+            id_hash: u64::from_le_bytes(*hash),
+            applied_at_ms: at,
+        })
+    }
+}
+
+/// Chunk references packed: each as its first version and newest apply
+/// time less the previous reference's (zig-zag varints: about 3 bytes a
+/// reference where the decoded form takes 16). Read in order only: a look-up
+/// among them is for an old redelivery, rare and about to read a chunk
+/// from the store anyway.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Refs {
+    bytes: Vec<u8>,
+    len: u32,
+    /// The newest reference: the next is packed as its difference.
+    last: ChunkRef,
+    /// The oldest reference's newest apply time (`i64::MAX`: none), which
+    /// every applied event checks for expiry without reading the bytes.
+    oldest_at: i64,
+}
+
+impl Refs {
+    fn empty() -> Refs {
+        Refs {
+            oldest_at: i64::MAX,
+            ..Refs::default()
+        }
+    }
+
+    fn of(refs: impl IntoIterator<Item = ChunkRef>) -> Refs {
+        let mut packed = Refs::empty();
+        for chunk in refs {
+            packed.push(chunk);
+        }
+        packed
+    }
+
+    fn push(&mut self, chunk: ChunkRef) {
+        if self.len == 0 {
+            self.oldest_at = chunk.last_applied_at_ms;
+        }
+        put_varint(
+            &mut self.bytes,
+            zigzag(chunk.first_version.wrapping_sub(self.last.first_version)),
+        );
+        put_varint(
+            &mut self.bytes,
+            zigzag(
+                chunk
+                    .last_applied_at_ms
+                    .wrapping_sub(self.last.last_applied_at_ms),
+            ),
+        );
+        self.len += 1;
+        self.last = chunk;
+    }
+
+    fn iter(&self) -> RefIter<'_> {
+        RefIter {
+            rest: &self.bytes,
+            remaining: self.len as usize,
+            previous: ChunkRef::default(),
+        }
+    }
+
+    /// Removes and returns the `n` oldest references.
+    fn drain_front(&mut self, n: usize) -> Vec<ChunkRef> {
+        let mut all: Vec<ChunkRef> = self.iter().collect();
+        let rest = all.split_off(n.min(all.len()));
+        *self = Refs::of(rest);
+        all
+    }
+}
+
+/// Packed references, decoded one at a time.
+struct RefIter<'a> {
+    rest: &'a [u8],
+    remaining: usize,
+    previous: ChunkRef,
+}
+
+impl Iterator for RefIter<'_> {
+    type Item = ChunkRef;
+
+    fn next(&mut self) -> Option<ChunkRef> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let first = unzigzag(take_varint(&mut self.rest)?);
+        let at = unzigzag(take_varint(&mut self.rest)?);
+        self.remaining -= 1;
+        self.previous = ChunkRef {
+            first_version: self.previous.first_version.wrapping_add(first),
+            last_applied_at_ms: self.previous.last_applied_at_ms.wrapping_add(at),
+        };
+        Some(self.previous)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for RefIter<'_> {}
+
 /// An order's applied event ids within the retention window: the newest
 /// (fewer than `INBOX_CHUNK`) in the state value, older ones in chunks of
 /// `INBOX_CHUNK` under their own keys. Applying an event costs the same
 /// whatever the order's history: an append, and every `INBOX_CHUNK`
 /// events one chunk written.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Held packed, as the store holds it: the newest entries about 11 bytes
+/// each and a chunk reference about 3, so a long-lived entity's cached
+/// state stays small (its serde form is the decoded lists, as before).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "InboxLists", into = "InboxLists")]
 pub struct Inbox {
     /// Newest entries, by version.
-    pub(crate) recent: Vec<InboxEntry>,
+    recent: Run,
     /// Older chunks within the retention window, by version.
-    pub chunks: Vec<ChunkRef>,
+    chunks: Refs,
+}
+
+impl Default for Inbox {
+    fn default() -> Self {
+        Inbox {
+            recent: Run::default(),
+            chunks: Refs::empty(),
+        }
+    }
+}
+
+/// An inbox decoded: the serde form of [`Inbox`] (bincode's fixed-width
+/// form of it is in states stored before layout 6).
+#[derive(Serialize, Deserialize)]
+struct InboxLists {
+    recent: Vec<InboxEntry>,
+    chunks: Vec<ChunkRef>,
+}
+
+impl From<InboxLists> for Inbox {
+    fn from(lists: InboxLists) -> Inbox {
+        Inbox::from_parts(&lists.recent, &lists.chunks)
+    }
+}
+
+impl From<Inbox> for InboxLists {
+    fn from(inbox: Inbox) -> InboxLists {
+        InboxLists {
+            recent: inbox.recent_entries().collect(),
+            chunks: inbox.chunk_refs().collect(),
+        }
+    }
 }
 
 /// Where the inbox entry for a version lives.
@@ -88,68 +419,116 @@ pub(crate) enum InboxSlot {
 }
 
 impl Inbox {
+    /// An inbox of these newest entries and older chunks (both by version).
+    pub(crate) fn from_parts(recent: &[InboxEntry], chunks: &[ChunkRef]) -> Inbox {
+        Inbox {
+            recent: Run::of(recent),
+            chunks: Refs::of(chunks.iter().copied()),
+        }
+    }
+
+    /// An inbox from its stored form: the newest entries packed, the chunk
+    /// references. `None` when the entries do not decode.
+    pub(crate) fn from_stored(recent: &[u8], chunks: Vec<ChunkRef>) -> Option<Inbox> {
+        let recent = decode_packed(recent)?;
+        Some(Inbox {
+            // Packed again: a run only ever holds bytes it packed itself.
+            recent: Run::of(&recent),
+            chunks: Refs::of(chunks),
+        })
+    }
+
+    /// The newest entries as stored ([`encode_chunk`]'s form).
+    pub(crate) fn recent_packed(&self) -> &[u8] {
+        self.recent.packed()
+    }
+
+    /// The newest entries, by version.
+    pub(crate) fn recent_entries(&self) -> impl Iterator<Item = InboxEntry> + '_ {
+        self.recent.entries()
+    }
+
+    /// How many newest entries the state value holds.
+    pub(crate) fn recent_len(&self) -> usize {
+        self.recent.len as usize
+    }
+
+    /// The older chunks within the window, by version.
+    pub fn chunk_refs(&self) -> impl ExactSizeIterator<Item = ChunkRef> + '_ {
+        self.chunks.iter()
+    }
+
     /// Entries within the window, the chunked ones included.
     pub fn len(&self) -> usize {
-        self.recent.len() + self.chunks.len() * INBOX_CHUNK
+        self.recent_len() + self.chunks.len as usize * INBOX_CHUNK
     }
 
     /// No entries within the window.
     pub fn is_empty(&self) -> bool {
-        self.recent.is_empty() && self.chunks.is_empty()
+        self.recent.len == 0 && self.chunks.len == 0
     }
 
-    /// Where the entry of `version` would be. O(log n), no I/O.
+    /// Where the entry of `version` would be. No I/O; linear in the entries
+    /// and chunks it decodes, for an event not newer than the state only.
     pub(crate) fn slot(&self, version: i64) -> InboxSlot {
-        if let Some(first) = self.recent.first() {
+        let mut recent = self.recent.entries().peekable();
+        if let Some(first) = recent.peek() {
             if version >= first.version {
-                let found = self
-                    .recent
-                    .binary_search_by_key(&version, |e| e.version)
-                    .ok()
-                    .map(|i| self.recent[i]);
+                let found = recent
+                    .take_while(|e| e.version <= version)
+                    .find(|e| e.version == version);
                 return InboxSlot::Recent(found);
             }
         }
-        match self.chunks.partition_point(|c| c.first_version <= version) {
-            0 => InboxSlot::Absent,
-            i => InboxSlot::Chunk(self.chunks[i - 1]),
+        match self
+            .chunks
+            .iter()
+            .take_while(|c| c.first_version <= version)
+            .last()
+        {
+            None => InboxSlot::Absent,
+            Some(chunk) => InboxSlot::Chunk(chunk),
         }
     }
 
     /// Appends the entry of an applied event. Returns the entries that fill a
     /// chunk (to be written under their own key) and the chunks that expired
     /// before `horizon_ms` (to be deleted).
-    pub fn push(
-        &mut self,
-        entry: InboxEntry,
-        horizon_ms: i64,
-    ) -> (Option<Vec<InboxEntry>>, Vec<ChunkRef>) {
-        debug_assert!(self
-            .recent
-            .last()
-            .is_none_or(|last| last.version < entry.version));
+    pub fn push(&mut self, entry: InboxEntry, horizon_ms: i64) -> (Option<Chunk>, Vec<ChunkRef>) {
+        debug_assert!(self.recent.len == 0 || self.recent.last_version < entry.version);
         self.recent.push(entry);
         let mut spilled = None;
-        if self.recent.len() >= INBOX_CHUNK {
-            // The next entries grow a fresh vector: an order that never fills it
-            // again holds only what it uses (the cache's budget counts it).
-            let full = std::mem::take(&mut self.recent);
-            self.chunks.extend(ChunkRef::of(&full));
-            spilled = Some(full);
+        if self.recent_len() >= INBOX_CHUNK {
+            let first_version = self
+                .recent
+                .entries()
+                .next()
+                .map_or(entry.version, |e| e.version);
+            let reference = ChunkRef {
+                first_version,
+                last_applied_at_ms: self.recent.last_at,
+            };
+            // The next entries start a fresh run: an order that never fills
+            // it again holds only what it uses (the cache's budget counts it).
+            let packed = self.recent.take();
+            self.chunks.push(reference);
+            spilled = Some(Chunk { reference, packed });
         }
-        let expired = self
-            .chunks
-            .iter()
-            .take_while(|c| c.last_applied_at_ms < horizon_ms)
-            .count();
-        let dropped = self.chunks.drain(..expired).collect();
+        let mut dropped = Vec::new();
+        if self.chunks.oldest_at < horizon_ms {
+            let expired = self
+                .chunks
+                .iter()
+                .take_while(|c| c.last_applied_at_ms < horizon_ms)
+                .count();
+            dropped = self.chunks.drain_front(expired);
+        }
         (spilled, dropped)
     }
 
     /// Rough heap bytes, for the cache budget.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.recent.capacity() * std::mem::size_of::<InboxEntry>()
-            + self.chunks.capacity() * std::mem::size_of::<ChunkRef>()
+        self.recent.bytes.capacity() + self.chunks.bytes.capacity()
     }
 }
 
@@ -166,14 +545,20 @@ pub(crate) fn encode_chunk(entries: &[InboxEntry]) -> Vec<u8> {
     let mut out = Vec::with_capacity(2 + entries.len() * 11);
     out.push(CHUNK_PACKED);
     put_varint(&mut out, entries.len() as u64);
-    let (mut version, mut at) = (0i64, 0i64);
+    let mut previous = (0i64, 0i64);
     for entry in entries {
-        put_varint(&mut out, zigzag(entry.version.wrapping_sub(version)));
-        put_varint(&mut out, zigzag(entry.applied_at_ms.wrapping_sub(at)));
-        out.extend_from_slice(&entry.id_hash.to_le_bytes());
-        (version, at) = (entry.version, entry.applied_at_ms);
+        put_entry(&mut out, previous, entry);
+        previous = (entry.version, entry.applied_at_ms);
     }
     out
+}
+
+/// One entry of the packed form, as its difference from the entry before
+/// (`previous`: its version and apply time; zeros for the first).
+fn put_entry(out: &mut Vec<u8>, previous: (i64, i64), entry: &InboxEntry) {
+    put_varint(out, zigzag(entry.version.wrapping_sub(previous.0)));
+    put_varint(out, zigzag(entry.applied_at_ms.wrapping_sub(previous.1)));
+    out.extend_from_slice(&entry.id_hash.to_le_bytes());
 }
 
 /// A chunk's entries from its stored value: the packed form, or bincode's
@@ -201,29 +586,14 @@ pub(crate) fn decode_chunk(bytes: &[u8]) -> Result<Vec<InboxEntry>, String> {
 /// Entries in the packed form of [`encode_chunk`] (`None`: another form,
 /// or damaged).
 pub(crate) fn decode_packed(bytes: &[u8]) -> Option<Vec<InboxEntry>> {
-    let (&tag, mut rest) = bytes.split_first()?;
-    if tag != CHUNK_PACKED {
-        return None;
-    }
-    let count = usize::try_from(take_varint(&mut rest)?).ok()?;
+    let mut entries = Entries::parse(bytes)?;
+    let count = entries.remaining;
     // Each entry takes at least 10 bytes: a count beyond what is left is damage.
-    if count > rest.len() / 10 {
+    if count > entries.rest.len() / 10 {
         return None;
     }
-    let mut entries = Vec::with_capacity(count);
-    let (mut version, mut at) = (0i64, 0i64);
-    for _ in 0..count {
-        version = version.wrapping_add(unzigzag(take_varint(&mut rest)?));
-        at = at.wrapping_add(unzigzag(take_varint(&mut rest)?));
-        let (hash, tail) = rest.split_first_chunk::<8>()?;
-        rest = tail;
-        entries.push(InboxEntry {
-            version,
-            id_hash: u64::from_le_bytes(*hash),
-            applied_at_ms: at,
-        });
-    }
-    rest.is_empty().then_some(entries)
+    let decoded: Vec<InboxEntry> = entries.by_ref().collect();
+    (decoded.len() == count && entries.rest.is_empty()).then_some(decoded)
 }
 
 fn zigzag(v: i64) -> u64 {
@@ -232,6 +602,10 @@ fn zigzag(v: i64) -> u64 {
 
 fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn varint_len(v: u64) -> usize {
+    (64 - v.leading_zeros() as usize).div_ceil(7).max(1)
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -301,11 +675,11 @@ mod tests {
         for v in 1..=INBOX_CHUNK as i64 + 1 {
             inbox.push(entry(v, v), 0);
         }
-        assert_eq!(inbox.recent.len(), 1);
+        assert_eq!(inbox.recent_len(), 1);
         assert!(
-            inbox.recent.capacity() < INBOX_CHUNK / 2,
+            inbox.recent.bytes.capacity() < INBOX_CHUNK / 2 * 11,
             "capacity {} after a spill",
-            inbox.recent.capacity()
+            inbox.recent.bytes.capacity()
         );
     }
 
@@ -317,12 +691,12 @@ mod tests {
             let (chunk, expired) = inbox.push(entry(v, v), 0);
             assert!(expired.is_empty());
             if let Some(chunk) = chunk {
-                assert_eq!(chunk.len(), INBOX_CHUNK);
+                assert_eq!(chunk.entries().len(), INBOX_CHUNK);
                 spilled.push(chunk);
             }
         }
         assert_eq!(spilled.len(), 3);
-        assert_eq!(inbox.recent.len(), 100 - 3 * INBOX_CHUNK);
+        assert_eq!(inbox.recent_len(), 100 - 3 * INBOX_CHUNK);
         assert_eq!(inbox.len(), 100);
         for v in 1..=100 {
             match inbox.slot(v) {
@@ -330,9 +704,10 @@ mod tests {
                 InboxSlot::Chunk(chunk) => {
                     let chunk = spilled
                         .iter()
-                        .find(|c| c[0].version == chunk.first_version)
+                        .find(|c| c.reference() == chunk)
                         .expect("chunk exists");
-                    assert!(chunk.iter().any(|e| e.version == v));
+                    assert_eq!(chunk.find(v).map(|e| e.version), Some(v));
+                    assert_eq!(chunk.packed(), encode_chunk(&chunk.entries()));
                 }
                 other => panic!("version {v}: {other:?}"),
             }
@@ -341,13 +716,167 @@ mod tests {
         assert_eq!(inbox.slot(101), InboxSlot::Recent(None));
     }
 
+    /// The inbox as it was held before it was packed: two lists.
+    #[derive(Default)]
+    struct Lists {
+        recent: Vec<InboxEntry>,
+        chunks: Vec<ChunkRef>,
+    }
+
+    impl Lists {
+        fn push(
+            &mut self,
+            entry: InboxEntry,
+            horizon: i64,
+        ) -> (Option<Vec<InboxEntry>>, Vec<ChunkRef>) {
+            self.recent.push(entry);
+            let mut spilled = None;
+            if self.recent.len() >= INBOX_CHUNK {
+                let full = std::mem::take(&mut self.recent);
+                self.chunks.extend(ChunkRef::of(&full));
+                spilled = Some(full);
+            }
+            let expired = self
+                .chunks
+                .iter()
+                .take_while(|c| c.last_applied_at_ms < horizon)
+                .count();
+            (spilled, self.chunks.drain(..expired).collect())
+        }
+
+        fn slot(&self, version: i64) -> InboxSlot {
+            if let Some(first) = self.recent.first() {
+                if version >= first.version {
+                    return InboxSlot::Recent(
+                        self.recent.iter().find(|e| e.version == version).copied(),
+                    );
+                }
+            }
+            match self.chunks.partition_point(|c| c.first_version <= version) {
+                0 => InboxSlot::Absent,
+                i => InboxSlot::Chunk(self.chunks[i - 1]),
+            }
+        }
+    }
+
+    /// Packed, the inbox answers every question as the two lists did:
+    /// random version gaps, apply times that jump and go back, a horizon
+    /// that expires chunks, and every look-up between pushes.
+    #[test]
+    fn the_packed_inbox_answers_as_the_lists_did() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..40 {
+            let (mut packed, mut lists) = (Inbox::default(), Lists::default());
+            let mut version = (next() % 1_000) as i64 - 500;
+            let mut at = 1_700_000_000_000i64 + (next() % 1_000) as i64;
+            let mut horizon = i64::MIN;
+            for _ in 0..(200 + round * 20) {
+                version += 1 + (next() % if round % 2 == 0 { 3 } else { 100_000 }) as i64;
+                at += (next() % 2_000) as i64 - 300;
+                if next() % 40 == 0 {
+                    horizon = at - (next() % 5_000) as i64;
+                }
+                let entry = InboxEntry {
+                    version,
+                    id_hash: next(),
+                    applied_at_ms: at,
+                };
+                let (chunk, expired) = packed.push(entry, horizon);
+                let (want_chunk, want_expired) = lists.push(entry, horizon);
+                assert_eq!(chunk.as_ref().map(Chunk::entries), want_chunk);
+                if let Some(chunk) = &chunk {
+                    assert_eq!(
+                        Some(chunk.reference()),
+                        want_chunk.as_deref().and_then(ChunkRef::of)
+                    );
+                    assert_eq!(chunk.packed(), encode_chunk(&chunk.entries()));
+                }
+                assert_eq!(expired, want_expired);
+                assert_eq!(packed.recent_entries().collect::<Vec<_>>(), lists.recent);
+                assert_eq!(packed.chunk_refs().collect::<Vec<_>>(), lists.chunks);
+                assert_eq!(packed.recent_packed(), encode_chunk(&lists.recent));
+                assert_eq!(
+                    packed.len(),
+                    lists.recent.len() + lists.chunks.len() * INBOX_CHUNK
+                );
+                for _ in 0..3 {
+                    let probe = version - (next() % 3_000) as i64;
+                    assert_eq!(packed.slot(probe), lists.slot(probe), "version {probe}");
+                }
+                let back =
+                    Inbox::from_stored(packed.recent_packed(), packed.chunk_refs().collect());
+                assert_eq!(back.as_ref(), Some(&packed));
+            }
+        }
+    }
+
+    /// Its serde form (bincode's, in states stored before layout 6) is the
+    /// two lists, as before it was packed.
+    #[test]
+    fn the_serde_form_is_still_the_two_lists() {
+        let mut inbox = Inbox::default();
+        let mut lists = Lists::default();
+        for v in 1..=100 {
+            inbox.push(entry(v, v * 7), 0);
+            lists.push(entry(v, v * 7), 0);
+        }
+        #[derive(Serialize)]
+        struct Wire<'a> {
+            recent: &'a [InboxEntry],
+            chunks: &'a [ChunkRef],
+        }
+        let bytes = bincode::serialize(&inbox).unwrap();
+        let want = bincode::serialize(&Wire {
+            recent: &lists.recent,
+            chunks: &lists.chunks,
+        })
+        .unwrap();
+        assert_eq!(bytes, want);
+        assert_eq!(bincode::deserialize::<Inbox>(&bytes).unwrap(), inbox);
+    }
+
+    /// Packed, a long-lived entity's inbox holds under half the heap bytes
+    /// of the lists' capacity; an inbox of more newest entries than a
+    /// one-byte count holds (an earlier layout's) packs and grows right.
+    #[test]
+    fn a_long_lived_inbox_is_held_in_under_half_the_bytes() {
+        let mut inbox = Inbox::default();
+        let mut lists = Lists::default();
+        for v in 1..=1_000 {
+            let e = entry(v, 1_700_000_000_000 + v * 20);
+            inbox.push(e, 0);
+            lists.push(e, 0);
+        }
+        let as_lists = lists.recent.capacity() * std::mem::size_of::<InboxEntry>()
+            + lists.chunks.capacity() * std::mem::size_of::<ChunkRef>();
+        assert!(
+            inbox.heap_bytes() * 2 < as_lists,
+            "{} against {as_lists}",
+            inbox.heap_bytes()
+        );
+        let many: Vec<InboxEntry> = (1..=300).map(|v| entry(v, v)).collect();
+        let mut run = Run::of(&many[..127]);
+        assert_eq!(run.packed(), encode_chunk(&many[..127]));
+        for e in &many[127..] {
+            run.push(*e);
+        }
+        assert_eq!(run.packed(), encode_chunk(&many));
+        assert_eq!(run.entries().collect::<Vec<_>>(), many);
+    }
+
     #[test]
     fn expired_chunks_are_dropped_in_order() {
         let mut inbox = Inbox::default();
         for v in 1..=64 {
             inbox.push(entry(v, v), 0);
         }
-        assert_eq!(inbox.chunks.len(), 2);
+        assert_eq!(inbox.chunk_refs().len(), 2);
         // The first chunk's newest entry was applied at 32.
         let (_, expired) = inbox.push(entry(65, 65), 33);
         assert_eq!(

@@ -18,7 +18,7 @@ use crate::engine::decide::{
     apply, apply_in_place, decide, needs, recent_entry, Decision, InboxSpill, Needs,
 };
 use crate::engine::entity::{Entity, Event, State};
-use crate::engine::inbox::{ChunkRef, InboxEntry};
+use crate::engine::inbox::{Chunk, ChunkRef, InboxEntry};
 use crate::engine::outbox_record::{status_id_hash, status_id_of_hash, OutboxRecord};
 use crate::engine::outcomes::Outcomes;
 use crate::engine::store::{BatchWrite, Checkpoint, PartitionStore, StoreError};
@@ -54,8 +54,8 @@ struct Cached<E: Entity> {
     state: State<E>,
     /// Changed since the last write-out.
     dirty: bool,
-    /// Full inbox chunks not yet written.
-    new_chunks: Vec<Vec<InboxEntry>>,
+    /// Full inbox chunks not yet written (packed as they will be).
+    new_chunks: Vec<Chunk>,
     /// Chunks past the retention window, not yet deleted.
     expired_chunks: Vec<ChunkRef>,
     /// Approximate memory held, for the cache budget.
@@ -79,11 +79,8 @@ impl<E: Entity> Cached<E> {
         entry_overhead::<E>()
             + key_len
             + self.state.heap_bytes()
-            + self
-                .new_chunks
-                .iter()
-                .map(|c| c.capacity() * std::mem::size_of::<InboxEntry>())
-                .sum::<usize>()
+            + self.new_chunks.capacity() * std::mem::size_of::<Chunk>()
+            + self.new_chunks.iter().map(Chunk::heap_bytes).sum::<usize>()
             + self.expired_chunks.capacity() * std::mem::size_of::<ChunkRef>()
     }
 }
@@ -371,18 +368,13 @@ impl<E: Entity> PartitionState<E> {
         chunk: ChunkRef,
         version: i64,
     ) -> Result<Option<InboxEntry>, StoreError> {
-        let unwritten = cached.and_then(|c| {
-            c.new_chunks
-                .iter()
-                .find(|entries| ChunkRef::of(entries) == Some(chunk))
-        });
-        let find = |entries: &[InboxEntry]| entries.iter().find(|e| e.version == version).copied();
+        let unwritten = cached.and_then(|c| c.new_chunks.iter().find(|c| c.reference() == chunk));
         match unwritten {
-            Some(entries) => Ok(find(entries)),
+            Some(unwritten) => Ok(unwritten.find(version)),
             None => Ok(self
                 .store
                 .get_chunk(order_id, chunk)?
-                .and_then(|entries| find(&entries))),
+                .and_then(|entries| entries.into_iter().find(|e| e.version == version))),
         }
     }
 
@@ -628,7 +620,7 @@ fn record_spill<E: Entity>(cached: &mut Cached<E>, spill: InboxSpill) {
         match cached
             .new_chunks
             .iter()
-            .position(|c| ChunkRef::of(c) == Some(chunk))
+            .position(|c| c.reference() == chunk)
         {
             Some(i) => {
                 cached.new_chunks.remove(i);

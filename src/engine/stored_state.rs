@@ -18,7 +18,7 @@ use bincode::Options;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::entity::{Entity, State};
-use crate::engine::inbox::{decode_packed, encode_chunk, ChunkRef, Inbox};
+use crate::engine::inbox::{ChunkRef, Inbox};
 
 /// The first bytes of a packed state value. As the first bytes of an
 /// earlier (fixed-width) state they would be a key length of at least
@@ -40,7 +40,17 @@ struct PackedRef<'a, E: Entity> {
     occurred_at: i64,
     #[serde(with = "serde_bytes")]
     recent: &'a [u8],
-    chunks: &'a [ChunkRef],
+    chunks: Refs<'a>,
+}
+
+/// An inbox's chunk references as a sequence, decoded as they are written
+/// (the stored form is the decoded list's).
+struct Refs<'a>(&'a Inbox);
+
+impl Serialize for Refs<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.chunk_refs())
+    }
 }
 
 #[derive(Deserialize)]
@@ -58,15 +68,15 @@ struct Packed<E: Entity> {
 
 /// A state's stored value, packed (module docs).
 pub fn encode_state<E: Entity>(state: &State<E>) -> Result<Vec<u8>, String> {
-    let recent = encode_chunk(&state.inbox.recent);
+    let recent = state.inbox.recent_packed();
     let value = PackedRef::<E> {
         key: &state.key,
         version: state.version,
         data: &state.data,
         event_id: &state.event_id,
         occurred_at: state.occurred_at,
-        recent: &recent,
-        chunks: &state.inbox.chunks,
+        recent,
+        chunks: Refs(&state.inbox),
     };
     // Room for the strings, the entries and a few bytes a field (the
     // domain's data is small): one allocation as a rule, without a
@@ -75,7 +85,7 @@ pub fn encode_state<E: Entity>(state: &State<E>) -> Result<Vec<u8>, String> {
         + state.key.len()
         + state.event_id.len()
         + recent.len()
-        + state.inbox.chunks.len() * 12
+        + state.inbox.chunk_refs().len() * 12
         + 64;
     let mut out = Vec::with_capacity(room);
     out.extend_from_slice(&STATE_PACKED);
@@ -93,7 +103,7 @@ pub(crate) fn decode_state<E: Entity>(bytes: &[u8]) -> Result<State<E>, String> 
         return bincode::deserialize(bytes).map_err(|e| e.to_string());
     };
     let packed: Packed<E> = packed().deserialize(body).map_err(|e| e.to_string())?;
-    let recent = decode_packed(&packed.recent)
+    let inbox = Inbox::from_stored(&packed.recent, packed.chunks)
         .ok_or_else(|| "the state's newest inbox entries are damaged".to_string())?;
     Ok(State {
         key: packed.key,
@@ -101,9 +111,6 @@ pub(crate) fn decode_state<E: Entity>(bytes: &[u8]) -> Result<State<E>, String> 
         data: packed.data,
         event_id: packed.event_id,
         occurred_at: packed.occurred_at,
-        inbox: Inbox {
-            recent,
-            chunks: packed.chunks,
-        },
+        inbox,
     })
 }

@@ -155,14 +155,14 @@ mod tests {
             occurred_at: i64,
             inbox: &'a Inbox,
         }
-        let inbox = Inbox {
-            recent: vec![InboxEntry {
+        let inbox = Inbox::from_parts(
+            &[InboxEntry {
                 version: 3,
                 id_hash: 7,
                 applied_at_ms: 9,
             }],
-            chunks: Vec::new(),
-        };
+            &[],
+        );
         let state = OrderState {
             key: "order-1".into(),
             version: 3,

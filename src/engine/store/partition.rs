@@ -11,7 +11,7 @@ use super::{
     PartitionStore, StoreError, CHECKPOINT_KEY, OUTBOX_PREFIX, RESTORING_KEY,
 };
 use crate::engine::entity::{Entity, State};
-use crate::engine::inbox::{ChunkRef, InboxEntry};
+use crate::engine::inbox::{Chunk, ChunkRef, InboxEntry};
 use crate::engine::outbox_record::OutboxRecord;
 use crate::engine::stored_state::{decode_state, encode_state};
 
@@ -72,13 +72,10 @@ impl BatchWrite {
     }
 
     /// Stores a full chunk of an order's older inbox entries.
-    pub(crate) fn put_chunk(&mut self, order_id: &str, entries: &[InboxEntry]) {
-        let Some(chunk) = ChunkRef::of(entries) else {
-            return;
-        };
+    pub(crate) fn put_chunk(&mut self, order_id: &str, chunk: &Chunk) {
         self.insert(
-            chunk_key(order_id, &chunk),
-            crate::engine::inbox::encode_chunk(entries),
+            chunk_key(order_id, &chunk.reference()),
+            chunk.packed().to_vec(),
         );
     }
 

@@ -39,7 +39,8 @@ impl Order {
             });
         self.state = state;
         if let Some(chunk) = spill.chunk {
-            self.chunks.insert(chunk[0].version, chunk);
+            self.chunks
+                .insert(chunk.reference().first_version(), chunk.entries());
         }
         for chunk in spill.expired {
             let first = chunk.first_version;
@@ -109,7 +110,7 @@ fn redelivery_of_a_chunked_entry_is_found_in_its_chunk() {
         );
     }
     // The state value stays small: chunked entries are not in it.
-    assert!(o.state.as_ref().unwrap().inbox.recent.len() < crate::engine::inbox::INBOX_CHUNK);
+    assert!(o.state.as_ref().unwrap().inbox.recent_len() < crate::engine::inbox::INBOX_CHUNK);
 }
 
 proptest! {

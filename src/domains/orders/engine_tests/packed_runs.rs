@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::store::state;
 use crate::domains::orders::Orders;
-use crate::engine::inbox::{ChunkRef, InboxEntry};
+use crate::engine::inbox::{Chunk, ChunkRef, InboxEntry};
 use crate::engine::store::*;
 use crate::engine::stored_state::encode_state;
 
@@ -124,7 +124,9 @@ fn write_out(tree: &PartitionStore, changes: &[Change], next_offset: i64) {
                 write.put_state(&state(order, *version)).expect("put")
             }
             Change::State(_, None) => unreachable!("a write-out deletes no state"),
-            Change::Chunk(order, first, true) => write.put_chunk(order, &chunk(*first)),
+            Change::Chunk(order, first, true) => {
+                write.put_chunk(order, &Chunk::of(&chunk(*first)).expect("entries"))
+            }
             Change::Chunk(order, first, false) => {
                 write.delete_chunk(order, &chunk_ref(*first), false)
             }

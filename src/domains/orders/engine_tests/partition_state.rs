@@ -178,7 +178,7 @@ fn new_chunks_are_keyed_by_time_whatever_their_order() {
     let in_key_order: Vec<crate::engine::inbox::ChunkRef> = ["a", "b"]
         .into_iter()
         .map(|order| tree.get::<Orders>(order).unwrap().expect("state"))
-        .map(|state| state.inbox.chunks[0])
+        .map(|state| state.inbox.chunk_refs().next().expect("a chunk"))
         .collect();
     let (a, b) = (in_key_order[0], in_key_order[1]);
     assert!(
@@ -218,7 +218,8 @@ fn chunks_under_the_earlier_keys_still_count_and_expire() {
         .unwrap()
         .expect("state")
         .inbox
-        .chunks;
+        .chunk_refs()
+        .collect::<Vec<_>>();
     assert_eq!(refs.len(), 2);
     for chunk in &refs {
         let value = tree
@@ -293,11 +294,10 @@ fn redeliveries_are_found_in_chunks_not_yet_written() {
     for first in [1, 33] {
         let chunk = stored
             .inbox
-            .chunks
-            .iter()
+            .chunk_refs()
             .find(|c| c.first_version == first)
             .expect("the state refers to it");
-        let chunk = tree.get_chunk("a", *chunk).unwrap().expect("written");
+        let chunk = tree.get_chunk("a", chunk).unwrap().expect("written");
         assert_eq!(
             chunk.iter().map(|e| e.version).collect::<Vec<_>>(),
             (first..first + 32).collect::<Vec<_>>()

@@ -42,14 +42,14 @@ pub(super) fn state(order: &str, version: i64) -> OrderState {
         },
         event_id: format!("{order}-{version}"),
         occurred_at: 1,
-        inbox: Inbox {
-            recent: vec![InboxEntry {
+        inbox: Inbox::from_parts(
+            &[InboxEntry {
                 version,
                 id_hash: event_id_hash(&format!("{order}-{version}")),
                 applied_at_ms: 5,
             }],
-            chunks: Vec::new(),
-        },
+            &[],
+        ),
     }
 }
 
@@ -68,10 +68,14 @@ fn stored_and_changelog_bytes_are_pinned() {
             applied_at_ms: 1_700_000_000_000 + v,
         })
         .collect();
-    order.inbox.chunks.push(crate::engine::inbox::ChunkRef {
-        first_version: 1,
-        last_applied_at_ms: 1_700_000_000_032,
-    });
+    let recent: Vec<InboxEntry> = order.inbox.recent_entries().collect();
+    order.inbox = Inbox::from_parts(
+        &recent,
+        &[crate::engine::inbox::ChunkRef {
+            first_version: 1,
+            last_applied_at_ms: 1_700_000_000_032,
+        }],
+    );
     order.occurred_at = 1_700_000_000_033;
     let outbox = OutboxRecord {
         event_id: "ord-golden-1-33".into(),
@@ -87,7 +91,10 @@ fn stored_and_changelog_bytes_are_pinned() {
     };
     let mut write = BatchWrite::with_changelog();
     write.put_state(&order).unwrap();
-    write.put_chunk("ord-golden-1", &entries);
+    write.put_chunk(
+        "ord-golden-1",
+        &crate::engine::inbox::Chunk::of(&entries).unwrap(),
+    );
     write.put_outbox(&outbox).unwrap();
     let expired = crate::engine::inbox::ChunkRef {
         first_version: 1,
@@ -205,7 +212,7 @@ fn batch_and_checkpoint_round_trip_across_reopen() {
                 applied_at_ms: v,
             })
             .collect();
-        write.put_chunk("b", &chunk);
+        write.put_chunk("b", &crate::engine::inbox::Chunk::of(&chunk).unwrap());
         let cp = Checkpoint {
             start_offset: 0,
             next_offset: 2,
@@ -398,17 +405,20 @@ fn typical(order: &str) -> OrderState {
     let mut state = state(order, 48);
     state.event_id = "5f0c6f2e-0000-4000-8000-000000000030".into();
     state.occurred_at = 1_764_000_000_048;
-    state.inbox.recent = (33..=48)
+    let recent: Vec<InboxEntry> = (33..=48)
         .map(|v| InboxEntry {
             version: v,
             id_hash: event_id_hash(&format!("{order}-{v}")),
             applied_at_ms: 1_764_000_000_000 + 3 * v,
         })
         .collect();
-    state.inbox.chunks.push(crate::engine::inbox::ChunkRef {
-        first_version: 1,
-        last_applied_at_ms: 1_764_000_000_096,
-    });
+    state.inbox = Inbox::from_parts(
+        &recent,
+        &[crate::engine::inbox::ChunkRef {
+            first_version: 1,
+            last_applied_at_ms: 1_764_000_000_096,
+        }],
+    );
     state
 }
 
@@ -475,18 +485,19 @@ proptest::proptest! {
         let mut versions: Vec<i64> = recent.iter().map(|(v, _)| *v).collect();
         versions.sort_unstable();
         versions.dedup();
-        order.inbox.recent = versions
+        let recent: Vec<InboxEntry> = versions
             .iter()
             .zip(&recent)
             .map(|(v, (at, hash))| InboxEntry { version: *v, id_hash: *hash, applied_at_ms: *at })
             .collect();
-        order.inbox.chunks = chunks
+        let chunks: Vec<crate::engine::inbox::ChunkRef> = chunks
             .iter()
             .map(|(first, last)| crate::engine::inbox::ChunkRef {
                 first_version: *first,
                 last_applied_at_ms: *last,
             })
             .collect();
+        order.inbox = Inbox::from_parts(&recent, &chunks);
         let packed = encode_state(&order).unwrap();
         proptest::prop_assert_eq!(decode_state::<Orders>(&packed), Ok(order.clone()));
         proptest::prop_assert_eq!(decode_state::<Orders>(&fixed_width(&order)), Ok(order));
