@@ -615,6 +615,13 @@ pub struct Middle {
 /// The share of the input's offsets that bounds the steady middle.
 const MIDDLE: (f64, f64) = (0.25, 0.75);
 
+/// Polls that saw the committed offsets move, after the middle's first
+/// and up to its last, below which there is no middle: over fewer, the
+/// rate is that of one or two commits landing (a contender that writes
+/// out once a second per partition covers half of a 2 s run in one or
+/// two), not a steady one. A run of 1M events is that short for orderly.
+const MIDDLE_MIN_STEPS: usize = 4;
+
 /// One poll that saw the committed offsets move.
 #[derive(Clone, Copy)]
 struct Progress {
@@ -624,17 +631,22 @@ struct Progress {
     broker_cpu: Option<f64>,
 }
 
-/// The steady middle of `seen` (polls in time order) for an input of
-/// `total` offsets holding `events` records; None when one commit jumped
-/// over the whole middle.
+/// The steady middle of `seen` (polls that saw progress, in time order)
+/// for an input of `total` offsets holding `events` records; None when
+/// fewer than [`MIDDLE_MIN_STEPS`] commits landed in it.
 fn middle_of(seen: &[Progress], total: i64, events: u64) -> Option<Middle> {
     if total <= 0 {
         return None;
     }
     let share = |p: &Progress| p.committed as f64 / total as f64;
-    let from = seen.iter().find(|p| share(p) >= MIDDLE.0)?;
-    let to = seen.iter().find(|p| share(p) >= MIDDLE.1)?;
+    let first = seen.iter().position(|p| share(p) >= MIDDLE.0)?;
+    let last = seen.iter().position(|p| share(p) >= MIDDLE.1)?;
+    let (from, to) = (&seen[first], &seen[last]);
     if to.committed <= from.committed || to.at <= from.at {
+        return None;
+    }
+    // Each of `seen` saw the offsets move.
+    if last - first < MIDDLE_MIN_STEPS {
         return None;
     }
     let per_offset = events as f64 / total as f64;
@@ -1661,7 +1673,7 @@ impl SideBySideOut {
                         m.to_seconds,
                         m.cpu_seconds
                     ))
-                    .unwrap_or_else(|| "one commit jumped over it".into()),
+                    .unwrap_or_else(|| format!("fewer than {MIDDLE_MIN_STEPS} commits in it")),
                 r.peak_rss_mib,
                 r.cpu_seconds,
                 fmt_opt(r.broker_cpu_seconds, 2),
