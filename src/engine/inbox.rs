@@ -637,6 +637,16 @@ fn take_varint(rest: &mut &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// xorshift: the same sequence for a seed on every machine.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     fn entry(version: i64, at: i64) -> InboxEntry {
         InboxEntry {
             version,
@@ -764,13 +774,7 @@ mod tests {
     /// that expires chunks, and every look-up between pushes.
     #[test]
     fn the_packed_inbox_answers_as_the_lists_did() {
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         for round in 0..40 {
             let (mut packed, mut lists) = (Inbox::default(), Lists::default());
             let mut version = (next() % 1_000) as i64 - 500;
@@ -919,13 +923,7 @@ mod tests {
 
     #[test]
     fn any_entries_round_trip_packed() {
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         for len in [0usize, 1, 2, 31, 32, 100] {
             for _ in 0..50 {
                 let entries: Vec<InboxEntry> = (0..len)
