@@ -47,10 +47,10 @@ impl BatchWrite {
         }
     }
 
-    fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
+    fn insert(&mut self, key: Vec<u8>, value: impl Into<sled::IVec>) {
+        let value: sled::IVec = value.into();
         self.keys += 1;
         self.bytes += key.len() + value.len();
-        let value = sled::IVec::from(value);
         if let Some(changes) = &mut self.changes {
             changes.push(ChangeRecord {
                 key: to_changelog_key(&key),
@@ -73,10 +73,8 @@ impl BatchWrite {
 
     /// Stores a full chunk of an order's older inbox entries.
     pub(crate) fn put_chunk(&mut self, order_id: &str, chunk: &Chunk) {
-        self.insert(
-            chunk_key(order_id, &chunk.reference()),
-            chunk.packed().to_vec(),
-        );
+        // One copy, straight into the batch's value.
+        self.insert(chunk_key(order_id, &chunk.reference()), chunk.packed());
     }
 
     /// Stores a pending outbox record under its source offset.
