@@ -1,6 +1,8 @@
 //! The patched sled (`vendor/sled/PATCH.md`): a write-out's batch lets the
 //! epoch advance while it is applied, so what its inserts replace is freed
-//! as it goes; and the batch is still all or nothing across a SIGKILL.
+//! as it goes; it applies the keys of one leaf to one copy of it, and
+//! holds what a map would; and the batch is still all or nothing across a
+//! SIGKILL.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::BufRead;
@@ -193,4 +195,92 @@ fn a_batch_is_all_or_nothing_across_sigkill() {
         seen.windows(2).all(|w| w[1] > w[0]),
         "generations recovered: {seen:?}"
     );
+}
+
+/// The patched batch applies the keys of one leaf to one copy of it: a
+/// model check that every batch, of new keys at the tree's right edge (as
+/// inbox chunks), random keys (as states), updates and removals, leaves the
+/// tree holding exactly what a map holds, before and after a reopen.
+#[test]
+fn batches_grouped_by_leaf_hold_what_a_map_holds() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut model = std::collections::BTreeMap::<Vec<u8>, Vec<u8>>::new();
+    let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut edge = 0_u64;
+    let check =
+        |tree: &sled::Tree, model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>, when: &str| {
+            let held: Vec<(Vec<u8>, Vec<u8>)> = tree
+                .iter()
+                .map(|item| {
+                    let (k, v) = item.expect("read");
+                    (k.to_vec(), v.to_vec())
+                })
+                .collect();
+            let expected: Vec<(Vec<u8>, Vec<u8>)> =
+                model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            assert_eq!(held.len(), expected.len(), "{when}: key count");
+            assert!(held == expected, "{when}: the tree and the map differ");
+            for (k, v) in model.iter().step_by(7) {
+                assert_eq!(
+                    tree.get(k).expect("get").as_deref(),
+                    Some(&v[..]),
+                    "{when}: get"
+                );
+            }
+        };
+    {
+        let tree = open(dir.path());
+        for round in 0..60 {
+            let mut batch = sled::Batch::default();
+            let keys = 1 + (next() % 1_500) as usize;
+            for _ in 0..keys {
+                let value = vec![(next() % 251) as u8; 1 + (next() % 400) as usize];
+                match next() % 10 {
+                    // New keys at the right edge, in order.
+                    0..=3 => {
+                        edge += 1;
+                        let mut k = vec![b'c'];
+                        k.extend_from_slice(&edge.to_be_bytes());
+                        batch.insert(k.clone(), value.clone());
+                        model.insert(k, value);
+                    }
+                    // Random keys: new ones and updates.
+                    4..=7 => {
+                        let mut k = vec![b'o'];
+                        k.extend_from_slice(&(next() % 20_000).to_be_bytes());
+                        batch.insert(k.clone(), value.clone());
+                        model.insert(k, value);
+                    }
+                    // Removals of held keys (and of keys never written).
+                    _ => {
+                        let k = if next() % 2 == 0 {
+                            let mut k = vec![b'c'];
+                            k.extend_from_slice(&(next() % (edge + 1)).to_be_bytes());
+                            k
+                        } else {
+                            let mut k = vec![b'o'];
+                            k.extend_from_slice(&(next() % 20_000).to_be_bytes());
+                            k
+                        };
+                        batch.remove(k.clone());
+                        model.remove(&k);
+                    }
+                }
+            }
+            tree.apply_batch(batch).expect("batch");
+            if round % 10 == 9 {
+                check(&tree, &model, &format!("after batch {round}"));
+            }
+        }
+        tree.flush().expect("flush");
+    }
+    let tree = open(dir.path());
+    check(&tree, &model, "after a reopen");
 }

@@ -252,6 +252,11 @@ impl Subscribers {
         Subscriber { id, rx, existing: None, home: arc_senders.clone() }
     }
 
+    /// Whether nothing ever subscribed (orderly's patch, PATCH.md).
+    pub(crate) fn never_used(&self) -> bool {
+        !self.ever_used.load(Relaxed)
+    }
+
     pub(crate) fn reserve<R: AsRef<[u8]>>(
         &self,
         key: R,

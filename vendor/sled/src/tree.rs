@@ -22,6 +22,12 @@ pub(crate) struct View<'g> {
 /// patch, PATCH.md).
 const REPIN_EVERY: usize = 64;
 
+/// The most keys of a batch applied to one copy of a leaf, and the fewest
+/// worth it: a replaced leaf is written whole to the log, where an insert
+/// writes only its key and value (orderly's patch, PATCH.md).
+const GROUP_MAX: usize = 32;
+const GROUP_MIN: usize = 4;
+
 impl<'g> Deref for View<'g> {
     type Target = Node;
 
@@ -391,19 +397,85 @@ impl Tree {
     ) -> Result<()> {
         let peg = self.context.pin_log(guard)?;
         trace!("applying batch {:?}", batch);
-        for (i, (k, v_opt)) in batch.writes.into_iter().enumerate() {
+        let grouped = self.subscribers.never_used();
+        // The batch's writes are a hash map: in key order, the keys of one
+        // leaf follow each other (distinct keys, so the order changes
+        // nothing else).
+        let mut writes: Vec<(IVec, Option<IVec>)> =
+            batch.writes.into_iter().collect();
+        if grouped {
+            writes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        }
+        let mut writes = writes.into_iter().peekable();
+        let mut since_repin = 0_usize;
+        let mut group: Vec<(IVec, Option<IVec>)> = Vec::with_capacity(GROUP_MAX);
+        while let Some(first) = writes.next() {
             // orderly's patch (PATCH.md): let the epoch advance while a
             // large batch is applied, so the node copies and io buffers its
             // earlier inserts replaced are freed as it goes instead of all
             // at its end. Nothing borrowed from the guard outlives an
             // insert, and the peg does not borrow it.
-            if i % REPIN_EVERY == REPIN_EVERY - 1 {
+            if since_repin >= REPIN_EVERY {
                 guard.repin();
                 guard.flush();
+                since_repin = 0;
             }
-            loop {
-                if self.insert_inner(&k, v_opt.clone(), guard)?.is_ok() {
-                    break;
+            group.clear();
+            group.push(first);
+            if grouped {
+                // orderly's patch (PATCH.md): the keys that follow in the
+                // batch and land in the same leaf are applied to one copy
+                // of it, written as one page, instead of one copy each.
+                let View { node_view, pid, .. } =
+                    self.view_for_key(group[0].0.as_ref(), guard)?;
+                while group.len() < GROUP_MAX {
+                    match writes.peek() {
+                        Some((key, _))
+                            if key.as_ref() >= node_view.lo.as_ref()
+                                && (node_view.hi.is_empty()
+                                    || key.as_ref() < node_view.hi.as_ref()) =>
+                        {
+                            if let Some(next) = writes.next() {
+                                group.push(next);
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+                if group.len() >= GROUP_MIN
+                    && !node_view.data.is_index()
+                    && !node_view.merging
+                    && node_view.merging_child.is_none()
+                {
+                    let mut node: Node = Node::clone(&node_view);
+                    for (key, value) in &group {
+                        let encoded =
+                            IVec::from(&key[node.prefix_len as usize..]);
+                        match value {
+                            Some(value) => node.set_leaf(encoded, value.clone()),
+                            None => node.del_leaf(&encoded),
+                        }
+                    }
+                    since_repin += group.len();
+                    if self
+                        .context
+                        .pagecache
+                        .replace(pid, node_view.0, node, guard)?
+                        .is_ok()
+                    {
+                        guard.writeset.push(pid);
+                        continue;
+                    }
+                    // The leaf changed under us (a page rewrite by the
+                    // segment cleaner, or a split): key by key, below.
+                }
+            }
+            since_repin += group.len();
+            for (k, v_opt) in group.drain(..) {
+                loop {
+                    if self.insert_inner(&k, v_opt.clone(), guard)?.is_ok() {
+                        break;
+                    }
                 }
             }
         }
