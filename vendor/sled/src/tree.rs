@@ -456,7 +456,6 @@ impl Tree {
                             None => node.del_leaf(&encoded),
                         }
                     }
-                    since_repin += group.len();
                     if self
                         .context
                         .pagecache
@@ -464,6 +463,7 @@ impl Tree {
                         .is_ok()
                     {
                         guard.writeset.push(pid);
+                        since_repin += group.len();
                         continue;
                     }
                     // The leaf changed under us (a page rewrite by the
