@@ -1,7 +1,8 @@
 //! The patched sled (`vendor/sled/PATCH.md`): a write-out's batch lets the
 //! epoch advance while it is applied, so what its inserts replace is freed
 //! as it goes; it applies the keys of one leaf to one copy of it, and
-//! holds what a map would; and the batch is still all or nothing across a
+//! holds what a map would; it caches the leaves of keys written once apart,
+//! in a budget of their own; and the batch is still all or nothing across a
 //! SIGKILL.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -47,9 +48,16 @@ fn key(i: usize) -> [u8; 9] {
 }
 
 fn open(path: &Path) -> sled::Tree {
+    open_with(path, None, 0)
+}
+
+/// The tree, with the leaves of `cold_prefix` cached apart in `cold_bytes`.
+fn open_with(path: &Path, cold_prefix: Option<u8>, cold_bytes: u64) -> sled::Tree {
     let db = sled::Config::new()
         .path(path)
         .cache_capacity(64 << 20)
+        .cold_prefix(cold_prefix)
+        .cold_cache_capacity(cold_bytes)
         .open()
         .expect("open the store");
     db.open_tree("partition/0").expect("open the tree")
@@ -200,7 +208,9 @@ fn a_batch_is_all_or_nothing_across_sigkill() {
 /// The patched batch applies the keys of one leaf to one copy of it: a
 /// model check that every batch, of new keys at the tree's right edge (as
 /// inbox chunks), random keys (as states), updates and removals, leaves the
-/// tree holding exactly what a map holds, before and after a reopen.
+/// tree holding exactly what a map holds, before and after a reopen. The
+/// right-edge keys are cold (cached apart, in 64 KiB), so most of their
+/// leaves are evicted and read back from the log by the checks.
 #[test]
 fn batches_grouped_by_leaf_hold_what_a_map_holds() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -236,7 +246,7 @@ fn batches_grouped_by_leaf_hold_what_a_map_holds() {
             }
         };
     {
-        let tree = open(dir.path());
+        let tree = open_with(dir.path(), Some(b'c'), 64 << 10);
         for round in 0..60 {
             let mut batch = sled::Batch::default();
             let keys = 1 + (next() % 1_500) as usize;
@@ -281,6 +291,70 @@ fn batches_grouped_by_leaf_hold_what_a_map_holds() {
         }
         tree.flush().expect("flush");
     }
-    let tree = open(dir.path());
+    let tree = open_with(dir.path(), Some(b'c'), 64 << 10);
     check(&tree, &model, "after a reopen");
+}
+
+/// Writes 24 MiB of keys at the right edge of the `b'j'` range (as inbox
+/// chunks are) beside a few hot keys, in batches; returns the bytes the
+/// heap grew by from the open to after the last batch is flushed, and
+/// checks what a read of the oldest and the newest keys gives.
+fn heap_held_after_writing_once(cold: Option<u8>) -> usize {
+    const MIB: usize = 24;
+    const VALUE: usize = 400;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tree = open_with(dir.path(), cold, 2 << 20);
+    let before = LIVE.load(Ordering::Relaxed);
+    let chunk_key = |i: u64| {
+        let mut k = vec![b'j'];
+        k.extend_from_slice(&i.to_be_bytes());
+        k
+    };
+    let keys = (MIB << 20) / VALUE;
+    let mut written = 0_u64;
+    while (written as usize) < keys {
+        let mut batch = sled::Batch::default();
+        for _ in 0..500 {
+            batch.insert(chunk_key(written), vec![(written % 251) as u8; VALUE]);
+            written += 1;
+        }
+        // A few states, rewritten in every batch.
+        for i in 0..50_u64 {
+            batch.insert(key(i as usize).to_vec(), vec![7_u8; 100]);
+        }
+        tree.apply_batch(batch).expect("batch");
+    }
+    tree.flush().expect("flush");
+    for i in [0, 1, written / 2, written - 1] {
+        assert_eq!(
+            tree.get(chunk_key(i)).expect("get").as_deref(),
+            Some(&vec![(i % 251) as u8; VALUE][..]),
+            "key {i}"
+        );
+    }
+    let held = LIVE.load(Ordering::Relaxed).saturating_sub(before);
+    drop(tree);
+    held
+}
+
+/// Leaves of keys written once (`Config::cold_prefix`) evict each other
+/// within their own budget (2 MiB here) instead of filling the 64 MiB cache:
+/// after 24 MiB of them the heap grew by 33 MiB without, 13 MiB with (the
+/// rest is the log's buffers, the index and evicted pages' log pointers).
+#[test]
+fn leaves_written_once_are_cached_in_their_own_budget() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let without = heap_held_after_writing_once(None);
+    let with = heap_held_after_writing_once(Some(b'j'));
+    assert!(
+        without > 20 << 20,
+        "without a cold prefix the cache should hold the written leaves: {} MiB",
+        without >> 20
+    );
+    assert!(
+        with < 16 << 20 && with * 2 < without,
+        "with a cold prefix of 2 MiB the heap held {} MiB ({} MiB without)",
+        with >> 20,
+        without >> 20
+    );
 }

@@ -67,6 +67,12 @@ const LEGACY_CHUNK_PREFIX: u8 = b'i';
 /// first ([`chunk_key`]).
 const CHUNK_PREFIX: u8 = b'j';
 const OUTBOX_PREFIX: u8 = b'x';
+/// The share of `store.cache_capacity_mb` given, beside it, to the leaves of
+/// inbox chunks (sled's cold leaves), and its floor: sled splits that
+/// budget into 256 shards, each of which should hold a leaf or two (16
+/// chunks, about 8 KiB).
+const COLD_SHARE: u64 = 16;
+const COLD_MIN_BYTES: u64 = 2 << 20;
 const FORMAT_KEY: &[u8] = b"format";
 /// The store layout this build reads and writes. 1: whole inbox in the
 /// state value (before write coalescing); 2: recent entries plus chunks;
@@ -229,9 +235,15 @@ impl Store {
     /// Opens (or creates) the store. Fails with the path named when another
     /// process holds it or it cannot be read.
     pub fn open(path: &Path, cache_capacity_mb: u64) -> Result<Self, StoreError> {
+        let cache_bytes = cache_capacity_mb.saturating_mul(1024 * 1024);
         let db = sled::Config::new()
             .path(path)
-            .cache_capacity(cache_capacity_mb.saturating_mul(1024 * 1024))
+            .cache_capacity(cache_bytes)
+            // Leaves of inbox chunks, written once at the tree's right edge
+            // and seldom read again, evict each other in a budget of their
+            // own instead of filling the cache (vendor/sled/PATCH.md).
+            .cold_prefix(Some(CHUNK_PREFIX))
+            .cold_cache_capacity((cache_bytes / COLD_SHARE).max(COLD_MIN_BYTES))
             .open()
             .map_err(|cause| match cause {
                 // sled 0.34 words its lock failure as an I/O error of kind

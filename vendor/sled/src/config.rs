@@ -189,6 +189,13 @@ impl Deref for Config {
 pub struct Inner {
     #[doc(hidden)]
     pub cache_capacity: u64,
+    /// orderly's patch: leaves whose keys all start with this byte (their
+    /// `lo` and `hi` bounds both do) are cached apart from the others, in
+    /// `cold_cache_capacity` bytes of their own.
+    #[doc(hidden)]
+    pub cold_prefix: Option<u8>,
+    #[doc(hidden)]
+    pub cold_cache_capacity: u64,
     #[doc(hidden)]
     pub flush_every_ms: Option<u64>,
     #[doc(hidden)]
@@ -226,6 +233,8 @@ impl Default for Inner {
             tmp_path: Config::gen_temp_path(),
             create_new: false,
             cache_capacity: 1024 * 1024 * 1024, // 1gb
+            cold_prefix: None,
+            cold_cache_capacity: 0,
             mode: Mode::LowSpace,
             use_compression: false,
             compression_factor: 5,
@@ -489,6 +498,16 @@ impl Config {
             cache_capacity,
             u64,
             "maximum size in bytes for the system page cache"
+        ),
+        (
+            cold_prefix,
+            Option<u8>,
+            "orderly's patch: leaves whose keys all start with this byte are written once and seldom read again; they are cached apart, within `cold_cache_capacity`"
+        ),
+        (
+            cold_cache_capacity,
+            u64,
+            "orderly's patch: the bytes of cache the leaves of `cold_prefix` may hold, beside `cache_capacity`"
         ),
         (
             mode,

@@ -137,6 +137,24 @@ impl DoublyLinkedList {
         }
     }
 
+    /// Removes `ptr` (a node of this list) from it and frees it
+    /// (orderly's patch, for an item that moves to another list).
+    pub(crate) fn remove(&mut self, ptr: *mut Node) {
+        unsafe {
+            if self.tail == ptr {
+                self.tail = (*ptr).next;
+            }
+
+            if self.head == ptr {
+                self.head = (*ptr).prev;
+            }
+
+            let mut node = Box::from_raw(ptr);
+            node.unwire();
+        }
+        self.len -= 1;
+    }
+
     #[cfg(test)]
     pub(crate) fn pop_head(&mut self) -> Option<PageId> {
         if self.head.is_null() {
@@ -208,3 +226,4 @@ fn test_dll() {
     assert_eq!(dll.len(), 9);
     assert_eq!(dll.into_vec(), vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
 }
+

@@ -188,20 +188,25 @@ impl<'a> Iterator for CacheAccessIter<'a> {
 #[derive(Clone, Copy)]
 struct CacheAccess(u64);
 
+/// orderly's patch: the access of a cold page (see `Lru::accessed`) has
+/// this bit set; the size's exponent (at most 64) fits in the 7 below it.
+const COLD_BIT: u64 = 1 << 63;
+
 impl CacheAccess {
-    fn new(pid: PageId, sz: u64) -> CacheAccess {
+    fn new(pid: PageId, sz: u64, cold: bool) -> CacheAccess {
         let rounded_up_power_of_2 =
             u64::from(sz.next_power_of_two().trailing_zeros());
 
-        assert!(rounded_up_power_of_2 < 256);
+        assert!(rounded_up_power_of_2 < 128);
 
-        CacheAccess(pid | (rounded_up_power_of_2 << 56))
+        let cold = if cold { COLD_BIT } else { 0 };
+        CacheAccess(pid | (rounded_up_power_of_2 << 56) | cold)
     }
 
-    const fn decompose(self) -> (PageId, u64) {
-        let sz = 1 << (self.0 >> 56);
+    const fn decompose(self) -> (PageId, u64, bool) {
+        let sz = 1 << ((self.0 >> 56) & 0x7f);
         let pid = self.0 << 8 >> 8;
-        (pid, sz)
+        (pid, sz, self.0 & COLD_BIT != 0)
     }
 }
 
@@ -214,17 +219,24 @@ unsafe impl Sync for Lru {}
 
 impl Lru {
     /// Instantiates a new `Lru` cache.
-    pub(crate) fn new(cache_capacity: u64) -> Self {
+    ///
+    /// orderly's patch: cold pages (see `accessed`) are kept apart, in
+    /// `cold_capacity` bytes of their own.
+    pub(crate) fn new(cache_capacity: u64, cold_capacity: u64) -> Self {
         assert!(
             cache_capacity >= 256,
             "Please configure the cache \
              capacity to be at least 256 bytes"
         );
         let shard_capacity = cache_capacity / N_SHARDS as u64;
+        let cold_shard_capacity = cold_capacity / N_SHARDS as u64;
 
         let mut shards = Vec::with_capacity(N_SHARDS);
         shards.resize_with(N_SHARDS, || {
-            (AccessQueue::default(), FastLock::new(Shard::new(shard_capacity)))
+            (
+                AccessQueue::default(),
+                FastLock::new(Shard::new(shard_capacity, cold_shard_capacity)),
+            )
         });
 
         Self { shards }
@@ -233,6 +245,12 @@ impl Lru {
     /// Called when an item is accessed. Returns a Vec of items to be
     /// evicted. Uses flat-combining to avoid blocking on what can
     /// be an asynchronous operation.
+    ///
+    /// orderly's patch: a `cold` item (a leaf of keys written once and
+    /// seldom read again) is kept in a list of its own, bounded by the
+    /// cold capacity, so that such leaves evict each other, never the
+    /// leaves of the keys still in use; an item moves between the lists as
+    /// its class changes.
     ///
     /// layout:
     ///   items:   1 2 3 4 5 6 7 8 9 10
@@ -243,6 +261,7 @@ impl Lru {
         &self,
         id: PageId,
         item_size: u64,
+        cold: bool,
         guard: &Guard,
     ) -> Vec<PageId> {
         let mut ret = vec![];
@@ -250,16 +269,16 @@ impl Lru {
         let (shard_idx, item_pos) = (id % shards, id / shards);
         let (stack, shard_mu) = &self.shards[safe_usize(shard_idx)];
 
-        let filled = stack.push(CacheAccess::new(item_pos, item_size));
+        let filled = stack.push(CacheAccess::new(item_pos, item_size, cold));
 
         if filled {
             // only try to acquire this if
             if let Some(mut shard) = shard_mu.try_lock() {
                 let accesses = stack.take(guard);
                 for item in accesses {
-                    let (item_pos, item_size) = item.decompose();
+                    let (item_pos, item_size, cold) = item.decompose();
                     let to_evict =
-                        shard.accessed(safe_usize(item_pos), item_size);
+                        shard.accessed(safe_usize(item_pos), item_size, cold);
                     // map shard internal offsets to global items ids
                     for pos in to_evict {
                         let item = (pos * shards) + shard_idx;
@@ -276,35 +295,49 @@ impl Lru {
 struct Entry {
     ptr: *mut Node,
     size: u64,
+    /// In the cold list (orderly's patch).
+    cold: bool,
 }
 
 impl Default for Entry {
     fn default() -> Self {
-        Self { ptr: ptr::null_mut(), size: 0 }
+        Self { ptr: ptr::null_mut(), size: 0, cold: false }
     }
 }
 
-struct Shard {
+/// One of a shard's two lists (orderly's patch: the cache's pages, and
+/// the cold pages apart), each with its capacity.
+struct Class {
     list: DoublyLinkedList,
-    entries: Vec<Entry>,
     capacity: u64,
     size: u64,
 }
 
-impl Shard {
+impl Class {
     fn new(capacity: u64) -> Self {
+        Self { list: DoublyLinkedList::default(), capacity, size: 0 }
+    }
+}
+
+struct Shard {
+    entries: Vec<Entry>,
+    hot: Class,
+    cold: Class,
+}
+
+impl Shard {
+    fn new(capacity: u64, cold_capacity: u64) -> Self {
         assert!(capacity > 0, "shard capacity must be non-zero");
 
         Self {
-            list: DoublyLinkedList::default(),
             entries: vec![],
-            capacity,
-            size: 0,
+            hot: Class::new(capacity),
+            cold: Class::new(cold_capacity),
         }
     }
 
     /// `PageId`s in the shard list are indexes of the entries.
-    fn accessed(&mut self, pos: usize, size: u64) -> Vec<PageId> {
+    fn accessed(&mut self, pos: usize, size: u64, cold: bool) -> Vec<PageId> {
         if pos >= self.entries.len() {
             self.entries.resize(pos + 1, Entry::default());
         }
@@ -312,33 +345,44 @@ impl Shard {
         {
             let entry = &mut self.entries[pos];
 
-            self.size -= entry.size;
+            let was = if entry.cold { &mut self.cold } else { &mut self.hot };
+            was.size -= entry.size;
+            if !entry.ptr.is_null() && entry.cold != cold {
+                // Its class changed: out of the one list, into the other.
+                was.list.remove(entry.ptr);
+                entry.ptr = ptr::null_mut();
+            }
+
+            let class = if cold { &mut self.cold } else { &mut self.hot };
             entry.size = size;
-            self.size += size;
+            entry.cold = cold;
+            class.size += size;
 
             if entry.ptr.is_null() {
-                entry.ptr = self.list.push_head(PageId::try_from(pos).unwrap());
+                entry.ptr = class.list.push_head(PageId::try_from(pos).unwrap());
             } else {
-                entry.ptr = self.list.promote(entry.ptr);
+                entry.ptr = class.list.promote(entry.ptr);
             }
         }
 
         let mut to_evict = vec![];
-        while self.size > self.capacity {
-            if self.list.len() == 1 {
-                // don't evict what we just added
-                break;
+        for class in [&mut self.hot, &mut self.cold] {
+            while class.size > class.capacity {
+                if class.list.len() <= 1 {
+                    // don't evict what we just added
+                    break;
+                }
+
+                let min_pid = class.list.pop_tail().unwrap();
+                let min_pid_idx = safe_usize(min_pid);
+
+                self.entries[min_pid_idx].ptr = ptr::null_mut();
+
+                to_evict.push(min_pid);
+
+                class.size -= self.entries[min_pid_idx].size;
+                self.entries[min_pid_idx].size = 0;
             }
-
-            let min_pid = self.list.pop_tail().unwrap();
-            let min_pid_idx = safe_usize(min_pid);
-
-            self.entries[min_pid_idx].ptr = ptr::null_mut();
-
-            to_evict.push(min_pid);
-
-            self.size -= self.entries[min_pid_idx].size;
-            self.entries[min_pid_idx].size = 0;
         }
 
         to_evict
@@ -354,9 +398,10 @@ fn safe_usize(value: PageId) -> usize {
 fn lru_smoke_test() {
     use crate::pin;
 
-    let lru = Lru::new(256);
+    let lru = Lru::new(256, 0);
     for i in 0..1000 {
         let guard = pin();
-        lru.accessed(i, 16, &guard);
+        lru.accessed(i, 16, false, &guard);
     }
 }
+

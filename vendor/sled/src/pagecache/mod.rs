@@ -442,6 +442,23 @@ pub struct Page {
 }
 
 impl Page {
+    /// orderly's patch: a leaf whose bounds both start with `prefix`, so
+    /// every key it can hold does (see `Config::cold_prefix`).
+    fn is_cold(&self, prefix: Option<u8>) -> bool {
+        let prefix = match prefix {
+            Some(prefix) => prefix,
+            None => return false,
+        };
+        match self.update.as_deref() {
+            Some(Update::Node(node)) => {
+                !node.data.is_index()
+                    && node.lo.first() == Some(&prefix)
+                    && node.hi.first() == Some(&prefix)
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn to_page_state(&self) -> PageState {
         let base = &self.cache_infos[0];
         if self.is_free() {
@@ -644,7 +661,7 @@ impl PageCache {
         let _measure = Measure::new(&M.start_pagecache);
 
         let cache_capacity = config.cache_capacity;
-        let lru = Lru::new(cache_capacity);
+        let lru = Lru::new(cache_capacity, config.cold_cache_capacity);
 
         let mut pc = Self {
             config: config.clone(),
@@ -1111,8 +1128,11 @@ impl PageCache {
                     // possibly evict an item now that our cache has grown
                     let total_page_size =
                         unsafe { new_shared.deref().log_size() };
+                    let cold = unsafe {
+                        new_shared.deref().is_cold(self.config.cold_prefix)
+                    };
                     let to_evict =
-                        self.lru.accessed(pid, total_page_size, guard);
+                        self.lru.accessed(pid, total_page_size, cold, guard);
                     trace!(
                         "accessed pid {} -> paging out pids {:?}",
                         pid,
@@ -1307,8 +1327,11 @@ impl PageCache {
                     // possibly evict an item now that our cache has grown
                     let total_page_size =
                         unsafe { new_shared.deref().log_size() };
+                    let cold = unsafe {
+                        new_shared.deref().is_cold(self.config.cold_prefix)
+                    };
                     let to_evict =
-                        self.lru.accessed(pid, total_page_size, guard);
+                        self.lru.accessed(pid, total_page_size, cold, guard);
                     trace!(
                         "accessed pid {} -> paging out pids {:?}",
                         pid,
@@ -1544,8 +1567,11 @@ impl PageCache {
                     // possibly evict an item now that our cache has grown
                     let total_page_size =
                         unsafe { new_shared.deref().log_size() };
+                    let cold = unsafe {
+                        new_shared.deref().is_cold(self.config.cold_prefix)
+                    };
                     let to_evict =
-                        self.lru.accessed(pid, total_page_size, guard);
+                        self.lru.accessed(pid, total_page_size, cold, guard);
                     trace!(
                         "accessed pid {} -> paging out pids {:?}",
                         pid,
@@ -1685,7 +1711,9 @@ impl PageCache {
             if page_view.update.is_some() {
                 // possibly evict an item now that our cache has grown
                 let total_page_size = page_view.log_size();
-                let to_evict = self.lru.accessed(pid, total_page_size, guard);
+                let cold = page_view.is_cold(self.config.cold_prefix);
+                let to_evict =
+                    self.lru.accessed(pid, total_page_size, cold, guard);
                 trace!(
                     "accessed pid {} -> paging out pids {:?}",
                     pid,
@@ -1760,7 +1788,10 @@ impl PageCache {
 
             // possibly evict an item now that our cache has grown
             let total_page_size = unsafe { new_shared.deref().log_size() };
-            let to_evict = self.lru.accessed(pid, total_page_size, guard);
+            let cold =
+                unsafe { new_shared.deref().is_cold(self.config.cold_prefix) };
+            let to_evict =
+                self.lru.accessed(pid, total_page_size, cold, guard);
             trace!("accessed pid {} -> paging out pids {:?}", pid, to_evict);
             if !to_evict.is_empty() {
                 self.page_out(to_evict, guard)?;
