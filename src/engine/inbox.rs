@@ -60,11 +60,13 @@ impl ChunkRef {
 
 /// A full chunk of inbox entries that left the state value, packed as the
 /// store holds it ([`encode_chunk`]'s form): held so until its write-out,
-/// about 11 bytes an entry.
+/// about 11 bytes an entry, in the store's own buffer type, so the
+/// write-out's batch and the store's cached leaf share these bytes instead
+/// of copying them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chunk {
     reference: ChunkRef,
-    packed: Vec<u8>,
+    packed: sled::IVec,
 }
 
 impl Chunk {
@@ -83,14 +85,14 @@ impl Chunk {
         Entries::of(&self.packed).find(|e| e.version == version)
     }
 
-    /// The stored value.
-    pub(crate) fn packed(&self) -> &[u8] {
+    /// The stored value (shared, not copied).
+    pub(crate) fn packed(&self) -> &sled::IVec {
         &self.packed
     }
 
     /// Heap bytes held, for the cache budget.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.packed.capacity()
+        self.packed.len()
     }
 }
 
@@ -111,7 +113,7 @@ impl Chunk {
     pub(crate) fn of(entries: &[InboxEntry]) -> Option<Chunk> {
         Some(Chunk {
             reference: ChunkRef::of(entries)?,
-            packed: encode_chunk(entries),
+            packed: encode_chunk(entries).into(),
         })
     }
 }
@@ -510,7 +512,8 @@ impl Inbox {
             };
             // The next entries start a fresh run: an order that never fills
             // it again holds only what it uses (the cache's budget counts it).
-            let packed = self.recent.take();
+            // One copy, of exactly its length, into the store's buffer type.
+            let packed = sled::IVec::from(self.recent.take());
             self.chunks.push(reference);
             spilled = Some(Chunk { reference, packed });
         }
@@ -717,7 +720,7 @@ mod tests {
                         .find(|c| c.reference() == chunk)
                         .expect("chunk exists");
                     assert_eq!(chunk.find(v).map(|e| e.version), Some(v));
-                    assert_eq!(chunk.packed(), encode_chunk(&chunk.entries()));
+                    assert_eq!(&chunk.packed()[..], &encode_chunk(&chunk.entries())[..]);
                 }
                 other => panic!("version {v}: {other:?}"),
             }
@@ -799,7 +802,7 @@ mod tests {
                         Some(chunk.reference()),
                         want_chunk.as_deref().and_then(ChunkRef::of)
                     );
-                    assert_eq!(chunk.packed(), encode_chunk(&chunk.entries()));
+                    assert_eq!(&chunk.packed()[..], &encode_chunk(&chunk.entries())[..]);
                 }
                 assert_eq!(expired, want_expired);
                 assert_eq!(packed.recent_entries().collect::<Vec<_>>(), lists.recent);

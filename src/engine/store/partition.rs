@@ -73,8 +73,12 @@ impl BatchWrite {
 
     /// Stores a full chunk of an order's older inbox entries.
     pub(crate) fn put_chunk(&mut self, order_id: &str, chunk: &Chunk) {
-        // One copy, straight into the batch's value.
-        self.insert(chunk_key(order_id, &chunk.reference()), chunk.packed());
+        // No copy: the batch and the changelog record share the chunk's
+        // buffer with the cache until the write-out ends.
+        self.insert(
+            chunk_key(order_id, &chunk.reference()),
+            chunk.packed().clone(),
+        );
     }
 
     /// Stores a pending outbox record under its source offset.
