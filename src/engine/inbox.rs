@@ -151,6 +151,42 @@ impl Run {
         }
     }
 
+    /// A run of stored bytes in [`encode_chunk`]'s form (`None`: they do
+    /// not decode, as [`decode_packed`]). Held as they are, one copy and no
+    /// re-encoding, when their count is written as this module writes it
+    /// ([`Run::push`] rewrites it in place); packed again otherwise.
+    fn from_stored(bytes: &[u8]) -> Option<Run> {
+        let mut entries = Entries::parse(bytes)?;
+        let count = entries.remaining;
+        // Each entry takes at least 10 bytes: a count beyond what is left is damage.
+        if count > entries.rest.len() / 10 {
+            return None;
+        }
+        let header = bytes.len() - entries.rest.len();
+        let mut decoded = 0;
+        let mut last = None;
+        for entry in entries.by_ref() {
+            decoded += 1;
+            last = Some(entry);
+        }
+        if decoded != count || !entries.rest.is_empty() {
+            return None;
+        }
+        let Some(last) = last else {
+            return Some(Run::default());
+        };
+        let len = u32::try_from(count).ok()?;
+        if header != 1 + varint_len(count as u64) {
+            return decode_packed(bytes).map(|entries| Run::of(&entries));
+        }
+        Some(Run {
+            bytes: bytes.to_vec(),
+            len,
+            last_version: last.version,
+            last_at: last.applied_at_ms,
+        })
+    }
+
     fn push(&mut self, entry: InboxEntry) {
         if self.bytes.is_empty() {
             // Room for four entries: most entities see few events.
@@ -432,10 +468,8 @@ impl Inbox {
     /// An inbox from its stored form: the newest entries packed, the chunk
     /// references. `None` when the entries do not decode.
     pub(crate) fn from_stored(recent: &[u8], chunks: Vec<ChunkRef>) -> Option<Inbox> {
-        let recent = decode_packed(recent)?;
         Some(Inbox {
-            // Packed again: a run only ever holds bytes it packed itself.
-            recent: Run::of(&recent),
+            recent: Run::from_stored(recent)?,
             chunks: Refs::of(chunks),
         })
     }
@@ -981,5 +1015,43 @@ mod tests {
         ])
         .is_err());
         assert!(decode_chunk(&[CHUNK_PACKED, 0x80]).is_err());
+    }
+
+    /// Stored newest entries are held as they are when their count is
+    /// written canonically, packed again when it is not (an overlong
+    /// varint), and refused when damaged; either way the inbox grows and
+    /// answers as one built by pushes.
+    #[test]
+    fn stored_newest_entries_are_held_as_they_are_or_packed_again() {
+        let entries: Vec<InboxEntry> = (1..=3).map(|v| entry(v, 5_000 + v)).collect();
+        let canonical = encode_chunk(&entries);
+        let mut overlong = vec![CHUNK_PACKED, 0x83, 0x00];
+        overlong.extend_from_slice(&canonical[2..]);
+        let mut built = Inbox::default();
+        for e in &entries {
+            built.push(*e, 0);
+        }
+        for stored in [&canonical, &overlong] {
+            let mut held = Inbox::from_stored(stored, Vec::new()).expect("decodes");
+            assert_eq!(held, built);
+            assert_eq!(held.recent_packed(), &canonical[..]);
+            let next = entry(4, 5_004);
+            held.push(next, 0);
+            let mut grown = built.clone();
+            grown.push(next, 0);
+            assert_eq!(held, grown);
+            assert_eq!(
+                held.recent_entries().collect::<Vec<_>>(),
+                grown.recent_entries().collect::<Vec<_>>()
+            );
+        }
+        for cut in 0..canonical.len() {
+            assert!(
+                Inbox::from_stored(&canonical[..cut], Vec::new()).is_none(),
+                "cut at {cut}"
+            );
+        }
+        let empty = Inbox::from_stored(&[CHUNK_PACKED, 0], Vec::new()).expect("empty");
+        assert_eq!(empty, Inbox::default());
     }
 }
