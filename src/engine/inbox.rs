@@ -156,32 +156,17 @@ impl Run {
     /// re-encoding, when their count is written as this module writes it
     /// ([`Run::push`] rewrites it in place); packed again otherwise.
     fn from_stored(bytes: &[u8]) -> Option<Run> {
-        let mut entries = Entries::parse(bytes)?;
-        let count = entries.remaining;
-        // Each entry takes at least 10 bytes: a count beyond what is left is damage.
-        if count > entries.rest.len() / 10 {
-            return None;
-        }
-        let header = bytes.len() - entries.rest.len();
-        let mut decoded = 0;
         let mut last = None;
-        for entry in entries.by_ref() {
-            decoded += 1;
-            last = Some(entry);
-        }
-        if decoded != count || !entries.rest.is_empty() {
-            return None;
-        }
+        let (count, header) = walk_packed(bytes, |entry| last = Some(entry))?;
         let Some(last) = last else {
             return Some(Run::default());
         };
-        let len = u32::try_from(count).ok()?;
         if header != 1 + varint_len(count as u64) {
             return decode_packed(bytes).map(|entries| Run::of(&entries));
         }
         Some(Run {
             bytes: bytes.to_vec(),
-            len,
+            len: u32::try_from(count).ok()?,
             last_version: last.version,
             last_at: last.applied_at_ms,
         })
@@ -623,14 +608,28 @@ pub(crate) fn decode_chunk(bytes: &[u8]) -> Result<Vec<InboxEntry>, String> {
 /// Entries in the packed form of [`encode_chunk`] (`None`: another form,
 /// or damaged).
 pub(crate) fn decode_packed(bytes: &[u8]) -> Option<Vec<InboxEntry>> {
+    let mut decoded = Vec::new();
+    walk_packed(bytes, |entry| decoded.push(entry))?;
+    Some(decoded)
+}
+
+/// Hands every entry of `bytes` in the packed form to `visit`, checking
+/// that they are all there and nothing follows them; returns their count
+/// and the header's length (`None`: another form, or damaged).
+fn walk_packed(bytes: &[u8], mut visit: impl FnMut(InboxEntry)) -> Option<(usize, usize)> {
     let mut entries = Entries::parse(bytes)?;
     let count = entries.remaining;
     // Each entry takes at least 10 bytes: a count beyond what is left is damage.
     if count > entries.rest.len() / 10 {
         return None;
     }
-    let decoded: Vec<InboxEntry> = entries.by_ref().collect();
-    (decoded.len() == count && entries.rest.is_empty()).then_some(decoded)
+    let header = bytes.len() - entries.rest.len();
+    let mut decoded = 0;
+    for entry in entries.by_ref() {
+        decoded += 1;
+        visit(entry);
+    }
+    (decoded == count && entries.rest.is_empty()).then_some((count, header))
 }
 
 fn zigzag(v: i64) -> u64 {

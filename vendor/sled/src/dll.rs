@@ -226,4 +226,3 @@ fn test_dll() {
     assert_eq!(dll.len(), 9);
     assert_eq!(dll.into_vec(), vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
 }
-

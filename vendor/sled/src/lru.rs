@@ -404,4 +404,3 @@ fn lru_smoke_test() {
         lru.accessed(i, 16, false, &guard);
     }
 }
-

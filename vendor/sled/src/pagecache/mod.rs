@@ -1126,13 +1126,8 @@ impl PageCache {
                     log_reservation.complete()?;
 
                     // possibly evict an item now that our cache has grown
-                    let total_page_size =
-                        unsafe { new_shared.deref().log_size() };
-                    let cold = unsafe {
-                        new_shared.deref().is_cold(self.config.cold_prefix)
-                    };
                     let to_evict =
-                        self.lru.accessed(pid, total_page_size, cold, guard);
+                        self.lru_accessed(pid, unsafe { new_shared.deref() }, guard);
                     trace!(
                         "accessed pid {} -> paging out pids {:?}",
                         pid,
@@ -1325,13 +1320,8 @@ impl PageCache {
                     let _pointer = log_reservation.complete()?;
 
                     // possibly evict an item now that our cache has grown
-                    let total_page_size =
-                        unsafe { new_shared.deref().log_size() };
-                    let cold = unsafe {
-                        new_shared.deref().is_cold(self.config.cold_prefix)
-                    };
                     let to_evict =
-                        self.lru.accessed(pid, total_page_size, cold, guard);
+                        self.lru_accessed(pid, unsafe { new_shared.deref() }, guard);
                     trace!(
                         "accessed pid {} -> paging out pids {:?}",
                         pid,
@@ -1565,13 +1555,8 @@ impl PageCache {
                     let _pointer = log_reservation.complete()?;
 
                     // possibly evict an item now that our cache has grown
-                    let total_page_size =
-                        unsafe { new_shared.deref().log_size() };
-                    let cold = unsafe {
-                        new_shared.deref().is_cold(self.config.cold_prefix)
-                    };
                     let to_evict =
-                        self.lru.accessed(pid, total_page_size, cold, guard);
+                        self.lru_accessed(pid, unsafe { new_shared.deref() }, guard);
                     trace!(
                         "accessed pid {} -> paging out pids {:?}",
                         pid,
@@ -1710,10 +1695,7 @@ impl PageCache {
 
             if page_view.update.is_some() {
                 // possibly evict an item now that our cache has grown
-                let total_page_size = page_view.log_size();
-                let cold = page_view.is_cold(self.config.cold_prefix);
-                let to_evict =
-                    self.lru.accessed(pid, total_page_size, cold, guard);
+                let to_evict = self.lru_accessed(pid, &page_view, guard);
                 trace!(
                     "accessed pid {} -> paging out pids {:?}",
                     pid,
@@ -1787,11 +1769,8 @@ impl PageCache {
             }
 
             // possibly evict an item now that our cache has grown
-            let total_page_size = unsafe { new_shared.deref().log_size() };
-            let cold =
-                unsafe { new_shared.deref().is_cold(self.config.cold_prefix) };
             let to_evict =
-                self.lru.accessed(pid, total_page_size, cold, guard);
+                self.lru_accessed(pid, unsafe { new_shared.deref() }, guard);
             trace!("accessed pid {} -> paging out pids {:?}", pid, to_evict);
             if !to_evict.is_empty() {
                 self.page_out(to_evict, guard)?;
@@ -1949,6 +1928,23 @@ impl PageCache {
                 }
             }
         }
+    }
+
+    /// Tells the cache `page` was accessed: its size in the log, and
+    /// whether it is cold (orderly's patch, `Page::is_cold`). Returns the
+    /// pages to evict.
+    fn lru_accessed(
+        &self,
+        pid: PageId,
+        page: &Page,
+        guard: &Guard,
+    ) -> Vec<PageId> {
+        self.lru.accessed(
+            pid,
+            page.log_size(),
+            page.is_cold(self.config.cold_prefix),
+            guard,
+        )
     }
 
     fn page_out(&self, to_evict: Vec<PageId>, guard: &Guard) -> Result<()> {
