@@ -622,6 +622,7 @@ mod tests {
         };
         assert!(watermarks(rdkafka::types::RDKafkaErrorCode::LeaderNotAvailable).is_transient());
         assert!(watermarks(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).is_transient());
+        assert!(watermarks(rdkafka::types::RDKafkaErrorCode::UnknownPartition).is_transient());
         assert!(
             !watermarks(rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed).is_transient()
         );
