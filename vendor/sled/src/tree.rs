@@ -167,8 +167,12 @@ impl Tree {
         V: Into<IVec>,
     {
         let value = value.into();
-        let mut guard = pin();
+        // orderly's patch (PATCH.md, "The fourth change"): the lock
+        // first, then the pin. Pinned while a batch holds the lock, a
+        // reader kept the epoch from advancing for the whole batch, and
+        // every page and io buffer it replaced waited in the garbage.
         let _cc = concurrency_control::read();
+        let mut guard = pin();
         loop {
             trace!("setting key {:?}", key.as_ref());
             if let Ok(res) =
@@ -500,8 +504,9 @@ impl Tree {
     /// # Ok(()) }
     /// ```
     pub fn get<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
-        let mut guard = pin();
+        // orderly's patch: the lock first, then the pin (as in `insert`).
         let _cc = concurrency_control::read();
+        let mut guard = pin();
         loop {
             if let Ok(get) = self.get_inner(key.as_ref(), &mut guard)? {
                 return Ok(get);
@@ -548,8 +553,9 @@ impl Tree {
     /// # Ok(()) }
     /// ```
     pub fn remove<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
-        let mut guard = pin();
+        // orderly's patch: the lock first, then the pin (as in `insert`).
         let _cc = concurrency_control::read();
+        let mut guard = pin();
         loop {
             trace!("removing key {:?}", key.as_ref());
 
@@ -624,8 +630,9 @@ impl Tree {
         trace!("cas'ing key {:?}", key.as_ref());
         let _measure = Measure::new(&M.tree_cas);
 
-        let guard = pin();
+        // orderly's patch: the lock first, then the pin (as in `insert`).
         let _cc = concurrency_control::read();
+        let guard = pin();
 
         let new = new.map(Into::into);
 

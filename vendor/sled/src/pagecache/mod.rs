@@ -877,8 +877,12 @@ impl PageCache {
         )
     ))]
     pub(crate) fn attempt_gc(&self) -> Result<bool> {
-        let guard = pin();
+        // orderly's patch (PATCH.md, "The fourth change"): the lock
+        // first, then the pin. Pinned while a batch holds the lock, a
+        // reader kept the epoch from advancing for the whole batch, and
+        // every page and io buffer it replaced waited in the garbage.
         let cc = concurrency_control::read();
+        let guard = pin();
         let to_clean = self.log.iobufs.segment_cleaner.pop();
         let ret = if let Some((pid_to_clean, segment_to_clean)) = to_clean {
             self.rewrite_page(pid_to_clean, segment_to_clean, &guard)
