@@ -64,15 +64,15 @@ fn open_with(path: &Path, cold_prefix: Option<u8>, cold_bytes: u64) -> sled::Tre
     db.open_tree("partition/0").expect("open the tree")
 }
 
-/// One write-out's worth of replaced values: before the patch, sled held
-/// every node copy and io buffer the batch replaced until the batch ended
-/// (one pin of the epoch for all of it), about 1.5 KiB per key here.
-#[test]
-fn a_large_batch_frees_what_it_replaces_as_it_goes() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let tree = open(dir.path());
-    let value = |round: u8| vec![round; 300];
+/// The value of every key in seeding round `round` (the batch is round 2).
+fn value(round: u8) -> Vec<u8> {
+    vec![round; 300]
+}
+
+/// A tree of [`KEYS`] keys written twice and flushed, and a batch that
+/// replaces every one of them.
+fn seeded_with_a_batch_replacing_every_key(path: &Path) -> (sled::Tree, sled::Batch) {
+    let tree = open(path);
     for round in 0..2u8 {
         let mut batch = sled::Batch::default();
         for i in 0..KEYS {
@@ -85,6 +85,17 @@ fn a_large_batch_frees_what_it_replaces_as_it_goes() {
     for i in 0..KEYS {
         batch.insert(&key(i), value(2));
     }
+    (tree, batch)
+}
+
+/// One write-out's worth of replaced values: before the patch, sled held
+/// every node copy and io buffer the batch replaced until the batch ended
+/// (one pin of the epoch for all of it), about 1.5 KiB per key here.
+#[test]
+fn a_large_batch_frees_what_it_replaces_as_it_goes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tree, batch) = seeded_with_a_batch_replacing_every_key(dir.path());
     let before = LIVE.load(Ordering::Relaxed);
     PEAK.store(before, Ordering::Relaxed);
     tree.apply_batch(batch).expect("the batch");
@@ -114,20 +125,7 @@ fn a_large_batch_frees_what_it_replaces_as_it_goes() {
 fn a_read_waiting_on_a_batch_does_not_hold_back_its_garbage() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
-    let tree = open(dir.path());
-    let value = |round: u8| vec![round; 300];
-    for round in 0..2u8 {
-        let mut batch = sled::Batch::default();
-        for i in 0..KEYS {
-            batch.insert(&key(i), value(round));
-        }
-        tree.apply_batch(batch).expect("seed");
-        tree.flush().expect("flush");
-    }
-    let mut batch = sled::Batch::default();
-    for i in 0..KEYS {
-        batch.insert(&key(i), value(2));
-    }
+    let (tree, batch) = seeded_with_a_batch_replacing_every_key(dir.path());
     let done = std::sync::atomic::AtomicBool::new(false);
     let reads = AtomicUsize::new(0);
     let before = LIVE.load(Ordering::Relaxed);
