@@ -25,35 +25,81 @@ pub struct MallocConf(pub *const std::ffi::c_char);
 // SAFETY: the pointer is to a static, immutable, NUL-terminated string.
 unsafe impl Sync for MallocConf {}
 
-/// Defines the global allocator (feature `jemalloc`, the default, or
-/// `mimalloc`) and, with jemalloc, exports [`JEMALLOC_OPTIONS`] under the
-/// names jemalloc reads. Called once, at a binary's crate root.
+/// The global allocator this build of orderly runs with: jemalloc (the
+/// default feature `jemalloc`), mimalloc (feature `mimalloc`), or the
+/// system's malloc (`default-features = false`).
+#[cfg(feature = "mimalloc")]
+pub type Allocator = mimalloc::MiMalloc;
+/// The global allocator this build of orderly runs with.
+#[cfg(feature = "mimalloc")]
+pub const ALLOCATOR: Allocator = mimalloc::MiMalloc;
+
+/// The global allocator this build of orderly runs with: jemalloc (the
+/// default feature `jemalloc`), mimalloc (feature `mimalloc`), or the
+/// system's malloc (`default-features = false`).
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+pub type Allocator = tikv_jemallocator::Jemalloc;
+/// The global allocator this build of orderly runs with.
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+pub const ALLOCATOR: Allocator = tikv_jemallocator::Jemalloc;
+
+/// The global allocator this build of orderly runs with: jemalloc (the
+/// default feature `jemalloc`), mimalloc (feature `mimalloc`), or the
+/// system's malloc (`default-features = false`).
+#[cfg(not(any(feature = "jemalloc", feature = "mimalloc")))]
+pub type Allocator = std::alloc::System;
+/// The global allocator this build of orderly runs with.
+#[cfg(not(any(feature = "jemalloc", feature = "mimalloc")))]
+pub const ALLOCATOR: Allocator = std::alloc::System;
+
+/// Makes orderly's allocator the binary's global allocator, with the options
+/// orderly runs with ([`JEMALLOC_OPTIONS`] under jemalloc). Called once, at
+/// the crate root of a binary: `orderly`'s own, the pipeline bench's, and a
+/// team's binary of its own entity:
 ///
-/// Hidden from the docs, not API: it is for this package's own binary and
-/// pipeline bench, and its expansion names this package's features and
-/// allocator dependencies.
+/// ```ignore
+/// orderly::allocator!();
+///
+/// fn main() -> std::process::ExitCode {
+///     orderly::main_with(my_entity())
+/// }
+/// ```
+///
+/// Which allocator is orderly's features' choice (the default: jemalloc),
+/// evaluated in orderly, so the caller needs no feature or allocator crate
+/// of its own.
+#[macro_export]
+macro_rules! allocator {
+    () => {
+        #[global_allocator]
+        static ORDERLY_GLOBAL_ALLOCATOR: $crate::Allocator = $crate::ALLOCATOR;
+
+        $crate::__jemalloc_options!();
+    };
+}
+
+/// jemalloc's options under the names jemalloc reads (`malloc_conf`, and
+/// `_rjem_malloc_conf` where jemalloc keeps its prefix: macOS, Windows,
+/// Android, musl); nothing when this build does not run jemalloc.
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
 #[doc(hidden)]
 #[macro_export]
-macro_rules! global_allocator {
+macro_rules! __jemalloc_options {
     () => {
-        #[cfg(feature = "mimalloc")]
-        #[global_allocator]
-        static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-        #[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
-        #[global_allocator]
-        static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-        #[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
         #[export_name = "malloc_conf"]
-        static MALLOC_CONF: $crate::testkit::MallocConf =
-            $crate::testkit::MallocConf($crate::testkit::JEMALLOC_OPTIONS.as_ptr());
+        static ORDERLY_MALLOC_CONF: $crate::MallocConf =
+            $crate::MallocConf($crate::JEMALLOC_OPTIONS.as_ptr());
 
-        /// The same options under the prefixed name, read where jemalloc
-        /// cannot replace the platform's malloc and keeps the `_rjem_` prefix.
-        #[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
         #[export_name = "_rjem_malloc_conf"]
-        static PREFIXED_MALLOC_CONF: $crate::testkit::MallocConf =
-            $crate::testkit::MallocConf($crate::testkit::JEMALLOC_OPTIONS.as_ptr());
+        static ORDERLY_PREFIXED_MALLOC_CONF: $crate::MallocConf =
+            $crate::MallocConf($crate::JEMALLOC_OPTIONS.as_ptr());
     };
+}
+
+/// jemalloc's options: nothing to export without jemalloc.
+#[cfg(not(all(feature = "jemalloc", not(feature = "mimalloc"))))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __jemalloc_options {
+    () => {};
 }

@@ -184,6 +184,14 @@ pub use engine::codec::{read_value, resolving_reader, DecodeError, Fields, Poiso
 // The output schema of an entity whose status is a string.
 pub use processor::outbox::string_status_schema;
 
+// The global allocator orderly runs with, for a binary's `orderly::allocator!()`.
+pub use allocator::{Allocator, MallocConf, ALLOCATOR, JEMALLOC_OPTIONS};
+
+/// The Kafka client orderly is built on: orderly's fork of rdkafka
+/// (`vendor/rdkafka`), for a program that needs a client of its own (its
+/// tests' mock cluster, a producer) without a second copy of rdkafka.
+pub use rdkafka;
+
 // Embedding the processor in a program of its own.
 pub use config::Config;
 pub use engine::store::Store;

@@ -3,7 +3,7 @@
 
 // The allocator and jemalloc's compiled options (see src/allocator.rs and
 // docs/performance.md).
-orderly::global_allocator!();
+orderly::allocator!();
 
 fn main() -> std::process::ExitCode {
     orderly::main()

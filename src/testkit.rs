@@ -1,5 +1,5 @@
 //! The surface the crate's own integration tests (`tests/`), benches
-//! (`benches/`) and binary (the expansion of `global_allocator!`) use: the
+//! (`benches/`) and binary use: the
 //! insides they drive directly. It is not API: hidden from the docs, and it
 //! may change without notice. A program of its own uses the root's
 //! re-exports.
@@ -9,9 +9,6 @@
 //! Each built-in domain's parts are in a module of their own ([`orders`],
 //! [`stock`], [`latest`]), where their names (`STATUS_SCHEMA`, `workload`)
 //! do not collide.
-
-// The global allocator's parts, for `global_allocator!`'s expansion.
-pub use crate::allocator::{MallocConf, JEMALLOC_OPTIONS};
 
 // The configuration's parts a test sets.
 pub use crate::config::{EntityConfig, EntityKind, Guarantee};

@@ -121,7 +121,7 @@
 // The same allocator as the `orderly` binary, with the same compiled
 // options, so the phases run in this process ((c), (d), (r)) allocate
 // as `orderly run` does.
-orderly::global_allocator!();
+orderly::allocator!();
 
 mod figures;
 mod http_load;

@@ -7,5 +7,6 @@ pub(crate) mod demo;
 pub(crate) mod http;
 pub(crate) mod load;
 pub(crate) mod preflight;
+pub(crate) mod program;
 pub(crate) mod redrive;
 pub(crate) mod replay;

@@ -20,6 +20,7 @@ use rdkafka::ClientConfig;
 
 use crate::config::Config;
 use crate::error_chain::error_text;
+use crate::ops::program;
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +63,7 @@ impl std::fmt::Display for Check {
 /// done.
 pub(crate) async fn check_all(
     config: &Config,
+    key_field: &str,
     timeout: Duration,
     mut report: impl FnMut(&Check),
 ) -> Vec<Check> {
@@ -73,7 +75,7 @@ pub(crate) async fn check_all(
         ok
     };
     let _ = push(check_store(config), &mut checks)
-        && push(check_http(config), &mut checks)
+        && push(check_http(config, key_field), &mut checks)
         && push(check_security(config), &mut checks)
         && push(check_broker(config, timeout).await, &mut checks)
         && push(check_input_topic(config, timeout).await, &mut checks)
@@ -115,7 +117,10 @@ pub(crate) fn check_store(config: &Config) -> Check {
     match std::fs::read_dir(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Check::ok(
             "store",
-            format!("no store yet at {shown}; `orderly run` creates it"),
+            format!(
+                "no store yet at {shown}; `{} run` creates it",
+                program::name()
+            ),
         ),
         Err(e) => Check::fail(
             "store",
@@ -125,7 +130,10 @@ pub(crate) fn check_store(config: &Config) -> Check {
             if entries.next().is_none() {
                 Check::ok(
                     "store",
-                    format!("{shown} is empty; `orderly run` creates the store there"),
+                    format!(
+                        "{shown} is empty; `{} run` creates the store there",
+                        program::name()
+                    ),
                 )
             } else {
                 Check::fail(
@@ -140,12 +148,15 @@ pub(crate) fn check_store(config: &Config) -> Check {
 }
 
 /// The HTTP endpoint's address can be bound (nothing else listens there).
-pub(crate) fn check_http(config: &Config) -> Check {
+pub(crate) fn check_http(config: &Config, key_field: &str) -> Check {
     match config.http_address() {
         Ok(None) => Check::ok("http", "off (http.address = \"\")"),
         // Bound as `run` binds it, then released.
         Ok(Some(address)) => match crate::ops::http::bind(address) {
-            Ok(_) => Check::ok("http", format!("{address} is free: /metrics, /healthz, /readyz, /state/{{order_id}}, / will be served there")),
+            Ok(_) => Check::ok(
+                "http",
+                format!("{address} is free: /metrics, /healthz, /readyz, /state/{{{key_field}}}, / will be served there"),
+            ),
             Err(e) => Check::fail("http", e.to_string()),
         },
         Err(e) => Check::fail("http", e.to_string()),
@@ -393,8 +404,9 @@ pub(crate) async fn check_dlq_topic(config: &Config, timeout: Duration) -> Check
         Ok(None) => Check::fail(
             "dlq topic",
             format!(
-                "{topic} does not exist: create it before `orderly run` (poison records go there), e.g. \
+                "{topic} does not exist: create it before `{} run` (poison records go there), e.g. \
                  kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions 1; or set kafka.dlq_topic",
+                program::name(),
                 config.kafka.bootstrap_servers
             ),
         ),
@@ -426,7 +438,10 @@ pub(crate) async fn check_changelog_topic(config: &Config, timeout: Duration) ->
         ),
         Ok(None) => Check::ok(
             "changelog",
-            format!("{topic} does not exist yet; `orderly run` creates it ({input} partitions, cleanup.policy=compact)"),
+            format!(
+                "{topic} does not exist yet; `{} run` creates it ({input} partitions, cleanup.policy=compact)",
+                program::name()
+            ),
         ),
         Err(e) => Check::fail(
             "changelog",
@@ -488,9 +503,10 @@ pub(crate) async fn check_output_topic(config: &Config, timeout: Duration) -> Ch
         Ok(None) => Check::fail(
             "output topic",
             format!(
-                "{topic} does not exist: create it before `orderly run` (status changes are published there), e.g. \
+                "{topic} does not exist: create it before `{} run` (status changes are published there), e.g. \
                  kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions {input}; or set \
                  kafka.output_topic = \"\" to turn the outbox off",
+                program::name(),
                 config.kafka.bootstrap_servers
             ),
         ),
@@ -607,8 +623,9 @@ pub(crate) async fn check_schemas(config: &Config) -> Check {
         Ok(report) => Check::fail(
             "schemas",
             format!(
-                "{}; `orderly run` refuses to start (registry.schema_guard = \"refuse\")",
-                report.summary()
+                "{}; `{} run` refuses to start (registry.schema_guard = \"refuse\")",
+                report.summary(),
+                program::name()
             ),
         ),
         Err(e) => Check::fail(

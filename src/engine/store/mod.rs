@@ -99,7 +99,7 @@ pub enum StoreError {
     /// Another process holds the store's lock (sled opens a store in one
     /// process at a time; it has no read-only mode).
     #[error(
-        "the store at {path} is in use by another process (a running `orderly run` on this store holds it: a store \
+        "the store at {path} is in use by another process (a running processor on this store holds it: a store \
          opens in one process at a time)"
     )]
     Locked { path: PathBuf },

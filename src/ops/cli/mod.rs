@@ -68,19 +68,21 @@ impl From<Exit> for std::process::ExitCode {
     }
 }
 
+/// The exit codes and configuration sources, as `--help` ends (`PROGRAM`:
+/// the binary's name).
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success
   1  runtime error (broker, registry, store or I/O; the message says which)
   2  usage error: invalid command line (or replay arguments that do not fit the topic)
-  3  not found: state get (no state for the order), dlq replay --source (no dead letter has that source)
+  3  not found: state get (no state for the key), dlq replay --source (no dead letter has that source)
   4  config check: a check failed (its line says what to do)
   5  invalid configuration (file, environment or value; the message names the key)
   6  no store at store.path (state get, dump, stats only read a store; they never create one)
   7  demo: the results disagree with the generator's expectation
   8  replay: refused, the group has active members (stop every instance first)
   9  run: refused, the group's offsets were moved outside orderly (kafka-consumer-groups
-     --reset-offsets); move them with orderly replay instead (the message says how)
+     --reset-offsets); move them with PROGRAM replay instead (the message says how)
  10  refused by security: run, by the cluster before consuming (the credentials, the TLS certificate,
      or an ACL orderly needs: the message names which, and the kafka-acls.sh command for an ACL); run,
      produce, by the schema registry (401/403, or its TLS certificate does not verify: the message names
@@ -88,13 +90,14 @@ Exit codes:
 
 Configuration: config/default.toml (compiled in), then --config FILE, then ORDERLY_<SECTION>__<KEY>
 variables (ORDERLY_KAFKA__LIBRDKAFKA__<NAME> for librdkafka settings, `_` read as `.`).
-`orderly config show` prints the result, `orderly config check` probes it.";
+`PROGRAM config show` prints the result, `PROGRAM config check` probes it.";
 
 /// A command that only reads the store was pointed at a directory without one.
 #[derive(Debug, thiserror::Error)]
 #[error(
     "no store at {0} (store.path): check --config and {ENV_PREFIX}STORE__PATH; this command only reads a store, \
-     `orderly run` creates one"
+     `{program} run` creates one",
+    program = crate::ops::program::name()
 )]
 struct NoStore(PathBuf);
 
@@ -107,8 +110,7 @@ struct UsageError(String);
 #[command(
     name = "orderly",
     version,
-    about = "Ordered, idempotent Kafka event processor with an embedded sled store",
-    after_help = EXIT_CODES_HELP
+    about = "Ordered, idempotent Kafka event processor with an embedded sled store"
 )]
 struct Cli {
     /// TOML file overriding config/default.toml (ORDERLY_<SECTION>__<KEY> variables override both)
@@ -411,8 +413,78 @@ enum Chosen<E> {
     Given(E),
 }
 
+impl<E: Entity> Chosen<E> {
+    /// What the entity is called and the field its key is
+    /// ([`Entity::NAME`], [`Entity::KEY_FIELD`]), for the messages.
+    fn words(&self, config: &Config) -> (&'static str, &'static str) {
+        match self {
+            Chosen::Given(_) => (E::NAME, E::KEY_FIELD),
+            Chosen::Configured => match config.entity.kind {
+                EntityKind::Orders => (Orders::NAME, Orders::KEY_FIELD),
+                EntityKind::Stock => (Stock::NAME, Stock::KEY_FIELD),
+                EntityKind::Latest => (Latest::NAME, Latest::KEY_FIELD),
+            },
+        }
+    }
+}
+
+/// The command line as this binary presents it: its own name in usage and
+/// hints, and for a user's own entity (`main_with`) the key as that entity
+/// names it, with `demo` and `produce` (built-in domains only) hidden.
+fn parse_cli<E: Entity>(chosen: &Chosen<E>) -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let program = crate::ops::program::name();
+    let mut command = Cli::command()
+        .name(program)
+        .bin_name(program)
+        .after_help(EXIT_CODES_HELP.replace("PROGRAM", program));
+    if let Chosen::Given(_) = chosen {
+        let (name, field) = (E::NAME, E::KEY_FIELD);
+        command = command
+            .about(format!(
+                "Ordered, idempotent Kafka processor of {name} events (keyed by {field}) with an embedded sled store, \
+                 built on orderly"
+            ))
+            .mut_subcommand("demo", |c| c.hide(true))
+            .mut_subcommand("produce", |c| c.hide(true))
+            .mut_subcommand("run", |c| {
+                c.long_about(format!(
+                    "Join the consumer group and process until SIGTERM/SIGINT, then drain, flush, commit and leave\n\n\
+                     While it runs it serves HTTP on http.address (default 127.0.0.1:9898; \"\" is off): GET /metrics \
+                     (Prometheus), /healthz, /readyz, /state/{{{field}}} (one {name}'s state) and the status page at /. \
+                     `{program} config check` checks the broker, the topics and the registry first."
+                ))
+            })
+            .mut_subcommand("state", |state| {
+                state
+                    .mut_subcommand("get", |get| {
+                        get.about(format!(
+                            "One {name}'s state, from the local store (with `run` stopped: the store opens in one \
+                             process at a time; ask a running one at /state/{})",
+                            field.to_uppercase()
+                        ))
+                        .mut_arg("order_id", |arg| {
+                            arg.value_name(field.to_uppercase()).help(format!(
+                                "The {name}'s {field} (the input records' key); `{program} state dump` lists every {name} \
+                                 in the store"
+                            ))
+                        })
+                    })
+                    .mut_subcommand("dump", |dump| {
+                        dump.about(format!("Every {name}'s state with its input partition, as JSON lines"))
+                    })
+            });
+    }
+    let matches = command.try_get_matches()?;
+    Cli::from_arg_matches(&matches)
+}
+
 fn start<E: Entity + Clone>(chosen: Chosen<E>) -> std::process::ExitCode {
-    let cli = Cli::parse();
+    crate::ops::program::set_from_args();
+    let cli = match parse_cli(&chosen) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     if prints_to_a_reader(&cli.command) {
         // Rust ignores SIGPIPE, so a write to a closed pipe fails (a panic in
         // println!). A command whose output is read, as in `orderly state dump
@@ -624,7 +696,7 @@ async fn schema_guard(
 
 /// Opens the store for a command that only reads it: a `store.path` without
 /// a store is an error, not a new empty store.
-fn open_existing_store(config: &Config) -> Result<Store> {
+fn open_existing_store(config: &Config, (name, field): (&str, &str)) -> Result<Store> {
     let path = preflight::absolute(&config.store.path);
     if !preflight::store_present(&path) {
         return Err(NoStore(path).into());
@@ -633,7 +705,7 @@ fn open_existing_store(config: &Config) -> Result<Store> {
         Err(locked @ crate::engine::store::StoreError::Locked { .. }) => {
             let ask = match config.http_address() {
                 Ok(Some(address)) => format!(
-                    "while it runs, ask it over HTTP: `curl http://{}/state/<order_id>` for one order, \
+                    "while it runs, ask it over HTTP: `curl http://{}/state/<{field}>` for one {name}, \
                      /api/status for the counters (http.address); or stop it, then run this command again",
                     connectable(address)
                 ),
@@ -759,8 +831,11 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
         } => {
             if let Chosen::Given(_) = chosen {
                 return Err(UsageError(
-                    "demo runs the built-in domains (orders, stock) on an in-process cluster: run `orderly demo`"
-                        .into(),
+                    format!(
+                        "demo runs the built-in domains (orders, stock) on an in-process cluster, not {}'s own \
+                         entity: run `orderly demo`",
+                        crate::ops::program::name()
+                    ),
                 )
                 .into());
             }
@@ -861,7 +936,7 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
         }
         Command::State { command } => {
             let config = load_config()?;
-            let store = open_existing_store(&config)?;
+            let store = open_existing_store(&config, chosen.words(&config))?;
             match chosen {
                 Chosen::Given(entity) => state_command(&entity, &store, command),
                 Chosen::Configured => match config.entity.kind {
@@ -907,11 +982,13 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
                 detail.push_str(&warning);
             }
             println!("{}", Check::ok("config", detail));
-            let checks =
-                preflight::check_all(&config, Duration::from_millis(timeout_ms), |check| {
-                    println!("{check}")
-                })
-                .await;
+            let checks = preflight::check_all(
+                &config,
+                chosen.words(&config).1,
+                Duration::from_millis(timeout_ms),
+                |check| println!("{check}"),
+            )
+            .await;
             Ok(if checks.iter().all(|c| c.ok) {
                 Exit::Success
             } else {
@@ -1126,13 +1203,17 @@ fn state_command<E: Entity>(entity: &E, store: &Store, command: StateCommand) ->
                 total.skipped += s.checkpoint.skipped;
                 orders += s.orders;
             }
+            // The keys' column is named for the entity ("orders", "skus", a
+            // user's own); the per-partition objects keep their field.
+            let keys_column = format!("{}s", E::NAME.to_lowercase());
             if json {
-                let value = serde_json::json!({
-                    "partitions": stats,
-                    "totals": { "applied": total.applied, "duplicates": total.duplicates, "stale": total.stale,
-                                "dead_lettered": total.dead_lettered, "consumed": total.outcomes(), "orders": orders,
-                                "replayed": total.replayed, "skipped": total.skipped, "outbox_pending": outbox_pending }
+                let mut totals = serde_json::json!({
+                    "applied": total.applied, "duplicates": total.duplicates, "stale": total.stale,
+                    "dead_lettered": total.dead_lettered, "consumed": total.outcomes(), "orders": orders,
+                    "replayed": total.replayed, "skipped": total.skipped, "outbox_pending": outbox_pending
                 });
+                totals[&keys_column] = serde_json::json!(orders);
+                let value = serde_json::json!({ "partitions": stats, "totals": totals });
                 println!("{}", serde_json::to_string_pretty(&value)?);
             } else {
                 println!(
@@ -1140,7 +1221,7 @@ fn state_command<E: Entity>(entity: &E, store: &Store, command: StateCommand) ->
                     "topic",
                     "partition",
                     "next_offset",
-                    "orders",
+                    keys_column,
                     "applied",
                     "dups",
                     "stale",

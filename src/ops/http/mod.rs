@@ -1,5 +1,5 @@
 //! The `run` process's HTTP endpoint: `/metrics`, `/healthz`, `/readyz`,
-//! `/state/{order_id}`, the status page at `/` and its JSON at
+//! `/state/{key}`, the status page at `/` and its JSON at
 //! `/api/status` (see `routes`).
 //!
 //! It runs on a thread of its own with a single-threaded runtime, so a
@@ -12,7 +12,7 @@
 //! connection is closed gracefully after `CONNECTION_LIFETIME`.
 
 pub(crate) mod guard;
-mod order_id;
+mod key;
 pub(crate) mod routes;
 
 use std::net::SocketAddr;
@@ -103,6 +103,7 @@ impl Server {
         let address = listener.local_addr().map_err(HttpError::Thread)?;
         listener.set_nonblocking(true).map_err(HttpError::Thread)?;
         let (stop, stopped) = watch::channel(false);
+        let key_field = context.key_field();
         let thread = std::thread::Builder::new()
             .name("orderly-http".into())
             .spawn(move || {
@@ -121,7 +122,7 @@ impl Server {
                 runtime.shutdown_timeout(Duration::from_secs(1));
             })
             .map_err(HttpError::Thread)?;
-        info!(%address, "http endpoint listening (/metrics, /healthz, /readyz, /state/{{order_id}}, /)");
+        info!(%address, "http endpoint listening (/metrics, /healthz, /readyz, /state/{{{key_field}}}, /)");
         Ok(Server {
             address,
             stop,

@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::guard::Guard;
-use super::order_id;
+use super::key;
 use crate::engine::entity::Entity;
 use crate::engine::store::Store;
 use crate::observe::status::{self, Identity};
@@ -36,6 +36,13 @@ pub struct HttpContext {
     /// What `/state/{key}`'s answers call the entity and its key
     /// ([`Entity::NAME`], [`Entity::KEY_FIELD`]).
     entity: (&'static str, &'static str),
+}
+
+impl HttpContext {
+    /// The entity's key field, as `/state/{key}` is named for it.
+    pub(super) fn key_field(&self) -> &'static str {
+        self.entity.1
+    }
 }
 
 /// One entity's view (JSON) and inbox entries, from a partition's tree.
@@ -177,10 +184,14 @@ fn json_error(status: StatusCode, body: serde_json::Value) -> Response {
     (status, Json(body)).into_response()
 }
 
-async fn not_found(uri: Uri) -> Response {
+async fn not_found(State(ctx): Ctx, uri: Uri) -> Response {
+    let (_, key_field) = ctx.entity;
     text(
         StatusCode::NOT_FOUND,
-        format!("no such page: {}\nendpoints: / /api/status /metrics /healthz /readyz /state/{{order_id}}\n", uri.path()),
+        format!(
+            "no such page: {}\nendpoints: / /api/status /metrics /healthz /readyz /state/{{{key_field}}}\n",
+            uri.path()
+        ),
     )
 }
 
@@ -249,19 +260,20 @@ async fn readyz(State(ctx): Ctx) -> Response {
     }
 }
 
-/// `GET /state/{order_id}`: see `config/default.toml`, `[http]`.
+/// `GET /state/{key}`: see `config/default.toml`, `[http]`.
 async fn state(State(ctx): Ctx, uri: Uri) -> Response {
     let segment = uri
         .path()
         .strip_prefix("/state")
         .unwrap_or_default()
         .trim_start_matches('/');
-    let order_id = match order_id::parse(segment) {
+    let (name, key_field) = ctx.entity;
+    let entity_key = match key::parse(segment) {
         Ok(id) => id,
         Err(error) => {
             return json_error(
                 StatusCode::BAD_REQUEST,
-                json!({ "error": error.to_string() }),
+                json!({ "error": error.message(key_field) }),
             )
         }
     };
@@ -272,8 +284,7 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
             json!({ "error": "not connected to the input topic yet" }),
         );
     }
-    let (name, key_field) = ctx.entity;
-    let partition = ctx.partitioner.partition(order_id.as_bytes(), partitions);
+    let partition = ctx.partitioner.partition(entity_key.as_bytes(), partitions);
     let Some(owned) = ctx.telemetry.partition(partition) else {
         let owners = ctx.owners.clone();
         let owner = tokio::task::spawn_blocking(move || owners.owner(partition)).await;
@@ -289,7 +300,7 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
             StatusCode::MISDIRECTED_REQUEST,
             json!({
                 "error": format!("this instance does not own the {name}'s partition"),
-                key_field: order_id,
+                key_field: entity_key,
                 "partition": partition,
                 "owner": owner,
             }),
@@ -308,7 +319,7 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
     let (store, topic, id) = (
         ctx.store.clone(),
         ctx.identity.topic.clone(),
-        order_id.clone(),
+        entity_key.clone(),
     );
     let read = ctx.lookup.clone();
     let found =
@@ -323,7 +334,7 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
         }
         Ok(Ok(None)) => json_error(
             StatusCode::NOT_FOUND,
-            json!({ "error": format!("no such {name} in this instance's store"), key_field: order_id, "partition": partition }),
+            json!({ "error": format!("no such {name} in this instance's store"), key_field: entity_key, "partition": partition }),
         ),
         Ok(Err(error)) => json_error(
             StatusCode::INTERNAL_SERVER_ERROR,

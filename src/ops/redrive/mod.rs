@@ -77,7 +77,8 @@ pub fn redrive_group(config: &Config) -> String {
 pub enum RedriveError {
     #[error(
         "dead-letter topic {topic} does not exist at {bootstrap} (kafka.dlq_topic): check the configuration; \
-         `orderly run` needs it too and `orderly config check` says how to create it"
+         `{program} run` needs it too and `{program} config check` says how to create it",
+        program = crate::ops::program::name()
     )]
     DlqTopicMissing { topic: String, bootstrap: String },
     #[error("input topic {topic} does not exist at {bootstrap} (kafka.input_topic): re-driven records would have nowhere to go")]
