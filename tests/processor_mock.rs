@@ -630,6 +630,57 @@ fn a_task_stopped_at_the_drain_deadline_after_its_batch_has_its_checkpoint_commi
     drop(c.mock);
 }
 
+/// librdkafka's `send_offsets_to_transaction` that never returns (its
+/// issues 5456 and 5511, seen on three brokers; held here by
+/// `hang_send_offsets`, which parks the call's thread for good): the
+/// write-out's wait is logged naming the call, the call is given up at its
+/// bound, the partition starts over with a new producer (fencing the stuck
+/// one), and the run ends with exact counters and states. Without the bound
+/// the partition stops silently and the committed offsets never reach the
+/// ends.
+#[test]
+fn a_transactional_call_that_never_returns_is_reported_and_its_partition_starts_over() {
+    let Loaded {
+        c,
+        _registry,
+        group,
+        ends,
+        expected,
+        instance,
+        ..
+    } = loaded(
+        WorkloadSpec {
+            orders: 1_500,
+            poison_rate: 0.01,
+            seed: 23,
+            ..Default::default()
+        },
+        "guarantee = \"exactly_once\"\nbatch_max_records = 50\nbatch_max_wait_ms = 5\ncommit_interval_ms = 10",
+    );
+    let mut child = instance.spawn_run(Some("hang_send_offsets:6"));
+    let caught_up = wait_until(Duration::from_secs(150), || {
+        committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends
+    });
+    signal(&child, "TERM");
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    let log = instance.log();
+    assert!(caught_up, "committed offsets reach the end offsets\n{log}");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "SIGTERM exits 0 (the parked thread does not hold the exit): {status:?}\n{log}"
+    );
+    for said in [
+        "fault injection: hanging in send_offsets_to_transaction",
+        "a write-out is waiting in librdkafka's send_offsets_to_transaction",
+        "send_offsets_to_transaction did not return within",
+    ] {
+        assert!(log.contains(said), "the log says {said:?}\n{log}");
+    }
+    let store = Store::open(&instance.store_path, 64).expect("store");
+    assert_store_matches(&store, &expected);
+    drop(c.mock);
+}
+
 /// A partition that has read everything its input holds writes out
 /// `caught_up_write_ms` after its last write-out instead of a commit
 /// interval later: with a 60 s interval (and a few hundred orders, far

@@ -22,6 +22,11 @@
 //! producer's `init_transactions` (which, sent late, fences whichever
 //! member owns the partition by then).
 //!
+//! `hang_send_offsets` holds the blocking thread of one exactly_once
+//! write-out's `send_offsets_to_transaction` forever, as librdkafka did on
+//! three brokers (its issue 5456): the call's bound must start the
+//! partition over.
+//!
 //! `hang_batched` holds one partition task forever after its sled batch,
 //! before it reports the batch to the flusher, while the rest of the process
 //! goes on: a task that misses a drain's deadline after its write-out.
@@ -44,9 +49,10 @@ pub(crate) enum Point {
     StopBatched,
     StopInit,
     HangBatched,
+    HangSendOffsets,
 }
 
-const ALL: [Point; 10] = [
+const ALL: [Point; 11] = [
     Point::AfterDlq,
     Point::AfterBatch,
     Point::AfterFlush,
@@ -57,6 +63,7 @@ const ALL: [Point; 10] = [
     Point::StopBatched,
     Point::StopInit,
     Point::HangBatched,
+    Point::HangSendOffsets,
 ];
 
 impl Point {
@@ -72,6 +79,7 @@ impl Point {
             Point::StopBatched => "stop_batched",
             Point::StopInit => "stop_init",
             Point::HangBatched => "hang_batched",
+            Point::HangSendOffsets => "hang_send_offsets",
         }
     }
 }
@@ -97,7 +105,7 @@ fn armed() -> Option<&'static Armed> {
             match (point, at.parse::<u64>()) {
                 (Some(point), Ok(at)) if at > 0 => Some(Armed { point, at, hits: AtomicU64::new(0) }),
                 _ => {
-                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush|panic_batch|torn_changelog|stop_queued|stop_acked|stop_batched|stop_init|hang_batched[:N]");
+                    eprintln!("orderly: ignoring {ENV}={raw}: expected after_dlq|after_batch|after_flush|panic_batch|torn_changelog|stop_queued|stop_acked|stop_batched|stop_init|hang_batched|hang_send_offsets[:N]");
                     None
                 }
             }
@@ -114,6 +122,14 @@ pub(crate) fn hit(point: Point) {
     if armed.hits.fetch_add(1, Ordering::Relaxed) + 1 == armed.at {
         if point == Point::PanicBatch {
             panic!("fault injection: panic at {}", armed.point);
+        }
+        if point == Point::HangSendOffsets {
+            // librdkafka's call that does not return (issue 5456): this
+            // blocking thread never comes back; the process goes on.
+            eprintln!("orderly: fault injection: hanging in send_offsets_to_transaction");
+            loop {
+                std::thread::park();
+            }
         }
         if matches!(
             point,

@@ -166,6 +166,17 @@ impl Link {
     pub(crate) fn is_down(&self) -> bool {
         self.down.is_some()
     }
+
+    /// While the connection is lost: for how long at `now`, and the last
+    /// error that said so.
+    pub(crate) fn down_for(&self, now: Instant) -> Option<(Duration, &str)> {
+        self.down.as_ref().map(|down| {
+            (
+                now.saturating_duration_since(down.since),
+                down.error.as_str(),
+            )
+        })
+    }
 }
 
 /// The process's connection state and its repeat filter.
@@ -198,6 +209,20 @@ pub(crate) fn set_bootstrap(bootstrap: &str) {
 /// return).
 pub(crate) fn is_down() -> bool {
     with_shared(|s| s.link.is_down())
+}
+
+/// While no broker answers: what `/readyz` says about it (the bootstrap
+/// address, for how long, the last error).
+pub(crate) fn why_down() -> Option<String> {
+    with_shared(|s| {
+        s.link.down_for(Instant::now()).map(|(for_, error)| {
+            format!(
+                "no broker at {} has answered for {}s ({error}): check kafka.bootstrap_servers and that the cluster is up",
+                s.bootstrap,
+                for_.as_secs()
+            )
+        })
+    })
 }
 
 /// A request to the cluster succeeded: logs "back" once after a loss.

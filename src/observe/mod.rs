@@ -57,7 +57,45 @@ pub struct PartitionStatus {
     pub outbox: OnceLock<Arc<Backlog>>,
     /// Why the dead-letter breaker stopped the partition, once it did.
     pub stopped: OnceLock<String>,
+    /// The librdkafka call the partition's write-out waits in, while it
+    /// does: `/readyz`, the status page and the log name a call that does
+    /// not return.
+    pub(crate) waiting: Waiting,
 }
+
+/// The blocking call a write-out waits in, and since when.
+#[derive(Debug, Default)]
+pub(crate) struct Waiting(std::sync::Mutex<Option<(Instant, &'static str)>>);
+
+impl Waiting {
+    /// The write-out enters `call`; it has left when the guard drops.
+    pub(crate) fn enter(&self, call: &'static str) -> WaitingGuard<'_> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), call));
+        WaitingGuard(self)
+    }
+
+    /// The call waited in, and how long at `now`.
+    pub(crate) fn get(&self, now: Instant) -> Option<(Duration, &'static str)> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|(since, call)| (now.saturating_duration_since(since), call))
+    }
+}
+
+/// Clears [`Waiting`] when the call returns (or its wait is given up).
+pub(crate) struct WaitingGuard<'a>(&'a Waiting);
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        *self.0 .0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// How long a write-out may wait in one call before `/readyz` says the
+/// partition is stalled (a healthy transactional call takes milliseconds;
+/// librdkafka's own timeout is 30 s).
+pub(crate) const STALL_REPORT: Duration = Duration::from_secs(10);
 
 impl PartitionStatus {
     /// A newly assigned partition: [`Phase::Restoring`] until its task
@@ -74,6 +112,7 @@ impl PartitionStatus {
             restore: RestoreProgress::default(),
             outbox: OnceLock::new(),
             stopped: OnceLock::new(),
+            waiting: Waiting::default(),
         };
         status.seed(checkpoint);
         status

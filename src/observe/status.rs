@@ -144,7 +144,10 @@ pub fn not_ready(t: &Telemetry) -> Option<String> {
         return Some(reason.clone());
     }
     if !t.joined.load(Ordering::Relaxed) {
-        return Some("waiting for the consumer group to assign partitions".into());
+        return Some(match crate::observe::kafka_link::why_down() {
+            Some(why) => format!("waiting for the consumer group to assign partitions: {why}"),
+            None => "waiting for the consumer group to assign partitions".into(),
+        });
     }
     let partitions = t.partitions();
     // Every restoring partition, each with its progress and time left.
@@ -158,6 +161,21 @@ pub fn not_ready(t: &Telemetry) -> Option<String> {
         .collect();
     if !restoring.is_empty() {
         return Some(restoring.join("; "));
+    }
+    let now = std::time::Instant::now();
+    for p in &partitions {
+        if let Some((waited, call)) = p
+            .waiting
+            .get(now)
+            .filter(|(w, _)| *w >= crate::observe::STALL_REPORT)
+        {
+            return Some(format!(
+                "partition {} is stalled: its write-out has waited {}s in librdkafka's {call}; it starts over \
+                 when the wait passes its bound",
+                p.partition,
+                waited.as_secs()
+            ));
+        }
     }
     for p in partitions {
         match p.phase() {

@@ -427,9 +427,26 @@ pub(crate) async fn check_changelog_topic(config: &Config, timeout: Duration) ->
         Ok(n) => n,
         Err(failed) => return failed,
     };
-    match topic_partitions(config, &topic, timeout).await {
-        Ok(Some(n)) if n == input => Check::ok("changelog", format!("{topic}: {n} partition(s), as the input topic")),
-        Ok(Some(n)) => Check::fail(
+    let shape = topic_shape(config, &topic, timeout).await;
+    let brokers = shape.as_ref().map_or(0, |s| s.brokers);
+    let few = |replicas: usize| {
+        if brokers > 1 && replicas < 2 {
+            format!(
+                "; warning: replication factor {replicas} on a cluster of {brokers} brokers: losing one broker loses \
+                 changelog partitions, and Kafka 4.3/4.4 can then lose a transaction marker (KAFKA-20734, \
+                 docs/operating.md); use 3 (kafka.changelog_replication_factor, or kafka-reassign-partitions.sh \
+                 for an existing topic)"
+            )
+        } else {
+            String::new()
+        }
+    };
+    match shape.map(|s| s.partitions.map(|n| (n, s.min_replicas))) {
+        Ok(Some((n, replicas))) if n == input => Check::ok(
+            "changelog",
+            format!("{topic}: {n} partition(s), as the input topic, replication factor {replicas}{}", few(replicas)),
+        ),
+        Ok(Some((n, _))) => Check::fail(
             "changelog",
             format!(
                 "{topic} has {n} partition(s) and the input topic has {input}; they must match: set another \
@@ -439,8 +456,12 @@ pub(crate) async fn check_changelog_topic(config: &Config, timeout: Duration) ->
         Ok(None) => Check::ok(
             "changelog",
             format!(
-                "{topic} does not exist yet; `{} run` creates it ({input} partitions, cleanup.policy=compact)",
-                program::name()
+                "{topic} does not exist yet; `{} run` creates it ({input} partitions, cleanup.policy=compact){}",
+                program::name(),
+                match usize::try_from(config.kafka.changelog_replication_factor) {
+                    Ok(factor) => few(factor),
+                    Err(_) => String::new(), // -1: the broker's default.replication.factor
+                }
             ),
         ),
         Err(e) => Check::fail(
@@ -721,6 +742,39 @@ async fn metadata(
 }
 
 /// The partition count of `topic`, or `None` when it does not exist.
+/// A topic as the cluster's metadata shows it.
+struct TopicShape {
+    /// Its partition count (`None`: it does not exist).
+    partitions: Option<usize>,
+    /// The fewest replicas any of its partitions has.
+    min_replicas: usize,
+    /// The brokers the cluster has.
+    brokers: usize,
+}
+
+async fn topic_shape(
+    config: &Config,
+    topic: &str,
+    timeout: Duration,
+) -> Result<TopicShape, String> {
+    let meta = metadata(config, Some(topic), timeout).await?;
+    let brokers = meta.brokers().len();
+    let found = meta.topics().iter().find(|t| t.name() == topic);
+    let partitions = match found.map(|t| (t.error(), t.partitions())) {
+        None | Some((Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART), _)) => None,
+        Some((Some(code), _)) => return Err(RDKafkaErrorCode::from(code).to_string()),
+        Some((None, partitions)) if partitions.is_empty() => None,
+        Some((None, partitions)) => Some(partitions),
+    };
+    Ok(TopicShape {
+        partitions: partitions.map(<[_]>::len),
+        min_replicas: partitions
+            .and_then(|p| p.iter().map(|p| p.replicas().len()).min())
+            .unwrap_or(0),
+        brokers,
+    })
+}
+
 async fn topic_partitions(
     config: &Config,
     topic: &str,

@@ -221,7 +221,7 @@ impl<E: Entity> PartitionSupervisor<E> {
                 async move {
                     match AssertUnwindSafe(task.run(input)).catch_unwind().await {
                         Ok(Ok(())) => {}
-                        Ok(Err(ProcessError::Txn(fenced @ TxnError::Fenced { .. }))) => {
+                        Ok(Err(ProcessError::Txn(fenced @ (TxnError::Fenced { .. } | TxnError::Stalled { .. })))) => {
                             // Fenced while draining: the partition is being
                             // released anyway. (A fence while processing or
                             // restoring is handled by the task itself.)

@@ -60,6 +60,13 @@ use crate::processor::outbox::{OutboxEncoder, OutboxRecord};
 /// `commit_transaction` may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long orderly waits for a transactional call past the timeout it
+/// passes: librdkafka does not always honour that timeout
+/// (`send_offsets_to_transaction` waits on a coordinator request whose
+/// timeout is never checked, librdkafka issues 5456 and 5511). Past it the
+/// partition starts over with a new producer, which fences the stuck one.
+const CALL_DEADLINE: Duration = Duration::from_secs(45);
+
 #[derive(Debug, thiserror::Error)]
 pub enum TxnError {
     /// Another producer with this partition's transactional id took over
@@ -80,6 +87,22 @@ pub enum TxnError {
     /// The round was aborted (nothing of it is visible); it can be retried.
     #[error("partition {partition}: transaction aborted: {cause}")]
     Aborted { partition: i32, cause: KafkaError },
+    /// A transactional call did not return within its bound, whatever the
+    /// timeout passed to it: the producer is given up, and the partition
+    /// starts over with a new one, which fences it (the round is never
+    /// visible, or was committed and is in the changelog the restore reads).
+    #[error(
+        "partition {partition}: librdkafka's {call} did not return within {}s (its timeout is {}s; librdkafka \
+         issues 5456, 5511): the producer {transactional_id} is given up and the partition starts over",
+        waited.as_secs(),
+        CALL_TIMEOUT.as_secs()
+    )]
+    Stalled {
+        partition: i32,
+        transactional_id: String,
+        call: &'static str,
+        waited: Duration,
+    },
 }
 
 impl crate::observe::errors::Failure for TxnError {
@@ -90,7 +113,9 @@ impl crate::observe::errors::Failure for TxnError {
     fn kind(&self) -> crate::observe::errors::Kind {
         match self {
             TxnError::Aborted { .. } => crate::observe::errors::Kind::Retryable,
-            TxnError::Fenced { .. } | TxnError::Open(_) => crate::observe::errors::Kind::Permanent,
+            TxnError::Fenced { .. } | TxnError::Open(_) | TxnError::Stalled { .. } => {
+                crate::observe::errors::Kind::Permanent
+            }
         }
     }
 }
@@ -133,6 +158,8 @@ pub(super) struct Round<'a, S> {
     /// The group metadata the input offset is committed with
     /// ([`TxnScope::Everything`]); `None` commits no offset.
     pub group: Option<ConsumerGroupMetadata>,
+    /// Where the partition's status shows the call the round waits in.
+    pub waiting: &'a crate::observe::Waiting,
 }
 
 /// The partition's transactional producer and where its records go.
@@ -268,16 +295,19 @@ impl<E: Entity> TxnWriter<E> {
             },
             None => None,
         };
-        let producer = self.producer.clone();
-        let committed = tokio::task::spawn_blocking(move || {
-            if let Some((offsets, group)) = offsets {
-                producer.send_offsets_to_transaction(&offsets, &group, CALL_TIMEOUT)?;
+        if let Some((offsets, group)) = offsets {
+            let producer = self.producer.clone();
+            let sent = self
+                .bounded(round.waiting, "send_offsets_to_transaction", move || {
+                    fault::hit(Point::HangSendOffsets);
+                    producer.send_offsets_to_transaction(&offsets, &group, CALL_TIMEOUT)
+                })
+                .await?;
+            if let Err(cause) = sent {
+                return Err(self.fail(cause).await);
             }
-            commit_retrying(&producer)
-        })
-        .await
-        .unwrap_or(Err(KafkaError::Canceled));
-        if let Err(cause) = committed {
+        }
+        if let Err(cause) = self.commit_retrying(round.waiting).await? {
             return Err(self.fail(cause).await);
         }
         // Committed: every record was delivered.
@@ -388,9 +418,16 @@ impl<E: Entity> TxnWriter<E> {
             return self.fenced(cause);
         }
         let producer = self.producer.clone();
-        let aborted = tokio::task::spawn_blocking(move || producer.abort_transaction(CALL_TIMEOUT))
+        let aborting = crate::observe::Waiting::default();
+        let aborted = match self
+            .bounded(&aborting, "abort_transaction", move || {
+                producer.abort_transaction(CALL_TIMEOUT)
+            })
             .await
-            .unwrap_or(Err(KafkaError::Canceled));
+        {
+            Ok(aborted) => aborted,
+            Err(stalled) => return stalled,
+        };
         match aborted {
             Ok(()) => TxnError::Aborted {
                 partition: self.partition,
@@ -438,18 +475,151 @@ impl<E: Entity> TxnWriter<E> {
     }
 }
 
-/// `commit_transaction`, called again while librdkafka says the error is
-/// retriable (a commit that timed out may still complete).
-fn commit_retrying(producer: &TxnProducer) -> Result<(), KafkaError> {
-    let mut tries = 0;
-    loop {
-        match producer.commit_transaction(CALL_TIMEOUT) {
-            Ok(()) => return Ok(()),
-            Err(KafkaError::Transaction(error)) if error.is_retriable() && tries < 3 => {
-                tries += 1;
-                warn!(%error, "transaction commit failed; retrying the commit");
+/// Waits for a blocking librdkafka call on a blocking thread, for at most
+/// `deadline` whatever librdkafka does with the call's own timeout. The
+/// outer error is the call that did not return (the thread is left to it);
+/// the inner result is the call's. A wait past [`STALL_REPORT`] is logged
+/// at once, naming the call.
+///
+/// [`STALL_REPORT`]: crate::observe::STALL_REPORT
+pub(crate) async fn bounded_call<T: Send + 'static>(
+    waiting: &crate::observe::Waiting,
+    call: &'static str,
+    deadline: Duration,
+    work: impl FnOnce() -> Result<T, KafkaError> + Send + 'static,
+) -> Result<Result<T, KafkaError>, Duration> {
+    let _waiting = waiting.enter(call);
+    let started = tokio::time::Instant::now();
+    let handle = tokio::task::spawn_blocking(work);
+    tokio::pin!(handle);
+    let report = crate::observe::STALL_REPORT.min(deadline);
+    let joined = match tokio::time::timeout(report, &mut handle).await {
+        Ok(joined) => joined,
+        Err(_) => {
+            warn!(
+                call,
+                waited_s = report.as_secs(),
+                deadline_s = deadline.as_secs(),
+                "a write-out is waiting in librdkafka's {call}; the partition starts over if it does not return \
+                 within the deadline"
+            );
+            match tokio::time::timeout(deadline.saturating_sub(report), &mut handle).await {
+                Ok(joined) => joined,
+                Err(_) => return Err(started.elapsed()),
             }
-            Err(error) => return Err(error),
         }
+    };
+    Ok(joined.unwrap_or(Err(KafkaError::Canceled)))
+}
+
+impl<E: Entity> TxnWriter<E> {
+    /// [`bounded_call`] with [`CALL_DEADLINE`]; a call past it is
+    /// [`TxnError::Stalled`].
+    async fn bounded<T: Send + 'static>(
+        &self,
+        waiting: &crate::observe::Waiting,
+        call: &'static str,
+        work: impl FnOnce() -> Result<T, KafkaError> + Send + 'static,
+    ) -> Result<Result<T, KafkaError>, TxnError> {
+        bounded_call(waiting, call, CALL_DEADLINE, work)
+            .await
+            .map_err(|waited| TxnError::Stalled {
+                partition: self.partition,
+                transactional_id: self.transactional_id.clone(),
+                call,
+                waited,
+            })
+    }
+
+    /// `commit_transaction`, called again while librdkafka says the error
+    /// is retriable (a commit that timed out may still complete); each call
+    /// bounded.
+    async fn commit_retrying(
+        &self,
+        waiting: &crate::observe::Waiting,
+    ) -> Result<Result<(), KafkaError>, TxnError> {
+        let mut tries = 0;
+        loop {
+            let producer = self.producer.clone();
+            match self
+                .bounded(waiting, "commit_transaction", move || {
+                    producer.commit_transaction(CALL_TIMEOUT)
+                })
+                .await?
+            {
+                Ok(()) => return Ok(Ok(())),
+                Err(KafkaError::Transaction(error)) if error.is_retriable() && tries < 3 => {
+                    tries += 1;
+                    warn!(%error, "transaction commit failed; retrying the commit");
+                }
+                Err(error) => return Ok(Err(error)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod bounded_tests {
+    use super::*;
+    use crate::observe::Waiting;
+    use std::time::Instant;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_that_does_not_return_is_given_up_at_its_deadline_and_shown_while_it_waits() {
+        let waiting = Arc::new(Waiting::default());
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let seen = waiting.clone();
+        let watcher = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            seen.get(Instant::now()).map(|(_, call)| call)
+        });
+        let started = Instant::now();
+        let result = bounded_call(
+            &waiting,
+            "send_offsets_to_transaction",
+            Duration::from_millis(400),
+            move || {
+                let _ = blocked.recv();
+                Ok(())
+            },
+        )
+        .await;
+        let waited = result.expect_err("the call never returns: given up");
+        assert!(waited >= Duration::from_millis(400), "{waited:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the bound did not hold"
+        );
+        assert_eq!(
+            watcher.await.expect("watcher"),
+            Some("send_offsets_to_transaction")
+        );
+        assert!(
+            waiting.get(Instant::now()).is_none(),
+            "the wait is cleared when given up"
+        );
+        drop(release);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_returns_gives_its_own_result() {
+        let waiting = Waiting::default();
+        let ok = bounded_call(
+            &waiting,
+            "commit_transaction",
+            Duration::from_secs(5),
+            || Ok(7),
+        )
+        .await;
+        assert!(matches!(ok, Ok(Ok(7))));
+        let failed: Result<Result<(), KafkaError>, Duration> = bounded_call(
+            &waiting,
+            "commit_transaction",
+            Duration::from_secs(5),
+            || Err(KafkaError::Canceled),
+        )
+        .await;
+        assert!(matches!(failed, Ok(Err(KafkaError::Canceled))));
+        assert!(waiting.get(Instant::now()).is_none());
     }
 }

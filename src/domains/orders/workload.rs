@@ -45,6 +45,25 @@ pub struct WorkloadSpec {
     /// Order ids are `<order_prefix>-<index, 8 digits>`.
     #[serde(default = "default_order_prefix")]
     pub order_prefix: String,
+    /// When the generated times start, in ms since the Unix epoch (`produce`
+    /// sets it to a moment ago). Unset: [`FIXED_START_MS`], so a spec and a
+    /// seed plan the same bytes whenever they run.
+    #[serde(default)]
+    pub start_ms: Option<i64>,
+}
+
+/// The instant generated times start at when a spec names none
+/// (2025-12-01T00:00:00Z).
+pub const FIXED_START_MS: i64 = 1_764_547_200_000;
+
+impl WorkloadSpec {
+    /// A start that puts every generated time in the last moments before
+    /// `now_ms`: orders start up to one second apart per order, and an
+    /// order's events are a minute apart.
+    pub fn ending_before(&self, now_ms: i64) -> i64 {
+        let events = i64::from(self.events_per_order.unwrap_or(4));
+        now_ms - self.orders as i64 * 1000 - events * 60_000
+    }
 }
 
 fn default_order_prefix() -> String {
@@ -64,6 +83,7 @@ impl Default for WorkloadSpec {
             shape: Shape::default(),
             id_format: IdFormat::default(),
             order_prefix: default_order_prefix(),
+            start_ms: None,
         }
     }
 }
@@ -181,7 +201,7 @@ pub fn plan(
         let currency = ["EUR", "USD", "GBP", "JPY"][rng.gen_range(0..4)].to_string();
         let amount = rng.gen_range(100..500_000i64);
         let start = rng.gen_range(0.0..horizon);
-        let base_ms = 1_764_547_200_000 + (start * 1000.0) as i64;
+        let base_ms = spec.start_ms.unwrap_or(FIXED_START_MS) + (start * 1000.0) as i64;
         let mut events: Vec<(OrderEvent, WriterVersion)> = lifecycle
             .iter()
             .enumerate()

@@ -523,7 +523,11 @@ fn start<E: Entity + Clone>(chosen: Chosen<E>) -> std::process::ExitCode {
             return Exit::Runtime.into();
         }
     };
-    match runtime.block_on(dispatch(cli, chosen)) {
+    let outcome = runtime.block_on(dispatch(cli, chosen));
+    // A blocking call that never returned (a librdkafka transactional call
+    // past its bound, given up by its partition) must not hold the exit.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    match outcome {
         Ok(exit) => exit.into(),
         Err(e) => {
             // Each cause once: a library error that prints its source is not
@@ -597,7 +601,11 @@ fn prints_to_a_reader(command: &Command) -> bool {
 
 fn default_log_filter(command: &Command) -> &'static str {
     match command {
-        Command::Demo { .. } | Command::State { .. } => "warn",
+        // The demo's own poison records include unknown schema ids, whose
+        // warning reads like a misconfigured registry; its summary counts
+        // them as dead letters instead.
+        Command::Demo { .. } => "warn,orderly::engine::codec=error",
+        Command::State { .. } => "warn",
         // The checks report broker errors on their own lines.
         Command::Config { .. } => "error,librdkafka=off,rdkafka=off",
         _ => "info,librdkafka=warn,rdkafka=warn",
@@ -912,12 +920,18 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
                 }
                 (Chosen::Configured, EntityKind::Orders) => {}
             }
-            let spec = WorkloadSpec {
+            let mut spec = WorkloadSpec {
                 events_per_order,
                 shape,
                 id_format,
                 ..workload.spec()?
             };
+            // Times of a moment ago, as a live producer's would be (the
+            // status page's completion times read them).
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            spec.start_ms = Some(spec.ending_before(now_ms));
             let registry = Registry::from_config(&config.registry)?;
             let encoder = Encoder::register(&registry, &config.kafka.input_topic)
                 .await
@@ -1049,32 +1063,19 @@ async fn run<E: Entity>(
     config: Config,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<Exit> {
-    refuse_what_security_refuses(&config).await?;
     let store_path = preflight::absolute(&config.store.path);
     tracing::info!(store = %store_path.display(), existing = preflight::store_present(&store_path), "opening the store");
     let store = Store::open(&store_path, config.store.cache_capacity_mb)?;
     let registry = Registry::from_config(&config.registry)?;
-    // Something that answers, but not like a schema registry, is a
-    // wrong URL, and a refusal of the credentials or a certificate
-    // that does not verify is a setting to fix: stop now rather
-    // than retry every record. An unreachable registry is waited
-    // for record by record.
-    match registry.probe().await {
-        Err(e @ crate::registry::RegistryError::NotARegistry { .. }) => return Err(e.into()),
-        Err(e) if e.is_access_failure() => return Err(e.into()),
-        Err(e) => {
-            tracing::warn!(error = %e, "schema registry not reachable at start-up; records wait for it")
-        }
-        Ok(()) => {}
-    }
-    schema_guard(&config, &registry, entity.reader_schema()).await?;
-    refuse_external_resets(&config).await?;
     let http = config.http_address()?;
     let input_topic = config.kafka.input_topic.clone();
     let kept = store.clone();
-    let processor = Processor::for_entity(entity, config, store, registry);
-    // The endpoint answers from start-up on (/healthz, /readyz say
-    // what the processor is doing), and stops once it has.
+    let checked = config.clone();
+    let reader_schema = entity.reader_schema().cloned();
+    let processor = Processor::for_entity(entity, config, store, registry.clone());
+    // The endpoint answers from start-up on, before the checks below (which
+    // wait on the cluster): /healthz, and /readyz saying what the
+    // processor waits for. It stops once the processor has.
     let server = match http {
         Some(address) => Some(crate::ops::http::serve(
             crate::ops::http::bind(address)?,
@@ -1082,7 +1083,10 @@ async fn run<E: Entity>(
         )?),
         None => None,
     };
-    let result = processor.run(shutdown).await;
+    let result = match start_checks(&checked, &registry, reader_schema.as_ref()).await {
+        Ok(()) => processor.run(shutdown).await.map_err(anyhow::Error::from),
+        Err(e) => Err(e),
+    };
     if let Some(server) = server {
         server.stop().await;
     }
@@ -1110,6 +1114,32 @@ async fn run<E: Entity>(
         held.dead_lettered
     );
     Ok(Exit::Success)
+}
+
+/// What `run` checks before it joins the group, while its endpoint already
+/// answers: the security the cluster enforces, the registry, the schema
+/// guard, offsets moved outside orderly.
+async fn start_checks(
+    config: &Config,
+    registry: &Registry,
+    reader: Option<&apache_avro::Schema>,
+) -> Result<()> {
+    refuse_what_security_refuses(config).await?;
+    // Something that answers, but not like a schema registry, is a
+    // wrong URL, and a refusal of the credentials or a certificate
+    // that does not verify is a setting to fix: stop now rather
+    // than retry every record. An unreachable registry is waited
+    // for record by record.
+    match registry.probe().await {
+        Err(e @ crate::registry::RegistryError::NotARegistry { .. }) => return Err(e.into()),
+        Err(e) if e.is_access_failure() => return Err(e.into()),
+        Err(e) => {
+            tracing::warn!(error = %e, "schema registry not reachable at start-up; records wait for it")
+        }
+        Ok(()) => {}
+    }
+    schema_guard(config, registry, reader).await?;
+    refuse_external_resets(config).await
 }
 
 /// The names (not the values) of the environment variables that set keys.

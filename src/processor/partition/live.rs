@@ -431,6 +431,7 @@ impl<E: Entity> Live<E> {
                 epoch: prepared.checkpoint.epoch,
                 status: &prepared.status,
                 group,
+                waiting: &self.task.status.waiting,
             };
             match txn.commit(round).await {
                 Ok(position) => {

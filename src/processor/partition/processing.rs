@@ -220,7 +220,9 @@ impl<E: Entity> Processing<E> {
             }) && (member.write_turn_free() || !schedule.may_put_off(now, !drained, over_share))
             {
                 match self.live.write_out().await {
-                    Err(ProcessError::Txn(cause @ TxnError::Fenced { .. })) => {
+                    Err(ProcessError::Txn(
+                        cause @ (TxnError::Fenced { .. } | TxnError::Stalled { .. }),
+                    )) => {
                         return Ok(Ended::Fenced {
                             task: self.live.into_task(),
                             cause,

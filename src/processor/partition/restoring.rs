@@ -87,7 +87,7 @@ impl<E: Entity> Restoring<E> {
                     TxnScope::Changelog => WriteOutMode::Changelog(txn),
                 }
             }
-            Err(cause @ TxnError::Fenced { .. }) => {
+            Err(cause @ (TxnError::Fenced { .. } | TxnError::Stalled { .. })) => {
                 return Ok(Restored::Fenced {
                     task: self.task,
                     cause,

@@ -127,7 +127,7 @@ impl Log {
         #[cfg(feature = "compression")]
         {
             if self.config.use_compression && pid != BATCH_MANIFEST_PID {
-                use zstd::block::compress;
+                use zstd::bulk::compress;
 
                 let buf = item.serialize();
 
