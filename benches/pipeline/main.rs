@@ -390,6 +390,7 @@ fn bench(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Resul
         shape: args.shape,
         id_format: args.event_id_format(),
         order_prefix: "order".into(),
+        start_ms: None,
     };
     let topic = format!(
         "orderly-bench-{}",

@@ -763,7 +763,7 @@ async fn topic_shape(
     let partitions = match found.map(|t| (t.error(), t.partitions())) {
         None | Some((Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART), _)) => None,
         Some((Some(code), _)) => return Err(RDKafkaErrorCode::from(code).to_string()),
-        Some((None, partitions)) if partitions.is_empty() => None,
+        Some((None, [])) => None,
         Some((None, partitions)) => Some(partitions),
     };
     Ok(TopicShape {
