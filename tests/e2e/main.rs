@@ -22,6 +22,9 @@
 //! * [`network_cut`]: one member cut off the broker (a [`proxy`] that
 //!   stops forwarding, sockets left open) with a write-out queued, healed
 //!   after its partitions moved: no state moves back;
+//! * [`cluster`]: the same scenarios on three brokers of the test's own
+//!   (RF 3, min ISR 2): rolling restarts, kills, leader moves, the
+//!   controller quorum's leader lost;
 //! * [`group`]: several instances in one group, restores from the changelog;
 //! * [`replay`]: `orderly replay` on one instance and on a group's stores;
 //! * [`outbox`]: the outbox while its output topic is missing;
@@ -43,6 +46,7 @@
 
 #[path = "../support/browser.rs"]
 mod browser;
+mod cluster;
 mod drills;
 mod exactly_once;
 mod group;

@@ -443,7 +443,9 @@ pub fn create_topics(bootstrap: &str, topics: &[(&str, i32)]) {
         client(bootstrap).create().expect("admin client");
     let new: Vec<NewTopic<'_>> = topics
         .iter()
-        .map(|(name, n)| NewTopic::new(name, *n, TopicReplication::Fixed(1)))
+        // -1: the broker's default.replication.factor (1 on one node, 3 on
+        // kafka/broker's three-node cluster).
+        .map(|(name, n)| NewTopic::new(name, *n, TopicReplication::Fixed(-1)))
         .collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
