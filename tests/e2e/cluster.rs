@@ -19,12 +19,12 @@
 //! `ORDERLY_E2E_FAULT_SEED` replays one schedule.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::late_writes::{scenario, Brokers, Fault, EXACTLY_ONCE};
 use crate::support::wait_until;
-use crate::world::broker_script;
+use crate::world::{broker_command, broker_script, printed_lines};
 
 const NODES: usize = 3;
 
@@ -42,23 +42,15 @@ pub(crate) struct Cluster {
 
 impl Cluster {
     pub(crate) fn start(dir: PathBuf) -> Self {
-        let out = Command::new(broker_script())
-            .args(["cluster", "start", "--dir"])
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run kafka/broker cluster start");
-        assert!(
-            out.status.success(),
-            "kafka/broker cluster start failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let bootstrap = stdout
-            .lines()
-            .find_map(|line| line.strip_prefix("KAFKA_BOOTSTRAP="))
-            .expect("kafka/broker cluster start prints KAFKA_BOOTSTRAP=")
-            .to_string();
+        let args = [
+            "cluster".into(),
+            "start".into(),
+            "--dir".into(),
+            dir.clone().into_os_string(),
+        ];
+        let bootstrap = printed_lines(&broker_command::<std::ffi::OsString>(&args))
+            .remove("KAFKA_BOOTSTRAP")
+            .expect("kafka/broker cluster start prints KAFKA_BOOTSTRAP=");
         Cluster {
             dir,
             bootstrap,
@@ -69,29 +61,15 @@ impl Cluster {
     /// `kafka/broker node <action> DIR <n>`.
     fn node(&self, action: &str, n: usize) {
         eprintln!("cluster: node {n}: {action}");
-        let status = Command::new(broker_script())
-            .args(["node", action])
-            .arg(&self.dir)
-            .arg(n.to_string())
-            .stdout(Stdio::null())
-            .status()
-            .expect("run kafka/broker node");
-        assert!(status.success(), "kafka/broker node {action} {n}");
+        let dir = self.dir.to_string_lossy();
+        broker_command(&["node", action, &dir, &n.to_string()]);
     }
 
     /// One of Kafka's tools against the cluster: its standard output.
     fn tool(&self, name: &str, args: &[&str]) -> String {
-        let out = Command::new(broker_script())
-            .args(["tool", name, "--bootstrap-server", &self.bootstrap])
-            .args(args)
-            .output()
-            .expect("run kafka/broker tool");
-        assert!(
-            out.status.success(),
-            "kafka/broker tool {name} {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let mut all = vec!["tool", name, "--bootstrap-server", &self.bootstrap];
+        all.extend_from_slice(args);
+        broker_command(&all)
     }
 
     /// Waits until no partition is under-replicated (every replica back in

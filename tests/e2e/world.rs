@@ -607,6 +607,33 @@ pub fn broker_script() -> PathBuf {
         .join("broker")
 }
 
+/// Runs `kafka/broker` with `args` and returns what it printed; a failure
+/// fails the test with what it said.
+pub fn broker_command<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    let out = Command::new(broker_script())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kafka/broker");
+    let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
+    assert!(
+        out.status.success(),
+        "kafka/broker {} failed: {}",
+        shown.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The `KEY=value` lines `kafka/broker start` (or `cluster start`) printed.
+pub fn printed_lines(stdout: &str) -> BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 impl Broker {
     pub fn start(dir: PathBuf) -> Self {
         let mut broker = Broker {
@@ -680,35 +707,23 @@ impl Broker {
     }
 
     fn start_with(&mut self, extra: &[&str]) {
-        let out = Command::new(broker_script())
-            .arg("start")
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(extra)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run kafka/broker start");
-        assert!(
-            out.status.success(),
-            "kafka/broker start failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let bootstrap = stdout
-            .lines()
-            .find_map(|line| line.strip_prefix("KAFKA_BOOTSTRAP="))
+        let mut args = vec![
+            "start".into(),
+            "--dir".into(),
+            self.dir.clone().into_os_string(),
+        ];
+        args.extend(extra.iter().map(std::ffi::OsString::from));
+        let printed = printed_lines(&broker_command(&args));
+        let bootstrap = printed
+            .get("KAFKA_BOOTSTRAP")
             .expect("kafka/broker start prints KAFKA_BOOTSTRAP=")
-            .to_string();
+            .clone();
         assert!(
             self.bootstrap.is_empty() || self.bootstrap == bootstrap,
             "the broker keeps its port"
         );
         self.bootstrap = bootstrap;
-        self.printed = stdout
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        self.printed = printed;
         self.running = true;
     }
 
