@@ -58,12 +58,20 @@ impl std::fmt::Display for Check {
     }
 }
 
+/// What the checks need of the entity the binary processes: the field its
+/// key is (for the endpoint's `/state/{key}`) and its reader schema (for
+/// the schema guard; `None`: any writer schema is read).
+pub(crate) struct Checked<'a> {
+    pub(crate) key_field: &'a str,
+    pub(crate) reader: Option<&'a apache_avro::Schema>,
+}
+
 /// Runs every check in order and stops after the first failure, which is
 /// then the last element, handing each check to `report` as soon as it is
 /// done.
 pub(crate) async fn check_all(
     config: &Config,
-    key_field: &str,
+    entity: &Checked<'_>,
     timeout: Duration,
     mut report: impl FnMut(&Check),
 ) -> Vec<Check> {
@@ -75,7 +83,7 @@ pub(crate) async fn check_all(
         ok
     };
     let _ = push(check_store(config), &mut checks)
-        && push(check_http(config, key_field), &mut checks)
+        && push(check_http(config, entity.key_field), &mut checks)
         && push(check_security(config), &mut checks)
         && push(check_broker(config, timeout).await, &mut checks)
         && push(check_input_topic(config, timeout).await, &mut checks)
@@ -85,7 +93,7 @@ pub(crate) async fn check_all(
         && push(check_output_topic(config, timeout).await, &mut checks)
         && push(check_acls(config, timeout).await, &mut checks)
         && push(check_registry(config).await, &mut checks)
-        && push(check_schemas(config).await, &mut checks);
+        && push(check_schemas(config, entity.reader).await, &mut checks);
     checks
 }
 
@@ -633,12 +641,11 @@ pub(crate) async fn check_registry(config: &Config) -> Check {
 
 /// Every registered writer schema of the input subject is readable (what
 /// `run`'s schema guard checks).
-pub(crate) async fn check_schemas(config: &Config) -> Check {
+pub(crate) async fn check_schemas(config: &Config, reader: Option<&apache_avro::Schema>) -> Check {
     let registry = match crate::registry::Registry::from_config(&config.registry) {
         Ok(registry) => registry,
         Err(e) => return Check::fail("schemas", e.to_string()),
     };
-    let reader = crate::domains::reader_schema_for(&config.entity);
     match crate::engine::codec::guard::guard(&registry, &config.kafka.input_topic, reader).await {
         Ok(report) if report.incompatible.is_empty() => Check::ok("schemas", report.summary()),
         Ok(report) => Check::fail(

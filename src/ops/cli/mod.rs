@@ -996,9 +996,19 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
                 detail.push_str(&warning);
             }
             println!("{}", Check::ok("config", detail));
+            // The entity's own reader schema: a user's binary checks its
+            // writer schemas against its entity, not against orders.
+            let reader = match &chosen {
+                Chosen::Given(entity) => entity.reader_schema(),
+                Chosen::Configured => crate::domains::reader_schema_for(&config.entity),
+            };
+            let checked = preflight::Checked {
+                key_field: chosen.words(&config).1,
+                reader,
+            };
             let checks = preflight::check_all(
                 &config,
-                chosen.words(&config).1,
+                &checked,
                 Duration::from_millis(timeout_ms),
                 |check| println!("{check}"),
             )
@@ -1083,9 +1093,24 @@ async fn run<E: Entity>(
         )?),
         None => None,
     };
-    let result = match start_checks(&checked, &registry, reader_schema.as_ref()).await {
-        Ok(()) => processor.run(shutdown).await.map_err(anyhow::Error::from),
-        Err(e) => Err(e),
+    // A signal during the checks (which may wait on a cluster that does
+    // not answer) stops the process there, as it would later.
+    tokio::pin!(shutdown);
+    let checked = tokio::select! {
+        biased;
+        () = &mut shutdown => None,
+        checked = start_checks(&checked, &registry, reader_schema.as_ref()) => Some(checked),
+    };
+    let result = match checked {
+        None => {
+            tracing::info!("stopped during start-up, before joining the group");
+            if let Some(server) = server {
+                server.stop().await;
+            }
+            return Ok(Exit::Success);
+        }
+        Some(Ok(())) => processor.run(shutdown).await.map_err(anyhow::Error::from),
+        Some(Err(e)) => Err(e),
     };
     if let Some(server) = server {
         server.stop().await;

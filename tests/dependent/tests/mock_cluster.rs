@@ -1,8 +1,11 @@
-//! The tickets entity on librdkafka's mock cluster, with nothing of orderly's
-//! but the `orderly` dependency: in process through the embedding API, and
-//! as this crate's own binary (`tickets run`, then `tickets state`). Each
-//! ticket's events arrive with redeliveries, a stale copy and a poison
-//! record; the counters and every ticket's state are checked exactly.
+//! The tickets entity with nothing of orderly's but the `orderly`
+//! dependency: on librdkafka's mock cluster in process through the
+//! embedding API and as this crate's own binary (`tickets run`, then
+//! `tickets state`), and as the binary on Apache Kafka with a real schema
+//! registry (ignored unless asked for: `.ci/run` runs it under
+//! `kafka/broker run -- registry/apicurio run`). Each ticket's events
+//! arrive with redeliveries, a stale copy and a poison record; the counters
+//! and every ticket's state are checked exactly.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -87,7 +90,7 @@ fn event(
 /// Every ticket OPEN, ASSIGNED, CLOSED, with each ASSIGNED redelivered
 /// (duplicate), every fifth ticket's OPEN sent again under a new event id
 /// after its CLOSED (stale), and one poison record.
-async fn produce(bootstrap: &str, schema_id: u32) -> Expected {
+async fn produce(bootstrap: &str, topic: &str, schema_id: u32) -> Expected {
     let schema = Schema::parse_str(SCHEMA).expect("schema");
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -146,7 +149,7 @@ async fn produce(bootstrap: &str, schema_id: u32) -> Expected {
     for (key, payload) in &planned {
         producer
             .send(
-                FutureRecord::to("tickets").key(key).payload(payload),
+                FutureRecord::to(topic).key(key).payload(payload),
                 Duration::from_secs(10),
             )
             .await
@@ -181,7 +184,7 @@ async fn the_entity_runs_in_process_on_orderlys_store() {
         .register("tickets-value", SCHEMA)
         .await
         .expect("register");
-    let expected = produce(&topics.bootstrap, schema_id).await;
+    let expected = produce(&topics.bootstrap, "tickets", schema_id).await;
 
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = Config::defaults().expect("defaults");
@@ -276,19 +279,30 @@ fn registry_stub() -> String {
     format!("http://{address}")
 }
 
-fn tickets(store: &Path, bootstrap: &str, registry: &str, args: &[&str]) -> Command {
+/// Where a run of the binary reads and writes.
+struct Place<'a> {
+    bootstrap: &'a str,
+    registry: &'a str,
+    /// The group, and the topics: `<name>`, `.dlq`, `-changelog`, `.status`.
+    name: &'a str,
+}
+
+fn tickets(store: &Path, at: &Place<'_>, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tickets"));
+    let name = at.name;
     command
         .args(args)
         .env("ORDERLY_STORE__PATH", store)
-        .env("ORDERLY_KAFKA__BOOTSTRAP_SERVERS", bootstrap)
-        .env("ORDERLY_KAFKA__GROUP_ID", "tickets-bin")
-        .env("ORDERLY_KAFKA__INPUT_TOPIC", "tickets")
-        .env("ORDERLY_KAFKA__DLQ_TOPIC", "tickets.dlq")
-        .env("ORDERLY_KAFKA__CHANGELOG_TOPIC", "tickets-changelog")
-        .env("ORDERLY_KAFKA__OUTPUT_TOPIC", "tickets.status")
-        .env("ORDERLY_REGISTRY__URL", registry)
-        .env("ORDERLY_REGISTRY__SCHEMA_GUARD", "off")
+        .env("ORDERLY_KAFKA__BOOTSTRAP_SERVERS", at.bootstrap)
+        .env("ORDERLY_KAFKA__GROUP_ID", name)
+        .env("ORDERLY_KAFKA__INPUT_TOPIC", name)
+        .env("ORDERLY_KAFKA__DLQ_TOPIC", format!("{name}.dlq"))
+        .env(
+            "ORDERLY_KAFKA__CHANGELOG_TOPIC",
+            format!("{name}-changelog"),
+        )
+        .env("ORDERLY_KAFKA__OUTPUT_TOPIC", format!("{name}.status"))
+        .env("ORDERLY_REGISTRY__URL", at.registry)
         .env("ORDERLY_HTTP__ADDRESS", "127.0.0.1:0");
     command
 }
@@ -311,15 +325,15 @@ fn succeeded(mut command: Command) -> String {
 }
 
 /// The group's committed offsets, summed over the input's partitions.
-fn committed(bootstrap: &str) -> i64 {
+fn committed(at: &Place<'_>) -> i64 {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "tickets-bin")
+        .set("bootstrap.servers", at.bootstrap)
+        .set("group.id", at.name)
         .create()
         .expect("consumer");
     let mut list = TopicPartitionList::new();
     for p in 0..PARTITIONS {
-        list.add_partition("tickets", p);
+        list.add_partition(at.name, p);
     }
     let Ok(found) = consumer.committed_offsets(list, Duration::from_secs(5)) else {
         return 0;
@@ -342,17 +356,89 @@ fn committed(bootstrap: &str) -> i64 {
 async fn the_teams_binary_runs_on_the_mock_cluster_and_names_its_key() {
     let topics = topics();
     let registry = registry_stub();
-    let expected = produce(&topics.bootstrap, 1).await;
+    let expected = produce(&topics.bootstrap, "tickets", 1).await;
+    let at = Place {
+        bootstrap: &topics.bootstrap,
+        registry: &registry,
+        name: "tickets",
+    };
+    run_the_binary(&at, &expected, &[("ORDERLY_REGISTRY__SCHEMA_GUARD", "off")]);
+    drop(topics.cluster);
+}
+
+/// The team's binary on Apache Kafka with a real schema registry, as
+/// docs/entities.md runs it against the quick start: the topics created
+/// beforehand (the changelog by `tickets run` itself), the schema
+/// registered by the producer, the schema guard on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Apache Kafka and a schema registry: .ci/run runs it under kafka/broker run -- registry/apicurio run"]
+async fn the_teams_binary_runs_on_apache_kafka_with_a_real_registry() {
+    let need = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!(
+                "{name} is not set: run this test under kafka/broker run -- registry/apicurio run"
+            )
+        })
+    };
+    let (bootstrap, registry) = (need("ORDERLY_E2E_BOOTSTRAP"), need("ORDERLY_E2E_REGISTRY"));
+    let name = format!("tickets-{}", std::process::id());
+    create_topics(
+        &bootstrap,
+        &[
+            (name.clone(), PARTITIONS),
+            (format!("{name}.dlq"), 1),
+            (format!("{name}.status"), PARTITIONS),
+        ],
+    )
+    .await;
+    let schema_id = Registry::http(&registry, Duration::from_secs(10))
+        .expect("registry client")
+        .register(&format!("{name}-value"), SCHEMA)
+        .await
+        .expect("register the ticket schema");
+    let expected = produce(&bootstrap, &name, schema_id).await;
+    let at = Place {
+        bootstrap: &bootstrap,
+        registry: &registry,
+        name: &name,
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let check = succeeded(tickets(
+        &dir.path().join("store"),
+        &at,
+        &["config", "check"],
+    ));
+    assert!(
+        check.contains("/state/{ticket_id}") && check.contains("`tickets run` creates it"),
+        "config check speaks of tickets:\n{check}"
+    );
+    run_the_binary(&at, &expected, &[]);
+}
+
+async fn create_topics(bootstrap: &str, topics: &[(String, i32)]) {
+    use orderly::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use orderly::rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|(name, n)| NewTopic::new(name, *n, TopicReplication::Fixed(-1)))
+        .collect();
+    let created = admin.create_topics(&new, &AdminOptions::new()).await;
+    for result in created.expect("create topics") {
+        result.expect("topic created");
+    }
+}
+
+/// `tickets --help`, then `tickets run` until the group committed every
+/// record (then killed), then `tickets state` on the store it left.
+fn run_the_binary(at: &Place<'_>, expected: &Expected, env: &[(&str, &str)]) {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = dir.path().join("store");
-    let bootstrap = topics.bootstrap.as_str();
 
-    let help = succeeded(tickets(
-        &store,
-        bootstrap,
-        &registry,
-        &["state", "get", "--help"],
-    ));
+    let help = succeeded(tickets(&store, at, &["state", "get", "--help"]));
     assert!(
         help.contains("<TICKET_ID>") && help.contains("tickets state dump"),
         "{help}"
@@ -362,12 +448,13 @@ async fn the_teams_binary_runs_on_the_mock_cluster_and_names_its_key() {
         "a ticket's help speaks of orders:\n{help}"
     );
 
-    let mut run = tickets(&store, bootstrap, &registry, &["run"])
+    let mut run = tickets(&store, at, &["run"])
+        .envs(env.iter().copied())
         .stderr(Stdio::null())
         .spawn()
         .expect("run");
     let deadline = Instant::now() + Duration::from_secs(90);
-    while committed(bootstrap) < expected.records {
+    while committed(at) < expected.records {
         assert!(
             Instant::now() < deadline,
             "tickets run did not commit every record in 90 s"
@@ -381,12 +468,7 @@ async fn the_teams_binary_runs_on_the_mock_cluster_and_names_its_key() {
     run.kill().expect("kill");
     let _ = run.wait();
 
-    let stats = succeeded(tickets(
-        &store,
-        bootstrap,
-        &registry,
-        &["state", "stats", "--json"],
-    ));
+    let stats = succeeded(tickets(&store, at, &["state", "stats", "--json"]));
     let stats: serde_json::Value = serde_json::from_str(&stats).expect("stats JSON");
     let totals = &stats["totals"];
     assert_eq!(totals["tickets"], TICKETS as u64, "{stats}");
@@ -405,8 +487,7 @@ async fn the_teams_binary_runs_on_the_mock_cluster_and_names_its_key() {
     );
     let one = succeeded(tickets(
         &store,
-        bootstrap,
-        &registry,
+        at,
         &["state", "get", "ticket-007", "--json"],
     ));
     let one: serde_json::Value = serde_json::from_str(&one).expect("state JSON");
@@ -417,5 +498,4 @@ async fn the_teams_binary_runs_on_the_mock_cluster_and_names_its_key() {
     );
     let store = Store::open(&store, 64).expect("store");
     check_tickets(&store);
-    drop(topics.cluster);
 }
