@@ -658,6 +658,43 @@ fn a_transactional_call_that_never_returns_is_reported_and_its_partition_starts_
         "guarantee = \"exactly_once\"\nbatch_max_records = 50\nbatch_max_wait_ms = 5\ncommit_interval_ms = 10",
     );
     let mut child = instance.spawn_run(Some("hang_send_offsets:6"));
+    // While the call waits (reported after 10 s, given up at 45 s): /readyz
+    // says the partition is stalled and names the call, /metrics has the
+    // wait, /api/status the phase.
+    let reported = wait_until(Duration::from_secs(90), || {
+        instance
+            .log()
+            .contains("a write-out is waiting in librdkafka's send_offsets_to_transaction")
+    });
+    assert!(reported, "the wait is reported\n{}", instance.log());
+    let address = instance.http_address().expect("http address");
+    let raw = |path: &str| {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .expect("request");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("answer");
+        answer
+    };
+    let ready = raw("/readyz");
+    assert!(
+        ready.starts_with("HTTP/1.1 503")
+            && ready.contains("is stalled")
+            && ready.contains("send_offsets_to_transaction"),
+        "/readyz while a write-out is stalled:\n{ready}"
+    );
+    assert!(
+        raw("/metrics").contains("orderly_write_out_call_wait_seconds{"),
+        "the wait's metric"
+    );
+    assert!(
+        raw("/api/status").contains("\"stalled_in\":\"send_offsets_to_transaction"),
+        "the status page's row"
+    );
     let caught_up = wait_until(Duration::from_secs(150), || {
         committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends
     });

@@ -167,6 +167,17 @@ impl Collector for TelemetryCollector {
         )?;
         partition_gauge(
             &mut encoder,
+            "orderly_write_out_call_wait_seconds",
+            "How long the partition's write-out has waited in one librdkafka transactional call (only while it does; past 10 s /readyz says the partition is stalled, at 45 s it starts over)",
+            &partitions,
+            |p| {
+                p.waiting
+                    .get(std::time::Instant::now())
+                    .map(|(waited, _)| waited.as_secs_f64())
+            },
+        )?;
+        partition_gauge(
+            &mut encoder,
             "orderly_outbox_pending",
             "Outbox records written and not yet acknowledged by the broker",
             &partitions,

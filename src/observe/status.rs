@@ -95,6 +95,9 @@ pub(crate) struct PartitionRow {
     pub(crate) restore_seconds_left: Option<f64>,
     pub outbox_pending: u64,
     pub(crate) outbox_oldest_age_seconds: f64,
+    /// The librdkafka call a stalled write-out waits in, and for how long
+    /// (the phase then shows "stalled").
+    pub(crate) stalled_in: Option<String>,
 }
 
 fn known(value: i64) -> Option<i64> {
@@ -113,9 +116,18 @@ fn phase_name(phase: Phase) -> &'static str {
 fn row(p: &PartitionStatus) -> PartitionRow {
     let backlog = p.outbox.get();
     let restore = p.restore.view();
+    let stalled = p
+        .waiting
+        .get(std::time::Instant::now())
+        .filter(|(waited, _)| *waited >= crate::observe::STALL_REPORT);
     PartitionRow {
         partition: p.partition,
-        phase: phase_name(p.phase()),
+        phase: if stalled.is_some() {
+            "stalled"
+        } else {
+            phase_name(p.phase())
+        },
+        stalled_in: stalled.map(|(waited, call)| format!("{call}, {}s", waited.as_secs())),
         checkpoint: known(p.checkpoint.load(Ordering::Relaxed)),
         end_offset: known(p.end_offset.load(Ordering::Relaxed)),
         lag: p.lag(),
