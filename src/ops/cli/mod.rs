@@ -667,7 +667,11 @@ async fn refuse_what_security_refuses(config: &Config) -> Result<()> {
             Ok(())
         }
         Err(e) => {
-            // The connection's own lines say the cluster is away.
+            // The connection's own lines say the cluster is away (and
+            // /readyz, from now on).
+            if crate::observe::kafka_link::is_connection_failure(&e.to_string()) {
+                crate::observe::kafka_link::unreachable(&e.to_string());
+            }
             tracing::info!(error = %e, "acls: not checked now; starting, the processor waits for the cluster");
             Ok(())
         }
