@@ -282,7 +282,7 @@ impl<E: Entity> TxnWriter<E> {
         }
         let (acks, checkpoint_ack) = match self.enqueue(&round).await {
             Ok(acks) => acks,
-            Err(error) => return Err(self.fail(error).await),
+            Err(error) => return Err(self.fail(error, round.waiting).await),
         };
         fault::hit(Point::StopQueued);
         let offsets = match round.group {
@@ -291,7 +291,7 @@ impl<E: Entity> TxnWriter<E> {
                 [(self.partition, round.covers)],
             ) {
                 Ok(tpl) => Some((tpl, group)),
-                Err(cause) => return Err(self.fail(cause).await),
+                Err(cause) => return Err(self.fail(cause, round.waiting).await),
             },
             None => None,
         };
@@ -304,11 +304,11 @@ impl<E: Entity> TxnWriter<E> {
                 })
                 .await?;
             if let Err(cause) = sent {
-                return Err(self.fail(cause).await);
+                return Err(self.fail(cause, round.waiting).await);
             }
         }
         if let Err(cause) = self.commit_retrying(round.waiting).await? {
-            return Err(self.fail(cause).await);
+            return Err(self.fail(cause, round.waiting).await);
         }
         // Committed: every record was delivered.
         drop(acks);
@@ -413,14 +413,13 @@ impl<E: Entity> TxnWriter<E> {
 
     /// After a failure inside an open transaction: abort it (when the
     /// producer can) and say whether the round may be retried.
-    async fn fail(&self, cause: KafkaError) -> TxnError {
+    async fn fail(&self, cause: KafkaError, waiting: &crate::observe::Waiting) -> TxnError {
         if self.is_fatal(&cause) {
             return self.fenced(cause);
         }
         let producer = self.producer.clone();
-        let aborting = crate::observe::Waiting::default();
         let aborted = match self
-            .bounded(&aborting, "abort_transaction", move || {
+            .bounded(waiting, "abort_transaction", move || {
                 producer.abort_transaction(CALL_TIMEOUT)
             })
             .await

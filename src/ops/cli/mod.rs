@@ -1084,7 +1084,7 @@ async fn run<E: Entity>(
     let http = config.http_address()?;
     let input_topic = config.kafka.input_topic.clone();
     let kept = store.clone();
-    let checked = config.clone();
+    let start_config = config.clone();
     let reader_schema = entity.reader_schema().cloned();
     let processor = Processor::for_entity(entity, config, store, registry.clone());
     // The endpoint answers from start-up on, before the checks below (which
@@ -1103,7 +1103,7 @@ async fn run<E: Entity>(
     let checked = tokio::select! {
         biased;
         () = &mut shutdown => None,
-        checked = start_checks(&checked, &registry, reader_schema.as_ref()) => Some(checked),
+        checked = start_checks(&start_config, &registry, reader_schema.as_ref()) => Some(checked),
     };
     let result = match checked {
         None => {
