@@ -230,8 +230,13 @@ fn lookup_benches(c: &mut Criterion) {
             }
             tree.restore_batch(write, packed).expect("restored");
         }
-        tree.finish_restore(RestoreWrite::default(), packed, &Checkpoint::starting_at(0))
-            .expect("finished");
+        tree.finish_restore(
+            RestoreWrite::default(),
+            packed,
+            &Checkpoint::starting_at(0),
+            None,
+        )
+        .expect("finished");
     };
     let mut group = c.benchmark_group("lookup");
     for (name, packed) in [("keyed", false), ("packed_7_generations", true)] {

@@ -77,3 +77,24 @@ pub mod stock {
 pub mod latest {
     pub use crate::domains::latest::{LatestEvent, STATUS_SCHEMA};
 }
+
+/// Leaves a transaction open on `topic`'s `partition` that no coordinator
+/// tracks (the signature of a lost marker) and returns its first offset.
+/// `brokers` are every broker's `host:port` (PLAINTEXT), `leader` the
+/// index of the partition's leader among them.
+pub fn leave_hanging_transaction(
+    brokers: &[&str],
+    leader: usize,
+    topic: &str,
+    partition: i32,
+) -> Result<i64, String> {
+    let mut connections = brokers
+        .iter()
+        .map(|b| {
+            crate::kafka::wire::Connection::open(b, crate::kafka::hanging::CALL_TIMEOUT)
+                .map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    crate::kafka::hanging::leave_hanging(&mut connections, leader, topic, partition)
+        .map_err(|e| e.to_string())
+}

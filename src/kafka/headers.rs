@@ -37,3 +37,9 @@ pub(crate) const HEADER_EPOCH: &str = "orderly.epoch";
 /// process that wrote them (`orderly-<host>-<pid>`), to tell writers apart
 /// when reading a changelog back (a late writer, an operator's question).
 pub(crate) const HEADER_WRITER: &str = "orderly.writer";
+/// Changelog checkpoint records written by `orderly repair` and by the
+/// write-outs after it until the partition's checkpoint passes this input
+/// offset (decimal text): the status changes and dead letters of input
+/// records below it were published before the repair moved the partition
+/// back, so they are not published again.
+pub const HEADER_PUBLISHED_TO: &str = "orderly.published-to";

@@ -3,9 +3,11 @@
 
 pub(crate) mod acl;
 pub(crate) mod group_members;
+pub(crate) mod hanging;
 pub mod headers;
 pub(crate) mod partition_reader;
 pub(crate) mod retry;
+pub(crate) mod wire;
 
 use rdkafka::ClientConfig;
 

@@ -9,4 +9,5 @@ pub(crate) mod load;
 pub(crate) mod preflight;
 pub(crate) mod program;
 pub(crate) mod redrive;
+pub(crate) mod repair;
 pub(crate) mod replay;

@@ -596,8 +596,11 @@ impl Replay {
                         .map_err(kafka("cannot create a producer"))?;
                 for row in rows {
                     let checkpoint = self.moved(row);
-                    let tombstones = if self.options.reset_state {
+                    let tombstones: Vec<(Vec<u8>, Option<Vec<u8>>)> = if self.options.reset_state {
                         changelog::replay::live_keys(&self.config, changelog, row.partition)?
+                            .into_iter()
+                            .map(|key| (key, None))
+                            .collect()
                     } else {
                         Vec::new()
                     };
@@ -607,6 +610,7 @@ impl Replay {
                         row.partition,
                         &tombstones,
                         &checkpoint,
+                        None,
                     )
                     .await?;
                     info!(

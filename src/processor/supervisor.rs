@@ -208,6 +208,7 @@ impl<E: Entity> PartitionSupervisor<E> {
                 first_offset: None,
                 rewind: None,
                 fences: Vec::new(),
+                republished_below: None,
             };
             let input =
                 PartitionInput::new(queue, ready, Arc::downgrade(&consumer), &topic, partition);

@@ -52,7 +52,7 @@ use super::dlq::{letter_record, HeldLetter};
 use crate::config::Config;
 use crate::engine::fault::{self, Point};
 use crate::engine::store::{changelog_checkpoint_key, ChangeRecord};
-use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
+use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_PUBLISHED_TO, HEADER_WRITER};
 use crate::processor::fence::{self, TxnProducer};
 use crate::processor::outbox::{OutboxEncoder, OutboxRecord};
 
@@ -155,6 +155,9 @@ pub(super) struct Round<'a, S> {
     pub covers: i64,
     pub epoch: u32,
     pub status: &'a [OutboxRecord<S>],
+    /// Carried by the checkpoint record while a repaired partition has not
+    /// passed it ([`crate::kafka::headers::HEADER_PUBLISHED_TO`]).
+    pub published_to: Option<i64>,
     /// The group metadata the input offset is committed with
     /// ([`TxnScope::Everything`]); `None` commits no offset.
     pub group: Option<ConsumerGroupMetadata>,
@@ -376,6 +379,14 @@ impl<E: Entity> TxnWriter<E> {
             acks.push(self.send(record).await?);
         }
         let key = changelog_checkpoint_key();
+        let published_to = round.published_to.map(|offset| offset.to_string());
+        let headers = match &published_to {
+            Some(offset) => headers.insert(Header {
+                key: HEADER_PUBLISHED_TO,
+                value: Some(offset.as_str()),
+            }),
+            None => headers,
+        };
         let record = FutureRecord::<[u8], [u8]>::to(&self.changelog_topic)
             .partition(self.partition)
             .key(key.as_slice())

@@ -23,7 +23,7 @@ use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::kafka_native::{compaction_removed, create_compacting_topic, make_compacting};
 use crate::observe::{http_get, scrape};
-use crate::support::{end_offsets, signal, wait_until, Instance, Reaper};
+use crate::support::{end_offsets, signal, wait_exit, wait_until, Instance, Reaper};
 use crate::world::{stop, tail, Broker, World};
 use crate::{required_env, PARTITIONS, SHORT_SESSION_TIMEOUT_MS};
 
@@ -638,8 +638,9 @@ pub(crate) fn scenario(
         // that had no leader during the broker's shutdown, so the partition
         // holds a transaction no coordinator tracks any more, and orderly's
         // restore of it waits, then stops the member naming it, as it
-        // should. The test stops there, having checked that; anything else
-        // fails below.
+        // should. `orderly repair` is what an operator runs then: the run
+        // goes on through it to the same end checks; anything else fails
+        // below.
         let open = open_transactions(&world.bootstrap, &changelog);
         let untracked = !open.is_empty()
             && open.iter().all(|t| {
@@ -654,12 +655,41 @@ pub(crate) fn scenario(
         if single_node && untracked && stopped_on_open_transaction() {
             for t in &open {
                 eprintln!(
-                    "scenario: STOPPED ON KAFKA'S HANGING TRANSACTION (not orderly's): changelog \
-                     partition {} holds a transaction of producer {} open since offset {} while its \
-                     coordinator says {}; the restore waited, then stopped naming it",
+                    "scenario: KAFKA LOST A TRANSACTION MARKER (not orderly's doing): changelog partition {} \
+                     holds a transaction of producer {} open since offset {} while its coordinator says {}; \
+                     the restore waited, then stopped naming it; repairing it with `orderly repair --apply`",
                     t.partition, t.producer_id, t.start, t.coordinator_state
                 );
             }
+            for run in runs.iter_mut() {
+                signal(run, "TERM");
+                if wait_exit(run, Duration::from_secs(30)).is_none() {
+                    signal(run, "KILL");
+                    let _ = wait_exit(run, Duration::from_secs(10));
+                }
+            }
+            let repaired = members[0]
+                .command(&["repair", "--apply"])
+                .output()
+                .expect("run orderly repair");
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&repaired.stdout),
+                String::from_utf8_lossy(&repaired.stderr)
+            );
+            eprintln!("scenario: orderly repair --apply:\n{said}");
+            assert!(repaired.status.success(), "repair --apply: {said}");
+            for t in &open {
+                assert!(
+                    said.contains(&format!("partition {}: REPAIRED", t.partition)),
+                    "partition {} repaired: {said}",
+                    t.partition
+                );
+            }
+            world.finish(&members[0]);
+            restore_fresh_and_verify(
+                &world, &changelog, &settings, guarantee, &expected, "scenario",
+            );
             return;
         }
     }

@@ -60,6 +60,7 @@ mod outbox;
 mod pauses;
 mod proxy;
 mod redrive;
+mod repair;
 mod replay;
 mod secured;
 mod standby;

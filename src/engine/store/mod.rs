@@ -57,6 +57,10 @@ pub(crate) const CHECKPOINT_KEY: &[u8] = b"\x00checkpoint";
 /// Present while a restore from the changelog is under way: the tree's
 /// states may be ahead of its checkpoint until the restore ends.
 pub(crate) const RESTORING_KEY: &[u8] = b"\x00restoring";
+/// Present after `orderly repair` moved the partition back, until its
+/// checkpoint passes the value (an input offset, big-endian): status
+/// changes and dead letters of records below it were published already.
+pub(crate) const REPUBLISHED_BELOW_KEY: &[u8] = b"\x00republished-below";
 const BINDING_KEY: &[u8] = b"binding";
 /// Prefix of changelog keys that are not orders (no UTF-8 text has it).
 pub(crate) const CHANGELOG_RESERVED: u8 = 0xFF;

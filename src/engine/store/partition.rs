@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use super::{
     chunk_key, encode, legacy_chunk_key, order_key, outbox_key, to_changelog_key, Checkpoint,
-    PartitionStore, StoreError, CHECKPOINT_KEY, OUTBOX_PREFIX, RESTORING_KEY,
+    PartitionStore, StoreError, CHECKPOINT_KEY, OUTBOX_PREFIX, REPUBLISHED_BELOW_KEY,
+    RESTORING_KEY,
 };
 use crate::engine::entity::{Entity, State};
 use crate::engine::inbox::{Chunk, ChunkRef, InboxEntry};
@@ -47,7 +48,7 @@ impl BatchWrite {
         }
     }
 
-    fn insert(&mut self, key: Vec<u8>, value: impl Into<sled::IVec>) {
+    pub(super) fn insert(&mut self, key: Vec<u8>, value: impl Into<sled::IVec>) {
         let value: sled::IVec = value.into();
         self.keys += 1;
         self.bytes += key.len() + value.len();
@@ -295,6 +296,25 @@ impl PartitionStore {
         self.tree
             .contains_key(RESTORING_KEY)
             .map_err(|e| self.io(e))
+    }
+
+    /// The input offset below which this partition's status changes and
+    /// dead letters were published before a repair moved it back (see
+    /// [`crate::kafka::headers::HEADER_PUBLISHED_TO`]).
+    pub(crate) fn republished_below(&self) -> Result<Option<i64>, StoreError> {
+        let value = self
+            .tree
+            .get(REPUBLISHED_BELOW_KEY)
+            .map_err(|e| self.io(e))?;
+        Ok(value.and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok().map(i64::from_be_bytes)))
+    }
+
+    /// Forgets [`Self::republished_below`]: the checkpoint has passed it.
+    pub(crate) fn clear_republished_below(&self) -> Result<(), StoreError> {
+        self.tree
+            .remove(REPUBLISHED_BELOW_KEY)
+            .map_err(|e| self.io(e))?;
+        Ok(())
     }
 
     /// Removes every key of the tree (a restore of a newer epoch, or a

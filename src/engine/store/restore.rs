@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::{
     from_changelog_key, packable, BatchWrite, Checkpoint, PartitionStore, StoreError, ORDER_PREFIX,
-    RESTORING_KEY,
+    REPUBLISHED_BELOW_KEY, RESTORING_KEY,
 };
 use crate::engine::runs::{self, Found, Run, RunBuilder, RUNS_KEY};
 
@@ -302,16 +302,25 @@ impl PartitionStore {
     }
 
     /// Writes the last restored changes, then the checkpoint that covers
-    /// them and the clearing of the restoring mark in one atomic batch.
+    /// them, the clearing of the restoring mark and the repair's
+    /// [`Self::republished_below`] (`None`: none) in one atomic batch.
     pub fn finish_restore(
         &self,
         write: RestoreWrite,
         packed: bool,
         checkpoint: &Checkpoint,
+        republished_below: Option<i64>,
     ) -> Result<(), StoreError> {
         self.restore_batch(write, packed)?;
         let mut finish = BatchWrite::default();
         finish.remove(RESTORING_KEY.to_vec());
+        match republished_below {
+            Some(offset) => finish.insert(
+                REPUBLISHED_BELOW_KEY.to_vec(),
+                offset.to_be_bytes().to_vec(),
+            ),
+            None => finish.remove(REPUBLISHED_BELOW_KEY.to_vec()),
+        }
         self.commit_batch(finish, checkpoint)
     }
 }

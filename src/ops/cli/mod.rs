@@ -80,7 +80,7 @@ Exit codes:
   5  invalid configuration (file, environment or value; the message names the key)
   6  no store at store.path (state get, dump, stats only read a store; they never create one)
   7  demo: the results disagree with the generator's expectation
-  8  replay: refused, the group has active members (stop every instance first)
+  8  replay, repair --apply: refused, the group has active members (stop every instance first)
   9  run: refused, the group's offsets were moved outside orderly (kafka-consumer-groups
      --reset-offsets); move them with PROGRAM replay instead (the message says how)
  10  refused by security: run, by the cluster before consuming (the credentials, the TLS certificate,
@@ -197,6 +197,21 @@ enum Command {
     State {
         #[command(subcommand)]
         command: StateCommand,
+    },
+    /// Find changelog partitions that a lost transaction marker left open (Kafka 4.3 and 4.4 after a partition had
+    /// no leader: restores wait at them, then stop), and with --apply repair them: abort the transaction, send the
+    /// partition back to the last checkpoint before it and process the input again from there, publishing nothing
+    /// twice; refused while the group has active members. Speaks PLAINTEXT to the brokers
+    Repair {
+        /// Only these changelog partitions (the same numbers as the input's); repeatable, or comma-separated
+        #[arg(long, value_name = "P", value_delimiter = ',')]
+        partitions: Vec<i32>,
+        /// Repair what is found (needs the right to write transaction markers: ClusterAction on the cluster)
+        #[arg(long)]
+        apply: bool,
+        /// Print the findings as JSON instead of lines
+        #[arg(long)]
+        json: bool,
     },
     /// Move partitions of the input topic to a new offset on every instance (checkpoints and the group's
     /// committed offsets), like Kafka's offset reset tools; refused while the group has active members
@@ -542,7 +557,13 @@ fn start<E: Entity + Clone>(chosen: Chosen<E>) -> std::process::ExitCode {
 fn exit_for(error: &anyhow::Error) -> Exit {
     let replay = error
         .chain()
-        .find_map(|cause| cause.downcast_ref::<crate::ops::replay::ReplayError>());
+        .find_map(|cause| cause.downcast_ref::<crate::ops::replay::ReplayError>())
+        .or_else(|| {
+            error.chain().find_map(|cause| match cause.downcast_ref() {
+                Some(crate::ops::repair::RepairError::Replay(replay)) => Some(replay),
+                _ => None,
+            })
+        });
     if let Some(replay) = replay {
         if matches!(
             replay,
@@ -831,6 +852,41 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
             if !json {
                 let what = if reset_state { "state reset, " } else { "" };
                 println!("replayed {} partition(s): {what}checkpoints and committed offsets moved; start the group to process from there", rows.len());
+            }
+            Ok(Exit::Success)
+        }
+        Command::Repair {
+            partitions,
+            apply,
+            json,
+        } => {
+            use crate::ops::repair::{report, Repair, Verdict};
+            let config = load_config()?;
+            let repair = tokio::task::spawn_blocking(
+                move || -> Result<_, crate::ops::repair::RepairError> {
+                    let repair = Repair::new(config)?;
+                    let (findings, brokers) = repair.find(&partitions)?;
+                    Ok((repair, findings, brokers))
+                },
+            )
+            .await??;
+            let (repair, mut findings, mut brokers) = repair;
+            let hanging = findings.iter().any(|f| f.verdict == Verdict::Hanging);
+            if apply && hanging {
+                repair.apply(&mut findings, &mut brokers).await?;
+            }
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "applied": apply, "partitions": findings })
+                    )?
+                );
+            } else {
+                print!("{}", report(&findings, apply));
+                if apply && hanging {
+                    println!("repaired; start the group to process from the checkpoints");
+                }
             }
             Ok(Exit::Success)
         }

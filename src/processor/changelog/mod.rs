@@ -78,12 +78,13 @@ pub enum ChangelogError {
     #[error(
         "changelog {topic} partition {partition}: a transaction open at offset {stable} did not end in {:.0} s \
          (high watermark {high}), so what was committed after it cannot be read and the partition is not restored. \
-         `kafka-transactions.sh --bootstrap-server {bootstrap} describe-producers --topic {topic} --partition \
-         {partition}` shows it; a transaction its coordinator no longer lists is hanging (seen after a broker that \
-         was the partition's only replica crashed). Aborting it (`kafka-transactions.sh ... abort --topic {topic} \
-         --partition {partition} --start-offset {stable}`) drops its records: see docs/exactly-once.md, \
-         \"Hanging transactions\", before you do",
-        .waited.as_secs_f64()
+         When no coordinator has it in flight, Kafka lost its marker (KAFKA-20734: Kafka 4.3 and 4.4, after the \
+         partition had no leader): `{} repair --partitions {partition}` says whether it is so, and with --apply, \
+         every instance of the group stopped, repairs it (docs/operating.md, \"Repairing a lost transaction \
+         marker\"). Aborting it with kafka-transactions.sh alone (brokers {bootstrap}) would drop the write-out it \
+         carried",
+        .waited.as_secs_f64(),
+        crate::ops::program::name()
     )]
     OpenTransaction {
         bootstrap: String,

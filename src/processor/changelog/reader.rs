@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use super::ChangelogError;
 use crate::engine::store::{changelog_checkpoint_key, Checkpoint};
+use crate::kafka::headers::HEADER_PUBLISHED_TO;
 use crate::kafka::partition_reader::PartitionReader;
 use crate::kafka::ReaderSettings;
 
@@ -23,6 +24,16 @@ const FIRST_WINDOW: i64 = 4_096;
 const OPEN_TRANSACTION_WAIT: Duration = Duration::from_secs(60);
 /// How often the last stable offset is asked again meanwhile.
 const OPEN_TRANSACTION_POLL: Duration = Duration::from_millis(250);
+
+/// A checkpoint record found in the changelog.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FoundCheckpoint {
+    pub offset: i64,
+    pub checkpoint: Checkpoint,
+    /// Its [`HEADER_PUBLISHED_TO`]: written by `orderly repair` and the
+    /// write-outs that follow it until the partition passes that offset.
+    pub published_to: Option<i64>,
+}
 
 /// A consumer of one changelog partition (assigned, never in a group).
 pub(crate) struct ChangelogReader<'a> {
@@ -80,6 +91,23 @@ impl<'a> ChangelogReader<'a> {
         Ok(self.reader.watermarks()?)
     }
 
+    /// The high watermark, as a `read_uncommitted` reader sees it: past
+    /// any transaction still open.
+    pub(crate) fn high_watermark(&self) -> Result<i64, ChangelogError> {
+        Ok(self.uncommitted()?.watermarks()?.1)
+    }
+
+    /// Reads `[start, end)` `read_uncommitted`: the records of transactions
+    /// still open (or aborted) too.
+    pub(crate) fn scan_uncommitted(
+        &self,
+        start: i64,
+        end: i64,
+        visit: impl FnMut(&BorrowedMessage<'_>) -> Result<(), ChangelogError>,
+    ) -> Result<(), ChangelogError> {
+        self.uncommitted()?.scan(start, end, visit)
+    }
+
     /// [`Self::watermarks`] once no transaction is open on the partition:
     /// the last stable offset has reached the high watermark. A restore
     /// that stopped at an open transaction would miss the transactions
@@ -110,12 +138,11 @@ impl<'a> ChangelogReader<'a> {
                     last_stable_offset = stable,
                     high_watermark = high,
                     "a transaction is open on the changelog partition; waiting up to {} s for it to end before \
-                     restoring (`kafka-transactions.sh --bootstrap-server {} describe-producers --topic {} --partition {}` \
-                     shows it)",
+                     restoring (`{} repair --partitions {}` shows it; brokers {})",
                     OPEN_TRANSACTION_WAIT.as_secs(),
-                    self.bootstrap,
-                    self.reader.topic(),
+                    crate::ops::program::name(),
                     self.reader.partition(),
+                    self.bootstrap,
                 );
                 said = true;
             }
@@ -158,6 +185,17 @@ impl<'a> ChangelogReader<'a> {
         from: i64,
         high: i64,
     ) -> Result<Option<(i64, Checkpoint)>, ChangelogError> {
+        Ok(self
+            .last_marked_checkpoint(from, high)?
+            .map(|found| (found.offset, found.checkpoint)))
+    }
+
+    /// [`Self::last_checkpoint`], with the repair's header it carries.
+    pub(crate) fn last_marked_checkpoint(
+        &self,
+        from: i64,
+        high: i64,
+    ) -> Result<Option<FoundCheckpoint>, ChangelogError> {
         let key = changelog_checkpoint_key();
         let mut window = FIRST_WINDOW;
         let mut end = high;
@@ -169,7 +207,11 @@ impl<'a> ChangelogReader<'a> {
                     let bytes = message.payload().unwrap_or_default();
                     let checkpoint =
                         Checkpoint::decode(bytes).map_err(|text| self.corrupt(message, text))?;
-                    found = Some((message.offset(), checkpoint));
+                    found = Some(FoundCheckpoint {
+                        offset: message.offset(),
+                        checkpoint,
+                        published_to: self.header(message, HEADER_PUBLISHED_TO)?,
+                    });
                 }
                 Ok(())
             })?;

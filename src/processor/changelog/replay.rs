@@ -19,7 +19,7 @@ use super::reader::ChangelogReader;
 use super::ChangelogError;
 use crate::config::Config;
 use crate::engine::store::{changelog_checkpoint_key, Checkpoint};
-use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH};
+use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_PUBLISHED_TO};
 use crate::kafka::ReaderSettings;
 
 /// One changelog partition's last checkpoint record: (its offset, the
@@ -65,15 +65,18 @@ pub(crate) fn live_keys(
     Ok(keys)
 }
 
-/// Produces `tombstones` (a reset) then the marker `checkpoint` into the
-/// changelog partition, tagged with its next offset and epoch, and waits for
-/// every acknowledgement. Returns the offset after the marker.
+/// Produces `changes` (a reset's tombstones, a repair's values; `None`
+/// deletes) then the marker `checkpoint` into the changelog partition, all
+/// tagged with its next offset and epoch (and the marker with a repair's
+/// `published_to`), and waits for every acknowledgement. Returns the
+/// offset after the marker.
 pub(crate) async fn write_marker(
     producer: &FutureProducer,
     topic: &str,
     partition: i32,
-    tombstones: &[Vec<u8>],
+    changes: &[(Vec<u8>, Option<Vec<u8>>)],
     checkpoint: &Checkpoint,
+    published_to: Option<i64>,
 ) -> Result<i64, ChangelogError> {
     let produce_error = |cause| ChangelogError::Produce {
         topic: topic.into(),
@@ -100,18 +103,30 @@ pub(crate) async fn write_marker(
             value: Some(epoch.as_str()),
         });
     let timeout = std::time::Duration::from_secs(30);
-    let mut acks = Vec::with_capacity(tombstones.len());
-    for key in tombstones {
+    let mut acks = Vec::with_capacity(changes.len());
+    for (key, value) in changes {
         let record = FutureRecord::<[u8], [u8]>::to(topic)
             .partition(partition)
             .key(key.as_slice())
             .headers(headers.clone());
+        let record = match value {
+            Some(value) => record.payload(value.as_slice()),
+            None => record,
+        };
         acks.push(producer.send(record, timeout));
     }
     for ack in futures::future::join_all(acks).await {
         ack.map_err(|(cause, _)| produce_error(cause))?;
     }
     let key = changelog_checkpoint_key();
+    let published_to = published_to.map(|offset| offset.to_string());
+    let headers = match &published_to {
+        Some(offset) => headers.insert(Header {
+            key: HEADER_PUBLISHED_TO,
+            value: Some(offset.as_str()),
+        }),
+        None => headers,
+    };
     let record = FutureRecord::<[u8], [u8]>::to(topic)
         .partition(partition)
         .key(key.as_slice())

@@ -222,7 +222,7 @@ impl Restore<'_> {
         if from >= high {
             return Ok(unchanged);
         }
-        let Some((at, checkpoint)) = reader.last_checkpoint(from, high)? else {
+        let Some(found) = reader.last_marked_checkpoint(from, high)? else {
             if marked && voice == Voice::Restore {
                 warn!(
                     partition = self.partition,
@@ -238,6 +238,17 @@ impl Restore<'_> {
             );
             return Ok(unchanged);
         };
+        let (at, checkpoint, published_to) = (found.offset, found.checkpoint, found.published_to);
+        if let Some(published_to) = published_to {
+            say!(
+                voice,
+                partition = self.partition,
+                next_offset = checkpoint.next_offset,
+                published_to,
+                "the partition was repaired (`orderly repair`): records from its checkpoint are processed again, \
+                 and the status changes and dead letters of those below published_to are not published again"
+            );
+        }
         // A checkpoint of another epoch (`replay --reset-state` ran since
         // this store was written): the store's state is from before the
         // reset. Clear it and restore the new epoch from the start.
@@ -351,7 +362,8 @@ impl Restore<'_> {
         };
         let last_batch_keys = write.keys();
         let writing = Instant::now();
-        self.tree.finish_restore(write, packed, &checkpoint)?;
+        self.tree
+            .finish_restore(write, packed, &checkpoint, published_to)?;
         let store_write = store_write + writing.elapsed();
         let elapsed = started.elapsed();
         let read = (applied + skipped) as f64;

@@ -90,6 +90,13 @@ impl<E: Entity> Live<E> {
                 cause: dominant_cause(&letters),
             });
         }
+        // After a repair: the letters of records below this offset were
+        // published before it moved the partition back (they still count).
+        let below = self.task.republished_below;
+        let (published, letters) = match below {
+            Some(below) => letters.into_iter().partition(|l| l.offset < below),
+            None => (Vec::new(), letters),
+        };
         if let WriteOutMode::Everything { held_letters, .. } = &mut self.task.mode {
             // exactly_once: the letters commit with the write-out that
             // moves the checkpoint past their records.
@@ -100,6 +107,8 @@ impl<E: Entity> Live<E> {
             self.task.input.dead_letters.try_send_all(&letters).await?;
             fault::hit(Point::AfterDlq);
         }
+        let mut letters = letters;
+        letters.extend(published);
 
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)

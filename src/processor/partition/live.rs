@@ -274,6 +274,10 @@ impl<E: Entity> Live<E> {
         let Some(mut prepared) = prepared? else {
             return Ok(());
         };
+        if let Some(below) = self.task.republished_below {
+            // Published before `orderly repair` moved the partition back.
+            prepared.status.retain(|r| r.source_offset >= below);
+        }
         let position = if with_changelog {
             if !prepared.status.is_empty() {
                 // Write-out delivery over rows a relay left: those first.
@@ -314,6 +318,19 @@ impl<E: Entity> Live<E> {
             .write_out_duration
             .observe(started.elapsed().as_secs_f64());
         let next_offset = written.checkpoint.next_offset;
+        if self
+            .task
+            .republished_below
+            .is_some_and(|below| next_offset >= below)
+        {
+            self.task.republished_below = None;
+            self.task.state.store().clear_republished_below()?;
+            info!(
+                partition = self.task.partition,
+                next_offset,
+                "the repaired partition caught up with what was published before the repair"
+            );
+        }
         self.task
             .status
             .checkpoint
@@ -430,6 +447,10 @@ impl<E: Entity> Live<E> {
                 covers: prepared.checkpoint.next_offset,
                 epoch: prepared.checkpoint.epoch,
                 status: &prepared.status,
+                published_to: self
+                    .task
+                    .republished_below
+                    .filter(|below| *below > prepared.checkpoint.next_offset),
                 group,
                 waiting: &self.task.status.waiting,
             };

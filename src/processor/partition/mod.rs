@@ -132,6 +132,11 @@ pub(crate) struct PartitionTask<E: Entity> {
     pub(crate) rewind: Option<i64>,
     /// When this task was fenced while still assigned, most recent last.
     pub(crate) fences: Vec<std::time::Instant>,
+    /// After `orderly repair` moved the partition back: the input offset
+    /// below which its status changes and dead letters were published
+    /// already (read from the store after the restore; cleared once the
+    /// checkpoint passes it).
+    pub(crate) republished_below: Option<i64>,
 }
 
 /// How many times within [`FENCE_WINDOW`] a task starts over after a fence

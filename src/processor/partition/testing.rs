@@ -139,6 +139,7 @@ impl<E: Entity> Harness<E> {
             first_offset: None,
             rewind: None,
             fences: Vec::new(),
+            republished_below: None,
         };
         let join = tokio::spawn(async move {
             match Processing::enter(task).await?.run(&*source).await? {

@@ -414,7 +414,8 @@ mod tests {
             changelog_next: Some(1_000),
             ..Checkpoint::starting_at(900)
         };
-        tree.finish_restore(old, false, &ahead).expect("old copy");
+        tree.finish_restore(old, false, &ahead, None)
+            .expect("old copy");
         let lag = one_round(&keeper);
         assert_eq!(lag.expect("rebuilt"), 0);
         assert_eq!(
@@ -442,7 +443,8 @@ mod tests {
             changelog_next: Some(3),
             ..Checkpoint::starting_at(2)
         };
-        tree.finish_restore(old, false, &before).expect("old copy");
+        tree.finish_restore(old, false, &before, None)
+            .expect("old copy");
         let lag = one_round(&keeper);
         assert_eq!(lag.expect("rebuilt"), 0);
         assert_eq!(

@@ -220,10 +220,10 @@ fn a_tree_restored_into_packed_runs_reads_as_one_restored_key_by_key() {
             }
             let checkpoint = Checkpoint::starting_at(10);
             packed
-                .finish_restore(RestoreWrite::default(), true, &checkpoint)
+                .finish_restore(RestoreWrite::default(), true, &checkpoint, None)
                 .expect("finish");
             keyed
-                .finish_restore(RestoreWrite::default(), false, &checkpoint)
+                .finish_restore(RestoreWrite::default(), false, &checkpoint, None)
                 .expect("finish");
             assert!(packed.has_runs() && !keyed.has_runs());
             assert!(early.has_runs(), "every handle of the tree sees its runs");
@@ -347,8 +347,13 @@ fn only_a_key_a_run_holds_is_removed_with_a_tombstone() {
         true,
     )
     .expect("packed");
-    tree.finish_restore(RestoreWrite::default(), true, &Checkpoint::starting_at(1))
-        .expect("finish");
+    tree.finish_restore(
+        RestoreWrite::default(),
+        true,
+        &Checkpoint::starting_at(1),
+        None,
+    )
+    .expect("finish");
     write_out(&tree, &[Change::Chunk("later".into(), 1, true)], 2);
     write_out(
         &tree,

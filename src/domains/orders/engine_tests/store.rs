@@ -276,7 +276,7 @@ fn a_restore_write_keeps_the_newest_record_of_each_key_and_counts_only_what_it_h
         changelog_next: Some(5),
         ..Default::default()
     };
-    p.finish_restore(write, false, &cp).unwrap();
+    p.finish_restore(write, false, &cp, None).unwrap();
     assert!(
         !p.restoring().unwrap(),
         "the mark is cleared with the checkpoint"
@@ -518,7 +518,7 @@ fn a_restore_from_a_changelog_of_both_state_forms_reads_each() {
         write.restore(&key("ord-old"), Some(&fixed_width(&old)));
         write.restore(&key("ord-new"), Some(&encode_state(&new).unwrap()));
         p.begin_restore().unwrap();
-        p.finish_restore(write, packed_runs, &Checkpoint::starting_at(0))
+        p.finish_restore(write, packed_runs, &Checkpoint::starting_at(0), None)
             .unwrap();
         assert_eq!(
             p.get::<Orders>("ord-old").unwrap(),

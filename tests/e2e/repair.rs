@@ -1,0 +1,140 @@
+//! `orderly repair` on Apache Kafka: a changelog partition left open by a
+//! transaction no coordinator tracks (the signature of KAFKA-20734's lost
+//! marker, forced here: see `orderly::testkit::leave_hanging_transaction`),
+//! found, aborted and sent back to its last checkpoint before it; the
+//! member whose store is ahead of that checkpoint and a fresh member that
+//! restores everything from the changelog both end exact, and under
+//! exactly_once no status change or dead letter is published twice.
+
+use std::process::Output;
+use std::time::Duration;
+
+use orderly::testkit::orders::workload::WorkloadSpec;
+
+use crate::required_env;
+use crate::support::Instance;
+use crate::world::{stop, tail, World};
+use crate::PARTITIONS;
+
+/// How long a member may take to process what was produced.
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The changelog partition the lost marker leaves open.
+const PARTITION: i32 = 1;
+
+fn repair(instance: &Instance, args: &[&str]) -> Output {
+    let mut all = vec!["repair"];
+    all.extend_from_slice(args);
+    instance.command(&all).output().expect("run orderly repair")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The verdict of each changelog partition, from `repair --json`.
+fn verdicts(instance: &Instance) -> Vec<(String, i64)> {
+    let out = repair(instance, &["--json"]);
+    assert!(
+        out.status.success(),
+        "repair --json: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let found: serde_json::Value = serde_json::from_slice(&out.stdout).expect("repair JSON");
+    found["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .map(|p| {
+            (
+                p["verdict"].as_str().expect("verdict").to_string(),
+                p["last_stable_offset"]
+                    .as_i64()
+                    .expect("last stable offset"),
+            )
+        })
+        .collect()
+}
+
+fn repaired_partition_ends_exact(guarantee: &str) {
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 2_000,
+        poison_rate: 0.003,
+        seed: 31,
+        ..Default::default()
+    });
+    let settings = format!("guarantee = \"{guarantee}\"\ncommit_interval_ms = 200");
+    let member = world.instance(&settings);
+    let half = records.len() / 2;
+    let before = member.connected_count();
+    let mut child = member.spawn_run(None);
+    assert!(member.wait_ready(before), "{}", tail(&member.log()));
+    world.produce(&records[..half]);
+    assert!(world.caught_up(WAIT), "{}", tail(&member.log()));
+
+    // The lost marker: a transaction left open on the changelog partition
+    // while the member runs; it writes on past it, so its store is ahead of
+    // what a read_committed reader of the changelog sees, and a restore of
+    // the partition would wait at it for ever.
+    let changelog = format!("{}-changelog", world.topic);
+    let start =
+        orderly::testkit::leave_hanging_transaction(&[&world.bootstrap], 0, &changelog, PARTITION)
+            .expect("leave a transaction hanging");
+    world.produce(&records[half..]);
+    assert!(world.caught_up(WAIT), "{}", tail(&member.log()));
+    stop(&mut child, &member);
+
+    let found = verdicts(&member);
+    assert_eq!(found.len(), PARTITIONS as usize, "{found:?}");
+    for (partition, (verdict, stable)) in found.iter().enumerate() {
+        if partition as i32 == PARTITION {
+            assert_eq!(
+                (verdict.as_str(), *stable),
+                ("hanging", start),
+                "the open transaction is found"
+            );
+        } else {
+            assert_eq!(verdict, "clear", "partition {partition}: {found:?}");
+        }
+    }
+
+    let applied = repair(
+        &member,
+        &["--apply", "--partitions", &PARTITION.to_string()],
+    );
+    let said = format!("{}{}", text(&applied.stdout), text(&applied.stderr));
+    assert!(applied.status.success(), "repair --apply: {said}");
+    assert!(said.contains("REPAIRED"), "{said}");
+    assert!(
+        verdicts(&member).iter().all(|(v, _)| v == "clear"),
+        "nothing open after the repair"
+    );
+
+    // The member whose store is ahead of the repair's checkpoint restores
+    // to it and processes the partition again from there.
+    world.finish(&member);
+    assert!(
+        member.log().contains("the partition was repaired"),
+        "{}",
+        tail(&member.log())
+    );
+    world.verify(&member, &expected);
+    if guarantee == "exactly_once" {
+        world.verify_exactly_once(&expected);
+    }
+    // A fresh member restores every partition from the changelog alone.
+    let fresh = world.restore_fresh(&settings, |_| {});
+    world.verify_state(&fresh, &expected);
+}
+
+#[test]
+fn a_lost_marker_is_repaired_at_least_once() {
+    repaired_partition_ends_exact("at_least_once");
+}
+
+#[test]
+fn a_lost_marker_is_repaired_exactly_once() {
+    repaired_partition_ends_exact("exactly_once");
+}
