@@ -90,7 +90,12 @@ pub struct Setup<'a> {
 
 impl Instance {
     pub fn new(setup: &Setup<'_>) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let mut dir = tempfile::tempdir().expect("tempdir");
+        if std::env::var_os("ORDERLY_TEST_KEEP").is_some() {
+            // To read a failed run's member logs and stores afterwards.
+            dir.disable_cleanup(true);
+            eprintln!("instance directory kept: {}", dir.path().display());
+        }
         let store_path = dir.path().join("store");
         let config_path = dir.path().join("orderly.toml");
         let text = format!(

@@ -639,4 +639,88 @@ mod tests {
             !watermarks(rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed).is_transient()
         );
     }
+
+    /// What `orderly repair` writes: keys changed after the checkpoint it
+    /// goes back to, written back (here: deleted, as a key that did not
+    /// exist there), then that checkpoint with the `published-to` header.
+    /// A store ahead of it (restored to a later write-out) comes back to
+    /// the checkpoint's state, and keeps where outputs were published to.
+    #[test]
+    fn a_repair_marker_brings_a_store_ahead_back_and_keeps_what_was_published() {
+        let fixture = Fixture::new(3);
+        let tree = &fixture.tree;
+        let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
+        let restore = Restore {
+            reader: &fixture.reader,
+            topic: CHANGELOG,
+            partition: 0,
+            tree,
+            cancel: &cancel,
+            progress: &progress,
+        };
+        let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", fixture.cluster.bootstrap_servers())
+            .create()
+            .expect("producer");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let later = Checkpoint {
+            next_offset: 9,
+            ..Checkpoint::starting_at(0)
+        };
+        // A later write-out: order-3, covered by a checkpoint at 9.
+        runtime
+            .block_on(super::super::replay::write_marker(
+                &producer,
+                CHANGELOG,
+                0,
+                &[(b"order-3".to_vec(), Some(vec![8u8; 20]))],
+                &later,
+                None,
+            ))
+            .expect("write-out");
+        let ahead = restore.run().expect("restored");
+        assert_eq!(ahead.checkpoint.map(|c| c.next_offset), Some(9));
+        assert_eq!(tree.state_count().expect("states"), 4);
+        assert_eq!(tree.republished_below().expect("read"), None);
+
+        let repaired = Checkpoint::starting_at(5);
+        runtime
+            .block_on(super::super::replay::write_marker(
+                &producer,
+                CHANGELOG,
+                0,
+                &[(b"order-3".to_vec(), None)],
+                &repaired,
+                Some(9),
+            ))
+            .expect("repair marker");
+        let back = restore.run().expect("restored");
+        assert_eq!(back.checkpoint.map(|c| c.next_offset), Some(5));
+        assert_eq!(
+            tree.state_count().expect("states"),
+            3,
+            "order-3, written after the checkpoint, is gone again"
+        );
+        assert_eq!(
+            tree.republished_below().expect("read"),
+            Some(9),
+            "outputs below 9 were published before the repair"
+        );
+
+        // A fresh store restores the same from the changelog alone.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&dir.path().join("store"), 16).expect("store");
+        let fresh = store.partition("orders", 0).expect("tree");
+        let fresh_restore = Restore {
+            tree: &fresh,
+            ..restore
+        };
+        let restored = fresh_restore.run().expect("restored");
+        assert_eq!(restored.checkpoint.map(|c| c.next_offset), Some(5));
+        assert_eq!(fresh.state_count().expect("states"), 3);
+        assert_eq!(fresh.republished_below().expect("read"), Some(9));
+    }
 }

@@ -187,15 +187,34 @@ impl<E: Entity> PartitionTask<E> {
         self.state = PartitionState::new(self.state.store().clone(), written);
         self.status.seed(written.as_ref());
         self.breaker = Breaker::new(self.settings.breaker);
-        let grace = self.settings.session_timeout;
-        warn!(
-            partition,
-            error = %cause,
-            written = ?written.map(|c| c.next_offset),
-            grace_ms = grace.as_millis() as u64,
-            "partition fenced; its unwritten work is dropped, and it starts over from its checkpoint unless the group \
-             moves it within the grace"
-        );
+        // A call this task gave up (it did not return in time) fenced no
+        // one and was fenced by no one: nothing to wait for but a drain
+        // already queued. Another producer's fence may be a member the
+        // group is moving the partition to: the grace lets it.
+        let stalled = matches!(cause, TxnError::Stalled { .. });
+        let grace = if stalled {
+            Duration::ZERO
+        } else {
+            self.settings.session_timeout
+        };
+        if stalled {
+            warn!(
+                partition,
+                error = %cause,
+                written = ?written.map(|c| c.next_offset),
+                "a transactional call did not return; the partition's unwritten work is dropped, and it starts over \
+                 from its checkpoint with a new producer (which fences the stuck one)"
+            );
+        } else {
+            warn!(
+                partition,
+                error = %cause,
+                written = ?written.map(|c| c.next_offset),
+                grace_ms = grace.as_millis() as u64,
+                "partition fenced; its unwritten work is dropped, and it starts over from its checkpoint unless the \
+                 group moves it within the grace"
+            );
+        }
         self.enter(Phase::Restoring);
         tokio::select! {
             biased;
@@ -210,7 +229,11 @@ impl<E: Entity> PartitionTask<E> {
         let now = std::time::Instant::now();
         self.fences
             .retain(|at| now.duration_since(*at) < FENCE_WINDOW);
-        self.fences.push(now);
+        if !stalled {
+            // Fences by another producer only: a call that keeps stalling
+            // is reported as it stalls, not taken for a second deployment.
+            self.fences.push(now);
+        }
         if self.fences.len() > MAX_FENCES {
             error!(
                 partition,
