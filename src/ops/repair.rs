@@ -319,6 +319,8 @@ impl Repair {
             }
             Ok(())
         })?;
+        // The group's position: a floor for where outputs were published
+        // to; after the abort, the last committed checkpoint says exactly.
         let published_to = self
             .committed(partition)?
             .filter(|offset| *offset > checkpoint.next_offset);
@@ -376,45 +378,114 @@ impl Repair {
                 .iter()
                 .filter(|t| t.start_offset == finding.last_stable_offset)
             {
+                tracing::info!(
+                    partition,
+                    producer_id = open.producer_id,
+                    start_offset = open.start_offset,
+                    "aborting the hanging transaction; if this repair is interrupted before it says \
+                     \"repair marker written\", finish it with `{} repair --partitions {partition} --after-abort {}`",
+                    crate::ops::program::name(),
+                    open.start_offset
+                );
                 hanging::abort(
                     &mut brokers.connections[leader],
                     &self.changelog,
                     partition,
                     open,
                 )?;
-                tracing::info!(
-                    partition,
-                    producer_id = open.producer_id,
-                    start_offset = open.start_offset,
-                    "aborted the hanging transaction"
-                );
             }
             self.settle(partition)?;
-            let end = changelog::replay::write_marker(
-                &producer,
-                &self.changelog,
-                partition,
-                &plan.changes,
-                &plan.checkpoint,
-                plan.published_to,
-            )
-            .await?;
-            tracing::info!(
-                partition,
-                rewrites = plan.rewrites,
-                next_offset = plan.next_offset,
-                changelog_end = end,
-                "repair marker written"
-            );
-            let topic = &self.config.kafka.input_topic;
-            let tpl = crate::kafka::commit_list(topic, [(partition, plan.next_offset)])
-                .map_err(kafka("offset list"))?;
-            self.consumer
-                .commit(&tpl, CommitMode::Sync)
-                .map_err(kafka("cannot commit the group's new offset"))?;
+            let plan = plan.clone();
+            self.finish(partition, plan, &producer).await?;
             finding.repaired = true;
         }
         Ok(())
+    }
+
+    /// The repair's steps after the abort: where outputs were published to
+    /// (the last committed checkpoint, now readable), the keys written back
+    /// and the marker, the group's offset.
+    async fn finish(
+        &self,
+        partition: i32,
+        mut plan: Plan,
+        producer: &rdkafka::producer::FutureProducer,
+    ) -> Result<(), RepairError> {
+        let last = changelog::replay::last_checkpoint(&self.config, &self.changelog, partition)?
+            .map(|(_, c)| c.next_offset);
+        plan.published_to = plan
+            .published_to
+            .max(last)
+            .filter(|offset| *offset > plan.next_offset);
+        let end = changelog::replay::write_marker(
+            producer,
+            &self.changelog,
+            partition,
+            &plan.changes,
+            &plan.checkpoint,
+            plan.published_to,
+        )
+        .await?;
+        tracing::info!(
+            partition,
+            rewrites = plan.rewrites,
+            next_offset = plan.next_offset,
+            published_to = plan.published_to,
+            changelog_end = end,
+            "repair marker written"
+        );
+        let topic = &self.config.kafka.input_topic;
+        let tpl = crate::kafka::commit_list(topic, [(partition, plan.next_offset)])
+            .map_err(kafka("offset list"))?;
+        self.consumer
+            .commit(&tpl, CommitMode::Sync)
+            .map_err(kafka("cannot commit the group's new offset"))?;
+        Ok(())
+    }
+
+    /// Finishes a repair interrupted after its abort (`--after-abort`):
+    /// the transaction that started at `start` on `partition` is aborted
+    /// already, so nothing shows it any more; the steps after the abort are
+    /// done from there.
+    pub(crate) async fn after_abort(
+        &self,
+        partition: i32,
+        start: i64,
+    ) -> Result<Finding, RepairError> {
+        crate::ops::replay::Replay::new(
+            self.config.clone(),
+            crate::ops::replay::ReplayOptions {
+                target: crate::ops::replay::Target::ShiftBy(0),
+                partitions: Vec::new(),
+                reset_state: false,
+            },
+        )?
+        .check_no_members()?;
+        let cancel = AtomicBool::new(false);
+        let reader = ChangelogReader::new(
+            &ReaderSettings::of(&self.config),
+            &self.changelog,
+            partition,
+            &cancel,
+        )?;
+        let (low, stable) = reader.watermarks()?;
+        let high = reader.high_watermark()?;
+        let plan = self.plan(&reader, partition, low, start, high)?;
+        let producer: rdkafka::producer::FutureProducer =
+            crate::kafka::changelog_producer_config(&self.config)
+                .create()
+                .map_err(kafka("cannot create a producer"))?;
+        self.finish(partition, plan.clone(), &producer).await?;
+        Ok(Finding {
+            partition,
+            verdict: Verdict::Hanging,
+            last_stable_offset: stable,
+            high_watermark: high,
+            open: Vec::new(),
+            listed: Vec::new(),
+            plan: Some(plan),
+            repaired: true,
+        })
     }
 
     /// Waits until the partition's last stable offset reaches its high

@@ -483,7 +483,11 @@ fn through_restarts(guarantee: &str, workload_seed: u64) {
          inside its write-out {} (stop_queued)",
         armed.0, armed.1
     );
-    let data = tempfile::tempdir().expect("tempdir");
+    let mut data = tempfile::tempdir().expect("tempdir");
+    if std::env::var_os("ORDERLY_TEST_KEEP").is_some() {
+        data.disable_cleanup(true);
+        eprintln!("broker directory kept: {}", data.path().display());
+    }
     let mut broker = crate::world::Broker::start(data.path().join("kafka"));
     scenario(
         guarantee,

@@ -57,7 +57,7 @@ fn verdicts(instance: &Instance) -> Vec<(String, i64)> {
         .collect()
 }
 
-fn repaired_partition_ends_exact(guarantee: &str) {
+fn repaired_partition_ends_exact(guarantee: &str, by_hand: bool) {
     let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
     let (records, expected) = world.plan(&WorkloadSpec {
         orders: 2_000,
@@ -100,10 +100,50 @@ fn repaired_partition_ends_exact(guarantee: &str) {
         }
     }
 
-    let applied = repair(
-        &member,
-        &["--apply", "--partitions", &PARTITION.to_string()],
-    );
+    let applied = if by_hand {
+        // An operator who aborted it with Kafka's own tool first (or a
+        // repair interrupted after its abort) finishes with --after-abort.
+        let aborted = std::process::Command::new(crate::world::broker_script())
+            .args([
+                "tool",
+                "transactions",
+                "--bootstrap-server",
+                &world.bootstrap,
+            ])
+            .args([
+                "abort",
+                "--topic",
+                &changelog,
+                "--partition",
+                &PARTITION.to_string(),
+            ])
+            .args(["--start-offset", &start.to_string()])
+            .output()
+            .expect("kafka-transactions.sh abort");
+        assert!(
+            aborted.status.success(),
+            "kafka-transactions.sh abort: {}",
+            text(&aborted.stderr)
+        );
+        assert!(
+            verdicts(&member).iter().all(|(v, _)| v == "clear"),
+            "nothing open after Kafka's abort"
+        );
+        repair(
+            &member,
+            &[
+                "--after-abort",
+                &start.to_string(),
+                "--partitions",
+                &PARTITION.to_string(),
+            ],
+        )
+    } else {
+        repair(
+            &member,
+            &["--apply", "--partitions", &PARTITION.to_string()],
+        )
+    };
     let said = format!("{}{}", text(&applied.stdout), text(&applied.stderr));
     assert!(applied.status.success(), "repair --apply: {said}");
     assert!(said.contains("REPAIRED"), "{said}");
@@ -131,10 +171,15 @@ fn repaired_partition_ends_exact(guarantee: &str) {
 
 #[test]
 fn a_lost_marker_is_repaired_at_least_once() {
-    repaired_partition_ends_exact("at_least_once");
+    repaired_partition_ends_exact("at_least_once", false);
 }
 
 #[test]
 fn a_lost_marker_is_repaired_exactly_once() {
-    repaired_partition_ends_exact("exactly_once");
+    repaired_partition_ends_exact("exactly_once", false);
+}
+
+#[test]
+fn a_lost_marker_aborted_by_hand_is_repaired_after_the_abort() {
+    repaired_partition_ends_exact("exactly_once", true);
 }

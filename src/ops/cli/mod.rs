@@ -209,6 +209,10 @@ enum Command {
         /// Repair what is found (needs the right to write transaction markers: ClusterAction on the cluster)
         #[arg(long)]
         apply: bool,
+        /// Finish a repair interrupted after it aborted the transaction that began at this changelog offset (its
+        /// log names the command): one partition, with --partitions
+        #[arg(long, value_name = "OFFSET", conflicts_with = "apply")]
+        after_abort: Option<i64>,
         /// Print the findings as JSON instead of lines
         #[arg(long)]
         json: bool,
@@ -858,10 +862,33 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
         Command::Repair {
             partitions,
             apply,
+            after_abort,
             json,
         } => {
             use crate::ops::repair::{report, Repair, Verdict};
             let config = load_config()?;
+            if let Some(start) = after_abort {
+                let [partition] = partitions[..] else {
+                    return Err(UsageError(
+                        "--after-abort needs exactly one partition: --partitions P".into(),
+                    )
+                    .into());
+                };
+                let repair = tokio::task::spawn_blocking(move || Repair::new(config)).await??;
+                let finding = repair.after_abort(partition, start).await?;
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(
+                            &serde_json::json!({ "applied": true, "partitions": [finding] })
+                        )?
+                    );
+                } else {
+                    print!("{}", report(&[finding], true));
+                    println!("repaired; start the group to process from the checkpoints");
+                }
+                return Ok(Exit::Success);
+            }
             let repair = tokio::task::spawn_blocking(
                 move || -> Result<_, crate::ops::repair::RepairError> {
                     let repair = Repair::new(config)?;
