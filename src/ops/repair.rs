@@ -164,6 +164,39 @@ impl Repair {
         })
     }
 
+    /// A reader of one changelog partition.
+    fn reader<'a>(
+        &self,
+        partition: i32,
+        cancel: &'a AtomicBool,
+    ) -> Result<ChangelogReader<'a>, RepairError> {
+        let settings = ReaderSettings::of(&self.config);
+        Ok(ChangelogReader::new(
+            &settings,
+            &self.changelog,
+            partition,
+            cancel,
+        )?)
+    }
+
+    /// Refused while the group has members, as `replay` is.
+    fn check_no_members(&self) -> Result<(), RepairError> {
+        let options = crate::ops::replay::ReplayOptions {
+            target: crate::ops::replay::Target::ShiftBy(0),
+            partitions: Vec::new(),
+            reset_state: false,
+        };
+        crate::ops::replay::Replay::new(self.config.clone(), options)?.check_no_members()?;
+        Ok(())
+    }
+
+    /// The producer the marker is written with.
+    fn producer(&self) -> Result<rdkafka::producer::FutureProducer, RepairError> {
+        crate::kafka::changelog_producer_config(&self.config)
+            .create()
+            .map_err(kafka("cannot create a producer"))
+    }
+
     /// Connections to every broker, and which one leads each partition of
     /// the changelog.
     fn brokers(&self) -> Result<(Vec<Connection>, BTreeMap<i32, usize>), RepairError> {
@@ -209,12 +242,7 @@ impl Repair {
                 });
             };
             let cancel = AtomicBool::new(false);
-            let reader = ChangelogReader::new(
-                &ReaderSettings::of(&self.config),
-                &self.changelog,
-                partition,
-                &cancel,
-            )?;
+            let reader = self.reader(partition, &cancel)?;
             let (low, stable) = reader.watermarks()?;
             let high = reader.high_watermark()?;
             let mut finding = Finding {
@@ -357,16 +385,8 @@ impl Repair {
         findings: &mut [Finding],
         brokers: &mut Brokers,
     ) -> Result<(), RepairError> {
-        let options = crate::ops::replay::ReplayOptions {
-            target: crate::ops::replay::Target::ShiftBy(0),
-            partitions: Vec::new(),
-            reset_state: false,
-        };
-        crate::ops::replay::Replay::new(self.config.clone(), options)?.check_no_members()?;
-        let producer: rdkafka::producer::FutureProducer =
-            crate::kafka::changelog_producer_config(&self.config)
-                .create()
-                .map_err(kafka("cannot create a producer"))?;
+        self.check_no_members()?;
+        let producer = self.producer()?;
         for finding in findings.iter_mut() {
             let (Some(plan), Verdict::Hanging) = (&finding.plan, finding.verdict) else {
                 continue;
@@ -452,29 +472,13 @@ impl Repair {
         partition: i32,
         start: i64,
     ) -> Result<Finding, RepairError> {
-        crate::ops::replay::Replay::new(
-            self.config.clone(),
-            crate::ops::replay::ReplayOptions {
-                target: crate::ops::replay::Target::ShiftBy(0),
-                partitions: Vec::new(),
-                reset_state: false,
-            },
-        )?
-        .check_no_members()?;
+        self.check_no_members()?;
         let cancel = AtomicBool::new(false);
-        let reader = ChangelogReader::new(
-            &ReaderSettings::of(&self.config),
-            &self.changelog,
-            partition,
-            &cancel,
-        )?;
+        let reader = self.reader(partition, &cancel)?;
         let (low, stable) = reader.watermarks()?;
         let high = reader.high_watermark()?;
         let plan = self.plan(&reader, partition, low, start, high)?;
-        let producer: rdkafka::producer::FutureProducer =
-            crate::kafka::changelog_producer_config(&self.config)
-                .create()
-                .map_err(kafka("cannot create a producer"))?;
+        let producer = self.producer()?;
         self.finish(partition, plan.clone(), &producer).await?;
         Ok(Finding {
             partition,
@@ -492,12 +496,7 @@ impl Repair {
     /// watermark (the abort marker is written and read).
     fn settle(&self, partition: i32) -> Result<(), RepairError> {
         let cancel = AtomicBool::new(false);
-        let reader = ChangelogReader::new(
-            &ReaderSettings::of(&self.config),
-            &self.changelog,
-            partition,
-            &cancel,
-        )?;
+        let reader = self.reader(partition, &cancel)?;
         let started = Instant::now();
         loop {
             let (_, stable) = reader.watermarks()?;
