@@ -198,11 +198,17 @@ pub(crate) fn leave_hanging(
         Ok(())
     }
 
-    let id = format!("orderly-test-hanging-{}", uuid::Uuid::new_v4());
+    // The check is cluster-wide: tests of one process take turns.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     verification(&mut brokers[0], false)?;
-    // A dynamic default reaches the brokers through the metadata log.
-    std::thread::sleep(Duration::from_secs(2));
-    let written = (|| {
+    // A dynamic default reaches the brokers through the metadata log: a
+    // write refused meanwhile is tried again under a new transactional id.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut attempt = |id: &str| -> Result<i64, WireError> {
+        let id = id.to_string();
         // Only the transactional id's coordinator answers: each broker is
         // asked until one does (a coordinator still loading is asked again).
         let mut producer = None;
@@ -282,7 +288,15 @@ pub(crate) fn leave_hanging(
             }
         }
         Ok(offset)
-    })();
+    };
+    let mut written = attempt(&format!("orderly-test-hanging-{}", uuid::Uuid::new_v4()));
+    for _ in 0..20 {
+        if written.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        written = attempt(&format!("orderly-test-hanging-{}", uuid::Uuid::new_v4()));
+    }
     let restored = verification(&mut brokers[0], true);
     let offset = written?;
     restored?;
