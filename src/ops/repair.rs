@@ -65,6 +65,10 @@ pub(crate) enum RepairError {
         count: i32,
     },
     #[error(
+        "{topic} partition {partition} has no leader now; run the repair again once it has one"
+    )]
+    NoLeader { topic: String, partition: i32 },
+    #[error(
         "changelog partition {partition}: no checkpoint record before the open transaction at offset {start}: \
          nothing to go back to. Rebuild the partition from the input instead (`orderly replay --reset-state \
          --to-earliest --partitions {partition}`, after aborting the transaction with kafka-transactions.sh)"
@@ -199,7 +203,7 @@ impl Repair {
 
     /// Connections to every broker, and which one leads each partition of
     /// the changelog.
-    fn brokers(&self) -> Result<(Vec<Connection>, BTreeMap<i32, usize>), RepairError> {
+    fn brokers(&self) -> Result<Brokers, RepairError> {
         let settings = ReaderSettings::of(&self.config);
         wire::require_plaintext(settings.client.get("security.protocol"))?;
         let metadata = self
@@ -213,20 +217,26 @@ impl Repair {
             index.insert(broker.id(), connections.len());
             connections.push(Connection::open(&address, hanging::CALL_TIMEOUT)?);
         }
-        let leaders = metadata
-            .topics()
-            .iter()
-            .flat_map(|t| t.partitions())
+        let partitions = || metadata.topics().iter().flat_map(|t| t.partitions());
+        let count = partitions().count() as i32;
+        let leaders = partitions()
             .filter_map(|p| index.get(&p.leader()).map(|i| (p.id(), *i)))
             .collect();
-        Ok((connections, leaders))
+        Ok(Brokers {
+            connections,
+            leaders,
+            count,
+        })
     }
 
     /// Looks at each chosen changelog partition (every one when empty);
     /// changes nothing.
     pub(crate) fn find(&self, chosen: &[i32]) -> Result<(Vec<Finding>, Brokers), RepairError> {
-        let (mut connections, leaders) = self.brokers()?;
-        let count = leaders.len() as i32;
+        let Brokers {
+            mut connections,
+            leaders,
+            count,
+        } = self.brokers()?;
         let partitions: Vec<i32> = if chosen.is_empty() {
             (0..count).collect()
         } else {
@@ -234,11 +244,17 @@ impl Repair {
         };
         let mut findings = Vec::new();
         for partition in partitions {
-            let Some(&leader) = leaders.get(&partition) else {
+            if !(0..count).contains(&partition) {
                 return Err(RepairError::UnknownPartition {
                     topic: self.changelog.clone(),
                     partition,
                     count,
+                });
+            }
+            let Some(&leader) = leaders.get(&partition) else {
+                return Err(RepairError::NoLeader {
+                    topic: self.changelog.clone(),
+                    partition,
                 });
             };
             let cancel = AtomicBool::new(false);
@@ -292,6 +308,7 @@ impl Repair {
             Brokers {
                 connections,
                 leaders,
+                count,
             },
         ))
     }
@@ -519,7 +536,10 @@ impl Repair {
 /// The connections a repair found its partitions with, kept for `--apply`.
 pub(crate) struct Brokers {
     connections: Vec<Connection>,
+    /// Each partition's leader, an index into `connections` (none: no leader now).
     leaders: BTreeMap<i32, usize>,
+    /// The changelog's partitions.
+    count: i32,
 }
 
 /// The findings as a table, with what to do about each.
