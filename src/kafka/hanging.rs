@@ -16,6 +16,14 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::wire::{Connection, WireError};
+use kafka_protocol::messages::{
+    incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig},
+    produce_request::{PartitionProduceData, TopicProduceData},
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, ProduceRequest, TransactionalId,
+};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 /// How long one request to one broker may take.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(15);
@@ -166,38 +174,6 @@ pub(crate) fn leave_hanging(
     topic: &str,
     partition: i32,
 ) -> Result<i64, WireError> {
-    use kafka_protocol::messages::{
-        incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig},
-        produce_request::{PartitionProduceData, TopicProduceData},
-        IncrementalAlterConfigsRequest, InitProducerIdRequest, ProduceRequest, TransactionalId,
-    };
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
-
-    fn verification(broker: &mut Connection, on: bool) -> Result<(), WireError> {
-        let mut config = AlterableConfig::default();
-        config.name = StrBytes::from_static_str("transaction.partition.verification.enable");
-        // 0: SET, 1: DELETE (back to the static default, on).
-        config.config_operation = if on { 1 } else { 0 };
-        config.value = (!on).then(|| StrBytes::from_static_str("false"));
-        let mut resource = AlterConfigsResource::default();
-        resource.resource_type = 4; // BROKER; the empty name: every broker
-        resource.resource_name = StrBytes::from_static_str("");
-        resource.configs = vec![config];
-        let mut request = IncrementalAlterConfigsRequest::default();
-        request.resources = vec![resource];
-        let answer = broker.call(request)?;
-        for r in &answer.responses {
-            broker.check(
-                ApiKey::IncrementalAlterConfigs,
-                r.error_code,
-                r.error_message.as_ref(),
-            )?;
-        }
-        Ok(())
-    }
-
     // The check is cluster-wide: tests of one process take turns.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = ONE_AT_A_TIME
@@ -207,98 +183,143 @@ pub(crate) fn leave_hanging(
     // A dynamic default reaches the brokers through the metadata log: a
     // write refused meanwhile is tried again under a new transactional id.
     std::thread::sleep(Duration::from_secs(1));
-    let mut attempt = |id: &str| -> Result<i64, WireError> {
-        let id = id.to_string();
-        // Only the transactional id's coordinator answers: each broker is
-        // asked until one does (a coordinator still loading is asked again).
-        let mut producer = None;
-        for _ in 0..50 {
-            for broker in brokers.iter_mut() {
-                let mut init = InitProducerIdRequest::default();
-                init.transactional_id = Some(TransactionalId(StrBytes::from_string(id.clone())));
-                init.transaction_timeout_ms = 60_000;
-                init.producer_id = ProducerId(-1);
-                init.producer_epoch = -1;
-                let answer = broker.call(init)?;
-                if answer.error_code == 0 {
-                    producer = Some((answer.producer_id.0, answer.producer_epoch));
-                    break;
-                }
-            }
-            if producer.is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        let broker = &mut brokers[leader];
-        let (producer_id, producer_epoch) = producer.ok_or_else(|| WireError::Protocol {
-            broker: broker.broker().to_string(),
-            message: format!("no broker initialised a producer for {id}"),
-        })?;
-        let record = Record {
-            transactional: true,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id,
-            producer_epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: 0,
-            sequence: 0,
-            timestamp: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0),
-            key: Some(bytes::Bytes::from_static(b"orderly-test-hanging")),
-            value: Some(bytes::Bytes::from_static(b"a write whose marker was lost")),
-            headers: Default::default(),
-        };
-        let mut batch = bytes::BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut batch,
-            [&record],
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .map_err(|e| WireError::Protocol {
-            broker: broker.broker().to_string(),
-            message: format!("encoding a record batch: {e}"),
-        })?;
-        let mut data = PartitionProduceData::default();
-        data.index = partition;
-        data.records = Some(batch.freeze());
-        let mut target = TopicProduceData::default();
-        target.name = TopicName(StrBytes::from_string(topic.to_string()));
-        target.partition_data = vec![data];
-        let mut request = ProduceRequest::default();
-        request.transactional_id = Some(TransactionalId(StrBytes::from_string(id.clone())));
-        request.acks = -1;
-        request.timeout_ms = 10_000;
-        request.topic_data = vec![target];
-        // Version 11: before a produce adds its partition to the
-        // transaction by itself (KIP-890's second part), and names topics.
-        let answer = broker.call_at_most(request, 11)?;
-        let mut offset = -1;
-        for t in &answer.responses {
-            for p in &t.partition_responses {
-                broker.check(ApiKey::Produce, p.error_code, p.error_message.as_ref())?;
-                offset = p.base_offset;
-            }
-        }
-        Ok(offset)
-    };
-    let mut written = attempt(&format!("orderly-test-hanging-{}", uuid::Uuid::new_v4()));
+    let mut written = write_unverified(
+        brokers,
+        leader,
+        topic,
+        partition,
+        &format!("orderly-test-hanging-{}", uuid::Uuid::new_v4()),
+    );
     for _ in 0..20 {
         if written.is_ok() {
             break;
         }
         std::thread::sleep(Duration::from_millis(500));
-        written = attempt(&format!("orderly-test-hanging-{}", uuid::Uuid::new_v4()));
+        written = write_unverified(
+            brokers,
+            leader,
+            topic,
+            partition,
+            &format!("orderly-test-hanging-{}", uuid::Uuid::new_v4()),
+        );
     }
     let restored = verification(&mut brokers[0], true);
     let offset = written?;
     restored?;
+    Ok(offset)
+}
+
+/// Turns the brokers' transaction verification off, or back to its default.
+fn verification(broker: &mut Connection, on: bool) -> Result<(), WireError> {
+    let mut config = AlterableConfig::default();
+    config.name = StrBytes::from_static_str("transaction.partition.verification.enable");
+    // 0: SET, 1: DELETE (back to the static default, on).
+    config.config_operation = if on { 1 } else { 0 };
+    config.value = (!on).then(|| StrBytes::from_static_str("false"));
+    let mut resource = AlterConfigsResource::default();
+    resource.resource_type = 4; // BROKER; the empty name: every broker
+    resource.resource_name = StrBytes::from_static_str("");
+    resource.configs = vec![config];
+    let mut request = IncrementalAlterConfigsRequest::default();
+    request.resources = vec![resource];
+    let answer = broker.call(request)?;
+    for r in &answer.responses {
+        broker.check(
+            ApiKey::IncrementalAlterConfigs,
+            r.error_code,
+            r.error_message.as_ref(),
+        )?;
+    }
+    Ok(())
+}
+
+/// One transactional write under a new transactional id `id`, which the
+/// brokers do not verify while the check is off.
+fn write_unverified(
+    brokers: &mut [Connection],
+    leader: usize,
+    topic: &str,
+    partition: i32,
+    id: &str,
+) -> Result<i64, WireError> {
+    let id = id.to_string();
+    // Only the transactional id's coordinator answers: each broker is
+    // asked until one does (a coordinator still loading is asked again).
+    let mut producer = None;
+    for _ in 0..50 {
+        for broker in brokers.iter_mut() {
+            let mut init = InitProducerIdRequest::default();
+            init.transactional_id = Some(TransactionalId(StrBytes::from_string(id.clone())));
+            init.transaction_timeout_ms = 60_000;
+            init.producer_id = ProducerId(-1);
+            init.producer_epoch = -1;
+            let answer = broker.call(init)?;
+            if answer.error_code == 0 {
+                producer = Some((answer.producer_id.0, answer.producer_epoch));
+                break;
+            }
+        }
+        if producer.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let broker = &mut brokers[leader];
+    let (producer_id, producer_epoch) = producer.ok_or_else(|| WireError::Protocol {
+        broker: broker.broker().to_string(),
+        message: format!("no broker initialised a producer for {id}"),
+    })?;
+    let record = Record {
+        transactional: true,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id,
+        producer_epoch,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: 0,
+        timestamp: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0),
+        key: Some(bytes::Bytes::from_static(b"orderly-test-hanging")),
+        value: Some(bytes::Bytes::from_static(b"a write whose marker was lost")),
+        headers: Default::default(),
+    };
+    let mut batch = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut batch,
+        [&record],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .map_err(|e| WireError::Protocol {
+        broker: broker.broker().to_string(),
+        message: format!("encoding a record batch: {e}"),
+    })?;
+    let mut data = PartitionProduceData::default();
+    data.index = partition;
+    data.records = Some(batch.freeze());
+    let mut target = TopicProduceData::default();
+    target.name = TopicName(StrBytes::from_string(topic.to_string()));
+    target.partition_data = vec![data];
+    let mut request = ProduceRequest::default();
+    request.transactional_id = Some(TransactionalId(StrBytes::from_string(id.clone())));
+    request.acks = -1;
+    request.timeout_ms = 10_000;
+    request.topic_data = vec![target];
+    // Version 11: before a produce adds its partition to the
+    // transaction by itself (KIP-890's second part), and names topics.
+    let answer = broker.call_at_most(request, 11)?;
+    let mut offset = -1;
+    for t in &answer.responses {
+        for p in &t.partition_responses {
+            broker.check(ApiKey::Produce, p.error_code, p.error_message.as_ref())?;
+            offset = p.base_offset;
+        }
+    }
     Ok(offset)
 }

@@ -43,3 +43,17 @@ pub(crate) const HEADER_WRITER: &str = "orderly.writer";
 /// records below it were published before the repair moved the partition
 /// back, so they are not published again.
 pub const HEADER_PUBLISHED_TO: &str = "orderly.published-to";
+
+/// `headers` with [`HEADER_PUBLISHED_TO`] added when there is one.
+pub(crate) fn with_published_to(
+    headers: rdkafka::message::OwnedHeaders,
+    published_to: Option<i64>,
+) -> rdkafka::message::OwnedHeaders {
+    match published_to {
+        Some(offset) => headers.insert(rdkafka::message::Header {
+            key: HEADER_PUBLISHED_TO,
+            value: Some(offset.to_string().as_str()),
+        }),
+        None => headers,
+    }
+}

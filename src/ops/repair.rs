@@ -33,7 +33,6 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::engine::store::{changelog_checkpoint_key, Checkpoint};
 use crate::kafka::hanging::{self, Listed, OpenTransaction};
-use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::kafka::wire::{self, Connection, WireError};
 use crate::kafka::ReaderSettings;
 use crate::processor::changelog::reader::ChangelogReader;
@@ -355,11 +354,7 @@ impl Repair {
             let Some(slot) = message.key().and_then(|k| values.get_mut(k)) else {
                 return Ok(());
             };
-            let epoch = reader.header(message, HEADER_EPOCH)?.unwrap_or(0);
-            let covers = reader.header(message, HEADER_COVERS)?;
-            if epoch == i64::from(checkpoint.epoch)
-                && covers.is_some_and(|c| c <= checkpoint.next_offset)
-            {
+            if reader.covered_by(message, &checkpoint)? {
                 *slot = message.payload().map(<[u8]>::to_vec);
             }
             Ok(())
@@ -540,6 +535,53 @@ pub(crate) struct Brokers {
     leaders: BTreeMap<i32, usize>,
     /// The changelog's partitions.
     count: i32,
+}
+
+/// `orderly repair`: finds, and with `apply` repairs; `after_abort`
+/// (partition, start) finishes a repair after its abort instead. Prints
+/// the findings as lines or JSON.
+pub(crate) async fn command(
+    config: Config,
+    partitions: Vec<i32>,
+    apply: bool,
+    after_abort: Option<(i32, i64)>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let (findings, applied) = match after_abort {
+        Some((partition, start)) => {
+            let repair = tokio::task::spawn_blocking(move || Repair::new(config)).await??;
+            (vec![repair.after_abort(partition, start).await?], true)
+        }
+        None => {
+            let (repair, mut findings, mut brokers) =
+                tokio::task::spawn_blocking(move || -> Result<_, RepairError> {
+                    let repair = Repair::new(config)?;
+                    let (findings, brokers) = repair.find(&partitions)?;
+                    Ok((repair, findings, brokers))
+                })
+                .await??;
+            let hanging = findings.iter().any(|f| f.verdict == Verdict::Hanging);
+            if apply && hanging {
+                repair.apply(&mut findings, &mut brokers).await?;
+            }
+            (findings, apply && hanging)
+        }
+    };
+    if json {
+        let applied = applied || apply;
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "applied": applied, "partitions": findings })
+            )?
+        );
+    } else {
+        print!("{}", report(&findings, applied || apply));
+        if applied {
+            println!("repaired; start the group to process from the checkpoints");
+        }
+    }
+    Ok(())
 }
 
 /// The findings as a table, with what to do about each.

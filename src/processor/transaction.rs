@@ -52,7 +52,7 @@ use super::dlq::{letter_record, HeldLetter};
 use crate::config::Config;
 use crate::engine::fault::{self, Point};
 use crate::engine::store::{changelog_checkpoint_key, ChangeRecord};
-use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_PUBLISHED_TO, HEADER_WRITER};
+use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_WRITER};
 use crate::processor::fence::{self, TxnProducer};
 use crate::processor::outbox::{OutboxEncoder, OutboxRecord};
 
@@ -379,14 +379,7 @@ impl<E: Entity> TxnWriter<E> {
             acks.push(self.send(record).await?);
         }
         let key = changelog_checkpoint_key();
-        let published_to = round.published_to.map(|offset| offset.to_string());
-        let headers = match &published_to {
-            Some(offset) => headers.insert(Header {
-                key: HEADER_PUBLISHED_TO,
-                value: Some(offset.as_str()),
-            }),
-            None => headers,
-        };
+        let headers = crate::kafka::headers::with_published_to(headers, round.published_to);
         let record = FutureRecord::<[u8], [u8]>::to(&self.changelog_topic)
             .partition(self.partition)
             .key(key.as_slice())

@@ -23,7 +23,7 @@ use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::kafka_native::{compaction_removed, create_compacting_topic, make_compacting};
 use crate::observe::{http_get, scrape};
-use crate::support::{end_offsets, signal, wait_exit, wait_until, Instance, Reaper};
+use crate::support::{end_offsets, signal, wait_until, Instance, Reaper};
 use crate::world::{stop, tail, Broker, World};
 use crate::{required_env, PARTITIONS, SHORT_SESSION_TIMEOUT_MS};
 
@@ -665,31 +665,8 @@ pub(crate) fn scenario(
                     t.partition, t.producer_id, t.start, t.coordinator_state
                 );
             }
-            for run in runs.iter_mut() {
-                signal(run, "TERM");
-                if wait_exit(run, Duration::from_secs(30)).is_none() {
-                    signal(run, "KILL");
-                    let _ = wait_exit(run, Duration::from_secs(10));
-                }
-            }
-            let repaired = members[0]
-                .command(&["repair", "--apply"])
-                .output()
-                .expect("run orderly repair");
-            let said = format!(
-                "{}{}",
-                String::from_utf8_lossy(&repaired.stdout),
-                String::from_utf8_lossy(&repaired.stderr)
-            );
-            eprintln!("scenario: orderly repair --apply:\n{said}");
-            assert!(repaired.status.success(), "repair --apply: {said}");
-            for t in &open {
-                assert!(
-                    said.contains(&format!("partition {}: REPAIRED", t.partition)),
-                    "partition {} repaired: {said}",
-                    t.partition
-                );
-            }
+            let partitions: Vec<i32> = open.iter().map(|t| t.partition).collect();
+            crate::repair::stop_and_repair(&mut runs, &members[0], &partitions);
             world.finish(&members[0]);
             restore_fresh_and_verify(
                 &world, &changelog, &settings, guarantee, &expected, "scenario",

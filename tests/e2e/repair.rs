@@ -12,7 +12,7 @@ use std::time::Duration;
 use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::required_env;
-use crate::support::Instance;
+use crate::support::{signal, wait_exit, Instance};
 use crate::world::{stop, tail, World};
 use crate::PARTITIONS;
 
@@ -182,4 +182,32 @@ fn a_lost_marker_is_repaired_exactly_once() {
 #[test]
 fn a_lost_marker_aborted_by_hand_is_repaired_after_the_abort() {
     repaired_partition_ends_exact("exactly_once", true);
+}
+
+/// Stops every member (those a hanging transaction stopped have exited),
+/// runs `repair --apply` as `member` and checks that it repaired each of
+/// `partitions`: what the one-node restart scenario does when Kafka lost a
+/// marker.
+pub(crate) fn stop_and_repair(
+    runs: &mut [std::process::Child],
+    member: &Instance,
+    partitions: &[i32],
+) {
+    for run in runs.iter_mut() {
+        signal(run, "TERM");
+        if wait_exit(run, Duration::from_secs(30)).is_none() {
+            signal(run, "KILL");
+            let _ = wait_exit(run, Duration::from_secs(10));
+        }
+    }
+    let repaired = repair(member, &["--apply"]);
+    let said = format!("{}{}", text(&repaired.stdout), text(&repaired.stderr));
+    eprintln!("scenario: orderly repair --apply:\n{said}");
+    assert!(repaired.status.success(), "repair --apply: {said}");
+    for partition in partitions {
+        assert!(
+            said.contains(&format!("partition {partition}: REPAIRED")),
+            "partition {partition} repaired: {said}"
+        );
+    }
 }

@@ -865,56 +865,18 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
             after_abort,
             json,
         } => {
-            use crate::ops::repair::{report, Repair, Verdict};
-            let config = load_config()?;
-            if let Some(start) = after_abort {
-                let [partition] = partitions[..] else {
+            let after_abort = match (after_abort, &partitions[..]) {
+                (None, _) => None,
+                (Some(start), [partition]) => Some((*partition, start)),
+                (Some(_), _) => {
                     return Err(UsageError(
                         "--after-abort needs exactly one partition: --partitions P".into(),
                     )
-                    .into());
-                };
-                let repair = tokio::task::spawn_blocking(move || Repair::new(config)).await??;
-                let finding = repair.after_abort(partition, start).await?;
-                if json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(
-                            &serde_json::json!({ "applied": true, "partitions": [finding] })
-                        )?
-                    );
-                } else {
-                    print!("{}", report(&[finding], true));
-                    println!("repaired; start the group to process from the checkpoints");
+                    .into())
                 }
-                return Ok(Exit::Success);
-            }
-            let repair = tokio::task::spawn_blocking(
-                move || -> Result<_, crate::ops::repair::RepairError> {
-                    let repair = Repair::new(config)?;
-                    let (findings, brokers) = repair.find(&partitions)?;
-                    Ok((repair, findings, brokers))
-                },
-            )
-            .await??;
-            let (repair, mut findings, mut brokers) = repair;
-            let hanging = findings.iter().any(|f| f.verdict == Verdict::Hanging);
-            if apply && hanging {
-                repair.apply(&mut findings, &mut brokers).await?;
-            }
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(
-                        &serde_json::json!({ "applied": apply, "partitions": findings })
-                    )?
-                );
-            } else {
-                print!("{}", report(&findings, apply));
-                if apply && hanging {
-                    println!("repaired; start the group to process from the checkpoints");
-                }
-            }
+            };
+            let config = load_config()?;
+            crate::ops::repair::command(config, partitions, apply, after_abort, json).await?;
             Ok(Exit::Success)
         }
         Command::Demo {

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use super::ChangelogError;
 use crate::engine::store::{changelog_checkpoint_key, Checkpoint};
-use crate::kafka::headers::HEADER_PUBLISHED_TO;
+use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_PUBLISHED_TO};
 use crate::kafka::partition_reader::PartitionReader;
 use crate::kafka::ReaderSettings;
 
@@ -222,6 +222,21 @@ impl<'a> ChangelogReader<'a> {
             window = window.saturating_mul(4);
         }
         Ok(None)
+    }
+
+    /// True when `checkpoint` covers a changelog record: one of its epoch,
+    /// of a write-out it covers (`covers <= next_offset`). What a restore
+    /// applies; the rest is a torn or obsolete write-out, or an older epoch.
+    pub(crate) fn covered_by(
+        &self,
+        message: &BorrowedMessage<'_>,
+        checkpoint: &Checkpoint,
+    ) -> Result<bool, ChangelogError> {
+        let epoch = self.header(message, HEADER_EPOCH)?.unwrap_or(0);
+        let covers = self
+            .header(message, HEADER_COVERS)?
+            .ok_or_else(|| self.corrupt(message, format!("no {HEADER_COVERS} header")))?;
+        Ok(epoch == i64::from(checkpoint.epoch) && covers <= checkpoint.next_offset)
     }
 
     /// A numeric header of a record (`None` when absent).

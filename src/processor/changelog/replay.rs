@@ -19,7 +19,7 @@ use super::reader::ChangelogReader;
 use super::ChangelogError;
 use crate::config::Config;
 use crate::engine::store::{changelog_checkpoint_key, Checkpoint};
-use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH, HEADER_PUBLISHED_TO};
+use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::kafka::ReaderSettings;
 
 /// One changelog partition's last checkpoint record: (its offset, the
@@ -119,14 +119,7 @@ pub(crate) async fn write_marker(
         ack.map_err(|(cause, _)| produce_error(cause))?;
     }
     let key = changelog_checkpoint_key();
-    let published_to = published_to.map(|offset| offset.to_string());
-    let headers = match &published_to {
-        Some(offset) => headers.insert(Header {
-            key: HEADER_PUBLISHED_TO,
-            value: Some(offset.as_str()),
-        }),
-        None => headers,
-    };
+    let headers = crate::kafka::headers::with_published_to(headers, published_to);
     let record = FutureRecord::<[u8], [u8]>::to(topic)
         .partition(partition)
         .key(key.as_slice())

@@ -40,7 +40,6 @@ use tracing::{info, warn};
 use super::reader::ChangelogReader;
 use super::ChangelogError;
 use crate::engine::store::{changelog_checkpoint_key, Checkpoint, PartitionStore, RestoreWrite};
-use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH};
 use crate::kafka::retry::Backoff;
 use crate::kafka::ReaderSettings;
 use crate::observe::RestoreProgress;
@@ -304,12 +303,7 @@ impl Restore<'_> {
                 return Ok(());
             }
             // Only records of the checkpoint's epoch, and only those it covers.
-            if reader.header(message, HEADER_EPOCH)?.unwrap_or(0) != i64::from(checkpoint.epoch)
-                || reader
-                    .header(message, HEADER_COVERS)?
-                    .ok_or_else(|| reader.corrupt(message, format!("no {HEADER_COVERS} header")))?
-                    > checkpoint.next_offset
-            {
+            if !reader.covered_by(message, &checkpoint)? {
                 skipped += 1;
                 return Ok(());
             }
@@ -406,6 +400,7 @@ mod tests {
 
     use super::*;
     use crate::engine::store::Store;
+    use crate::kafka::headers::HEADER_COVERS;
 
     const CHANGELOG: &str = "state-changelog";
 

@@ -90,13 +90,9 @@ impl<E: Entity> Live<E> {
                 cause: dominant_cause(&letters),
             });
         }
-        // After a repair: the letters of records below this offset were
-        // published before it moved the partition back (they still count).
-        let below = self.task.republished_below;
-        let (published, letters) = match below {
-            Some(below) => letters.into_iter().partition(|l| l.offset < below),
-            None => (Vec::new(), letters),
-        };
+        // After a repair: letters published before it are not sent again
+        // (they still count).
+        let (published, letters) = self.task.split_republished(letters);
         if let WriteOutMode::Everything { held_letters, .. } = &mut self.task.mode {
             // exactly_once: the letters commit with the write-out that
             // moves the checkpoint past their records.

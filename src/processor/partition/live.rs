@@ -274,10 +274,7 @@ impl<E: Entity> Live<E> {
         let Some(mut prepared) = prepared? else {
             return Ok(());
         };
-        if let Some(below) = self.task.republished_below {
-            // Published before `orderly repair` moved the partition back.
-            prepared.status.retain(|r| r.source_offset >= below);
-        }
+        self.task.drop_republished(&mut prepared.status);
         let position = if with_changelog {
             if !prepared.status.is_empty() {
                 // Write-out delivery over rows a relay left: those first.
@@ -318,19 +315,7 @@ impl<E: Entity> Live<E> {
             .write_out_duration
             .observe(started.elapsed().as_secs_f64());
         let next_offset = written.checkpoint.next_offset;
-        if self
-            .task
-            .republished_below
-            .is_some_and(|below| next_offset >= below)
-        {
-            self.task.republished_below = None;
-            self.task.state.store().clear_republished_below()?;
-            info!(
-                partition = self.task.partition,
-                next_offset,
-                "the repaired partition caught up with what was published before the repair"
-            );
-        }
+        self.task.passed_republished(next_offset)?;
         self.task
             .status
             .checkpoint

@@ -39,6 +39,7 @@ mod draining;
 mod live;
 pub(crate) mod mode;
 mod processing;
+mod republished;
 mod restoring;
 mod schedule;
 pub(crate) mod settings;

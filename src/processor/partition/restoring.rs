@@ -148,15 +148,7 @@ impl<E: Entity> Restoring<E> {
             stage: Stage::Restore,
             message: format!("restore thread failed: {join}"),
         })??;
-        // After `orderly repair`: what was published before it moved the
-        // partition back is not published again.
-        task.republished_below = task.state.store().republished_below()?;
-        if let Some(below) = task.republished_below {
-            info!(
-                partition = task.partition,
-                below, "repaired partition: status changes and dead letters of records below this offset were published before; not publishing them again"
-            );
-        }
+        task.read_republished()?;
         if !restored.restored {
             if let Some(offset) = rewind {
                 self.seek(offset).await;
