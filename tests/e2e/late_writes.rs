@@ -398,6 +398,16 @@ pub(crate) enum Fault {
     /// The controller quorum's leader killed, down `down_s` seconds, then
     /// started again (a cluster only).
     KillController { down_s: u64 },
+    /// One node cut off the other nodes (replication, the coordinators'
+    /// markers, the controller quorum) for `down_s` seconds, longer than
+    /// its broker session, and with `clients` off its clients too; the
+    /// node with the controller quorum's leader when `controller` (a
+    /// cluster only).
+    Isolate {
+        controller: bool,
+        clients: bool,
+        down_s: u64,
+    },
 }
 
 /// The brokers a scenario's faults act on: one node of the test's own
@@ -411,6 +421,8 @@ pub(crate) trait Brokers {
     fn move_leaders(&mut self, topics: &[&str]);
     /// See [`Fault::KillController`].
     fn kill_controller(&mut self, down_s: u64);
+    /// See [`Fault::Isolate`].
+    fn isolate(&mut self, topics: &[&str], controller: bool, clients: bool, down_s: u64);
     /// Every partition loses its leader when the broker restarts: Kafka 4.3
     /// and 4.4 can then lose a transaction marker (KAFKA-20734), which
     /// stops a changelog partition for ever.
@@ -429,6 +441,9 @@ impl Brokers for Broker {
     }
     fn kill_controller(&mut self, down_s: u64) {
         restart(self, true, down_s);
+    }
+    fn isolate(&mut self, _topics: &[&str], _controller: bool, _clients: bool, _down_s: u64) {
+        panic!("one broker has no others to be cut off from: isolating needs the cluster");
     }
     fn single_node(&self) -> bool {
         true
@@ -466,7 +481,10 @@ fn restart_schedule(seed: u64) -> (Vec<Fault>, (usize, u32)) {
         .iter()
         .find_map(|fault| match *fault {
             Fault::Pause(member) | Fault::PausedThroughRestart { member, .. } => Some(member),
-            Fault::Restart { .. } | Fault::MoveLeaders | Fault::KillController { .. } => None,
+            Fault::Restart { .. }
+            | Fault::MoveLeaders
+            | Fault::KillController { .. }
+            | Fault::Isolate { .. } => None,
         })
         .expect("the schedule pauses a member");
     (schedule, (member, rng.gen_range(3..=12)))
@@ -588,6 +606,15 @@ pub(crate) fn scenario(
             Fault::KillController { down_s } => {
                 let broker = broker.as_deref_mut().expect("a cluster of the test's own");
                 broker.kill_controller(down_s);
+                next_wave();
+            }
+            Fault::Isolate {
+                controller,
+                clients,
+                down_s,
+            } => {
+                let broker = broker.as_deref_mut().expect("a cluster of the test's own");
+                broker.isolate(&[&world.topic, &changelog], controller, clients, down_s);
                 next_wave();
             }
             Fault::PausedThroughRestart {

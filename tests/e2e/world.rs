@@ -165,6 +165,12 @@ impl World {
         self
     }
 
+    /// Every instance of this world has `line` in its `[kafka]` section.
+    pub fn with_kafka_setting(mut self, line: &str) -> Self {
+        self.kafka_extra = format!("{}\n{line}", self.kafka_extra);
+        self
+    }
+
     /// Every instance of this world has a session timeout of `ms` (and a
     /// shutdown deadline of half that): a member that died leaves the group
     /// that much sooner, so a restart's rebalance waits less for it. The
