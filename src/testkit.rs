@@ -88,6 +88,22 @@ pub fn leave_hanging_transaction(
     topic: &str,
     partition: i32,
 ) -> Result<i64, String> {
+    leave_hanging_transaction_with(brokers, leader, topic, partition, &[], None)
+}
+
+/// [`leave_hanging_transaction`], the same transaction also writing to
+/// `also` (more partitions on the same leader) and, with `offsets` (group,
+/// topic, partition, offset), leaving a pending offset commit for the
+/// group: an exactly_once write-out whose markers were all lost. Returns
+/// its first offset on `topic`'s `partition`.
+pub fn leave_hanging_transaction_with(
+    brokers: &[&str],
+    leader: usize,
+    topic: &str,
+    partition: i32,
+    also: &[(&str, i32)],
+    offsets: Option<(&str, &str, i32, i64)>,
+) -> Result<i64, String> {
     let mut connections = brokers
         .iter()
         .map(|b| {
@@ -95,6 +111,8 @@ pub fn leave_hanging_transaction(
                 .map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, _>>()?;
-    crate::kafka::hanging::leave_hanging(&mut connections, leader, topic, partition)
+    let mut targets = vec![(topic, partition)];
+    targets.extend_from_slice(also);
+    crate::kafka::hanging::leave_hanging(&mut connections, leader, &targets, offsets)
         .map_err(|e| e.to_string())
 }

@@ -7,6 +7,7 @@ pub(crate) mod breaker;
 pub(crate) mod codec;
 pub(crate) mod decide;
 pub(crate) mod entity;
+pub(crate) mod explain;
 pub(crate) mod fault;
 pub(crate) mod inbox;
 pub(crate) mod outbox_record;

@@ -167,12 +167,17 @@ pub(crate) fn abort(
 /// on every broker for the one write and turned on again after, so the
 /// coordinator never learns that the partition is in the transaction and
 /// never writes its marker.
+///
+/// `also`: more partitions (on the same leader) the same transaction
+/// writes to; `offsets`: (group, topic, partition, offset), a pending
+/// offset commit of the same transaction for the group, as an
+/// exactly_once write-out makes, left open on `__consumer_offsets` too.
 #[doc(hidden)]
 pub(crate) fn leave_hanging(
     brokers: &mut [Connection],
     leader: usize,
-    topic: &str,
-    partition: i32,
+    targets: &[(&str, i32)],
+    offsets: Option<(&str, &str, i32, i64)>,
 ) -> Result<i64, WireError> {
     // The check is cluster-wide: tests of one process take turns.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -186,8 +191,8 @@ pub(crate) fn leave_hanging(
     let mut written = write_unverified(
         brokers,
         leader,
-        topic,
-        partition,
+        targets,
+        offsets,
         &format!("orderly-test-hanging-{}", uuid::Uuid::new_v4()),
     );
     for _ in 0..20 {
@@ -198,8 +203,8 @@ pub(crate) fn leave_hanging(
         written = write_unverified(
             brokers,
             leader,
-            topic,
-            partition,
+            targets,
+            offsets,
             &format!("orderly-test-hanging-{}", uuid::Uuid::new_v4()),
         );
     }
@@ -238,8 +243,8 @@ fn verification(broker: &mut Connection, on: bool) -> Result<(), WireError> {
 fn write_unverified(
     brokers: &mut [Connection],
     leader: usize,
-    topic: &str,
-    partition: i32,
+    targets: &[(&str, i32)],
+    offsets: Option<(&str, &str, i32, i64)>,
     id: &str,
 ) -> Result<i64, WireError> {
     let id = id.to_string();
@@ -300,26 +305,109 @@ fn write_unverified(
         broker: broker.broker().to_string(),
         message: format!("encoding a record batch: {e}"),
     })?;
-    let mut data = PartitionProduceData::default();
-    data.index = partition;
-    data.records = Some(batch.freeze());
-    let mut target = TopicProduceData::default();
-    target.name = TopicName(StrBytes::from_string(topic.to_string()));
-    target.partition_data = vec![data];
+    let batch = batch.freeze();
+    let mut topic_data: Vec<TopicProduceData> = Vec::new();
+    for (topic, partition) in targets {
+        let mut data = PartitionProduceData::default();
+        data.index = *partition;
+        data.records = Some(batch.clone());
+        match topic_data.iter_mut().find(|t| t.name.0.as_str() == *topic) {
+            Some(t) => t.partition_data.push(data),
+            None => {
+                let mut target = TopicProduceData::default();
+                target.name = TopicName(StrBytes::from_string(topic.to_string()));
+                target.partition_data = vec![data];
+                topic_data.push(target);
+            }
+        }
+    }
     let mut request = ProduceRequest::default();
     request.transactional_id = Some(TransactionalId(StrBytes::from_string(id.clone())));
     request.acks = -1;
     request.timeout_ms = 10_000;
-    request.topic_data = vec![target];
+    request.topic_data = topic_data;
     // Version 11: before a produce adds its partition to the
     // transaction by itself (KIP-890's second part), and names topics.
     let answer = broker.call_at_most(request, 11)?;
     let mut offset = -1;
+    let (first_topic, first_partition) = targets.first().copied().unwrap_or(("", -1));
     for t in &answer.responses {
         for p in &t.partition_responses {
             broker.check(ApiKey::Produce, p.error_code, p.error_message.as_ref())?;
-            offset = p.base_offset;
+            if t.name.0.as_str() == first_topic && p.index == first_partition {
+                offset = p.base_offset;
+            }
         }
     }
+    if let Some((group, topic, partition, committed)) = offsets {
+        pending_offset_commit(
+            brokers,
+            &id,
+            producer_id,
+            producer_epoch,
+            group,
+            topic,
+            partition,
+            committed,
+        )?;
+    }
     Ok(offset)
+}
+
+/// A transactional offset commit of (`producer_id`, `producer_epoch`) for
+/// `group`, sent to its coordinator without `AddOffsetsToTxn` (which the
+/// brokers do not ask for while verification is off): pending on
+/// `__consumer_offsets` until a marker that never comes.
+#[allow(clippy::too_many_arguments)]
+fn pending_offset_commit(
+    brokers: &mut [Connection],
+    id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    group: &str,
+    topic: &str,
+    partition: i32,
+    committed: i64,
+) -> Result<(), WireError> {
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, TxnOffsetCommitRequest};
+    let mut said = String::new();
+    for _ in 0..50 {
+        for broker in brokers.iter_mut() {
+            let mut p = TxnOffsetCommitRequestPartition::default();
+            p.partition_index = partition;
+            p.committed_offset = committed;
+            p.committed_leader_epoch = -1;
+            let mut t = TxnOffsetCommitRequestTopic::default();
+            t.name = TopicName(StrBytes::from_string(topic.to_string()));
+            t.partitions = vec![p];
+            let mut request = TxnOffsetCommitRequest::default();
+            request.transactional_id = TransactionalId(StrBytes::from_string(id.to_string()));
+            request.group_id = GroupId(StrBytes::from_string(group.to_string()));
+            request.producer_id = ProducerId(producer_id);
+            request.producer_epoch = producer_epoch;
+            request.generation_id = -1;
+            request.member_id = StrBytes::from_static_str("");
+            request.topics = vec![t];
+            // Version 4: before the coordinator adds the offsets to the
+            // transaction by itself (KIP-890's second part).
+            let answer = broker.call_at_most(request, 4)?;
+            let codes: Vec<i16> = answer
+                .topics
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+                .collect();
+            if codes.iter().all(|c| *c == 0) {
+                return Ok(());
+            }
+            said = format!("{}: error codes {codes:?}", broker.broker());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Err(WireError::Protocol {
+        broker: said.clone(),
+        message: format!("no broker took the pending offset commit for {group}: {said}"),
+    })
 }

@@ -74,6 +74,20 @@ impl Waiting {
         WaitingGuard(self)
     }
 
+    /// Enters `call` until [`Self::clear`] (a wait that outlives the
+    /// caller's scope).
+    pub(crate) fn set(&self, call: &'static str) {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if held.is_none_or(|(_, c)| c != call) {
+            *held = Some((Instant::now(), call));
+        }
+    }
+
+    /// Leaves the call [`Self::set`] entered.
+    pub(crate) fn clear(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     /// The call waited in, and how long at `now`.
     pub(crate) fn get(&self, now: Instant) -> Option<(Duration, &'static str)> {
         self.0

@@ -181,6 +181,13 @@ pub fn not_ready(t: &Telemetry) -> Option<String> {
             .get(now)
             .filter(|(w, _)| *w >= crate::observe::STALL_REPORT)
         {
+            if call.starts_with("librdkafka's fetch start") {
+                return Some(format!(
+                    "partition {} is stalled: not fetched for {}s; {call}",
+                    p.partition,
+                    waited.as_secs()
+                ));
+            }
             return Some(format!(
                 "partition {} is stalled: its write-out has waited {}s in librdkafka's {call}; it starts over \
                  when the wait passes its bound",

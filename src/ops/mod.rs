@@ -4,6 +4,7 @@
 
 pub(crate) mod cli;
 pub(crate) mod demo;
+pub(crate) mod explain;
 pub(crate) mod http;
 pub(crate) mod load;
 pub(crate) mod preflight;

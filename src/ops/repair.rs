@@ -126,6 +126,18 @@ pub(crate) struct Plan {
     checkpoint: Checkpoint,
 }
 
+/// Another partition a hanging transaction is still open on (the output
+/// topic, the dead-letter topic, the group's offsets): Kafka lost its
+/// marker there too, and the repair aborts it there as well.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Share {
+    pub topic: String,
+    pub partition: i32,
+    pub start_offset: i64,
+    #[serde(skip)]
+    open: OpenTransaction,
+}
+
 /// One changelog partition, as found.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Finding {
@@ -135,6 +147,8 @@ pub(crate) struct Finding {
     pub high_watermark: i64,
     pub open: Vec<OpenTransaction>,
     pub listed: Vec<Listed>,
+    /// The hanging transaction's shares on other topics (hanging only).
+    pub shares: Vec<Share>,
     pub plan: Option<Plan>,
     /// After `--apply`: true once repaired.
     pub repaired: bool,
@@ -146,6 +160,9 @@ pub(crate) struct Repair {
     consumer: BaseConsumer,
     timeout: Duration,
 }
+
+/// Kafka's topic of the groups' committed offsets.
+const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 fn kafka(what: impl Into<String>) -> impl FnOnce(rdkafka::error::KafkaError) -> RepairError {
     let what = what.into();
@@ -223,9 +240,56 @@ impl Repair {
             .collect();
         Ok(Brokers {
             connections,
+            index,
             leaders,
             count,
         })
+    }
+
+    /// Where else the hanging transaction `open` (the same producer and
+    /// epoch) is still open: a write-out's transaction also holds the
+    /// partition's status changes (the output topic), its dead letters at
+    /// exactly_once, and at exactly_once the group's offsets (a partition
+    /// of `__consumer_offsets`), and Kafka can lose the marker on any of
+    /// them. Left open there, an output partition stops its
+    /// `read_committed` readers, and a pending offset commit keeps the
+    /// group's committed offset of the input partition unstable, so a
+    /// member assigned it never starts fetching it.
+    fn other_shares(
+        &self,
+        connections: &mut [Connection],
+        index: &BTreeMap<i32, usize>,
+        open: &OpenTransaction,
+    ) -> Result<Vec<Share>, RepairError> {
+        let mut topics = vec![
+            OFFSETS_TOPIC.to_string(),
+            self.config.kafka.dlq_topic.clone(),
+        ];
+        topics.extend(self.config.output_topic());
+        let mut shares = Vec::new();
+        for topic in topics {
+            // A topic that does not exist (no dead-letter topic yet) holds nothing.
+            let Ok(metadata) = self.consumer.fetch_metadata(Some(&topic), self.timeout) else {
+                continue;
+            };
+            for p in metadata.topics().iter().flat_map(|t| t.partitions()) {
+                let Some(&leader) = index.get(&p.leader()) else {
+                    continue;
+                };
+                let here = hanging::open_transactions(&mut connections[leader], &topic, p.id())?;
+                if let Some(t) = here.into_iter().find(|t| {
+                    t.producer_id == open.producer_id && t.producer_epoch == open.producer_epoch
+                }) {
+                    shares.push(Share {
+                        topic: topic.clone(),
+                        partition: p.id(),
+                        start_offset: t.start_offset,
+                        open: t,
+                    });
+                }
+            }
+        }
+        Ok(shares)
     }
 
     /// Looks at each chosen changelog partition (every one when empty);
@@ -233,6 +297,7 @@ impl Repair {
     pub(crate) fn find(&self, chosen: &[i32]) -> Result<(Vec<Finding>, Brokers), RepairError> {
         let Brokers {
             mut connections,
+            index,
             leaders,
             count,
         } = self.brokers()?;
@@ -267,6 +332,7 @@ impl Repair {
                 high_watermark: high,
                 open: Vec::new(),
                 listed: Vec::new(),
+                shares: Vec::new(),
                 plan: None,
                 repaired: false,
             };
@@ -298,6 +364,9 @@ impl Repair {
                 };
                 if finding.verdict == Verdict::Hanging {
                     finding.plan = Some(self.plan(&reader, partition, low, stable, high)?);
+                    if let Some(open) = blocking {
+                        finding.shares = self.other_shares(&mut connections, &index, open)?;
+                    }
                 }
             }
             findings.push(finding);
@@ -306,6 +375,7 @@ impl Repair {
             findings,
             Brokers {
                 connections,
+                index,
                 leaders,
                 count,
             },
@@ -426,6 +496,39 @@ impl Repair {
                     open,
                 )?;
             }
+            for share in &finding.shares {
+                let Some(&leader) = self
+                    .consumer
+                    .fetch_metadata(Some(&share.topic), self.timeout)
+                    .ok()
+                    .and_then(|m| {
+                        m.topics()
+                            .iter()
+                            .flat_map(|t| t.partitions())
+                            .find(|p| p.id() == share.partition)
+                            .map(|p| p.leader())
+                    })
+                    .and_then(|id| brokers.index.get(&id))
+                else {
+                    return Err(RepairError::NoLeader {
+                        topic: share.topic.clone(),
+                        partition: share.partition,
+                    });
+                };
+                tracing::info!(
+                    partition,
+                    topic = share.topic,
+                    share_partition = share.partition,
+                    start_offset = share.start_offset,
+                    "the same transaction is open there too (its marker lost as well): aborting it there"
+                );
+                hanging::abort(
+                    &mut brokers.connections[leader],
+                    &share.topic,
+                    share.partition,
+                    &share.open,
+                )?;
+            }
             self.settle(partition)?;
             let plan = plan.clone();
             self.finish(partition, plan, &producer).await?;
@@ -499,6 +602,7 @@ impl Repair {
             high_watermark: high,
             open: Vec::new(),
             listed: Vec::new(),
+            shares: Vec::new(),
             plan: Some(plan),
             repaired: true,
         })
@@ -531,6 +635,8 @@ impl Repair {
 /// The connections a repair found its partitions with, kept for `--apply`.
 pub(crate) struct Brokers {
     connections: Vec<Connection>,
+    /// Each broker's index into `connections`, by broker id.
+    index: BTreeMap<i32, usize>,
     /// Each partition's leader, an index into `connections` (none: no leader now).
     leaders: BTreeMap<i32, usize>,
     /// The changelog's partitions.
@@ -639,8 +745,20 @@ pub(crate) fn report(findings: &[Finding], applied: bool) -> String {
                     )
                 });
                 let state = if f.repaired { "REPAIRED" } else { "HANGING" };
+                let shares = if f.shares.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; the same transaction is open on {} too (aborted with it)",
+                        f.shares
+                            .iter()
+                            .map(|s| format!("{}-{} since offset {}", s.topic, s.partition, s.start_offset))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
                 format!(
-                    "partition {}: {state}: a transaction open since offset {} (high watermark {}), {who}{plan}",
+                    "partition {}: {state}: a transaction open since offset {} (high watermark {}), {who}{plan}{shares}",
                     f.partition, f.last_stable_offset, f.high_watermark
                 )
             }

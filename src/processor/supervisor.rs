@@ -209,6 +209,7 @@ impl<E: Entity> PartitionSupervisor<E> {
                 rewind: None,
                 fences: Vec::new(),
                 republished_below: None,
+                pending_seek: None,
             };
             let input =
                 PartitionInput::new(queue, ready, Arc::downgrade(&consumer), &topic, partition);

@@ -78,19 +78,47 @@ impl Cluster {
         }
     }
 
-    /// Partitions of `topics` each node leads, as node `at` sees it.
+    /// Partitions of `topics` each node leads, as node `at` sees it. The
+    /// tool's admin client may send its request to any node its metadata
+    /// names, the isolated one too, where it can wait: it is asked with
+    /// short timeouts, a few times.
     fn leaders_seen_by(&self, at: usize, topics: &[&str]) -> HashMap<usize, usize> {
+        let quick = self.dir.join("quick-admin.properties");
+        std::fs::write(
+            &quick,
+            "default.api.timeout.ms=8000\nrequest.timeout.ms=4000\n",
+        )
+        .expect("write the admin settings");
+        let quick = quick.to_string_lossy().into_owned();
         let mut led = HashMap::new();
         for topic in topics {
-            let out = broker_command(&[
+            let args = [
                 "tool",
                 "topics",
                 "--bootstrap-server",
                 &self.nodes[at - 1],
+                "--command-config",
+                &quick,
                 "--describe",
                 "--topic",
                 topic,
-            ]);
+            ];
+            let mut said = String::new();
+            let out = (0..5)
+                .find_map(|_| {
+                    let out = Command::new(broker_script())
+                        .args(args)
+                        .stdin(std::process::Stdio::null())
+                        .output()
+                        .expect("run kafka/broker");
+                    said = String::from_utf8_lossy(&out.stderr).into_owned();
+                    out.status
+                        .success()
+                        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+                })
+                .unwrap_or_else(|| {
+                    panic!("kafka-topics --describe {topic} at node {at}, 5 tries: {said}")
+                });
             for line in out.lines() {
                 let leader = line
                     .split('\t')

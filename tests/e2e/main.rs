@@ -47,8 +47,10 @@
 #[path = "../support/browser.rs"]
 mod browser;
 mod cluster;
+mod dlq_page;
 mod drills;
 mod exactly_once;
+mod explain;
 mod group;
 mod kafka_native;
 mod late_writes;

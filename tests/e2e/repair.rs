@@ -79,9 +79,31 @@ fn repaired_partition_ends_exact(guarantee: &str, by_hand: bool) {
     // what a read_committed reader of the changelog sees, and a restore of
     // the partition would wait at it for ever.
     let changelog = format!("{}-changelog", world.topic);
-    let start =
-        orderly::testkit::leave_hanging_transaction(&[&world.bootstrap], 0, &changelog, PARTITION)
-            .expect("leave a transaction hanging");
+    // At exactly_once (but for the abort by hand, which is one partition's
+    // tool), the write-out's other shares lost their markers too: its
+    // status change on the output partition and its pending offset commit
+    // on __consumer_offsets. Left open, the output partition stops its
+    // read_committed readers and the group's offset of the input
+    // partition stays unstable, so no member ever starts fetching it.
+    let output = format!("{}-status", world.topic);
+    let all_shares = guarantee == "exactly_once" && !by_hand;
+    let (also, offsets) = if all_shares {
+        (
+            vec![(output.as_str(), PARTITION)],
+            Some((world.group.as_str(), world.topic.as_str(), PARTITION, 0)),
+        )
+    } else {
+        (Vec::new(), None)
+    };
+    let start = orderly::testkit::leave_hanging_transaction_with(
+        &[&world.bootstrap],
+        0,
+        &changelog,
+        PARTITION,
+        &also,
+        offsets,
+    )
+    .expect("leave a transaction hanging");
     world.produce(&records[half..]);
     assert!(world.caught_up(WAIT), "{}", tail(&member.log()));
     stop(&mut child, &member);
@@ -147,6 +169,12 @@ fn repaired_partition_ends_exact(guarantee: &str, by_hand: bool) {
     let said = format!("{}{}", text(&applied.stdout), text(&applied.stderr));
     assert!(applied.status.success(), "repair --apply: {said}");
     assert!(said.contains("REPAIRED"), "{said}");
+    if all_shares {
+        assert!(
+            said.contains(&format!("{output}-{PARTITION}")) && said.contains("__consumer_offsets-"),
+            "the output's and the offsets' shares are found and aborted: {said}"
+        );
+    }
     assert!(
         verdicts(&member).iter().all(|(v, _)| v == "clear"),
         "nothing open after the repair"
@@ -210,4 +238,127 @@ pub(crate) fn stop_and_repair(
             "partition {partition} repaired: {said}"
         );
     }
+}
+
+/// A marker lost on `__consumer_offsets` alone: a transaction's offset
+/// commit for the group stays pending, so Kafka keeps the group's offset
+/// of that input partition unstable and librdkafka never starts fetching
+/// it. A member that restores the partition must not sit there saying it
+/// is idle: the partition shows as stalled on the status API and
+/// `/readyz` within seconds, naming the cause; once the pending commit is
+/// aborted (Kafka's own tool: the changelog holds nothing of it for
+/// `orderly repair` to find), the partition is fetched from its restored
+/// checkpoint and ends exact.
+#[test]
+fn a_partition_librdkafka_never_starts_fetching_is_reported_not_idle() {
+    use crate::observe::http_get;
+    let world = World::new(required_env("ORDERLY_E2E_BOOTSTRAP"));
+    let (records, expected) = world.plan(&WorkloadSpec {
+        orders: 800,
+        poison_rate: 0.003,
+        seed: 37,
+        ..Default::default()
+    });
+    let settings = "guarantee = \"exactly_once\"\ncommit_interval_ms = 200";
+    let half = records.len() / 2;
+    world.produce(&records[..half]);
+    let first = world.instance(settings);
+    world.finish(&first);
+
+    // The pending offset commit, with a write to a topic of its own.
+    let scratch = crate::support::unique("scratch");
+    crate::support::create_topics(&world.bootstrap, &[(&scratch, 1)]);
+    orderly::testkit::leave_hanging_transaction_with(
+        &[&world.bootstrap],
+        0,
+        &scratch,
+        0,
+        &[],
+        Some((world.group.as_str(), world.topic.as_str(), PARTITION, 0)),
+    )
+    .expect("leave an offset commit pending");
+    world.produce(&records[half..]);
+
+    // A member with an empty store restores every partition; partition
+    // PARTITION is never fetched, and says so.
+    let second = world.instance(settings);
+    let mut child = second.spawn_run(None);
+    let address = second.wait_http(0);
+    let mut seen = String::new();
+    let reported = crate::support::wait_until(Duration::from_secs(60), || {
+        let ready = http_get(&address, "/readyz").unwrap_or_default();
+        let status = http_get(&address, "/api/status").unwrap_or_default();
+        seen = format!("{}: {}\n{}", ready.0, ready.1, status.1);
+        ready.0 == 503 && ready.1.contains("not fetched") && status.1.contains("fetch start")
+    });
+    assert!(
+        reported,
+        "the partition is reported stalled, not idle: {seen}\n{}",
+        tail(&second.log())
+    );
+
+    // Kafka's abort of the pending commit: its partition of
+    // __consumer_offsets is found with describe-producers.
+    let tool = |args: &[&str]| {
+        std::process::Command::new(crate::world::broker_script())
+            .args([
+                "tool",
+                "transactions",
+                "--bootstrap-server",
+                &world.bootstrap,
+            ])
+            .args(args)
+            .output()
+            .expect("kafka-transactions.sh")
+    };
+    let mut aborted = false;
+    for p in 0..8 {
+        let described = tool(&[
+            "describe-producers",
+            "--topic",
+            "__consumer_offsets",
+            "--partition",
+            &p.to_string(),
+        ]);
+        let open = text(&described.stdout)
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(5)
+                    .and_then(|s| s.parse::<i64>().ok())
+            })
+            .next();
+        if let Some(start) = open {
+            let out = tool(&[
+                "abort",
+                "--topic",
+                "__consumer_offsets",
+                "--partition",
+                &p.to_string(),
+                "--start-offset",
+                &start.to_string(),
+            ]);
+            assert!(out.status.success(), "abort: {}", text(&out.stderr));
+            aborted = true;
+        }
+    }
+    assert!(
+        aborted,
+        "the pending offset commit was found on __consumer_offsets"
+    );
+    assert!(
+        world.caught_up(WAIT),
+        "the partition is fetched once the commit is aborted\n{}",
+        tail(&second.log())
+    );
+    assert!(
+        second
+            .log()
+            .contains("fetching started; seeked to the restored checkpoint"),
+        "{}",
+        tail(&second.log())
+    );
+    stop(&mut child, &second);
+    world.verify(&second, &expected);
 }

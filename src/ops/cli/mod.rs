@@ -43,7 +43,8 @@ enum Exit {
     /// `state get`: no state for the order; `dlq replay --source`: no dead
     /// letter has that source.
     NotFound = 3,
-    /// `config check`: a check failed.
+    /// `config check`: a check failed; `explain`: the replay disagrees
+    /// with the stored state.
     CheckFailed = 4,
     /// The configuration (file, environment, values) is invalid.
     Config = 5,
@@ -76,7 +77,7 @@ Exit codes:
   1  runtime error (broker, registry, store or I/O; the message says which)
   2  usage error: invalid command line (or replay arguments that do not fit the topic)
   3  not found: state get (no state for the key), dlq replay --source (no dead letter has that source)
-  4  config check: a check failed (its line says what to do)
+  4  config check: a check failed (its line says what to do); explain: the replay disagrees with the stored state
   5  invalid configuration (file, environment or value; the message names the key)
   6  no store at store.path (state get, dump, stats only read a store; they never create one)
   7  demo: the results disagree with the generator's expectation
@@ -246,6 +247,22 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
         /// Print the plan as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Why each input record of one key was applied, dropped (a duplicate, or stale) or dead-lettered: the engine's
+    /// rules replayed over the key's records in its input partition, checked against the stored state
+    Explain {
+        /// The entity's key (an order id, a SKU, ...)
+        key: String,
+        /// Where the read of the key's partition starts: `earliest` (its first retained record), an offset, or an
+        /// RFC 3339 time (2026-12-01T10:00:00Z)
+        #[arg(long, value_name = "WHERE", default_value = "earliest")]
+        from: crate::ops::explain::Start,
+        /// Keep at most this many records of the key (the read stops at the last)
+        #[arg(long, value_name = "N", default_value_t = 10_000)]
+        max_records: usize,
+        /// Print the report as JSON instead of lines
         #[arg(long)]
         json: bool,
     },
@@ -618,6 +635,7 @@ fn prints_to_a_reader(command: &Command) -> bool {
         command,
         Command::Config { .. }
             | Command::State { .. }
+            | Command::Explain { .. }
             | Command::Dlq {
                 command: DlqCommand::List { .. }
             }
@@ -631,6 +649,8 @@ fn default_log_filter(command: &Command) -> &'static str {
         // them as dead letters instead.
         Command::Demo { .. } => "warn,orderly::engine::codec=error",
         Command::State { .. } => "warn",
+        // Its progress is its own line on a terminal.
+        Command::Explain { .. } => "warn,librdkafka=warn,rdkafka=warn",
         // The checks report broker errors on their own lines.
         Command::Config { .. } => "error,librdkafka=off,rdkafka=off",
         _ => "info,librdkafka=warn,rdkafka=warn",
@@ -1011,6 +1031,34 @@ async fn dispatch<E: Entity + Clone>(cli: Cli, chosen: Chosen<E>) -> Result<Exit
                 },
             }
         }
+        Command::Explain {
+            key,
+            from,
+            max_records,
+            json,
+        } => {
+            if max_records == 0 {
+                return Err(UsageError("--max-records is 1 or more".into()).into());
+            }
+            let config = load_config()?;
+            let args = ExplainArgs {
+                key,
+                from,
+                max_records,
+                json,
+            };
+            match chosen {
+                Chosen::Given(entity) => explain_command(&config, &entity, args).await,
+                Chosen::Configured => match config.entity.kind {
+                    EntityKind::Orders => explain_command(&config, &Orders, args).await,
+                    EntityKind::Stock => explain_command(&config, &Stock, args).await,
+                    EntityKind::Latest => {
+                        let entity = Latest::from_config(&config.entity)?;
+                        explain_command(&config, &entity, args).await
+                    }
+                },
+            }
+        }
         Command::Dlq { command } => {
             let config = load_config()?;
             dlq_command(config, command).await
@@ -1246,6 +1294,68 @@ fn show_config(config: &Config, file: Option<&Path>) -> Result<String> {
         "# effective orderly configuration: {}\n# secrets redacted; the rest loads again with --config\n\n{body}",
         config_sources(file)
     ))
+}
+
+/// What `orderly explain` was asked.
+struct ExplainArgs {
+    key: String,
+    from: crate::ops::explain::Start,
+    max_records: usize,
+    json: bool,
+}
+
+async fn explain_command<E: Entity + Clone>(
+    config: &Config,
+    entity: &E,
+    args: ExplainArgs,
+) -> Result<Exit> {
+    let stored = stored_for_explain::<E>(config, &args.key);
+    let report = crate::ops::explain::explain(
+        config,
+        entity,
+        &args.key,
+        args.from,
+        args.max_records,
+        stored,
+    )
+    .await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        crate::ops::explain::print(&report);
+    }
+    Ok(if report.disagreement.is_some() {
+        Exit::CheckFailed
+    } else {
+        Exit::Success
+    })
+}
+
+/// The key's stored state for `explain`, from this configuration's store
+/// when no running processor holds it, or why it was not read.
+fn stored_for_explain<E: Entity>(
+    config: &Config,
+    key: &str,
+) -> Result<(Option<crate::engine::entity::State<E>>, String), String> {
+    let path = preflight::absolute(&config.store.path);
+    if !preflight::store_present(&path) {
+        return Err(format!(
+            "not read: no store at {} (explain where the owner runs, or GET /explain/<key> on its endpoint)",
+            path.display()
+        ));
+    }
+    match Store::open(&path, config.store.cache_capacity_mb) {
+        Ok(store) => match store.find::<E>(key) {
+            Ok(state) => Ok((state, format!("the store at {}", path.display()))),
+            Err(error) => Err(format!("not read: {error}")),
+        },
+        Err(crate::engine::store::StoreError::Locked { .. }) => Err(format!(
+            "not read: the store at {} is in use by a running processor; GET /explain/<key> on the endpoint of \
+             the member that owns the key's partition compares with its store",
+            path.display()
+        )),
+        Err(error) => Err(format!("not read: {error}")),
+    }
 }
 
 fn state_command<E: Entity>(entity: &E, store: &Store, command: StateCommand) -> Result<Exit> {

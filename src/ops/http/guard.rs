@@ -45,9 +45,9 @@ impl Guard {
     /// Whether `path` answers without the token.
     fn is_open(&self, path: &str) -> bool {
         match path {
-            // The page's static HTML holds no data; what it shows comes
-            // from /api/status, which the token protects.
-            "/" => true,
+            // The pages' static HTML holds no data; what they show comes
+            // from /api/..., which the token protects.
+            "/" | "/dlq" => true,
             "/healthz" | "/readyz" => self.open_probes,
             "/metrics" => self.open_metrics,
             _ => false,

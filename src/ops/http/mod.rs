@@ -11,6 +11,8 @@
 //! a connection open), request heads are capped at `MAX_HEAD_BYTES`, and a
 //! connection is closed gracefully after `CONNECTION_LIFETIME`.
 
+mod dlq;
+mod explain;
 pub(crate) mod guard;
 mod key;
 pub(crate) mod routes;

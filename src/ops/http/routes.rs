@@ -35,7 +35,13 @@ pub struct HttpContext {
     lookup: StateLookup,
     /// What `/state/{key}`'s answers call the entity and its key
     /// ([`Entity::NAME`], [`Entity::KEY_FIELD`]).
-    entity: (&'static str, &'static str),
+    pub(super) entity: (&'static str, &'static str),
+    /// Runs `/explain/{key}` (`None`: a context without a processor's
+    /// configuration, as in tests of the other routes).
+    pub(super) explain: Option<super::explain::ExplainFn>,
+    /// The processor's configuration, for the dead-letter page's reads and
+    /// re-drives (`None`: no processor, as in tests of the other routes).
+    pub(super) config: Option<Arc<crate::config::Config>>,
 }
 
 impl HttpContext {
@@ -91,6 +97,8 @@ impl HttpContext {
             registry,
             lookup: lookup(crate::domains::orders::Orders),
             entity: entity_words::<crate::domains::orders::Orders>(),
+            explain: None,
+            config: None,
         }
     }
 
@@ -99,6 +107,16 @@ impl HttpContext {
         HttpContext {
             lookup: lookup(entity),
             entity: entity_words::<E>(),
+            ..self
+        }
+    }
+
+    /// The same context answering `/explain/{key}` and the dead-letter
+    /// page for a processor of `entity` configured by `config`.
+    fn operating<E: Entity + Clone>(self, config: &crate::config::Config, entity: E) -> Self {
+        HttpContext {
+            explain: Some(super::explain::explainer(config.clone(), entity)),
+            config: Some(Arc::new(config.clone())),
             ..self
         }
     }
@@ -144,11 +162,12 @@ impl HttpContext {
             stall_limit,
         )
         .of_entity(processor.entity().clone())
+        .operating(config, processor.entity().clone())
         .guarded(guard))
     }
 }
 
-type Ctx = State<Arc<HttpContext>>;
+pub(super) type Ctx = State<Arc<HttpContext>>;
 
 const STATUS_PAGE: &str = include_str!("status.html");
 
@@ -163,6 +182,13 @@ pub(crate) fn router(context: Arc<HttpContext>) -> Router {
         .route("/state", get(state))
         .route("/state/", get(state))
         .route("/state/{*rest}", get(state))
+        .route("/dlq", get(super::dlq::page))
+        .route("/api/dlq", get(super::dlq::list))
+        .route("/api/dlq/letter/{*rest}", get(super::dlq::letter))
+        .route("/api/dlq/redrive", axum::routing::post(super::dlq::redrive))
+        .route("/explain", get(super::explain::explain))
+        .route("/explain/", get(super::explain::explain))
+        .route("/explain/{*rest}", get(super::explain::explain))
         .fallback(not_found)
         .with_state(context)
         .layer(axum::middleware::from_fn_with_state(
@@ -180,7 +206,7 @@ fn text(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
-fn json_error(status: StatusCode, body: serde_json::Value) -> Response {
+pub(super) fn json_error(status: StatusCode, body: serde_json::Value) -> Response {
     (status, Json(body)).into_response()
 }
 
@@ -189,7 +215,7 @@ async fn not_found(State(ctx): Ctx, uri: Uri) -> Response {
     text(
         StatusCode::NOT_FOUND,
         format!(
-            "no such page: {}\nendpoints: / /api/status /metrics /healthz /readyz /state/{{{key_field}}}\n",
+            "no such page: {}\nendpoints: / /dlq /api/status /api/dlq /metrics /healthz /readyz /state/{{{key_field}}} /explain/{{{key_field}}}\n",
             uri.path()
         ),
     )
@@ -260,29 +286,33 @@ async fn readyz(State(ctx): Ctx) -> Response {
     }
 }
 
-/// `GET /state/{key}`: see `config/default.toml`, `[http]`.
-async fn state(State(ctx): Ctx, uri: Uri) -> Response {
+/// The key of a `/{route}/{key}` request and its partition, when this
+/// instance owns that partition and has restored it; otherwise the answer
+/// to send (400 for a bad key, 421 naming the owner, 503 while not
+/// connected or restoring).
+pub(super) async fn owned_key(
+    ctx: &HttpContext,
+    uri: &Uri,
+    route: &str,
+) -> Result<(String, i32), Response> {
     let segment = uri
         .path()
-        .strip_prefix("/state")
+        .strip_prefix(route)
         .unwrap_or_default()
         .trim_start_matches('/');
     let (name, key_field) = ctx.entity;
-    let entity_key = match key::parse(segment) {
-        Ok(id) => id,
-        Err(error) => {
-            return json_error(
-                StatusCode::BAD_REQUEST,
-                json!({ "error": error.message(key_field) }),
-            )
-        }
-    };
+    let entity_key = key::parse(segment).map_err(|error| {
+        json_error(
+            StatusCode::BAD_REQUEST,
+            json!({ "error": error.message(key_field) }),
+        )
+    })?;
     let partitions = ctx.telemetry.input_partitions();
     if partitions == 0 {
-        return json_error(
+        return Err(json_error(
             StatusCode::SERVICE_UNAVAILABLE,
             json!({ "error": "not connected to the input topic yet" }),
-        );
+        ));
     }
     let partition = ctx.partitioner.partition(entity_key.as_bytes(), partitions);
     let Some(owned) = ctx.telemetry.partition(partition) else {
@@ -296,7 +326,7 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
             }
             Err(_) => None,
         };
-        return json_error(
+        return Err(json_error(
             StatusCode::MISDIRECTED_REQUEST,
             json!({
                 "error": format!("this instance does not own the {name}'s partition"),
@@ -304,7 +334,7 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
                 "partition": partition,
                 "owner": owner,
             }),
-        );
+        ));
     };
     if owned.phase() == Phase::Restoring {
         let mut response = json_error(
@@ -314,8 +344,18 @@ async fn state(State(ctx): Ctx, uri: Uri) -> Response {
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return response;
+        return Err(response);
     }
+    Ok((entity_key, partition))
+}
+
+/// `GET /state/{key}`: see `config/default.toml`, `[http]`.
+async fn state(State(ctx): Ctx, uri: Uri) -> Response {
+    let (name, key_field) = ctx.entity;
+    let (entity_key, partition) = match owned_key(&ctx, &uri, "/state").await {
+        Ok(found) => found,
+        Err(answer) => return answer,
+    };
     let (store, topic, id) = (
         ctx.store.clone(),
         ctx.identity.topic.clone(),

@@ -41,8 +41,9 @@
 //! inbox drops a re-sent event as a duplicate, so it is still applied once.
 //! Run one replay at a time: two concurrent runs can both send a letter.
 
+pub(crate) mod browse;
 pub(crate) mod letter;
-mod list;
+pub(crate) mod list;
 pub(crate) mod log;
 pub(crate) mod replay;
 mod scan;

@@ -54,6 +54,9 @@ pub(super) struct Live<E: Entity> {
     /// registry (decoding retries), so a long wait is not taken for a
     /// paused process.
     pub(super) registry_waited_ms: std::sync::atomic::AtomicU64,
+    /// The minute of a pending seek's wait last said (see
+    /// [`Self::retry_pending_seek`]).
+    pending_seek_said: u64,
 }
 
 impl<E: Entity> Live<E> {
@@ -62,6 +65,7 @@ impl<E: Entity> Live<E> {
         let mut live = Live {
             task,
             relay: None,
+            pending_seek_said: 0,
             status_floor: None,
             registry_waited_ms: Default::default(),
         };
@@ -145,6 +149,50 @@ impl<E: Entity> Live<E> {
             join,
         });
         Ok(())
+    }
+
+    /// Tries again the seek to the restored checkpoint that librdkafka was
+    /// not fetching the partition for yet (see
+    /// [`super::PartitionTask::pending_seek`]); says every minute that it
+    /// still waits.
+    pub(super) async fn retry_pending_seek(&mut self) {
+        let Some(offset) = self.task.pending_seek else {
+            return;
+        };
+        match super::seek_to(&self.task, offset).await {
+            super::Seeked::Done => {
+                info!(
+                    partition = self.task.partition,
+                    offset, "fetching started; seeked to the restored checkpoint"
+                );
+                self.task.pending_seek = None;
+                self.task.status.waiting.clear();
+            }
+            super::Seeked::NotFetching => {
+                let waited = self
+                    .task
+                    .status
+                    .waiting
+                    .get(std::time::Instant::now())
+                    .map_or(0, |(w, _)| w.as_secs());
+                if waited >= 10 && waited % 60 < 2 && self.pending_seek_said != waited / 60 + 1 {
+                    self.pending_seek_said = waited / 60 + 1;
+                    warn!(
+                        partition = self.task.partition,
+                        waited_s = waited,
+                        offset,
+                        "the partition is not being fetched: librdkafka still waits for the group's committed offset \
+                         of it, which Kafka keeps unstable while a transaction's offset commit on it is pending (its \
+                         marker lost on __consumer_offsets, KAFKA-20734); `orderly repair` aborts it"
+                    );
+                }
+            }
+            super::Seeked::Failed(error) => {
+                warn!(partition = self.task.partition, offset, %error, "cannot seek to the restored checkpoint; records before it are skipped as they arrive");
+                self.task.pending_seek = None;
+                self.task.status.waiting.clear();
+            }
+        }
     }
 
     /// Takes the relay's progress: published records are deleted at the

@@ -138,6 +138,64 @@ pub(crate) struct PartitionTask<E: Entity> {
     /// already (read from the store after the restore; cleared once the
     /// checkpoint passes it).
     pub(crate) republished_below: Option<i64>,
+    /// A restored checkpoint the fetch position could not be moved to yet:
+    /// librdkafka had not started fetching the partition (it waits for the
+    /// group's committed offset). Tried again while the task is idle; the
+    /// partition shows as waiting meanwhile, and as stalled past
+    /// [`crate::observe::STALL_REPORT`].
+    pub(crate) pending_seek: Option<i64>,
+}
+
+/// What a partition waits in while librdkafka has not started fetching it
+/// (status page, `/readyz`, the stalled metric).
+pub(crate) const FETCH_START: &str = "librdkafka's fetch start: it waits for the group's committed offset of the \
+     partition, which Kafka keeps unstable while a transaction's offset commit on it is pending (a marker lost on \
+     __consumer_offsets: `orderly repair`)";
+
+/// How a seek went.
+pub(super) enum Seeked {
+    Done,
+    /// librdkafka has not started fetching the partition (`Local:
+    /// Erroneous state`): it waits for the group's committed offset.
+    NotFetching,
+    Failed(rdkafka::error::KafkaError),
+}
+
+/// True for librdkafka's answer to a seek of a partition it is not
+/// fetching yet (`RD_KAFKA_RESP_ERR__STATE`).
+fn not_fetching(error: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    match error {
+        KafkaError::Seek(text) => {
+            text.contains(&RDKafkaErrorCode::State.to_string()) || text.contains("Erroneous state")
+        }
+        _ => false,
+    }
+}
+
+/// Moves `task`'s partition's fetch position to `offset`.
+pub(super) async fn seek_to<E: Entity>(task: &PartitionTask<E>, offset: i64) -> Seeked {
+    use rdkafka::consumer::Consumer;
+    use rdkafka::error::KafkaError;
+    let Some(consumer) = task.consumer.upgrade() else {
+        return Seeked::Done;
+    };
+    let (topic, partition) = (task.input.topic.clone(), task.partition);
+    let result = tokio::task::spawn_blocking(move || {
+        consumer.seek(
+            &topic,
+            partition,
+            rdkafka::Offset::Offset(offset),
+            Duration::from_secs(10),
+        )
+    })
+    .await;
+    match result {
+        Ok(Ok(())) => Seeked::Done,
+        Ok(Err(error)) if not_fetching(&error) => Seeked::NotFetching,
+        Ok(Err(error)) => Seeked::Failed(error),
+        Err(join) => Seeked::Failed(KafkaError::Seek(format!("seek task failed: {join}"))),
+    }
 }
 
 /// How many times within [`FENCE_WINDOW`] a task starts over after a fence
@@ -272,5 +330,23 @@ impl<E: Entity> PartitionTask<E> {
         if let Some(reply) = reply {
             let _ = reply.send(self.state.written());
         }
+    }
+}
+
+#[cfg(test)]
+mod seek_tests {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+    #[test]
+    fn a_seek_of_a_partition_not_fetched_yet_is_told_apart() {
+        let state = KafkaError::Seek(RDKafkaErrorCode::State.to_string());
+        eprintln!("{state}");
+        assert!(super::not_fetching(&state));
+        assert!(super::not_fetching(&KafkaError::Seek(
+            "Local: Erroneous state".into()
+        )));
+        assert!(!super::not_fetching(&KafkaError::Seek(
+            RDKafkaErrorCode::UnknownPartition.to_string()
+        )));
     }
 }

@@ -138,6 +138,13 @@ impl<E: Entity> Processing<E> {
                     ),
                     Wake::Paused { held: false, .. } => {}
                 }
+                // A restored checkpoint librdkafka was not fetching for
+                // yet: tried before the first record of a batch is taken
+                // (records taken before a seek come again after it, and the
+                // batch skips what the checkpoint covers).
+                if batch.is_empty() {
+                    self.live.retry_pending_seek().await;
+                }
                 take_available(source, &mut batch, max_records, self.live.task.partition);
                 if batch.len() >= max_records {
                     break;
@@ -178,6 +185,7 @@ impl<E: Entity> Processing<E> {
                         if batch.is_empty() && !self.live.task.state.has_unwritten() {
                             self.live.collect_published();
                         }
+
                     }
                 }
             }

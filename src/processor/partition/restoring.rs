@@ -13,7 +13,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
 use super::mode::WriteOutMode;
-use super::{Command, PartitionTask, Reply};
+use super::{Command, PartitionTask, Reply, Seeked};
 use crate::config::{Guarantee, OutboxDelivery};
 use crate::engine::partition_state::PartitionState;
 use crate::observe::errors::Stage;
@@ -179,27 +179,28 @@ impl<E: Entity> Restoring<E> {
 
     /// Moves the partition's fetch position (after a restore). Records
     /// before the checkpoint that still arrive are skipped by the batch.
-    async fn seek(&self, offset: i64) {
-        let task = &self.task;
-        let Some(consumer) = task.consumer.upgrade() else {
-            return;
-        };
-        let (topic, partition) = (task.input.topic.clone(), task.partition);
-        let result = tokio::task::spawn_blocking(move || {
-            consumer.seek(
-                &topic,
-                partition,
-                Offset::Offset(offset),
-                Duration::from_secs(10),
-            )
-        })
-        .await;
-        match result {
-            Ok(Ok(())) => info!(partition, offset, "seeked to the restored checkpoint"),
-            Ok(Err(error)) => {
-                warn!(partition, offset, %error, "cannot seek to the restored checkpoint; records before it are skipped as they arrive")
+    /// When librdkafka has not started fetching the partition yet, the
+    /// seek is left to the processing phase to try again
+    /// ([`super::PartitionTask::pending_seek`]).
+    async fn seek(&mut self, offset: i64) {
+        match super::seek_to(&self.task, offset).await {
+            Seeked::Done => info!(
+                partition = self.task.partition,
+                offset, "seeked to the restored checkpoint"
+            ),
+            Seeked::NotFetching => {
+                info!(
+                    partition = self.task.partition,
+                    offset,
+                    "librdkafka has not started fetching the partition yet (it waits for the group's committed \
+                     offset); seeking to the restored checkpoint once it has"
+                );
+                self.task.pending_seek = Some(offset);
+                self.task.status.waiting.set(super::FETCH_START);
             }
-            Err(join) => warn!(partition, %join, "seek task failed"),
+            Seeked::Failed(error) => {
+                warn!(partition = self.task.partition, offset, %error, "cannot seek to the restored checkpoint; records before it are skipped as they arrive")
+            }
         }
     }
 

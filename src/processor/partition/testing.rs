@@ -140,6 +140,7 @@ impl<E: Entity> Harness<E> {
             rewind: None,
             fences: Vec::new(),
             republished_below: None,
+            pending_seek: None,
         };
         let join = tokio::spawn(async move {
             match Processing::enter(task).await?.run(&*source).await? {
