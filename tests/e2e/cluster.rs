@@ -14,8 +14,8 @@
 //!
 //! Each test starts a cluster of its own (about 15 s; the isolations' with
 //! every connection through `kafka/cutproxy.py`) and a run takes about
-//! three minutes. CI's tier runs one seed of three of them (the restarts at
-//! at_least_once, the leader moves and the isolations at exactly_once); the
+//! three minutes. CI's tier runs one seed of two of them (the restarts at
+//! at_least_once, the isolations at exactly_once); the
 //! full tier (`ORDERLY_E2E_FULL=1 .ci/run`, which also runs the ignored
 //! ones) runs `ORDERLY_E2E_RUNS` seeds (default 10) of all six
 //! (docs/testing.md); `ORDERLY_E2E_FAULT_SEED` replays one schedule.
@@ -504,6 +504,7 @@ fn three_brokers_through_leader_moves_and_a_controller_loss_end_exact() {
 }
 
 #[test]
+#[ignore = "full tier (ORDERLY_E2E_FULL=1 .ci/run, docs/testing.md): CI runs the isolations at this guarantee"]
 fn three_brokers_through_leader_moves_and_a_controller_loss_end_exact_under_exactly_once() {
     on_three_brokers(EXACTLY_ONCE, 434, leader_moves);
 }
