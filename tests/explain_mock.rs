@@ -21,8 +21,9 @@ use orderly::testkit::orders::workload::{plan, WorkloadSpec};
 use orderly::testkit::orders::Encoder;
 use orderly::testkit::produce_planned;
 use orderly::Registry;
+use support::explain::decisions;
 use support::registry_double::RegistryDouble;
-use support::{committed, end_offsets, mock, read_all, wait_exit, wait_until, Reaper};
+use support::{committed, end_offsets, mock, wait_exit, wait_until, Reaper};
 
 const PARTITIONS: i32 = 2;
 const EXIT_CHECK_FAILED: i32 = 4;
@@ -51,21 +52,6 @@ fn http_get(address: &str, path: &str, token: Option<&str>) -> (u16, String) {
         .map_or("", |(_, b)| b)
         .to_string();
     (status, body)
-}
-
-/// Each record's (offset, decision) in a report.
-fn decisions(report: &Value) -> Vec<(i64, String)> {
-    report["records"]
-        .as_array()
-        .expect("records")
-        .iter()
-        .map(|r| {
-            (
-                r["offset"].as_i64().expect("offset"),
-                r["decision"].as_str().expect("decision").to_string(),
-            )
-        })
-        .collect()
 }
 
 #[test]
@@ -140,100 +126,23 @@ fn explain_gives_every_record_the_decision_the_run_made() {
         instance.log()
     );
 
-    // The command, on the stopped member's store: every key.
-    let letters: BTreeSet<(i32, i64)> = read_all(&c.bootstrap, &c.dlq)
-        .iter()
-        .map(|l| {
-            let header = |name: &str| l.headers.get(name).and_then(|v| v.parse::<i64>().ok());
-            (
-                header("orderly.source.partition").expect("source partition") as i32,
-                header("orderly.source.offset").expect("source offset"),
-            )
-        })
-        .collect();
-    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-    let mut lettered = BTreeSet::new();
-    for key in &keys {
-        let out = instance
-            .command(&["explain", key, "--json"])
-            .output()
-            .expect("explain");
-        let text = String::from_utf8_lossy(&out.stdout);
+    // The command, on the stopped member's store: every key, deciding as
+    // the endpoint did.
+    let reports = support::explain::explain_every_key(
+        &instance,
+        &c.bootstrap,
+        &c.dlq,
+        &keys,
+        records.len() as u64,
+        |key| expected.states.get(key).map(|s| s.version),
+    );
+    for (key, report) in &reports {
         assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{key}: {text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: Value = serde_json::from_str(&text).expect("JSON");
-        let partition = report["partition"].as_i64().expect("partition") as i32;
-        assert_eq!(
-            report["stored"]["version"],
-            expected
-                .states
-                .get(*key)
-                .map_or(Value::Null, |s| s.version.into()),
-            "{key}"
-        );
-        assert_eq!(report["truncated"], false);
-        let mine = decisions(&report);
-        assert_eq!(
-            over_http.get(*key),
-            Some(&mine),
+            over_http.get(key),
+            Some(&decisions(report)),
             "{key}: the endpoint and the command decide alike"
         );
-        for record in report["records"].as_array().expect("records") {
-            let decision = record["decision"].as_str().expect("decision");
-            *totals.entry(decision.to_string()).or_default() += 1;
-            if decision == "dead_lettered" {
-                let offset = record["offset"].as_i64().expect("offset");
-                assert!(
-                    record["letter"]["dlq_offset"].is_i64(),
-                    "{key}: the letter of offset {offset} is found: {record}"
-                );
-                lettered.insert((partition, offset));
-            }
-        }
     }
-    assert_eq!(
-        lettered, letters,
-        "the dead-lettered records are the letters"
-    );
-    let stats = instance.stats();
-    eprintln!(
-        "explained {} keys, {} records: {totals:?}; the run's counters: {}",
-        keys.len(),
-        records.len(),
-        stats["totals"]
-    );
-    let run_made = |name: &str| stats["totals"][name].as_u64().unwrap_or(0);
-    let explained = |name: &str| totals.get(name).copied().unwrap_or(0);
-    assert_eq!(
-        explained("applied"),
-        run_made("applied"),
-        "{totals:?} {stats}"
-    );
-    assert_eq!(
-        explained("duplicate"),
-        run_made("duplicates"),
-        "{totals:?} {stats}"
-    );
-    assert_eq!(explained("stale"), run_made("stale"), "{totals:?} {stats}");
-    assert_eq!(
-        explained("dead_lettered"),
-        run_made("dead_lettered"),
-        "{totals:?} {stats}"
-    );
-    assert_eq!(explained("other_key"), 0);
-    assert!(
-        explained("duplicate") > 0 && explained("stale") > 0 && explained("dead_lettered") > 0,
-        "the workload has every decision: {totals:?}"
-    );
-    assert_eq!(
-        totals.values().sum::<u64>(),
-        records.len() as u64,
-        "every record explained once"
-    );
 
     // A key the topic does not hold; a start past every record.
     let out = instance
@@ -252,6 +161,112 @@ fn explain_gives_every_record_the_decision_the_run_made() {
     assert!(
         text.contains("DISAGREES") && text.contains("no record of the key"),
         "{text}"
+    );
+    drop(c.mock);
+}
+
+/// Runs `orderly run` on `c` (`extra`: the instance's settings) until its
+/// group has committed every record, then stops it.
+fn run_to_the_end(c: &mock::Cluster, registry_url: &str, extra: &str) -> support::Instance {
+    let group = support::unique("group");
+    let instance = c.instance(registry_url, &group, extra);
+    let reaper = Reaper::default();
+    let mut run = reaper.watch(instance.spawn_run(None));
+    let ends = end_offsets(&c.bootstrap, &c.topic, PARTITIONS);
+    let caught_up = wait_until(Duration::from_secs(60), || {
+        committed(&c.bootstrap, &group, &c.topic, PARTITIONS) == ends
+    });
+    assert!(caught_up, "the run caught up\n{}", instance.log());
+    support::signal(&run, "TERM");
+    assert!(
+        wait_exit(&mut run, Duration::from_secs(30)).is_some_and(|s| s.success()),
+        "the run stopped cleanly\n{}",
+        instance.log()
+    );
+    instance
+}
+
+/// The other two kinds: stock (an accumulating state) and the no-code
+/// entity (shipments, configured by field names), each key explained and
+/// checked against its run as the orders are above.
+#[test]
+fn explain_agrees_with_the_run_for_stock_and_the_no_code_entity() {
+    use orderly::testkit::stock::workload::{plan as stock_plan, StockSpec};
+    use orderly::testkit::stock::StockEncoder;
+    use support::shipments::{entity_config, plan as shipments, Schemas};
+    let double = RegistryDouble::start();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let registry = Registry::http(&double.url, Duration::from_secs(5)).expect("registry");
+
+    let c = mock::cluster(PARTITIONS, true);
+    c.mock
+        .create_topic(&format!("{}.redrive", c.dlq), 1, 1)
+        .expect("re-drive log topic");
+    let encoder = runtime
+        .block_on(StockEncoder::register(&registry, &c.topic))
+        .expect("register the stock schema");
+    let (records, expected) = stock_plan(
+        &StockSpec {
+            skus: 12,
+            seed: 542,
+            duplicate_rate: 0.2,
+            reorder_rate: 0.0,
+            poison_rate: 0.05,
+            sku_prefix: "sku".into(),
+        },
+        &encoder,
+    )
+    .expect("plan");
+    runtime
+        .block_on(produce_planned(
+            &mock::producer(&c.bootstrap),
+            &c.topic,
+            &records,
+        ))
+        .expect("produce");
+    let instance = run_to_the_end(
+        &c,
+        &double.url,
+        "commit_interval_ms = 200\n[entity]\nkind = \"stock\"",
+    );
+    let keys: BTreeSet<&str> = records.iter().map(|r| r.key.as_str()).collect();
+    support::explain::explain_every_key(
+        &instance,
+        &c.bootstrap,
+        &c.dlq,
+        &keys,
+        records.len() as u64,
+        |key| expected.levels.get(key).map(|(version, _)| *version),
+    );
+    drop(c.mock);
+
+    let c = mock::cluster(PARTITIONS, true);
+    c.mock
+        .create_topic(&format!("{}.redrive", c.dlq), 1, 1)
+        .expect("re-drive log topic");
+    let schemas = runtime.block_on(Schemas::register(&registry, &c.topic));
+    let (records, oracle) = shipments(&schemas, 14, 543);
+    runtime
+        .block_on(produce_planned(
+            &mock::producer(&c.bootstrap),
+            &c.topic,
+            &records,
+        ))
+        .expect("produce");
+    let section = toml::to_string(&entity_config()).expect("[entity] as TOML");
+    let instance = run_to_the_end(
+        &c,
+        &double.url,
+        &format!("commit_interval_ms = 200\n[entity]\n{section}"),
+    );
+    let keys: BTreeSet<&str> = records.iter().map(|r| r.key.as_str()).collect();
+    support::explain::explain_every_key(
+        &instance,
+        &c.bootstrap,
+        &c.dlq,
+        &keys,
+        records.len() as u64,
+        |key| oracle.newest.get(key).map(|n| n.0),
     );
     drop(c.mock);
 }

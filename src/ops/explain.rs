@@ -178,16 +178,7 @@ pub(crate) async fn explain<E: Entity + Clone>(
         .map_err(|e| ExplainError::Partitioner(e.to_string()))?;
     let cfg = config.clone();
     let (topic2, key2) = (topic.clone(), key.to_string());
-    let Read {
-        partition,
-        owner,
-        from,
-        end,
-        low,
-        raw,
-        scanned,
-        truncated,
-    } = tokio::task::spawn_blocking(move || {
+    let read = tokio::task::spawn_blocking(move || {
         read_key(&cfg, &topic2, &key2, partitioner, start, max_records)
     })
     .await??;
@@ -199,14 +190,14 @@ pub(crate) async fn explain<E: Entity + Clone>(
     // The replay starts from nothing: a key's history starts with its
     // first record, and what was before `--from` shows as a disagreement.
     let mut explainer = Explainer::<E>::new(key, None, retention_ms);
-    let letters = if raw.is_empty() {
+    let letters = if read.raw.is_empty() {
         HashMap::new()
     } else {
-        letters_of(config, partition).await?
+        letters_of(config, read.partition).await?
     };
-    let mut records = Vec::with_capacity(raw.len());
+    let mut records = Vec::with_capacity(read.raw.len());
     let mut counts = BTreeMap::new();
-    for record in raw {
+    for record in read.raw {
         let read = match decoder.decode(record.payload.as_deref()).await {
             Ok(event) => Ok(event),
             Err(DecodeError::Poison { kind, message }) => Err((kind, message)),
@@ -240,8 +231,8 @@ pub(crate) async fn explain<E: Entity + Clone>(
         key: key.to_string(),
         entity: E::NAME,
         topic,
-        partition,
-        owner,
+        partition: read.partition,
+        owner: read.owner,
         stored: Stored {
             source,
             version: stored_state.as_ref().map(|s| s.version),
@@ -250,11 +241,11 @@ pub(crate) async fn explain<E: Entity + Clone>(
                 .as_ref()
                 .and_then(|s| serde_json::to_value(entity.view(s)).ok()),
         },
-        from_offset: from,
-        end_offset: end,
-        history_before: low < from || low > 0,
-        scanned,
-        truncated,
+        from_offset: read.from,
+        end_offset: read.end,
+        history_before: read.low < read.from || read.low > 0,
+        scanned: read.scanned,
+        truncated: read.truncated,
         records,
         counts,
         disagreement,

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod explain;
 pub mod late_schema;
 pub mod mock;
 pub mod registry_double;

@@ -28,14 +28,7 @@ const DLQ_PAGE: &str = include_str!("dlq.html");
 const MAX_REDRIVE: usize = 1_000;
 
 pub(super) async fn page() -> Response {
-    let mut response = (StatusCode::OK, DLQ_PAGE).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    super::routes::html(DLQ_PAGE)
 }
 
 /// The answer of an endpoint without a processor's configuration.

@@ -222,7 +222,13 @@ async fn not_found(State(ctx): Ctx, uri: Uri) -> Response {
 }
 
 async fn page() -> Response {
-    let mut response = (StatusCode::OK, STATUS_PAGE).into_response();
+    html(STATUS_PAGE)
+}
+
+/// A page built into the binary, never cached (what it shows comes from
+/// the API).
+pub(super) fn html(body: &'static str) -> Response {
+    let mut response = (StatusCode::OK, body).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

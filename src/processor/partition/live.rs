@@ -54,8 +54,8 @@ pub(super) struct Live<E: Entity> {
     /// registry (decoding retries), so a long wait is not taken for a
     /// paused process.
     pub(super) registry_waited_ms: std::sync::atomic::AtomicU64,
-    /// The minute of a pending seek's wait last said (see
-    /// [`Self::retry_pending_seek`]).
+    /// How long a pending seek had waited when that was last said, in
+    /// seconds (0: not yet; see [`Self::retry_pending_seek`]).
     pending_seek_said: u64,
 }
 
@@ -167,6 +167,7 @@ impl<E: Entity> Live<E> {
                 );
                 self.task.pending_seek = None;
                 self.task.status.waiting.clear();
+                self.pending_seek_said = 0;
             }
             super::Seeked::NotFetching => {
                 let waited = self
@@ -175,8 +176,14 @@ impl<E: Entity> Live<E> {
                     .waiting
                     .get(std::time::Instant::now())
                     .map_or(0, |(w, _)| w.as_secs());
-                if waited >= 10 && waited % 60 < 2 && self.pending_seek_said != waited / 60 + 1 {
-                    self.pending_seek_said = waited / 60 + 1;
+                // At 10 s, then every minute.
+                let due = if self.pending_seek_said == 0 {
+                    10
+                } else {
+                    self.pending_seek_said + 60
+                };
+                if waited >= due {
+                    self.pending_seek_said = waited;
                     warn!(
                         partition = self.task.partition,
                         waited_s = waited,
