@@ -56,11 +56,7 @@ fn http_get(address: &str, path: &str, token: Option<&str>) -> (u16, String) {
 
 #[test]
 fn explain_gives_every_record_the_decision_the_run_made() {
-    let c = mock::cluster(PARTITIONS, true);
-    // The re-drive log, which `dlq replay` creates on a real broker.
-    c.mock
-        .create_topic(&format!("{}.redrive", c.dlq), 1, 1)
-        .expect("re-drive log topic");
+    let c = cluster_with_redrive_log();
     let double = RegistryDouble::start();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let registry = Registry::http(&double.url, Duration::from_secs(5)).expect("registry");
@@ -165,6 +161,16 @@ fn explain_gives_every_record_the_decision_the_run_made() {
     drop(c.mock);
 }
 
+/// A mock cluster with its re-drive log topic, which `dlq replay` creates
+/// on a real broker (the mock has no CreateTopics).
+fn cluster_with_redrive_log() -> mock::Cluster {
+    let c = mock::cluster(PARTITIONS, true);
+    c.mock
+        .create_topic(&format!("{}.redrive", c.dlq), 1, 1)
+        .expect("re-drive log topic");
+    c
+}
+
 /// Runs `orderly run` on `c` (`extra`: the instance's settings) until its
 /// group has committed every record, then stops it.
 fn run_to_the_end(c: &mock::Cluster, registry_url: &str, extra: &str) -> support::Instance {
@@ -198,10 +204,7 @@ fn explain_agrees_with_the_run_for_stock_and_the_no_code_entity() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let registry = Registry::http(&double.url, Duration::from_secs(5)).expect("registry");
 
-    let c = mock::cluster(PARTITIONS, true);
-    c.mock
-        .create_topic(&format!("{}.redrive", c.dlq), 1, 1)
-        .expect("re-drive log topic");
+    let c = cluster_with_redrive_log();
     let encoder = runtime
         .block_on(StockEncoder::register(&registry, &c.topic))
         .expect("register the stock schema");
@@ -240,10 +243,7 @@ fn explain_agrees_with_the_run_for_stock_and_the_no_code_entity() {
     );
     drop(c.mock);
 
-    let c = mock::cluster(PARTITIONS, true);
-    c.mock
-        .create_topic(&format!("{}.redrive", c.dlq), 1, 1)
-        .expect("re-drive log topic");
+    let c = cluster_with_redrive_log();
     let schemas = runtime.block_on(Schemas::register(&registry, &c.topic));
     let (records, oracle) = shipments(&schemas, 14, 543);
     runtime
