@@ -25,6 +25,42 @@ pub(crate) use super::flush_msg::FlushMsg;
 /// they were lost, and whom to answer.
 type Barrier = (Vec<i32>, bool, std::sync::mpsc::SyncSender<()>);
 
+/// Per partition, the next offset a flush or a commit covers: an offset
+/// only moves forward, whatever order the reports arrive in. The one place
+/// that rule is written; reads go through the map.
+#[derive(Debug, Default)]
+struct Covered(BTreeMap<i32, i64>);
+
+impl Covered {
+    /// Covers `partition` through `next_offset` (kept if already further).
+    fn cover(&mut self, partition: i32, next_offset: i64) {
+        let entry = self.0.entry(partition).or_insert(next_offset);
+        *entry = (*entry).max(next_offset);
+    }
+
+    fn merge<'a>(&mut self, offsets: impl IntoIterator<Item = (&'a i32, &'a i64)>) {
+        for (&partition, &next_offset) in offsets {
+            self.cover(partition, next_offset);
+        }
+    }
+
+    fn remove(&mut self, partition: &i32) {
+        self.0.remove(partition);
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl std::ops::Deref for Covered {
+    type Target = BTreeMap<i32, i64>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
 pub(crate) struct Flusher {
     /// Where flushes and commits are counted and timed, and a failed flush
     /// stops the process.
@@ -36,11 +72,11 @@ pub(crate) struct Flusher {
     consumer: Arc<BaseConsumer<OrderlyContext>>,
     rx: mpsc::Receiver<FlushMsg>,
     /// Flushed offsets not yet committed (a failed commit is retried).
-    uncommitted: BTreeMap<i32, i64>,
+    uncommitted: Covered,
     /// Per partition, the newest checkpoint its task reported in this
     /// assignment (written or resumed from): a release compares the tree's
     /// checkpoint with it ([`Flusher::stranded`]).
-    reported: BTreeMap<i32, i64>,
+    reported: Covered,
 }
 
 impl Flusher {
@@ -57,8 +93,8 @@ impl Flusher {
             topic,
             consumer,
             rx,
-            uncommitted: BTreeMap::new(),
-            reported: BTreeMap::new(),
+            uncommitted: Covered::default(),
+            reported: Covered::default(),
         }
     }
 
@@ -77,7 +113,7 @@ impl Flusher {
                 }
             };
             let Some(first) = first else { break };
-            let mut covered: BTreeMap<i32, i64> = BTreeMap::new();
+            let mut covered = Covered::default();
             let mut resumed: BTreeMap<i32, i64> = BTreeMap::new();
             let mut applied_at: Vec<Vec<i64>> = Vec::new();
             let mut barriers = Vec::new();
@@ -96,8 +132,7 @@ impl Flusher {
                     applied_at: times,
                 } => {
                     applied_at.push(times);
-                    let entry = covered.entry(partition).or_insert(next_offset);
-                    *entry = (*entry).max(next_offset);
+                    covered.cover(partition, next_offset);
                 }
                 FlushMsg::Barrier {
                     release,
@@ -109,15 +144,14 @@ impl Flusher {
             while let Ok(msg) = self.rx.try_recv() {
                 take(msg);
             }
-            for (&partition, &next_offset) in covered.iter().chain(resumed.iter()) {
-                let entry = self.reported.entry(partition).or_insert(next_offset);
-                *entry = (*entry).max(next_offset);
-            }
+            self.reported.merge(covered.iter().chain(resumed.iter()));
             // Read before the flush below, so the flush covers what was read.
-            for (partition, next_offset) in self.stranded(&barriers) {
-                let entry = covered.entry(partition).or_insert(next_offset);
-                *entry = (*entry).max(next_offset);
-            }
+            let stranded = self.stranded(&barriers);
+            covered.merge(
+                stranded
+                    .iter()
+                    .map(|(partition, offset)| (partition, offset)),
+            );
             if !covered.is_empty() {
                 if !self.flush().await {
                     // The disk failed: nothing more may be committed.
@@ -131,10 +165,7 @@ impl Flusher {
                 for times in &applied_at {
                     self.reporting.telemetry.complete(times, now_ms);
                 }
-                for (partition, next_offset) in covered {
-                    let entry = self.uncommitted.entry(partition).or_insert(next_offset);
-                    *entry = (*entry).max(next_offset);
-                }
+                self.uncommitted.merge(covered.iter());
             }
             if !resumed.is_empty() {
                 self.resume(resumed).await;
@@ -283,8 +314,7 @@ impl Flusher {
             };
             if group_offset.is_none_or(|o| o < next_offset) {
                 info!(partition, committed = ?group_offset, checkpoint = next_offset, "durable checkpoint ahead of the group's offset; committing it");
-                let entry = self.uncommitted.entry(partition).or_insert(next_offset);
-                *entry = (*entry).max(next_offset);
+                self.uncommitted.cover(partition, next_offset);
             }
         }
     }
@@ -341,5 +371,26 @@ impl Flusher {
                 warn!(%join, "offset commit task failed; will retry")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Covered;
+
+    #[test]
+    fn a_covered_offset_only_moves_forward() {
+        let mut covered = Covered::default();
+        covered.cover(0, 10);
+        covered.cover(0, 7);
+        covered.cover(1, 3);
+        covered.merge([(&0, &12), (&1, &2), (&2, &5)]);
+        assert_eq!(covered.get(&0), Some(&12));
+        assert_eq!(covered.get(&1), Some(&3));
+        assert_eq!(covered.get(&2), Some(&5));
+        covered.remove(&1);
+        assert_eq!(covered.len(), 2);
+        covered.clear();
+        assert!(covered.is_empty());
     }
 }

@@ -202,7 +202,6 @@ impl<E: Entity> PartitionSupervisor<E> {
                 status,
                 consumer: Arc::downgrade(&consumer),
                 assigned_at: checkpoint.map(|c| c.next_offset),
-                mode: super::partition::mode::WriteOutMode::Unopened,
                 settings: settings.clone(),
                 breaker: crate::engine::breaker::Breaker::new(settings.breaker),
                 first_offset: None,

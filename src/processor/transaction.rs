@@ -12,7 +12,7 @@
 //! fences its producer: nothing it still sends becomes visible to the
 //! `read_committed` readers orderly restores with, and its commit fails, so
 //! it writes no sled batch either. What the guarantees put in the
-//! transaction ([`TxnScope`]):
+//! transaction (the write-out mode, `partition::mode`):
 //!
 //! * exactly_once: the held dead letters, the changelog records then the
 //!   checkpoint record, the status changes, and the input offset
@@ -135,17 +135,6 @@ pub struct OpenFailure {
     cause: KafkaError,
 }
 
-/// What a partition's transactions hold, chosen once per guarantee.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TxnScope {
-    /// exactly_once: dead letters, changelog, status changes and the input
-    /// offset.
-    Everything,
-    /// at_least_once: the changelog and, with write-out delivery, the
-    /// status changes.
-    Changelog,
-}
-
 /// What one write-out commits.
 pub(super) struct Round<'a, S> {
     pub letters: &'a [HeldLetter],
@@ -159,7 +148,7 @@ pub(super) struct Round<'a, S> {
     /// passed it ([`crate::kafka::headers::HEADER_PUBLISHED_TO`]).
     pub published_to: Option<i64>,
     /// The group metadata the input offset is committed with
-    /// ([`TxnScope::Everything`]); `None` commits no offset.
+    /// (exactly_once); `None` commits no offset.
     pub group: Option<ConsumerGroupMetadata>,
     /// Where the partition's status shows the call the round waits in.
     pub waiting: &'a crate::observe::Waiting,

@@ -3,14 +3,15 @@
 //! applied against the order cache. Used by processing and draining alike.
 
 use crate::engine::entity::Entity;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::message::Message;
 use tracing::{debug, info, warn};
 
-use super::live::Live;
 use super::mode::WriteOutMode;
 use super::source::RecordSource;
+use super::task::PartitionTask;
 use crate::engine::codec::DecodeError;
 use crate::engine::entity::Event;
 use crate::engine::fault::{self, Point};
@@ -20,27 +21,78 @@ use crate::engine::store::next_offset_after;
 use crate::kafka::headers::HEADER_REDRIVE_COUNT;
 use crate::kafka::retry::Backoff;
 use crate::observe::errors::{Kind, Stage};
-use crate::processor::dlq::{DeadLetter, HeldLetter};
+use crate::processor::dlq::DeadLetter;
 use crate::processor::ProcessError;
 
-impl<E: Entity> Live<E> {
+/// What deciding a batch takes of a live task (`Live::process`).
+pub(super) struct BatchRun<'a, E: Entity> {
+    pub task: &'a mut PartitionTask<E>,
+    /// Where the batch's dead letters go.
+    pub mode: &'a mut WriteOutMode<E>,
+    /// Milliseconds spent waiting on an unreachable schema registry.
+    pub registry_waited_ms: &'a AtomicU64,
+}
+
+/// A batch's records decoded: the events, the dead letters, and which
+/// records were dead (for the breaker), in order.
+struct DecodedBatch<'m, B> {
+    events: Vec<Sourced<Event<B>>>,
+    letters: Vec<DeadLetter<'m>>,
+    dead: Vec<bool>,
+}
+
+impl<E: Entity> BatchRun<'_, E> {
     /// Processes one batch: everything in it ends applied, duplicate, stale
     /// or dead-lettered, decided against the order cache; the pending
     /// checkpoint moves past it (written at the next write-out).
     pub(super) async fn process<M: Message + Sync>(
-        &mut self,
+        mut self,
         batch: &[M],
     ) -> Result<(), ProcessError> {
         let started = Instant::now();
+        let fresh = self.fresh(batch);
+        let (Some(first), Some(last)) = (fresh.first(), fresh.last()) else {
+            return Ok(());
+        };
+        let first_offset = first.offset();
+        let next_offset = next_offset_after(last.offset());
+        let DecodedBatch {
+            events,
+            letters,
+            dead,
+        } = self.decode_all(&fresh).await;
+        if let Some(trip) = self.task.breaker.observe(dead) {
+            // Nothing of this batch is sent, decided or counted: the
+            // partition's checkpoint stays before it.
+            return Err(ProcessError::DeadLetterBreaker {
+                partition: self.task.partition,
+                offset: first_offset,
+                trip,
+                cause: dominant_cause(&letters),
+            });
+        }
+        let dead = self.send_or_hold(letters).await?;
+        fault::hit(Point::PanicBatch);
+        let decoded = Decoded {
+            events,
+            dead_lettered: dead,
+            first_offset,
+            next_offset,
+        };
+        self.apply(decoded, started, fresh.len())
+    }
+
+    /// The batch's records the checkpoint does not cover yet (the others
+    /// were processed before a crash or a rebalance, and counted); says so
+    /// when they do not start at the checkpoint.
+    fn fresh<'m, M: Message>(&mut self, batch: &'m [M]) -> Vec<&'m M> {
         let expected = self.task.state.pending().map(|c| c.next_offset);
-        // Records the checkpoint already covers were processed before a crash
-        // or a rebalance: skip them, they are counted already.
         let fresh: Vec<&M> = batch
             .iter()
             .filter(|m| expected.is_none_or(|next| m.offset() >= next))
             .collect();
-        let (Some(first), Some(last)) = (fresh.first(), fresh.last()) else {
-            return Ok(());
+        let Some(first) = fresh.first() else {
+            return fresh;
         };
         match expected {
             None => {
@@ -55,21 +107,25 @@ impl<E: Entity> Live<E> {
             ),
             Some(_) => {}
         }
-        let first_offset = first.offset();
-        let next_offset = next_offset_after(last.offset());
+        fresh
+    }
 
-        let mut events: Vec<Sourced<Event<E::Body>>> = Vec::with_capacity(fresh.len());
-        let mut letters: Vec<DeadLetter<'_>> = Vec::new();
-        let mut dead: Vec<bool> = Vec::with_capacity(fresh.len());
-        for &message in &fresh {
-            let decoded = self.decode(message).await;
-            dead.push(decoded.is_err());
-            match decoded {
-                Ok(event) => events.push(Sourced {
+    /// Decodes every record: an event, or a dead letter for poison.
+    async fn decode_all<'m, M: Message>(&self, fresh: &[&'m M]) -> DecodedBatch<'m, E::Body> {
+        let mut decoded = DecodedBatch {
+            events: Vec::with_capacity(fresh.len()),
+            letters: Vec::new(),
+            dead: Vec::with_capacity(fresh.len()),
+        };
+        for &message in fresh {
+            let event = self.decode(message).await;
+            decoded.dead.push(event.is_err());
+            match event {
+                Ok(event) => decoded.events.push(Sourced {
                     offset: message.offset(),
                     value: event,
                 }),
-                Err((kind, text)) => letters.push(DeadLetter {
+                Err((kind, text)) => decoded.letters.push(DeadLetter {
                     key: message.key(),
                     payload: message.payload(),
                     partition: self.task.partition,
@@ -80,45 +136,40 @@ impl<E: Entity> Live<E> {
                 }),
             }
         }
-        if let Some(trip) = self.task.breaker.observe(dead) {
-            // Nothing of this batch is sent, decided or counted: the
-            // partition's checkpoint stays before it.
-            return Err(ProcessError::DeadLetterBreaker {
-                partition: self.task.partition,
-                offset: first_offset,
-                trip,
-                cause: dominant_cause(&letters),
-            });
-        }
+        decoded
+    }
+
+    /// The batch's dead letters, held by the write-out mode (exactly_once:
+    /// they commit with the write-out that moves the checkpoint past their
+    /// records) or sent now; returns how many there were.
+    async fn send_or_hold(&mut self, letters: Vec<DeadLetter<'_>>) -> Result<u64, ProcessError> {
+        let count = letters.len() as u64;
         // After a repair: letters published before it are not sent again
         // (they still count).
-        let (published, letters) = self.task.split_republished(letters);
-        if let WriteOutMode::Everything { held_letters, .. } = &mut self.task.mode {
-            // exactly_once: the letters commit with the write-out that
-            // moves the checkpoint past their records.
-            held_letters.extend(letters.iter().map(HeldLetter::hold));
-        } else if !letters.is_empty() {
+        let (_published, letters) = self.task.split_republished(letters);
+        if !self.mode.hold_letters(&letters) && !letters.is_empty() {
             // A permanent failure stops the processor before this batch is
             // decided: nothing moves past a record whose letter is not durable.
             self.task.input.dead_letters.try_send_all(&letters).await?;
             fault::hit(Point::AfterDlq);
         }
-        let mut letters = letters;
-        letters.extend(published);
+        Ok(count)
+    }
 
+    /// Decides the batch against the order cache and records its outcomes.
+    fn apply(
+        self,
+        decoded: Decoded<E::Body>,
+        started: Instant,
+        records: usize,
+    ) -> Result<(), ProcessError> {
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
         let retention_ms = self.task.input.retention.as_millis() as i64;
-        let dead = letters.len() as u64;
-        fault::hit(Point::PanicBatch);
-        let decoded = Decoded {
-            events,
-            dead_lettered: dead,
-            first_offset,
-            next_offset,
-        };
+        let dead = decoded.dead_lettered;
+        let next_offset = decoded.next_offset;
         let outcome = self.task.state.apply(decoded, now_ms, retention_ms)?;
         self.task.state.shed(self.task.member.cache_share());
         let BatchOutcome {
@@ -131,26 +182,17 @@ impl<E: Entity> Live<E> {
             ..outcomes
         };
         let elapsed = started.elapsed();
-        self.task
-            .reporting
+        let task = &*self.task;
+        task.reporting
             .counters
             .record_batch(&outcomes, version_gaps, elapsed);
-        self.task
-            .status
-            .record(&outcomes, version_gaps, next_offset);
-        self.task
-            .reporting
-            .telemetry
-            .batch_duration
-            .observe(elapsed.as_secs_f64());
-        self.task
-            .reporting
-            .telemetry
-            .batch_records
-            .observe(fresh.len() as f64);
+        task.status.record(&outcomes, version_gaps, next_offset);
+        let telemetry = &task.reporting.telemetry;
+        telemetry.batch_duration.observe(elapsed.as_secs_f64());
+        telemetry.batch_records.observe(records as f64);
         debug!(
-            partition = self.task.partition,
-            records = fresh.len(),
+            partition = task.partition,
+            records,
             ?outcomes,
             next_offset,
             "batch decided"

@@ -8,7 +8,7 @@ use crate::engine::entity::Entity;
 use super::batch::take_available;
 use super::live::Live;
 use super::source::RecordSource;
-use super::Reply;
+use super::task::Reply;
 use crate::observe::Phase;
 use crate::processor::ProcessError;
 
@@ -44,7 +44,7 @@ impl<E: Entity> Draining<E> {
                 Err(tripped @ ProcessError::DeadLetterBreaker { .. }) => {
                     // Released now: what was decided before the batch is
                     // written, the rest is the next owner's.
-                    self.live.report_trip(&tripped);
+                    super::stopped::report_trip(&self.live.task, &tripped);
                     break;
                 }
                 other => other?,

@@ -7,20 +7,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::Consumer;
 use tracing::{debug, info, warn};
 
-use super::mode::WriteOutMode;
-use super::{PartitionTask, Reply};
-use crate::config::OutboxDelivery;
+use rdkafka::message::Message;
+
+use super::batch::BatchRun;
+use super::mode::{StatusRoute, WriteOutMode};
+use super::task::{PartitionTask, Reply};
 use crate::engine::fault::{self, Point};
 use crate::engine::outbox_record::OutboxRecord;
-use crate::engine::partition_state::{PartitionState, PreparedWrite, StatusChanges};
-use crate::kafka::retry::Backoff;
-use crate::observe::errors::{Kind, Stage};
+use crate::engine::partition_state::{PartitionState, StatusChanges};
+use crate::observe::errors::Stage;
 use crate::processor::flusher::FlushMsg;
 use crate::processor::outbox::direct::{Floor, PublishError, StatusOutput};
-use crate::processor::transaction::{Round, TxnError};
 use crate::processor::ProcessError;
 
 /// The partition task's end of its outbox relay. Dropping it stops the
@@ -44,6 +43,8 @@ impl Drop for RelayHandle {
 /// any) running.
 pub(super) struct Live<E: Entity> {
     pub(super) task: PartitionTask<E>,
+    /// How this owner's write-outs reach Kafka, opened by the restore.
+    pub(super) mode: WriteOutMode<E>,
     /// The outbox relay (outbox on, at_least_once).
     relay: Option<RelayHandle>,
     /// Write-out delivery: the last status change this input partition
@@ -61,9 +62,13 @@ pub(super) struct Live<E: Entity> {
 
 impl<E: Entity> Live<E> {
     /// Starts the relay over the state as restored.
-    pub(super) fn start(task: PartitionTask<E>) -> Result<Self, ProcessError> {
+    pub(super) fn start(
+        task: PartitionTask<E>,
+        mode: WriteOutMode<E>,
+    ) -> Result<Self, ProcessError> {
         let mut live = Live {
             task,
+            mode,
             relay: None,
             pending_seek_said: 0,
             status_floor: None,
@@ -71,6 +76,23 @@ impl<E: Entity> Live<E> {
         };
         live.start_relay()?;
         Ok(live)
+    }
+
+    /// Processes one batch: everything in it ends applied, duplicate, stale
+    /// or dead-lettered, decided against the order cache (decoded, its
+    /// dead letters sent or held by the mode, checked by the breaker:
+    /// [`BatchRun`]).
+    pub(super) async fn process<M: Message + Sync>(
+        &mut self,
+        batch: &[M],
+    ) -> Result<(), ProcessError> {
+        BatchRun {
+            task: &mut self.task,
+            mode: &mut self.mode,
+            registry_waited_ms: &self.registry_waited_ms,
+        }
+        .process(batch)
+        .await
     }
 
     /// Answers a drain with the written checkpoint.
@@ -88,13 +110,17 @@ impl<E: Entity> Live<E> {
         let with_write_out = StatusChanges::WithWriteOut {
             partition: self.task.partition,
         };
-        if self.task.mode.status_in_transaction() {
-            // exactly_once: status changes go out in each write-out's
-            // transaction; no outbox rows, no relay.
-            self.task.state.send_status_changes(with_write_out);
-            return Ok(());
+        match self.task.settings.strategy.status() {
+            StatusRoute::Off => return Ok(()),
+            StatusRoute::InTransaction => {
+                // exactly_once: status changes go out in each write-out's
+                // transaction; no outbox rows, no relay.
+                self.task.state.send_status_changes(with_write_out);
+                return Ok(());
+            }
+            StatusRoute::WithWriteOut | StatusRoute::Relay => {}
         }
-        if self.task.settings.outbox_delivery == OutboxDelivery::WriteOut {
+        if self.task.settings.strategy.status() == StatusRoute::WithWriteOut {
             self.task.state.send_status_changes(with_write_out);
             let (left, _) = self.task.state.store().outbox_backlog::<E::Status>()?;
             if left == 0 {
@@ -153,14 +179,14 @@ impl<E: Entity> Live<E> {
 
     /// Tries again the seek to the restored checkpoint that librdkafka was
     /// not fetching the partition for yet (see
-    /// [`super::PartitionTask::pending_seek`]); says every minute that it
+    /// [`super::task::PartitionTask::pending_seek`]); says every minute that it
     /// still waits.
     pub(super) async fn retry_pending_seek(&mut self) {
         let Some(offset) = self.task.pending_seek else {
             return;
         };
-        match super::seek_to(&self.task, offset).await {
-            super::Seeked::Done => {
+        match super::task::seek_to(&self.task, offset).await {
+            super::task::Seeked::Done => {
                 info!(
                     partition = self.task.partition,
                     offset, "fetching started; seeked to the restored checkpoint"
@@ -169,7 +195,7 @@ impl<E: Entity> Live<E> {
                 self.task.status.waiting.clear();
                 self.pending_seek_said = 0;
             }
-            super::Seeked::NotFetching => {
+            super::task::Seeked::NotFetching => {
                 let waited = self
                     .task
                     .status
@@ -194,7 +220,7 @@ impl<E: Entity> Live<E> {
                     );
                 }
             }
-            super::Seeked::Failed(error) => {
+            super::task::Seeked::Failed(error) => {
                 warn!(partition = self.task.partition, offset, %error, "cannot seek to the restored checkpoint; records before it are skipped as they arrive");
                 self.task.pending_seek = None;
                 self.task.status.waiting.clear();
@@ -321,7 +347,7 @@ impl<E: Entity> Live<E> {
         // milliseconds: it runs on a blocking thread so the async workers
         // keep the other partitions' timers and batches on time. The task
         // owns its state and waits, so nothing else touches it meanwhile.
-        let with_changelog = self.task.outputs.changelog.is_some();
+        let with_changelog = self.mode.writes_changelog();
         let (state, prepared) = self
             .lend_state(move |state| state.prepare_write_out(with_changelog))
             .await?;
@@ -330,16 +356,14 @@ impl<E: Entity> Live<E> {
             return Ok(());
         };
         self.task.drop_republished(&mut prepared.status);
-        let position = if with_changelog {
-            if !prepared.status.is_empty() {
-                // Write-out delivery over rows a relay left: those first.
-                self.wait_for_left_rows().await?;
-            }
-            Some(self.commit_transaction(&mut prepared).await?)
-        } else {
+        if !prepared.status.is_empty() {
+            // Write-out delivery over rows a relay left: those first.
+            self.wait_for_left_rows().await?;
+        }
+        if self.mode.publishes_status() {
             self.publish_status(&prepared.status).await?;
-            None
-        };
+        }
+        let position = self.mode.commit(&self.task, &mut prepared).await?;
         fault::hit(Point::StopAcked);
         let share = self.task.member.cache_share();
         let status_changes = prepared.status.len() as u64;
@@ -408,7 +432,6 @@ impl<E: Entity> Live<E> {
         if records.is_empty() {
             return Ok(());
         }
-        self.wait_for_left_rows().await?;
         let Some(setup) = self.task.outputs.outbox.as_ref() else {
             return Ok(());
         };
@@ -442,77 +465,6 @@ impl<E: Entity> Live<E> {
         output.publish(records, floor).await?;
         self.status_floor = Some(floor);
         Ok(())
-    }
-
-    /// Commits the write-out's transaction (exactly_once: held letters,
-    /// changelog records, status changes, input offset; at_least_once: the
-    /// changelog records and status changes), retrying an aborted round
-    /// with backoff. Returns the changelog position.
-    async fn commit_transaction(
-        &mut self,
-        prepared: &mut PreparedWrite<E::Status>,
-    ) -> Result<i64, ProcessError> {
-        let changes = prepared.write.changes.take().unwrap_or_default();
-        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-        loop {
-            let (txn, letters, group) = match &self.task.mode {
-                WriteOutMode::Changelog(txn) => (txn, &[][..], None),
-                WriteOutMode::Everything { txn, held_letters } => (
-                    txn,
-                    &held_letters[..],
-                    Some(
-                        self.task
-                            .consumer
-                            .upgrade()
-                            .and_then(|c| c.group_metadata())
-                            .ok_or_else(|| ProcessError::Partition {
-                                partition: self.task.partition,
-                                stage: Stage::Transaction,
-                                message: "the consumer is closed".into(),
-                            })?,
-                    ),
-                ),
-                WriteOutMode::Unopened | WriteOutMode::StoreOnly => {
-                    return Err(ProcessError::Partition {
-                        partition: self.task.partition,
-                        stage: Stage::Transaction,
-                        message: "no transactional producer".into(),
-                    })
-                }
-            };
-            let round = Round {
-                letters,
-                changes: &changes,
-                checkpoint: &prepared.checkpoint_bytes,
-                covers: prepared.checkpoint.next_offset,
-                epoch: prepared.checkpoint.epoch,
-                status: &prepared.status,
-                published_to: self
-                    .task
-                    .republished_below
-                    .filter(|below| *below > prepared.checkpoint.next_offset),
-                group,
-                waiting: &self.task.status.waiting,
-            };
-            match txn.commit(round).await {
-                Ok(position) => {
-                    if let WriteOutMode::Everything { held_letters, .. } = &mut self.task.mode {
-                        held_letters.clear();
-                    }
-                    return Ok(position);
-                }
-                Err(TxnError::Aborted { cause, .. }) => {
-                    self.task
-                        .reporting
-                        .telemetry
-                        .errors
-                        .record(Stage::Transaction, Kind::Retryable);
-                    warn!(partition = self.task.partition, error = %cause, "transaction aborted (nothing of it is visible); retrying the write-out");
-                    backoff.sleep().await;
-                }
-                Err(fenced) => return Err(fenced.into()),
-            }
-        }
     }
 
     /// Runs `work` on the partition's state on a blocking thread and hands

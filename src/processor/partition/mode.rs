@@ -1,27 +1,164 @@
-//! How a partition's write-outs reach Kafka: one mode per guarantee and
-//! changelog setting, chosen when the partition's producer is opened (before
-//! its restore), instead of flags each stage checks.
+//! How a partition's write-outs reach Kafka, decided once: the
+//! [`Strategy`] is taken from the configuration (guarantee × changelog ×
+//! status delivery) when the task starts, pure; the [`WriteOutMode`] it
+//! opens before each restore (the partition's transactional producer, which
+//! fences the previous owner's) owns what differs between them: where a
+//! batch's dead letters go, where status changes go, and what a write-out
+//! commits. The phases ask the mode; they do not branch on the guarantee.
 
+use std::time::Duration;
+
+use rdkafka::consumer::Consumer;
+use tracing::warn;
+
+use crate::config::{Config, Guarantee, OutboxDelivery};
 use crate::engine::entity::Entity;
-use crate::processor::dlq::HeldLetter;
-use crate::processor::transaction::TxnWriter;
+use crate::engine::partition_state::PreparedWrite;
+use crate::kafka::retry::Backoff;
+use crate::observe::errors::{Kind, Stage};
+use crate::processor::dlq::{DeadLetter, HeldLetter};
+use crate::processor::parts::Outputs;
+use crate::processor::transaction::{Round, TxnError, TxnWriter};
+use crate::processor::ProcessError;
 
-/// A partition's write-out mode.
-pub(crate) enum WriteOutMode<E: Entity> {
-    /// Not chosen yet: the partition's producer opens in the restore (and
-    /// again after a fence).
-    Unopened,
+use super::task::PartitionTask;
+
+/// Where a partition's status changes go (the outbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StatusRoute {
+    /// The outbox is off.
+    Off,
+    /// Stored as outbox rows in each write-out's batch; a relay publishes
+    /// them (`outbox.delivery = "relay"`, at_least_once).
+    Relay,
+    /// With each write-out: in its transaction with a changelog, otherwise
+    /// published and acknowledged before the store batch. A relay still
+    /// publishes rows an earlier relay delivery left, before the first.
+    WithWriteOut,
+    /// exactly_once: in each write-out's transaction; nothing is relayed.
+    InTransaction,
+}
+
+/// The write-out strategy: chosen once per task from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Strategy {
     /// No changelog: a write-out is the store batch alone; dead letters are
     /// produced when found.
-    StoreOnly,
+    StoreOnly { status: StatusRoute },
     /// A changelog under at_least_once: each write-out's changelog records
     /// (and, with write-out delivery, its status changes) are one
-    /// transaction of the partition's producer, which the next owner fences;
-    /// dead letters are produced when found.
+    /// transaction of the partition's producer, which the next owner
+    /// fences; dead letters are produced when found.
+    Changelog { topic: String, status: StatusRoute },
+    /// exactly_once (which needs the changelog): dead letters are held for
+    /// the write-out, whose one transaction carries them, the changelog
+    /// records, the status changes and the input offsets.
+    Everything { topic: String, status: StatusRoute },
+}
+
+impl Strategy {
+    /// The strategy a guarantee, a changelog topic and an outbox (with its
+    /// delivery) make. exactly_once without a changelog is refused by the
+    /// configuration's validation; here it writes the store alone.
+    pub(crate) fn choose(
+        guarantee: Guarantee,
+        changelog: Option<String>,
+        outbox: Option<OutboxDelivery>,
+    ) -> Self {
+        let status = match (guarantee, outbox) {
+            (_, None) => StatusRoute::Off,
+            (Guarantee::ExactlyOnce, Some(_)) if changelog.is_some() => StatusRoute::InTransaction,
+            (_, Some(OutboxDelivery::WriteOut)) => StatusRoute::WithWriteOut,
+            (_, Some(OutboxDelivery::Relay)) => StatusRoute::Relay,
+        };
+        match (guarantee, changelog) {
+            (_, None) => Strategy::StoreOnly { status },
+            (Guarantee::AtLeastOnce, Some(topic)) => Strategy::Changelog { topic, status },
+            (Guarantee::ExactlyOnce, Some(topic)) => Strategy::Everything { topic, status },
+        }
+    }
+
+    /// The configuration's strategy.
+    pub(crate) fn of(config: &Config) -> Self {
+        let outbox = config.output_topic().map(|_| config.outbox.delivery);
+        Strategy::choose(
+            config.processing.guarantee,
+            config.changelog_topic(),
+            outbox,
+        )
+    }
+
+    /// The changelog topic, when there is one.
+    pub(crate) fn changelog(&self) -> Option<&str> {
+        match self {
+            Strategy::StoreOnly { .. } => None,
+            Strategy::Changelog { topic, .. } | Strategy::Everything { topic, .. } => Some(topic),
+        }
+    }
+
+    /// Where status changes go.
+    pub(crate) fn status(&self) -> StatusRoute {
+        match self {
+            Strategy::StoreOnly { status }
+            | Strategy::Changelog { status, .. }
+            | Strategy::Everything { status, .. } => *status,
+        }
+    }
+
+    /// Opens the strategy's mode for one owner of the partition: with a
+    /// changelog, the partition's transactional producer, which fences the
+    /// producers of its earlier owners.
+    pub(crate) async fn open<E: Entity>(
+        &self,
+        outputs: &Outputs<E>,
+        partition: i32,
+    ) -> Result<WriteOutMode<E>, TxnError> {
+        let (topic, status) = match self {
+            Strategy::StoreOnly { status } => {
+                return Ok(WriteOutMode::StoreOnly {
+                    publish_status: *status == StatusRoute::WithWriteOut,
+                })
+            }
+            Strategy::Changelog { topic, status } | Strategy::Everything { topic, status } => {
+                (topic, status)
+            }
+        };
+        // Status changes in the transaction: the producer writes the output
+        // topic too.
+        let output = outputs
+            .outbox
+            .as_ref()
+            .filter(|_| {
+                matches!(
+                    status,
+                    StatusRoute::WithWriteOut | StatusRoute::InTransaction
+                )
+            })
+            .map(|o| (o.topic.clone(), o.encoder.clone()));
+        let txn = TxnWriter::open(&outputs.txn, partition, topic.clone(), output).await?;
+        Ok(match self {
+            Strategy::Everything { .. } => WriteOutMode::Everything {
+                txn,
+                held_letters: Vec::new(),
+            },
+            _ => WriteOutMode::Changelog(txn),
+        })
+    }
+}
+
+/// A partition's write-out mode, opened from its [`Strategy`] by the
+/// restore: one owner's way to commit.
+pub(crate) enum WriteOutMode<E: Entity> {
+    /// No changelog: the store batch alone. With `publish_status`, the
+    /// write-out's status changes are published and acknowledged first.
+    StoreOnly { publish_status: bool },
+    /// at_least_once with a changelog: one transaction per write-out, of
+    /// the changelog records and, with write-out delivery, the status
+    /// changes.
     Changelog(TxnWriter<E>),
-    /// exactly_once: dead letters are held for the write-out, whose one
-    /// transaction carries them, the changelog records, the status changes
-    /// and the input offsets.
+    /// exactly_once: one transaction per write-out, of the held dead
+    /// letters, the changelog records, the status changes and the input
+    /// offset.
     Everything {
         txn: TxnWriter<E>,
         held_letters: Vec<HeldLetter>,
@@ -29,15 +166,193 @@ pub(crate) enum WriteOutMode<E: Entity> {
 }
 
 impl<E: Entity> WriteOutMode<E> {
-    /// Status changes leave in the write-out's transaction, never as stored
-    /// outbox rows.
-    pub(crate) fn status_in_transaction(&self) -> bool {
-        matches!(self, WriteOutMode::Everything { .. })
-    }
-
     /// Nothing fences a late write-out of this member: a pause is held off
     /// by the schedule instead (see `WriteSchedule`).
     pub(crate) fn unfenced(&self) -> bool {
-        matches!(self, WriteOutMode::StoreOnly | WriteOutMode::Unopened)
+        matches!(self, WriteOutMode::StoreOnly { .. })
+    }
+
+    /// True when a write-out produces changelog records.
+    pub(crate) fn writes_changelog(&self) -> bool {
+        !self.unfenced()
+    }
+
+    /// True when a write-out publishes its status changes itself, before
+    /// the store batch (no changelog, write-out delivery).
+    pub(crate) fn publishes_status(&self) -> bool {
+        matches!(
+            self,
+            WriteOutMode::StoreOnly {
+                publish_status: true
+            }
+        )
+    }
+
+    /// exactly_once holds a batch's dead letters for the write-out that
+    /// moves the checkpoint past their records (`true`); the other modes
+    /// leave them to be produced now (`false`).
+    pub(crate) fn hold_letters(&mut self, letters: &[DeadLetter<'_>]) -> bool {
+        match self {
+            WriteOutMode::Everything { held_letters, .. } => {
+                held_letters.extend(letters.iter().map(HeldLetter::hold));
+                true
+            }
+            WriteOutMode::StoreOnly { .. } | WriteOutMode::Changelog(_) => false,
+        }
+    }
+
+    /// Commits the write-out's transaction, retrying an aborted round with
+    /// backoff: the changelog position after its checkpoint record; `None`
+    /// for the store-only mode, which has nothing to commit in Kafka.
+    pub(crate) async fn commit(
+        &mut self,
+        task: &PartitionTask<E>,
+        prepared: &mut PreparedWrite<E::Status>,
+    ) -> Result<Option<i64>, ProcessError> {
+        // exactly_once's round also carries the held letters and the input
+        // offset (with the group's metadata, taken afresh for each try).
+        let (txn, mut held) = match self {
+            WriteOutMode::StoreOnly { .. } => return Ok(None),
+            WriteOutMode::Changelog(txn) => (&*txn, None),
+            WriteOutMode::Everything { txn, held_letters } => (&*txn, Some(held_letters)),
+        };
+        let changes = prepared.write.changes.take().unwrap_or_default();
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        loop {
+            let round = Round {
+                letters: held.as_deref().map_or(&[][..], Vec::as_slice),
+                changes: &changes,
+                checkpoint: &prepared.checkpoint_bytes,
+                covers: prepared.checkpoint.next_offset,
+                epoch: prepared.checkpoint.epoch,
+                status: &prepared.status,
+                published_to: task
+                    .republished_below
+                    .filter(|below| *below > prepared.checkpoint.next_offset),
+                group: match held {
+                    Some(_) => Some(group_metadata(task)?),
+                    None => None,
+                },
+                waiting: &task.status.waiting,
+            };
+            match txn.commit(round).await {
+                Ok(position) => {
+                    if let Some(held) = held.as_mut() {
+                        held.clear();
+                    }
+                    return Ok(Some(position));
+                }
+                Err(TxnError::Aborted { cause, .. }) => {
+                    task.reporting
+                        .telemetry
+                        .errors
+                        .record(Stage::Transaction, Kind::Retryable);
+                    warn!(partition = task.partition, error = %cause, "transaction aborted (nothing of it is visible); retrying the write-out");
+                    backoff.sleep().await;
+                }
+                Err(fenced) => return Err(fenced.into()),
+            }
+        }
+    }
+}
+
+/// The consumer's group metadata, which an exactly-once round commits the
+/// input offset with (the broker rejects a stale generation's).
+fn group_metadata<E: Entity>(
+    task: &PartitionTask<E>,
+) -> Result<rdkafka::consumer::ConsumerGroupMetadata, ProcessError> {
+    task.consumer
+        .upgrade()
+        .and_then(|c| c.group_metadata())
+        .ok_or_else(|| ProcessError::Partition {
+            partition: task.partition,
+            stage: Stage::Transaction,
+            message: "the consumer is closed".into(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_guarantee_changelog_and_delivery_chooses_one_strategy() {
+        use Guarantee::{AtLeastOnce, ExactlyOnce};
+        use OutboxDelivery::{Relay, WriteOut};
+        let topic = || Some("changelog".to_string());
+        let changelog = |status| Strategy::Changelog {
+            topic: "changelog".into(),
+            status,
+        };
+        let everything = |status| Strategy::Everything {
+            topic: "changelog".into(),
+            status,
+        };
+        let cases = [
+            (
+                AtLeastOnce,
+                None,
+                None,
+                Strategy::StoreOnly {
+                    status: StatusRoute::Off,
+                },
+            ),
+            (
+                AtLeastOnce,
+                None,
+                Some(Relay),
+                Strategy::StoreOnly {
+                    status: StatusRoute::Relay,
+                },
+            ),
+            (
+                AtLeastOnce,
+                None,
+                Some(WriteOut),
+                Strategy::StoreOnly {
+                    status: StatusRoute::WithWriteOut,
+                },
+            ),
+            (AtLeastOnce, topic(), None, changelog(StatusRoute::Off)),
+            (
+                AtLeastOnce,
+                topic(),
+                Some(Relay),
+                changelog(StatusRoute::Relay),
+            ),
+            (
+                AtLeastOnce,
+                topic(),
+                Some(WriteOut),
+                changelog(StatusRoute::WithWriteOut),
+            ),
+            (ExactlyOnce, topic(), None, everything(StatusRoute::Off)),
+            (
+                ExactlyOnce,
+                topic(),
+                Some(Relay),
+                everything(StatusRoute::InTransaction),
+            ),
+            (
+                ExactlyOnce,
+                topic(),
+                Some(WriteOut),
+                everything(StatusRoute::InTransaction),
+            ),
+        ];
+        for (guarantee, changelog, outbox, expected) in cases {
+            let chosen = Strategy::choose(guarantee, changelog.clone(), outbox);
+            assert_eq!(chosen, expected, "{guarantee:?} {changelog:?} {outbox:?}");
+            let in_write_outs =
+                matches!(outbox, Some(WriteOut)) || (guarantee == ExactlyOnce && outbox.is_some());
+            assert_eq!(
+                matches!(
+                    chosen.status(),
+                    StatusRoute::WithWriteOut | StatusRoute::InTransaction
+                ),
+                in_write_outs,
+                "{guarantee:?} {outbox:?}"
+            );
+        }
     }
 }

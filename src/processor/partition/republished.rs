@@ -7,7 +7,7 @@
 
 use tracing::info;
 
-use super::PartitionTask;
+use super::task::PartitionTask;
 use crate::engine::entity::Entity;
 use crate::engine::outbox_record::OutboxRecord;
 use crate::processor::dlq::DeadLetter;

@@ -13,13 +13,12 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
 use super::mode::WriteOutMode;
-use super::{Command, PartitionTask, Reply, Seeked};
-use crate::config::{Guarantee, OutboxDelivery};
+use super::task::{Command, PartitionTask, Reply, Seeked};
 use crate::engine::partition_state::PartitionState;
 use crate::observe::errors::Stage;
 use crate::observe::Phase;
-use crate::processor::changelog::restore::Restore;
-use crate::processor::transaction::{TxnError, TxnScope, TxnWriter};
+use crate::processor::changelog::restore::{Restore, Restored as ChangelogRestored};
+use crate::processor::transaction::TxnError;
 use crate::processor::ProcessError;
 
 /// A partition task before its first record.
@@ -29,8 +28,12 @@ pub(super) struct Restoring<E: Entity> {
 
 /// How the restoring phase ended.
 pub(super) enum Restored<E: Entity> {
-    /// Restored (or nothing to restore): on to processing.
-    Ready(PartitionTask<E>),
+    /// Restored (or nothing to restore): on to processing, with this
+    /// owner's write-out mode.
+    Ready {
+        task: PartitionTask<E>,
+        mode: WriteOutMode<E>,
+    },
     /// A drain came first: the partition is released before processing.
     Released {
         task: PartitionTask<E>,
@@ -54,39 +57,13 @@ impl<E: Entity> Restoring<E> {
     /// partition's earlier producers, or checks that a
     /// store without a changelog holds the partition's state.
     pub(super) async fn run(mut self) -> Result<Restored<E>, ProcessError> {
-        let Some(changelog) = self.task.outputs.changelog.clone() else {
-            self.task.mode = WriteOutMode::StoreOnly;
-            self.check_without_changelog().await?;
-            return Ok(Restored::Ready(self.task));
-        };
-        // After a fence: where the partition is read from again unless the
-        // restore finds a newer checkpoint.
-        let rewind = self.task.rewind.take();
-        let task = &mut self.task;
-        // Fence the partition's earlier producers first (under either
-        // guarantee): after this, no write of a previous owner can become
-        // visible behind the restore (see processor::transaction).
-        let (scope, output) = match task.settings.guarantee {
-            Guarantee::ExactlyOnce => (TxnScope::Everything, task.outputs.outbox.as_ref()),
-            Guarantee::AtLeastOnce => {
-                let in_write_out = task.settings.outbox_delivery == OutboxDelivery::WriteOut;
-                (
-                    TxnScope::Changelog,
-                    task.outputs.outbox.as_ref().filter(|_| in_write_out),
-                )
-            }
-        };
-        let output = output.map(|o| (o.topic.clone(), o.encoder.clone()));
-        match TxnWriter::open(&task.outputs.txn, task.partition, changelog.clone(), output).await {
-            Ok(txn) => {
-                task.mode = match scope {
-                    TxnScope::Everything => WriteOutMode::Everything {
-                        txn,
-                        held_letters: Vec::new(),
-                    },
-                    TxnScope::Changelog => WriteOutMode::Changelog(txn),
-                }
-            }
+        // With a changelog, the mode's producer fences the partition's
+        // earlier producers first (under either guarantee): after this, no
+        // write of a previous owner can become visible behind the restore
+        // (see processor::transaction).
+        let strategy = self.task.settings.strategy.clone();
+        let mode = match strategy.open(&self.task.outputs, self.task.partition).await {
+            Ok(mode) => mode,
             Err(cause @ (TxnError::Fenced { .. } | TxnError::Stalled { .. })) => {
                 return Ok(Restored::Fenced {
                     task: self.task,
@@ -94,36 +71,20 @@ impl<E: Entity> Restoring<E> {
                 })
             }
             Err(other) => return Err(other.into()),
-        }
-        let cancel = Arc::new(AtomicBool::new(false));
-        let tree = task.state.store().clone();
-        let job = {
-            let (outputs, member) = (task.outputs.clone(), task.member.clone());
-            let (cancel, tree) = (cancel.clone(), tree.clone());
-            let (topic, partition) = (changelog.clone(), task.partition);
-            let status = task.status.clone();
-            // The partition's span, so the restore's log lines name it.
-            let span = tracing::Span::current();
-            tokio::task::spawn_blocking(move || {
-                let _entered = span.enter();
-                let progress = &status.restore;
-                let restored = Restore {
-                    reader: &outputs.reader,
-                    topic: &topic,
-                    partition,
-                    tree: &tree,
-                    cancel: &cancel,
-                    progress,
-                }
-                .run_with_retries();
-                progress.end();
-                let restored = restored?;
-                if restored.restored {
-                    member.store.flush()?;
-                }
-                Ok::<_, crate::processor::changelog::ChangelogError>(restored)
-            })
         };
+        let Some(changelog) = strategy.changelog() else {
+            self.check_without_changelog().await?;
+            return Ok(Restored::Ready {
+                task: self.task,
+                mode,
+            });
+        };
+        // After a fence: where the partition is read from again unless the
+        // restore finds a newer checkpoint.
+        let rewind = self.task.rewind.take();
+        let task = &mut self.task;
+        let cancel = Arc::new(AtomicBool::new(false));
+        let job = spawn_restore(task, changelog, cancel.clone());
         tokio::pin!(job);
         let released = tokio::select! {
             biased;
@@ -153,15 +114,29 @@ impl<E: Entity> Restoring<E> {
             if let Some(offset) = rewind {
                 self.seek(offset).await;
             }
-            return Ok(Restored::Ready(self.task));
+            return Ok(Restored::Ready {
+                task: self.task,
+                mode,
+            });
         }
+        self.adopt(restored, rewind).await;
+        Ok(Restored::Ready {
+            task: self.task,
+            mode,
+        })
+    }
+
+    /// Takes the restored checkpoint as the partition's, and seeks there
+    /// (or back to `rewind` after a fence) when the fetch is elsewhere.
+    async fn adopt(&mut self, restored: ChangelogRestored, rewind: Option<i64>) {
+        let task = &mut self.task;
         task.reporting.counters.record_restore(restored.elapsed);
         task.reporting
             .telemetry
             .restored_records
             .fetch_add(restored.applied, Ordering::Relaxed);
         task.status.seed(restored.checkpoint.as_ref());
-        task.state = PartitionState::new(tree, restored.checkpoint);
+        task.state = PartitionState::new(task.state.store().clone(), restored.checkpoint);
         match restored.checkpoint {
             Some(checkpoint) => {
                 if task.assigned_at != Some(checkpoint.next_offset) || rewind.is_some() {
@@ -174,16 +149,15 @@ impl<E: Entity> Restoring<E> {
                 }
             }
         }
-        Ok(Restored::Ready(self.task))
     }
 
     /// Moves the partition's fetch position (after a restore). Records
     /// before the checkpoint that still arrive are skipped by the batch.
     /// When librdkafka has not started fetching the partition yet, the
     /// seek is left to the processing phase to try again
-    /// ([`super::PartitionTask::pending_seek`]).
+    /// ([`super::task::PartitionTask::pending_seek`]).
     async fn seek(&mut self, offset: i64) {
-        match super::seek_to(&self.task, offset).await {
+        match super::task::seek_to(&self.task, offset).await {
             Seeked::Done => info!(
                 partition = self.task.partition,
                 offset, "seeked to the restored checkpoint"
@@ -196,7 +170,7 @@ impl<E: Entity> Restoring<E> {
                      offset); seeking to the restored checkpoint once it has"
                 );
                 self.task.pending_seek = Some(offset);
-                self.task.status.waiting.set(super::FETCH_START);
+                self.task.status.waiting.set(super::task::FETCH_START);
             }
             Seeked::Failed(error) => {
                 warn!(partition = self.task.partition, offset, %error, "cannot seek to the restored checkpoint; records before it are skipped as they arrive")
@@ -261,4 +235,40 @@ impl<E: Entity> Restoring<E> {
             _ => Ok(()),
         }
     }
+}
+
+/// Restores the partition's tree from the changelog on a blocking thread
+/// (flushed when anything was restored); `cancel` stops it at its next
+/// poll.
+fn spawn_restore<E: Entity>(
+    task: &PartitionTask<E>,
+    changelog: &str,
+    cancel: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Result<ChangelogRestored, crate::processor::changelog::ChangelogError>>
+{
+    let (outputs, member) = (task.outputs.clone(), task.member.clone());
+    let tree = task.state.store().clone();
+    let (topic, partition) = (changelog.to_string(), task.partition);
+    let status = task.status.clone();
+    // The partition's span, so the restore's log lines name it.
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || {
+        let _entered = span.enter();
+        let progress = &status.restore;
+        let restored = Restore {
+            reader: &outputs.reader,
+            topic: &topic,
+            partition,
+            tree: &tree,
+            cancel: &cancel,
+            progress,
+        }
+        .run_with_retries();
+        progress.end();
+        let restored = restored?;
+        if restored.restored {
+            member.store.flush()?;
+        }
+        Ok(restored)
+    })
 }

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use crate::config::{Config, Guarantee, OutboxDelivery};
+use super::mode::Strategy;
+use crate::config::Config;
 use crate::engine::breaker::Limits;
 
 /// One partition task's settings.
@@ -27,9 +28,9 @@ pub(crate) struct TaskSettings {
     pub shutdown_timeout: Duration,
     /// The dead-letter breaker's limits.
     pub breaker: Limits,
-    pub guarantee: Guarantee,
-    /// How status changes leave (relay or write-out), when the outbox is on.
-    pub outbox_delivery: OutboxDelivery,
+    /// How write-outs reach Kafka: guarantee, changelog and status
+    /// delivery, chosen once.
+    pub strategy: Strategy,
 }
 
 impl TaskSettings {
@@ -45,8 +46,7 @@ impl TaskSettings {
             session_timeout: Duration::from_millis(config.kafka.session_timeout_ms),
             shutdown_timeout: Duration::from_millis(processing.shutdown_timeout_ms),
             breaker: Limits::of(processing),
-            guarantee: processing.guarantee,
-            outbox_delivery: config.outbox.delivery,
+            strategy: Strategy::of(config),
         }
     }
 }

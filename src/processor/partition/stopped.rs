@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use tracing::error;
 
 use super::live::Live;
-use super::Command;
+use super::task::{Command, PartitionTask};
 use crate::observe::errors::{Kind, Stage};
 use crate::observe::Phase;
 use crate::processor::ProcessError;
@@ -23,7 +23,7 @@ impl<E: Entity> Stopped<E> {
     /// Logs, counts and shows the trip (phase [`Phase::Stopped`], the
     /// reason on `/readyz`).
     pub(super) fn enter(live: Live<E>, tripped: ProcessError) -> Self {
-        live.report_trip(&tripped);
+        report_trip(&live.task, &tripped);
         Stopped { live }
     }
 
@@ -45,26 +45,23 @@ impl<E: Entity> Stopped<E> {
     }
 }
 
-impl<E: Entity> Live<E> {
-    /// The dead-letter breaker tripped: logged, counted, and the partition
-    /// shown as stopped (also when it trips while draining).
-    pub(super) fn report_trip(&self, tripped: &ProcessError) {
-        let task = &self.task;
-        error!(
-            partition = task.partition,
-            error = %tripped,
-            "dead-letter breaker tripped: this partition stops (nothing after its checkpoint is dead-lettered, decided \
-             or committed); fix the cause (a producer's deploy, the registry's schemas), then restart this instance"
-        );
-        task.reporting
-            .telemetry
-            .breaker_trips
-            .fetch_add(1, Ordering::Relaxed);
-        task.reporting
-            .telemetry
-            .errors
-            .record(Stage::DeadLetter, Kind::Permanent);
-        let _ = task.status.stopped.set(tripped.to_string());
-        task.enter(Phase::Stopped);
-    }
+/// The dead-letter breaker tripped: logged, counted, and the partition
+/// shown as stopped (also when it trips while draining).
+pub(super) fn report_trip<E: Entity>(task: &PartitionTask<E>, tripped: &ProcessError) {
+    error!(
+        partition = task.partition,
+        error = %tripped,
+        "dead-letter breaker tripped: this partition stops (nothing after its checkpoint is dead-lettered, decided \
+         or committed); fix the cause (a producer's deploy, the registry's schemas), then restart this instance"
+    );
+    task.reporting
+        .telemetry
+        .breaker_trips
+        .fetch_add(1, Ordering::Relaxed);
+    task.reporting
+        .telemetry
+        .errors
+        .record(Stage::DeadLetter, Kind::Permanent);
+    let _ = task.status.stopped.set(tripped.to_string());
+    task.enter(Phase::Stopped);
 }

@@ -9,11 +9,11 @@ use std::sync::{Arc, Weak};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::mode::WriteOutMode;
+use super::mode::{StatusRoute, WriteOutMode};
 use super::processing::{Ended, Processing};
 use super::settings::TaskSettings;
 use super::source::MemorySource;
-use super::{Command, PartitionTask};
+use super::task::{Command, PartitionTask};
 use crate::config::Config;
 use crate::engine::breaker::Breaker;
 use crate::engine::codec::Decoder;
@@ -133,7 +133,6 @@ impl<E: Entity> Harness<E> {
             status: status.clone(),
             consumer: Weak::new(),
             assigned_at: checkpoint.map(|c| c.next_offset),
-            mode: WriteOutMode::StoreOnly,
             settings: settings.clone(),
             breaker: Breaker::new(settings.breaker),
             first_offset: None,
@@ -142,8 +141,13 @@ impl<E: Entity> Harness<E> {
             republished_below: None,
             pending_seek: None,
         };
+        // No broker: the store-only mode, whatever the configuration's
+        // strategy.
+        let mode = WriteOutMode::StoreOnly {
+            publish_status: settings.strategy.status() == StatusRoute::WithWriteOut,
+        };
         let join = tokio::spawn(async move {
-            match Processing::enter(task).await?.run(&*source).await? {
+            match Processing::enter(task, mode).await?.run(&*source).await? {
                 Ended::Drain { draining, fetched } => draining.run(&*source, fetched).await,
                 Ended::Stopped(stopped) => stopped.run().await,
                 Ended::Lost | Ended::Fenced { .. } => Ok(()),
