@@ -274,7 +274,10 @@ impl<E: Entity> Processing<E> {
         let due = schedule.write_now(now, state.has_unwritten(), over_share, || {
             drained && at_end(source, &self.live)
         });
-        if !due || !(member.write_turn_free() || !schedule.may_put_off(now, !drained, over_share)) {
+        // While other partitions hold the member's write-out turns, a
+        // write-out that may wait does.
+        let put_off = !member.write_turn_free() && schedule.may_put_off(now, !drained, over_share);
+        if !due || put_off {
             return Ok(Ok(()));
         }
         match self.live.write_out().await {
