@@ -20,17 +20,6 @@ pub(crate) struct Limits {
     pub window: u64,
 }
 
-impl Limits {
-    /// The limits `processing.dead_letter_*` set.
-    pub(crate) fn of(processing: &crate::config::ProcessingConfig) -> Self {
-        Limits {
-            max_consecutive: processing.dead_letter_max_consecutive,
-            max_ratio: processing.dead_letter_max_ratio,
-            window: processing.dead_letter_ratio_window,
-        }
-    }
-}
-
 /// Why the breaker tripped.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Trip {

@@ -45,7 +45,12 @@ impl TaskSettings {
                 .then(|| Duration::from_millis(processing.caught_up_write_ms).min(commit_interval)),
             session_timeout: Duration::from_millis(config.kafka.session_timeout_ms),
             shutdown_timeout: Duration::from_millis(processing.shutdown_timeout_ms),
-            breaker: Limits::of(processing),
+            // The limits `processing.dead_letter_*` set.
+            breaker: Limits {
+                max_consecutive: processing.dead_letter_max_consecutive,
+                max_ratio: processing.dead_letter_max_ratio,
+                window: processing.dead_letter_ratio_window,
+            },
             strategy: Strategy::of(config),
         }
     }
