@@ -290,16 +290,9 @@ async fn demo_of<E: Entity>(
     options: &DemoOptions,
     matches: impl Fn(&State<E>) -> Option<bool>,
 ) -> Result<DemoSummary, DemoError> {
-    let topic = planned.entity;
-    let dlq_topic = &format!("{topic}.dlq");
+    let topics = DemoTopics::of(planned.entity);
     let cluster = MockCluster::new(1)?;
-    cluster.create_topic(topic, options.partitions, 1)?;
-    cluster.create_topic(dlq_topic, 1, 1)?;
-    // The mock cluster has no CreateTopics: the changelog is created here.
-    let changelog_topic = "orderly-demo-changelog";
-    cluster.create_topic(changelog_topic, options.partitions, 1)?;
-    let output_topic = &format!("{topic}.status");
-    cluster.create_topic(output_topic, options.partitions, 1)?;
+    topics.create(&cluster, options.partitions)?;
     let bootstrap = cluster.bootstrap_servers();
 
     let records = std::mem::take(&mut planned.records);
@@ -314,9 +307,9 @@ async fn demo_of<E: Entity>(
         .set("enable.idempotence", "true")
         .set("linger.ms", "5")
         .create()?;
-    let ends = produce_planned(&producer, topic, &records).await?;
+    let ends = produce_planned(&producer, topics.input, &records).await?;
     drop(records);
-    check_mock_retention(&bootstrap, topic, options.partitions)?;
+    check_mock_retention(&bootstrap, topics.input, options.partitions)?;
 
     let temp;
     let store_path = match &options.store_dir {
@@ -329,17 +322,7 @@ async fn demo_of<E: Entity>(
             temp.path().join("store")
         }
     };
-    let mut config = match options.base_config.clone() {
-        Some(config) => config,
-        None => Config::defaults()?,
-    };
-    config.kafka.bootstrap_servers = bootstrap.clone();
-    config.kafka.group_id = "orderly-demo".into();
-    config.kafka.input_topic = topic.into();
-    config.kafka.dlq_topic = dlq_topic.into();
-    config.kafka.changelog_topic = changelog_topic.into();
-    config.kafka.output_topic = output_topic.into();
-    config.store.path = store_path.clone();
+    let config = demo_config(options, &topics, &bootstrap, &store_path)?;
     let store = Store::open(&store_path, config.store.cache_capacity_mb)?;
 
     let (timing, caught_up) = watch_progress(store.clone(), ends, Instant::now(), options.timeout);
@@ -360,7 +343,7 @@ async fn demo_of<E: Entity>(
         E::NAME,
         state_mismatches(&store, planned.expected.keys, matches)?,
         options.partitions,
-        dlq_records(&bootstrap, dlq_topic)?,
+        dlq_records(&bootstrap, &topics.dlq)?,
         timing,
     )?;
     summary.decide_seconds = report.decide_seconds;
@@ -369,7 +352,78 @@ async fn demo_of<E: Entity>(
         Duration::from_secs_f64(report.decide_seconds),
     );
     summary.commit_interval_ms = commit_interval_ms;
-    let published = outbox_event_ids(&entity, &bootstrap, output_topic, options.partitions)?;
+    let published = outbox_event_ids(&entity, &bootstrap, &topics.output, options.partitions)?;
+    check_published(&mut summary, &planned, &published, exactly_once);
+    drop(producer);
+    drop(cluster);
+    Ok(summary)
+}
+
+/// The demo's topics on the mock cluster, named after the entity's input
+/// topic.
+struct DemoTopics {
+    input: &'static str,
+    dlq: String,
+    changelog: &'static str,
+    output: String,
+}
+
+impl DemoTopics {
+    fn of(input: &'static str) -> Self {
+        DemoTopics {
+            input,
+            dlq: format!("{input}.dlq"),
+            changelog: "orderly-demo-changelog",
+            output: format!("{input}.status"),
+        }
+    }
+
+    /// Creates every topic; the dead-letter topic has one partition, the
+    /// others `partitions`.
+    fn create<C: rdkafka::ClientContext>(
+        &self,
+        cluster: &MockCluster<'_, C>,
+        partitions: i32,
+    ) -> Result<(), DemoError> {
+        cluster.create_topic(self.input, partitions, 1)?;
+        cluster.create_topic(&self.dlq, 1, 1)?;
+        // The mock cluster has no CreateTopics: the changelog is created here.
+        cluster.create_topic(self.changelog, partitions, 1)?;
+        cluster.create_topic(&self.output, partitions, 1)?;
+        Ok(())
+    }
+}
+
+/// The processor's configuration for the demo: `options.base_config` (or
+/// the defaults) pointed at the mock cluster's topics and `store_path`.
+fn demo_config(
+    options: &DemoOptions,
+    topics: &DemoTopics,
+    bootstrap: &str,
+    store_path: &std::path::Path,
+) -> Result<Config, DemoError> {
+    let mut config = match options.base_config.clone() {
+        Some(config) => config,
+        None => Config::defaults()?,
+    };
+    config.kafka.bootstrap_servers = bootstrap.into();
+    config.kafka.group_id = "orderly-demo".into();
+    config.kafka.input_topic = topics.input.into();
+    config.kafka.dlq_topic = topics.dlq.clone();
+    config.kafka.changelog_topic = topics.changelog.into();
+    config.kafka.output_topic = topics.output.clone();
+    config.store.path = store_path.to_path_buf();
+    Ok(config)
+}
+
+/// Checks the status changes `published` to the output topic against the
+/// ones the generator expects, into `summary`.
+fn check_published(
+    summary: &mut DemoSummary,
+    planned: &Planned,
+    published: &[String],
+    exactly_once: bool,
+) {
     let wanted: HashSet<String> = planned
         .status_changes
         .iter()
@@ -392,9 +446,6 @@ async fn demo_of<E: Entity>(
         summary.outbox_matches_expected &= published.len() == wanted.len();
         summary.counts_match_expected &= summary.dlq_topic_records as u64 == summary.dead_lettered;
     }
-    drop(producer);
-    drop(cluster);
-    Ok(summary)
 }
 
 /// How often the demo looks at the store while the processor runs: the

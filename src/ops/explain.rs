@@ -275,61 +275,109 @@ fn read_key(
     start: Start,
     max_records: usize,
 ) -> Result<Read, ExplainError> {
-    let kafka = |cause| ExplainError::Kafka {
-        topic: topic.to_string(),
-        cause,
-    };
+    let kafka = kafka_error(topic);
     let client = crate::kafka::reader_consumer_config(config);
     let consumer: BaseConsumer = client.create().map_err(kafka)?;
-    let metadata = consumer
-        .fetch_metadata(Some(topic), TIMEOUT)
-        .map_err(kafka)?;
-    let partitions = metadata
-        .topics()
-        .first()
-        .map_or(0, |t| t.partitions().len());
-    let count = u32::try_from(partitions)
-        .ok()
-        .filter(|n| *n > 0)
-        .ok_or_else(|| ExplainError::NoTopic {
-            topic: topic.to_string(),
-        })?;
+    let count = partition_count(&consumer, topic)?;
     let partition = partitioner.partition(key.as_bytes(), count);
-    let owner = crate::kafka::group_members::describe_group(
-        consumer.client(),
-        &config.kafka.group_id,
-        TIMEOUT,
-    )
-    .ok()
-    .and_then(|members| {
-        members.into_iter().find(|m| {
-            m.assignment
-                .iter()
-                .any(|(t, p)| t == topic && *p == partition)
-        })
-    })
-    .map(|m| Owner {
-        member_id: m.member_id,
-        client_id: m.client_id,
-        host: m.host,
-    });
+    let owner = owner_of(&consumer, &config.kafka.group_id, topic, partition);
     let reader = PartitionReader::new(&client, topic, partition)?;
     let (low, end) = reader.watermarks()?;
     let from = match start {
         Start::Earliest => low,
         Start::Offset(offset) => offset.max(low),
-        Start::Time(ms) => {
-            let mut list = TopicPartitionList::new();
-            list.add_partition_offset(topic, partition, Offset::Offset(ms))
-                .map_err(kafka)?;
-            let found = consumer.offsets_for_times(list, TIMEOUT).map_err(kafka)?;
-            match found.elements().first().map(|e| e.offset()) {
-                Some(Offset::Offset(offset)) => offset.max(low),
-                // No record at or after the time.
-                _ => end,
-            }
-        }
+        Start::Time(ms) => first_at_or_after(&consumer, topic, partition, ms, (low, end))?,
     };
+    let (raw, scanned, truncated) =
+        scan_key(&reader, (topic, partition), key, (from, end), max_records)?;
+    Ok(Read {
+        partition,
+        owner,
+        from,
+        end,
+        low,
+        raw,
+        scanned,
+        truncated,
+    })
+}
+
+/// A Kafka error of a request about `topic`.
+fn kafka_error(topic: &str) -> impl Fn(rdkafka::error::KafkaError) -> ExplainError + Copy + '_ {
+    move |cause| ExplainError::Kafka {
+        topic: topic.to_string(),
+        cause,
+    }
+}
+
+/// The input topic's partition count (the partitioner's modulus); a topic
+/// without partitions is one that does not exist.
+fn partition_count(consumer: &BaseConsumer, topic: &str) -> Result<u32, ExplainError> {
+    let metadata = consumer
+        .fetch_metadata(Some(topic), TIMEOUT)
+        .map_err(kafka_error(topic))?;
+    let partitions = metadata
+        .topics()
+        .first()
+        .map_or(0, |t| t.partitions().len());
+    u32::try_from(partitions)
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| ExplainError::NoTopic {
+            topic: topic.to_string(),
+        })
+}
+
+/// The member of `group` the partition is assigned to, if the group
+/// answers and has one.
+fn owner_of(consumer: &BaseConsumer, group: &str, topic: &str, partition: i32) -> Option<Owner> {
+    crate::kafka::group_members::describe_group(consumer.client(), group, TIMEOUT)
+        .ok()
+        .and_then(|members| {
+            members.into_iter().find(|m| {
+                m.assignment
+                    .iter()
+                    .any(|(t, p)| t == topic && *p == partition)
+            })
+        })
+        .map(|m| Owner {
+            member_id: m.member_id,
+            client_id: m.client_id,
+            host: m.host,
+        })
+}
+
+/// The first offset of the partition whose record is at or after `ms`
+/// (not before `low`); `end` when there is none.
+fn first_at_or_after(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    ms: i64,
+    (low, end): (i64, i64),
+) -> Result<i64, ExplainError> {
+    let kafka = kafka_error(topic);
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, partition, Offset::Offset(ms))
+        .map_err(kafka)?;
+    let found = consumer.offsets_for_times(list, TIMEOUT).map_err(kafka)?;
+    Ok(match found.elements().first().map(|e| e.offset()) {
+        Some(Offset::Offset(offset)) => offset.max(low),
+        // No record at or after the time.
+        _ => end,
+    })
+}
+
+/// The records of `key` in `[from, end)` of the partition, at most
+/// `max_records`: the records, how many were scanned, and whether the
+/// read stopped before the end.
+fn scan_key(
+    reader: &PartitionReader<'_>,
+    (topic, partition): (&str, i32),
+    key: &str,
+    (from, end): (i64, i64),
+    max_records: usize,
+) -> Result<(Vec<Raw>, u64, bool), ExplainError> {
     let mut progress = Progress::new(end.saturating_sub(from));
     let mut raw = Vec::new();
     let mut scanned = 0u64;
@@ -363,16 +411,7 @@ fn read_key(
         Err(ExplainError::Read(ReadError::Cancelled { .. })) if full => {}
         Err(other) => return Err(other),
     }
-    Ok(Read {
-        partition,
-        owner,
-        from,
-        end,
-        low,
-        raw,
-        scanned,
-        truncated,
-    })
+    Ok((raw, scanned, truncated))
 }
 
 /// The letters of the input partition's records: source offset to (DLQ

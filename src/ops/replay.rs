@@ -237,6 +237,59 @@ impl Replay {
     /// Where each chosen partition stands and where it goes. Changes nothing.
     pub(crate) fn plan(&self) -> Result<Vec<PlanRow>, ReplayError> {
         let topic = &self.config.kafka.input_topic;
+        let chosen = self.chosen_partitions()?;
+        let committed = self.committed(&chosen)?;
+        let local = match &self.changelog {
+            None => self.local_checkpoints()?,
+            Some(_) => BTreeMap::new(),
+        };
+        // A changelog topic that does not exist yet holds no checkpoint.
+        let changelog = match &self.changelog {
+            Some(name) if self.topic_exists(name)? => Some(name.as_str()),
+            _ => None,
+        };
+        self.refuse_a_future_datetime()?;
+        let mut rows = Vec::new();
+        for partition in chosen {
+            let (low, end) = self
+                .consumer
+                .fetch_watermarks(topic, partition, self.timeout)
+                .map_err(kafka(format!("watermarks of {topic} {partition}")))?;
+            let state = self.checkpoint_of(partition, &local, changelog)?;
+            let group_offset = committed
+                .get(&partition)
+                .copied()
+                .flatten()
+                .map(|c| c.offset);
+            let fallback =
+                if self.config.kafka.auto_offset_reset == crate::config::OffsetReset::Latest {
+                    end
+                } else {
+                    low
+                };
+            let current = state
+                .map(|c| c.next_offset)
+                .or(group_offset)
+                .unwrap_or(fallback);
+            let new_offset = self.new_offset(partition, current, low, end)?;
+            rows.push(PlanRow {
+                partition,
+                checkpoint: state.map(|c| c.next_offset),
+                committed: group_offset,
+                current,
+                new_offset,
+                low,
+                end,
+                state,
+            });
+        }
+        Ok(rows)
+    }
+
+    /// The partitions `--partition` chose (default: every partition of the
+    /// input topic), each checked to be one of the topic's.
+    fn chosen_partitions(&self) -> Result<Vec<i32>, ReplayError> {
+        let topic = &self.config.kafka.input_topic;
         let metadata = self
             .consumer
             .fetch_metadata(Some(topic), self.timeout)
@@ -268,16 +321,11 @@ impl Replay {
                 });
             }
         }
-        let committed = self.committed(&chosen)?;
-        let local = match &self.changelog {
-            None => self.local_checkpoints()?,
-            Some(_) => BTreeMap::new(),
-        };
-        // A changelog topic that does not exist yet holds no checkpoint.
-        let changelog = match &self.changelog {
-            Some(name) if self.topic_exists(name)? => Some(name.as_str()),
-            _ => None,
-        };
+        Ok(chosen)
+    }
+
+    /// `--to-datetime` in the future has no record to go to.
+    fn refuse_a_future_datetime(&self) -> Result<(), ReplayError> {
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
@@ -290,64 +338,52 @@ impl Replay {
                 ));
             }
         }
-        let mut rows = Vec::new();
-        for partition in chosen {
-            let (low, end) = self
-                .consumer
-                .fetch_watermarks(topic, partition, self.timeout)
-                .map_err(kafka(format!("watermarks of {topic} {partition}")))?;
-            let state = match (&self.changelog, changelog) {
-                (Some(_), Some(name)) => {
-                    changelog::replay::last_checkpoint(&self.config, name, partition)?
-                        .map(|(_, c)| c)
+        Ok(())
+    }
+
+    /// The partition's checkpoint: the last in the changelog topic
+    /// (`changelog`, when it exists), or else the local store's (`local`).
+    fn checkpoint_of(
+        &self,
+        partition: i32,
+        local: &BTreeMap<i32, Checkpoint>,
+        changelog: Option<&str>,
+    ) -> Result<Option<Checkpoint>, ReplayError> {
+        Ok(match (&self.changelog, changelog) {
+            (Some(_), Some(name)) => {
+                changelog::replay::last_checkpoint(&self.config, name, partition)?.map(|(_, c)| c)
+            }
+            (Some(_), None) => None,
+            (None, _) => local.get(&partition).copied(),
+        })
+    }
+
+    /// Where the target sends a partition that resumes at `current` and
+    /// holds `low..end`.
+    fn new_offset(
+        &self,
+        partition: i32,
+        current: i64,
+        low: i64,
+        end: i64,
+    ) -> Result<i64, ReplayError> {
+        Ok(match self.options.target {
+            Target::Earliest => low,
+            Target::Latest => end,
+            Target::Offset(offset) => {
+                if !(low..=end).contains(&offset) {
+                    return Err(ReplayError::OffsetOutOfRange {
+                        partition,
+                        offset,
+                        low,
+                        high: end,
+                    });
                 }
-                (Some(_), None) => None,
-                (None, _) => local.get(&partition).copied(),
-            };
-            let group_offset = committed
-                .get(&partition)
-                .copied()
-                .flatten()
-                .map(|c| c.offset);
-            let fallback =
-                if self.config.kafka.auto_offset_reset == crate::config::OffsetReset::Latest {
-                    end
-                } else {
-                    low
-                };
-            let current = state
-                .map(|c| c.next_offset)
-                .or(group_offset)
-                .unwrap_or(fallback);
-            let new_offset = match self.options.target {
-                Target::Earliest => low,
-                Target::Latest => end,
-                Target::Offset(offset) => {
-                    if !(low..=end).contains(&offset) {
-                        return Err(ReplayError::OffsetOutOfRange {
-                            partition,
-                            offset,
-                            low,
-                            high: end,
-                        });
-                    }
-                    offset
-                }
-                Target::ShiftBy(n) => current.saturating_add(n).clamp(low, end),
-                Target::Datetime(ms) => self.offset_for_time(partition, ms, low, end)?,
-            };
-            rows.push(PlanRow {
-                partition,
-                checkpoint: state.map(|c| c.next_offset),
-                committed: group_offset,
-                current,
-                new_offset,
-                low,
-                end,
-                state,
-            });
-        }
-        Ok(rows)
+                offset
+            }
+            Target::ShiftBy(n) => current.saturating_add(n).clamp(low, end),
+            Target::Datetime(ms) => self.offset_for_time(partition, ms, low, end)?,
+        })
     }
 
     /// The first offset whose timestamp is at or after `ms`. A broker that

@@ -182,11 +182,74 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
         topic: input_topic.clone(),
         bootstrap: config.kafka.bootstrap_servers.clone(),
     })?;
-    let all = matches!(request.selection, Selection::All);
-    let wanted: BTreeSet<SourcePos> = match &request.selection {
-        Selection::All => BTreeSet::new(),
-        Selection::Sources(sources) => sources.iter().copied().collect(),
+    let mut chooser = Chooser::new(request, &input_topic, input_partitions);
+    let ranges = ranges(&dlq, partitions, chooser.all())?;
+    let log = RedriveLog::of(config);
+    let sender = match request.dry_run {
+        true => None,
+        false => {
+            log.ensure(config, &dlq)?;
+            Some(Sender::new(config, &dlq, &log, chooser.all())?)
+        }
     };
+    let mut report = ReplayReport::new(&dlq, &input_topic, request);
+    let total: i64 = ranges
+        .iter()
+        .map(|(_, from, end)| (end - from).max(0))
+        .sum();
+    let mut progress = Progress::new("dlq replay", total as u64);
+    // One set for the run: duplicate letters of a record normally share a
+    // dead-letter partition (same key), but not after the topic was given
+    // more partitions.
+    let mut done = RedrivenSet::default();
+    log.read_into(&dlq, &input_topic, &mut done)?;
+    for (partition, from, end) in ranges {
+        if from >= end {
+            continue;
+        }
+        let letters = read_letters(
+            &dlq,
+            (partition, from, end),
+            &input_topic,
+            &mut done,
+            &mut progress,
+        )?;
+        let plan = chooser.plan(letters, &mut report, &mut done);
+        match &sender {
+            None => report.redriven.extend(plan.into_values()),
+            Some(sender) => {
+                sender.send_planned(partition, &plan, end, &mut report, &mut progress)?
+            }
+        }
+    }
+    report.not_found = chooser.not_found();
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+impl ReplayReport {
+    /// The report of a run that has read nothing yet.
+    fn new(dlq: &Dlq, input_topic: &str, request: &ReplayRequest) -> Self {
+        ReplayReport {
+            dlq_topic: dlq.topic.clone(),
+            input_topic: input_topic.to_string(),
+            dry_run: request.dry_run,
+            max_redrives: request.max_redrives,
+            letters_read: 0,
+            chosen: 0,
+            redriven: Vec::new(),
+            skipped: Vec::new(),
+            not_found: Vec::new(),
+            committed: BTreeMap::new(),
+            elapsed_ms: 0,
+        }
+    }
+}
+
+/// What each dead-letter partition is read over: (partition, from, end),
+/// from the committed re-drive progress when `all` (`--all`), else from
+/// its first retained letter, up to its end offset now.
+fn ranges(dlq: &Dlq, partitions: i32, all: bool) -> Result<Vec<(i32, i64, i64)>, RedriveError> {
     let committed = if all {
         dlq.committed(partitions)?
     } else {
@@ -202,70 +265,91 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
             .map_or(low, |c| c.max(low));
         ranges.push((partition, from, end));
     }
-    let log = RedriveLog::of(config);
-    let sender = match request.dry_run {
-        true => None,
-        false => {
-            log.ensure(config, &dlq)?;
-            Some(Sender::new(config, &dlq, &log, all)?)
+    Ok(ranges)
+}
+
+/// The first pass over one dead-letter partition's `(partition, from,
+/// end)`: its letters (headers only), and into `done` the re-drive records
+/// an older orderly wrote there.
+fn read_letters(
+    dlq: &Dlq,
+    (partition, from, end): (i32, i64, i64),
+    input_topic: &str,
+    done: &mut RedrivenSet,
+    progress: &mut Progress,
+) -> Result<Vec<Letter>, RedriveError> {
+    let mut letters = Vec::new();
+    dlq.scan(partition, from, end, |message| {
+        match letter::parse(message) {
+            DlqRecord::Letter(letter) => letters.push(letter),
+            DlqRecord::Redriven {
+                input_topic: topic,
+                sources,
+            } => done.add(input_topic, &topic, sources),
         }
-    };
-    let mut report = ReplayReport {
-        dlq_topic: dlq.topic.clone(),
-        input_topic: input_topic.clone(),
-        dry_run: request.dry_run,
-        max_redrives: request.max_redrives,
-        letters_read: 0,
-        chosen: 0,
-        redriven: Vec::new(),
-        skipped: Vec::new(),
-        not_found: Vec::new(),
-        committed: BTreeMap::new(),
-        elapsed_ms: 0,
-    };
-    let total: i64 = ranges
-        .iter()
-        .map(|(_, from, end)| (end - from).max(0))
-        .sum();
-    let mut progress = Progress::new("dlq replay", total as u64);
-    let mut found = BTreeSet::new();
-    // One set for the run: duplicate letters of a record normally share a
-    // dead-letter partition (same key), but not after the topic was given
-    // more partitions.
-    let mut done = RedrivenSet::default();
-    log.read_into(&dlq, &input_topic, &mut done)?;
-    for (partition, from, end) in ranges {
-        if from >= end {
-            continue;
+        progress.read_one();
+        Ok(())
+    })?;
+    Ok(letters)
+}
+
+/// Which letters a run chooses, and the `--source` positions it has found
+/// a letter of so far.
+struct Chooser<'a> {
+    request: &'a ReplayRequest,
+    input_topic: &'a str,
+    input_partitions: i32,
+    /// The `--source` positions asked for (none with `--all`).
+    wanted: BTreeSet<SourcePos>,
+    /// Those of `wanted` a letter has.
+    found: BTreeSet<SourcePos>,
+}
+
+impl<'a> Chooser<'a> {
+    fn new(request: &'a ReplayRequest, input_topic: &'a str, input_partitions: i32) -> Self {
+        let wanted = match &request.selection {
+            Selection::All => BTreeSet::new(),
+            Selection::Sources(sources) => sources.iter().copied().collect(),
+        };
+        Chooser {
+            request,
+            input_topic,
+            input_partitions,
+            wanted,
+            found: BTreeSet::new(),
         }
-        let mut letters = Vec::new();
-        dlq.scan(partition, from, end, |message| {
-            match letter::parse(message) {
-                DlqRecord::Letter(letter) => letters.push(letter),
-                DlqRecord::Redriven {
-                    input_topic: topic,
-                    sources,
-                } => done.add(&input_topic, &topic, sources),
-            }
-            progress.read_one();
-            Ok(())
-        })?;
+    }
+
+    /// `--all`: every letter after the committed progress.
+    fn all(&self) -> bool {
+        matches!(self.request.selection, Selection::All)
+    }
+
+    /// Decides one partition's `letters`: those to re-drive, by dead-letter
+    /// offset; the skipped ones (and the counts) go into `report`.
+    fn plan(
+        &mut self,
+        letters: Vec<Letter>,
+        report: &mut ReplayReport,
+        done: &mut RedrivenSet,
+    ) -> BTreeMap<i64, Redriven> {
+        let all = self.all();
         let mut plan = BTreeMap::new();
         for letter in letters {
             report.letters_read += 1;
             if !all {
                 match letter.source() {
-                    Some(source) if wanted.contains(&source) => found.insert(source),
+                    Some(source) if self.wanted.contains(&source) => self.found.insert(source),
                     _ => continue,
                 };
             }
             report.chosen += 1;
             match decide(
                 &letter,
-                &input_topic,
-                input_partitions,
-                request.max_redrives,
-                &mut done,
+                self.input_topic,
+                self.input_partitions,
+                self.request.max_redrives,
+                done,
             ) {
                 Ok(redriven) => {
                     plan.insert(letter.dlq_offset, redriven);
@@ -273,16 +357,13 @@ pub fn replay(config: &Config, request: &ReplayRequest) -> Result<ReplayReport, 
                 Err(reason) => report.skipped.push(Skipped::new(&letter, &reason)),
             }
         }
-        match &sender {
-            None => report.redriven.extend(plan.into_values()),
-            Some(sender) => {
-                sender.send_planned(partition, &plan, end, &mut report, &mut progress)?
-            }
-        }
+        plan
     }
-    report.not_found = wanted.difference(&found).copied().collect();
-    report.elapsed_ms = started.elapsed().as_millis() as u64;
-    Ok(report)
+
+    /// The `--source` positions no letter has.
+    fn not_found(&self) -> Vec<SourcePos> {
+        self.wanted.difference(&self.found).copied().collect()
+    }
 }
 
 /// What to do with one chosen letter. `done` holds the source positions
