@@ -4,7 +4,7 @@
 
 use super::suggest::{did_you_mean, edit_distance, names};
 use super::table::parse_table;
-use super::{ConfigError, DEFAULT_TOML};
+use super::error::{ConfigError, DEFAULT_TOML};
 
 /// Prefix of the environment variables that override settings.
 pub(crate) const ENV_PREFIX: &str = "ORDERLY_";

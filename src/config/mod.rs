@@ -18,6 +18,7 @@
 mod duration;
 mod entity;
 mod env;
+mod error;
 mod http;
 mod kafka;
 mod outbox;
@@ -31,7 +32,7 @@ mod table;
 mod tests;
 mod validate;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -48,36 +49,12 @@ pub(crate) use secret::Secret;
 pub(crate) use secret::{is_secret_key, REDACTED};
 pub(crate) use store::StoreConfig;
 
+pub(crate) use error::ConfigError;
+pub(crate) use error::DEFAULT_TOML;
+
 use env::apply_env;
 use registry::redact_url;
 use table::{check_known, merge, parse_table};
-
-/// The defaults, documented key by key.
-pub(crate) const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
-
-/// Each message states its cause once: a variant that prints an underlying
-/// error keeps it in a field that is not a `source`, so `{:#}` chains (anyhow)
-/// do not print it a second time.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {cause}")]
-    Read {
-        path: PathBuf,
-        cause: std::io::Error,
-    },
-    #[error("invalid TOML in {origin}: {message}")]
-    Syntax { origin: String, message: String },
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-    #[error("invalid value for `{key}`: {message}")]
-    Value { key: String, message: String },
-    /// An `ORDERLY_*` variable that names no key, or whose value does not
-    /// parse as the type of its key.
-    #[error("environment variable {var}: {message}")]
-    Env { var: String, message: String },
-    #[error("cannot print the configuration as TOML: {0}")]
-    Print(String),
-}
 
 /// The whole configuration: `config/default.toml`, then `--config`'s file,
 /// then `ORDERLY_<SECTION>__<KEY>` variables ([`Config::load`]), validated.

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::suggest::{did_you_mean, names};
-use super::ConfigError;
+use super::error::ConfigError;
 
 pub(super) fn parse_table(text: &str, origin: &str) -> Result<toml::Table, ConfigError> {
     text.parse::<toml::Table>()

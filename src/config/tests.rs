@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use super::duration::parse_duration;
 use super::suggest::edit_distance;
 use super::*;
+use std::path::PathBuf;
 
 #[test]
 fn an_orderly_variable_that_sets_nothing_is_warned_with_a_suggestion() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Subcommand;
 
-use super::{Chosen, Exit};
+use super::shared::{Chosen, Exit};
 use crate::config::{Config, ENV_PREFIX};
 use crate::engine::entity::Entity;
 use crate::ops::preflight::{self, Check};

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use super::shared::{load_config, Chosen, Exit, UsageError};
 use super::workload::WorkloadArgs;
-use super::{load_config, Chosen, Exit, UsageError};
 use crate::config::EntityKind;
 use crate::engine::entity::Entity;
 use crate::ops::demo::{run_demo, DemoOptions, DemoWorkload};

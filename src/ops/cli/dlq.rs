@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use clap::Subcommand;
 
-use super::{load_config, Exit};
+use super::shared::{load_config, Exit};
 use crate::ops::redrive::{self, ReplayRequest, Selection, SourcePos, DEFAULT_MAX_REDRIVES};
 
 #[derive(Subcommand)]

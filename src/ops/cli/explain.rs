@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use clap::Args;
 
-use super::{load_config, Chosen, Exit, UsageError};
+use super::shared::{load_config, Chosen, Exit, UsageError};
 use crate::config::{Config, EntityKind};
 use crate::domains::latest::Latest;
 use crate::domains::orders::Orders;

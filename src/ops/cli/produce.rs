@@ -8,8 +8,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use rdkafka::producer::FutureProducer;
 
+use super::shared::{load_config, Chosen, Exit, UsageError};
 use super::workload::WorkloadArgs;
-use super::{load_config, Chosen, Exit, UsageError};
 use crate::config::{Config, EntityKind};
 use crate::domains::orders::codec::Encoder;
 use crate::domains::orders::workload::{plan, IdFormat, Shape, WorkloadSpec};

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use clap::Args;
 
-use super::{load_config, Exit, UsageError};
+use super::shared::{load_config, Exit, UsageError};
 
 // `repair`'s flags (what the command does is `Command::Repair`'s doc: its help).
 #[derive(Args)]

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use clap::Args;
 
-use super::{load_config, Exit, UsageError};
+use super::shared::{load_config, Exit, UsageError};
 use crate::ops::replay::{table, Replay, ReplayError, ReplayOptions, Target};
 
 // `replay`'s flags (what the command does is `Command::Replay`'s doc: its

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::{load_config, Chosen, Exit};
+use super::shared::{load_config, Chosen, Exit};
 use crate::config::{Config, EntityKind};
 use crate::domains::latest::Latest;
 use crate::domains::orders::Orders;

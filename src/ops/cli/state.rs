@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use clap::Subcommand;
 
-use super::{load_config, Chosen, Exit, NoStore};
+use super::shared::{load_config, Chosen, Exit, NoStore};
 use crate::config::{Config, EntityKind};
 use crate::domains::latest::Latest;
 use crate::domains::orders::Orders;

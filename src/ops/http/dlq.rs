@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use super::routes::{json_error, Ctx};
+use super::context::{json_error, Ctx};
 use crate::ops::redrive::browse::{self, Filter, PER_PAGE};
 use crate::ops::redrive::{ReplayRequest, Selection, SourcePos};
 
@@ -28,7 +28,7 @@ const DLQ_PAGE: &str = include_str!("dlq.html");
 const MAX_REDRIVE: usize = 1_000;
 
 pub(super) async fn page() -> Response {
-    super::routes::html(DLQ_PAGE)
+    super::context::html(DLQ_PAGE)
 }
 
 /// The answer of an endpoint without a processor's configuration.

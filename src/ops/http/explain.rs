@@ -9,32 +9,15 @@ use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures::future::BoxFuture;
 use serde_json::json;
 
-use super::routes::{json_error, owned_key, Ctx};
+use super::context::{json_error, owned_key, Ctx, ExplainFn};
 use crate::config::Config;
 use crate::engine::entity::Entity;
-use crate::engine::store::Store;
 use crate::ops::explain::Start;
 
 /// Most records of the key one request keeps (the CLI has no such bound).
 const MAX_RECORDS: usize = 100_000;
-
-/// Explains one key of a partition this member owns: (key, partition,
-/// start, max records, the member's store) to the report as JSON, or what
-/// went wrong.
-pub(crate) type ExplainFn = Arc<
-    dyn Fn(
-            String,
-            i32,
-            Start,
-            usize,
-            Store,
-        ) -> BoxFuture<'static, Result<serde_json::Value, String>>
-        + Send
-        + Sync,
->;
 
 /// The explainer of a processor of `entity` configured by `config`.
 pub(super) fn explainer<E: Entity + Clone>(config: Config, entity: E) -> ExplainFn {

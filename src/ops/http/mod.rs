@@ -11,6 +11,7 @@
 //! a connection open), request heads are capped at `MAX_HEAD_BYTES`, and a
 //! connection is closed gracefully after `CONNECTION_LIFETIME`.
 
+mod context;
 mod dlq;
 mod explain;
 pub(crate) mod guard;
@@ -26,7 +27,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::sync::{watch, Semaphore};
 use tracing::{debug, info, warn};
 
-pub(crate) use routes::HttpContext;
+pub(crate) use context::HttpContext;
 
 /// Connections served at once.
 pub(crate) const MAX_CONNECTIONS: usize = 256;
