@@ -47,6 +47,8 @@ pub(crate) mod source;
 mod stopped;
 #[cfg(test)]
 pub(crate) mod testing;
+#[cfg(test)]
+mod tests;
 
 use crate::engine::entity::Entity;
 use std::sync::{Arc, Weak};
