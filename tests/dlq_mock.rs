@@ -148,7 +148,12 @@ impl World {
                 "the processor did not catch up with {ends:?}"
             );
         };
-        let processor = Processor::new(self.config.clone(), store.clone(), registry.clone());
+        let processor = Processor::for_entity(
+            orderly::Orders,
+            self.config.clone(),
+            store.clone(),
+            registry.clone(),
+        );
         self.runtime
             .block_on(processor.run(caught_up))
             .expect("processor run");

@@ -136,7 +136,7 @@ async fn empty_event_id_is_dead_lettered_and_never_a_duplicate() {
             "processor did not catch up"
         );
     };
-    Processor::new(config, store.clone(), registry)
+    Processor::for_entity(orderly::Orders, config, store.clone(), registry)
         .run(caught_up)
         .await
         .expect("processor run");
@@ -290,7 +290,7 @@ async fn registry_404_retried(double: &RegistryDouble) {
     let shutdown = async move {
         let _ = stop_rx.await;
     };
-    let processor = Processor::new(config, store.clone(), registry);
+    let processor = Processor::for_entity(orderly::Orders, config, store.clone(), registry);
     let telemetry = processor.telemetry();
     let driver = async {
         let mut observed = Vec::new();
@@ -446,7 +446,7 @@ async fn missing_dlq_topic_stops_the_processor_at_start_up() {
         .await
         .expect("produce");
 
-    let processor = Processor::new(config, store.clone(), registry);
+    let processor = Processor::for_entity(orderly::Orders, config, store.clone(), registry);
     let telemetry = processor.telemetry();
     // Stops the run only if the processor never stops on its own.
     let shutdown = tokio::time::sleep(Duration::from_secs(90));
@@ -526,7 +526,7 @@ async fn the_dead_letter_breaker_stops_a_partition_that_dead_letters_everything(
     config.processing.dead_letter_max_ratio = 0.0;
     let group = config.kafka.group_id.clone();
     let store = Store::open(&config.store.path, 16).expect("store");
-    let processor = Processor::new(config, store.clone(), registry);
+    let processor = Processor::for_entity(orderly::Orders, config, store.clone(), registry);
     let telemetry = processor.telemetry();
     let watched = telemetry.clone();
     let reason = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));

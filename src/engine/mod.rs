@@ -16,3 +16,5 @@ pub(crate) mod partition_state;
 pub(crate) mod runs;
 pub(crate) mod store;
 pub(crate) mod stored_state;
+#[cfg(test)]
+mod tests;

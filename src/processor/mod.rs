@@ -26,7 +26,7 @@ mod supervisor;
 mod transaction;
 
 /// A partition task without a broker, for the tests that need an entity
-/// (`src/domains/orders/engine_tests/processing.rs`).
+/// (`src/processor/partition/tests.rs`).
 #[cfg(test)]
 pub(crate) use partition::{source::MemorySource, testing::Harness};
 

@@ -151,7 +151,7 @@ pub async fn run(
         .collect::<anyhow::Result<Vec<_>>>()?;
     let covered = || covered_by(&trees, &load.ends);
     let disk_at_start = dir_size(&store_path);
-    let processor = Processor::new(config, store.clone(), registry);
+    let processor = Processor::for_entity(orderly::Orders, config, store.clone(), registry);
     let (http_address, http_server) = if args.http || args.http_load {
         let listener = orderly::testkit::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
         let address = listener.local_addr()?;

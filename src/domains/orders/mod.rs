@@ -3,8 +3,6 @@
 //! published as `OrderStatusChanged`.
 
 pub(crate) mod codec;
-#[cfg(test)]
-mod engine_tests;
 pub(crate) mod event;
 /// Public so the differential fuzz test (`tests/fuzz_read_plan.rs`) can
 /// drive it directly; the decoder is the API.
@@ -142,27 +140,5 @@ impl crate::engine::codec::Decoder<Orders> {
     /// An order decoder.
     pub fn new(registry: crate::registry::Registry) -> Self {
         Self::for_entity(Orders, registry)
-    }
-}
-
-impl crate::processor::Processor<Orders> {
-    /// An order processor.
-    pub fn new(
-        config: crate::config::Config,
-        store: crate::engine::store::Store,
-        registry: crate::registry::Registry,
-    ) -> Self {
-        Self::for_entity(Orders, config, store, registry)
-    }
-}
-
-impl crate::processor::outbox::OutboxEncoder<Orders> {
-    /// An order encoder whose schema is registered as `schema_id`.
-    #[cfg(test)]
-    pub(crate) fn with_id(schema_id: u32, source_topic: &str) -> Self {
-        // Compiled in and covered by tests: failing to parse it is a build defect.
-        #[allow(clippy::expect_used)]
-        let schema = Schema::parse_str(STATUS_SCHEMA).expect("compiled-in schema parses");
-        Self::with_schema(schema, schema_id, source_topic)
     }
 }

@@ -23,6 +23,8 @@
 pub(crate) mod direct;
 pub(crate) mod read_back;
 pub(crate) mod relay;
+#[cfg(test)]
+mod tests;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;

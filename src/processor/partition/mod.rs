@@ -49,6 +49,8 @@ mod stopped;
 mod task;
 #[cfg(test)]
 pub(crate) mod testing;
+#[cfg(test)]
+mod tests;
 
 use crate::engine::entity::Entity;
 

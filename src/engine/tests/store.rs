@@ -53,13 +53,8 @@ pub(super) fn state(order: &str, version: i64) -> OrderState {
     }
 }
 
-/// The bytes orderly stores and writes to its changelog (state, inbox
-/// chunk, outbox row, checkpoint), pinned: stores and changelogs written
-/// by an earlier build must stay readable. A change that alters them
-/// fails here; `ORDERLY_BLESS_GOLDEN=1` rewrites the file only for a
-/// deliberate format change (with a migration).
-#[test]
-fn stored_and_changelog_bytes_are_pinned() {
+/// The order of the pinned bytes, and the 32 entries of its one chunk.
+fn golden_order() -> (OrderState, Vec<InboxEntry>) {
     let mut order = state("ord-golden-1", 33);
     let entries: Vec<InboxEntry> = (1..=32)
         .map(|v| InboxEntry {
@@ -77,7 +72,12 @@ fn stored_and_changelog_bytes_are_pinned() {
         }],
     );
     order.occurred_at = 1_700_000_000_033;
-    let outbox = OutboxRecord {
+    (order, entries)
+}
+
+/// The outbox row of the pinned bytes.
+fn golden_outbox() -> OutboxRecord<EventType> {
+    OutboxRecord {
         event_id: "ord-golden-1-33".into(),
         key: "ord-golden-1".into(),
         version: 33,
@@ -88,22 +88,12 @@ fn stored_and_changelog_bytes_are_pinned() {
         source_offset: 4_242,
         created_ms: 1_700_000_000_040,
         epoch: 1,
-    };
-    let mut write = BatchWrite::with_changelog();
-    write.put_state(&order).unwrap();
-    write.put_chunk(
-        "ord-golden-1",
-        &crate::engine::inbox::Chunk::of(&entries).unwrap(),
-    );
-    write.put_outbox(&outbox).unwrap();
-    let expired = crate::engine::inbox::ChunkRef {
-        first_version: 1,
-        last_applied_at_ms: 1_699_000_000_032,
-    };
-    write.delete_chunk("ord-golden-0", &expired, false);
-    // A chunk layout 6 or before wrote, under its order-grouped key.
-    write.delete_chunk("ord-golden-2", &expired, true);
-    let checkpoint = Checkpoint {
+    }
+}
+
+/// The checkpoint of the pinned bytes.
+fn golden_checkpoint() -> Checkpoint {
+    Checkpoint {
         start_offset: 7,
         next_offset: 4_243,
         applied: 4_000,
@@ -114,7 +104,31 @@ fn stored_and_changelog_bytes_are_pinned() {
         replayed: 3,
         skipped: 2,
         epoch: 1,
+    }
+}
+
+/// The pinned bytes as they are made now: one line a key, its value in hex
+/// (`-`: a deletion), the changelog's checkpoint last.
+fn golden_lines(
+    order: &OrderState,
+    entries: &[InboxEntry],
+    outbox: &OutboxRecord<EventType>,
+    checkpoint: &Checkpoint,
+) -> String {
+    let mut write = BatchWrite::with_changelog();
+    write.put_state(order).unwrap();
+    write.put_chunk(
+        "ord-golden-1",
+        &crate::engine::inbox::Chunk::of(entries).unwrap(),
+    );
+    write.put_outbox(outbox).unwrap();
+    let expired = crate::engine::inbox::ChunkRef {
+        first_version: 1,
+        last_applied_at_ms: 1_699_000_000_032,
     };
+    write.delete_chunk("ord-golden-0", &expired, false);
+    // A chunk layout 6 or before wrote, under its order-grouped key.
+    write.delete_chunk("ord-golden-2", &expired, true);
     let mut lines: Vec<String> = write
         .changes
         .take()
@@ -133,7 +147,20 @@ fn stored_and_changelog_bytes_are_pinned() {
         hex(&changelog_checkpoint_key()),
         hex(&checkpoint.encode().unwrap())
     ));
-    let now = lines.join("\n") + "\n";
+    lines.join("\n") + "\n"
+}
+
+/// The bytes orderly stores and writes to its changelog (state, inbox
+/// chunk, outbox row, checkpoint), pinned: stores and changelogs written
+/// by an earlier build must stay readable. A change that alters them
+/// fails here; `ORDERLY_BLESS_GOLDEN=1` rewrites the file only for a
+/// deliberate format change (with a migration).
+#[test]
+fn stored_and_changelog_bytes_are_pinned() {
+    let (order, entries) = golden_order();
+    let outbox = golden_outbox();
+    let checkpoint = golden_checkpoint();
+    let now = golden_lines(&order, &entries, &outbox, &checkpoint);
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/stored-bytes.txt");
     if std::env::var_os("ORDERLY_BLESS_GOLDEN").is_some() {
