@@ -2,9 +2,9 @@
 //! key has in the defaults, and warnings for `ORDERLY_` variables that set
 //! nothing.
 
+use super::error::{ConfigError, DEFAULT_TOML};
 use super::suggest::{did_you_mean, edit_distance, names};
 use super::table::parse_table;
-use super::error::{ConfigError, DEFAULT_TOML};
 
 /// Prefix of the environment variables that override settings.
 pub(crate) const ENV_PREFIX: &str = "ORDERLY_";

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use super::suggest::{did_you_mean, names};
 use super::error::ConfigError;
+use super::suggest::{did_you_mean, names};
 
 pub(super) fn parse_table(text: &str, origin: &str) -> Result<toml::Table, ConfigError> {
     text.parse::<toml::Table>()
