@@ -43,6 +43,10 @@ pub(crate) fn describe_group<C: ClientContext>(
     let name = CString::new(group).map_err(|_| DescribeError::BadName(group.to_string()))?;
     let rk = client.native_ptr();
     let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    let failed = |message: String| DescribeError::Broker {
+        group: group.to_string(),
+        message,
+    };
     // SAFETY: `rk` is valid while `client` is borrowed. The options, queue
     // and event are created here and destroyed on every path below (the
     // guards); the group name outlives the call, which copies it. Every
@@ -50,90 +54,111 @@ pub(crate) fn describe_group<C: ClientContext>(
     // partition lists) is owned by the event and read before it is
     // destroyed, and checked for NULL first.
     unsafe {
-        let options = Guard(
-            rd::rd_kafka_AdminOptions_new(
-                rk,
-                rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
-            ),
-            rd::rd_kafka_AdminOptions_destroy,
-        );
-        let mut errstr = [0 as std::ffi::c_char; 256];
-        rd::rd_kafka_AdminOptions_set_request_timeout(
-            options.0,
-            timeout_ms,
-            errstr.as_mut_ptr(),
-            errstr.len(),
-        );
-        let queue = Guard(rd::rd_kafka_queue_new(rk), rd::rd_kafka_queue_destroy);
-        let mut groups = [name.as_ptr()];
-        rd::rd_kafka_DescribeConsumerGroups(rk, groups.as_mut_ptr(), 1, options.0, queue.0);
-        // The request timeout bounds the answer; a little more for the queue.
-        let event = rd::rd_kafka_queue_poll(queue.0, timeout_ms.saturating_add(1_000));
-        if event.is_null() {
+        let Some(event) = ask(rk, &name, timeout_ms) else {
             return Err(DescribeError::Timeout {
                 group: group.to_string(),
                 timeout,
             });
-        }
-        let event = Guard(event, rd::rd_kafka_event_destroy);
+        };
         if rd::rd_kafka_event_error(event.0) != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
         {
-            return Err(DescribeError::Broker {
-                group: group.to_string(),
-                message: text(rd::rd_kafka_event_error_string(event.0)),
-            });
+            return Err(failed(text(rd::rd_kafka_event_error_string(event.0))));
         }
         let result = rd::rd_kafka_event_DescribeConsumerGroups_result(event.0);
         if result.is_null() {
-            return Err(DescribeError::Broker {
-                group: group.to_string(),
-                message: "no DescribeConsumerGroups result".into(),
-            });
+            return Err(failed("no DescribeConsumerGroups result".into()));
         }
-        let mut count = 0usize;
-        let descriptions = rd::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
-        let mut members = Vec::new();
-        for i in 0..count {
-            let description = *descriptions.add(i);
-            if description.is_null() {
+        members_of(result).map_err(failed)
+    }
+}
+
+/// Sends DescribeConsumerGroups for the group `name` and waits for its
+/// answer: the result event, or `None` when none came in time.
+///
+/// # Safety
+/// `rk` is a valid client handle for the whole call.
+unsafe fn ask(
+    rk: *mut rd::rd_kafka_t,
+    name: &CStr,
+    timeout_ms: i32,
+) -> Option<Guard<rd::rd_kafka_event_t>> {
+    let options = Guard(
+        rd::rd_kafka_AdminOptions_new(
+            rk,
+            rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
+        ),
+        rd::rd_kafka_AdminOptions_destroy,
+    );
+    let mut errstr = [0 as std::ffi::c_char; 256];
+    rd::rd_kafka_AdminOptions_set_request_timeout(
+        options.0,
+        timeout_ms,
+        errstr.as_mut_ptr(),
+        errstr.len(),
+    );
+    let queue = Guard(rd::rd_kafka_queue_new(rk), rd::rd_kafka_queue_destroy);
+    let mut groups = [name.as_ptr()];
+    rd::rd_kafka_DescribeConsumerGroups(rk, groups.as_mut_ptr(), 1, options.0, queue.0);
+    // The request timeout bounds the answer; a little more for the queue.
+    let event = rd::rd_kafka_queue_poll(queue.0, timeout_ms.saturating_add(1_000));
+    (!event.is_null()).then(|| Guard(event, rd::rd_kafka_event_destroy))
+}
+
+/// The members of every group description in `result` (a group the broker
+/// does not know has none); the error's text when a description failed.
+///
+/// # Safety
+/// `result` is a valid DescribeConsumerGroups result, alive for the call.
+unsafe fn members_of(
+    result: *const rd::rd_kafka_DescribeConsumerGroups_result_t,
+) -> Result<Vec<GroupMember>, String> {
+    let mut count = 0usize;
+    let descriptions = rd::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
+    let mut members = Vec::new();
+    for i in 0..count {
+        let description = *descriptions.add(i);
+        if description.is_null() {
+            continue;
+        }
+        let error = rd::rd_kafka_ConsumerGroupDescription_error(description);
+        if !error.is_null() {
+            let code = rd::rd_kafka_error_code(error);
+            if code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_GROUP_ID_NOT_FOUND {
                 continue;
             }
-            let error = rd::rd_kafka_ConsumerGroupDescription_error(description);
-            if !error.is_null() {
-                let code = rd::rd_kafka_error_code(error);
-                if code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_GROUP_ID_NOT_FOUND {
-                    continue;
-                }
-                return Err(DescribeError::Broker {
-                    group: group.to_string(),
-                    message: text(rd::rd_kafka_error_string(error)),
-                });
-            }
-            for m in 0..rd::rd_kafka_ConsumerGroupDescription_member_count(description) {
-                let member = rd::rd_kafka_ConsumerGroupDescription_member(description, m);
-                if member.is_null() {
-                    continue;
-                }
-                let mut assignment = Vec::new();
-                let assigned = rd::rd_kafka_MemberDescription_assignment(member);
-                if !assigned.is_null() {
-                    let list = rd::rd_kafka_MemberAssignment_partitions(assigned);
-                    if !list.is_null() && !(*list).elems.is_null() {
-                        for e in 0..usize::try_from((*list).cnt).unwrap_or(0) {
-                            let elem = &*(*list).elems.add(e);
-                            assignment.push((text(elem.topic), elem.partition));
-                        }
-                    }
-                }
-                members.push(GroupMember {
-                    member_id: text(rd::rd_kafka_MemberDescription_consumer_id(member)),
-                    client_id: text(rd::rd_kafka_MemberDescription_client_id(member)),
-                    host: text(rd::rd_kafka_MemberDescription_host(member)),
-                    assignment,
-                });
+            return Err(text(rd::rd_kafka_error_string(error)));
+        }
+        for m in 0..rd::rd_kafka_ConsumerGroupDescription_member_count(description) {
+            let member = rd::rd_kafka_ConsumerGroupDescription_member(description, m);
+            if !member.is_null() {
+                members.push(member_of(member));
             }
         }
-        Ok(members)
+    }
+    Ok(members)
+}
+
+/// One member's description, copied.
+///
+/// # Safety
+/// `member` is a valid, non-NULL member description, alive for the call.
+unsafe fn member_of(member: *const rd::rd_kafka_MemberDescription_t) -> GroupMember {
+    let mut assignment = Vec::new();
+    let assigned = rd::rd_kafka_MemberDescription_assignment(member);
+    if !assigned.is_null() {
+        let list = rd::rd_kafka_MemberAssignment_partitions(assigned);
+        if !list.is_null() && !(*list).elems.is_null() {
+            for e in 0..usize::try_from((*list).cnt).unwrap_or(0) {
+                let elem = &*(*list).elems.add(e);
+                assignment.push((text(elem.topic), elem.partition));
+            }
+        }
+    }
+    GroupMember {
+        member_id: text(rd::rd_kafka_MemberDescription_consumer_id(member)),
+        client_id: text(rd::rd_kafka_MemberDescription_client_id(member)),
+        host: text(rd::rd_kafka_MemberDescription_host(member)),
+        assignment,
     }
 }
 

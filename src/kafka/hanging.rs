@@ -238,6 +238,15 @@ fn verification(broker: &mut Connection, on: bool) -> Result<(), WireError> {
     Ok(())
 }
 
+/// A producer the transactional id's coordinator initialised: the hanging
+/// write and the pending offset commit are made under it.
+struct TxnProducer {
+    /// The transactional id.
+    id: String,
+    producer_id: i64,
+    producer_epoch: i16,
+}
+
 /// One transactional write under a new transactional id `id`, which the
 /// brokers do not verify while the check is off.
 fn write_unverified(
@@ -247,40 +256,71 @@ fn write_unverified(
     offsets: Option<(&str, &str, i32, i64)>,
     id: &str,
 ) -> Result<i64, WireError> {
-    let id = id.to_string();
-    // Only the transactional id's coordinator answers: each broker is
-    // asked until one does (a coordinator still loading is asked again).
-    let mut producer = None;
+    let producer = init_producer(brokers, id)?;
+    let broker = &mut brokers[leader];
+    let producer = producer.ok_or_else(|| WireError::Protocol {
+        broker: broker.broker().to_string(),
+        message: format!("no broker initialised a producer for {id}"),
+    })?;
+    let batch = hanging_batch(broker, &producer)?;
+    let mut request = ProduceRequest::default();
+    request.transactional_id = Some(TransactionalId(StrBytes::from_string(producer.id.clone())));
+    request.acks = -1;
+    request.timeout_ms = 10_000;
+    request.topic_data = produce_data(targets, &batch);
+    // Version 11: before a produce adds its partition to the
+    // transaction by itself (KIP-890's second part), and names topics.
+    let answer = broker.call_at_most(request, 11)?;
+    let mut offset = -1;
+    let (first_topic, first_partition) = targets.first().copied().unwrap_or(("", -1));
+    for t in &answer.responses {
+        for p in &t.partition_responses {
+            broker.check(ApiKey::Produce, p.error_code, p.error_message.as_ref())?;
+            if t.name.0.as_str() == first_topic && p.index == first_partition {
+                offset = p.base_offset;
+            }
+        }
+    }
+    if let Some(pending) = offsets {
+        pending_offset_commit(brokers, &producer, pending)?;
+    }
+    Ok(offset)
+}
+
+/// A producer for the transactional id `id` (`None` when no broker made
+/// one). Only the id's coordinator answers: each broker is asked until one
+/// does (a coordinator still loading is asked again).
+fn init_producer(brokers: &mut [Connection], id: &str) -> Result<Option<TxnProducer>, WireError> {
     for _ in 0..50 {
         for broker in brokers.iter_mut() {
             let mut init = InitProducerIdRequest::default();
-            init.transactional_id = Some(TransactionalId(StrBytes::from_string(id.clone())));
+            init.transactional_id = Some(TransactionalId(StrBytes::from_string(id.to_string())));
             init.transaction_timeout_ms = 60_000;
             init.producer_id = ProducerId(-1);
             init.producer_epoch = -1;
             let answer = broker.call(init)?;
             if answer.error_code == 0 {
-                producer = Some((answer.producer_id.0, answer.producer_epoch));
-                break;
+                return Ok(Some(TxnProducer {
+                    id: id.to_string(),
+                    producer_id: answer.producer_id.0,
+                    producer_epoch: answer.producer_epoch,
+                }));
             }
-        }
-        if producer.is_some() {
-            break;
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    let broker = &mut brokers[leader];
-    let (producer_id, producer_epoch) = producer.ok_or_else(|| WireError::Protocol {
-        broker: broker.broker().to_string(),
-        message: format!("no broker initialised a producer for {id}"),
-    })?;
+    Ok(None)
+}
+
+/// The one-record transactional batch of `producer` that is left hanging.
+fn hanging_batch(broker: &Connection, producer: &TxnProducer) -> Result<bytes::Bytes, WireError> {
     let record = Record {
         transactional: true,
         control: false,
         delete_horizon: false,
         partition_leader_epoch: -1,
-        producer_id,
-        producer_epoch,
+        producer_id: producer.producer_id,
+        producer_epoch: producer.producer_epoch,
         timestamp_type: TimestampType::Creation,
         offset: 0,
         sequence: 0,
@@ -305,7 +345,12 @@ fn write_unverified(
         broker: broker.broker().to_string(),
         message: format!("encoding a record batch: {e}"),
     })?;
-    let batch = batch.freeze();
+    Ok(batch.freeze())
+}
+
+/// The produce request's data: `batch` for each of `targets`, grouped by
+/// topic.
+fn produce_data(targets: &[(&str, i32)], batch: &bytes::Bytes) -> Vec<TopicProduceData> {
     let mut topic_data: Vec<TopicProduceData> = Vec::new();
     for (topic, partition) in targets {
         let mut data = PartitionProduceData::default();
@@ -321,53 +366,17 @@ fn write_unverified(
             }
         }
     }
-    let mut request = ProduceRequest::default();
-    request.transactional_id = Some(TransactionalId(StrBytes::from_string(id.clone())));
-    request.acks = -1;
-    request.timeout_ms = 10_000;
-    request.topic_data = topic_data;
-    // Version 11: before a produce adds its partition to the
-    // transaction by itself (KIP-890's second part), and names topics.
-    let answer = broker.call_at_most(request, 11)?;
-    let mut offset = -1;
-    let (first_topic, first_partition) = targets.first().copied().unwrap_or(("", -1));
-    for t in &answer.responses {
-        for p in &t.partition_responses {
-            broker.check(ApiKey::Produce, p.error_code, p.error_message.as_ref())?;
-            if t.name.0.as_str() == first_topic && p.index == first_partition {
-                offset = p.base_offset;
-            }
-        }
-    }
-    if let Some((group, topic, partition, committed)) = offsets {
-        pending_offset_commit(
-            brokers,
-            &id,
-            producer_id,
-            producer_epoch,
-            group,
-            topic,
-            partition,
-            committed,
-        )?;
-    }
-    Ok(offset)
+    topic_data
 }
 
-/// A transactional offset commit of (`producer_id`, `producer_epoch`) for
-/// `group`, sent to its coordinator without `AddOffsetsToTxn` (which the
-/// brokers do not ask for while verification is off): pending on
-/// `__consumer_offsets` until a marker that never comes.
-#[allow(clippy::too_many_arguments)]
+/// A transactional offset commit of `producer` for (group, topic,
+/// partition, offset), sent to the group's coordinator without
+/// `AddOffsetsToTxn` (which the brokers do not ask for while verification
+/// is off): pending on `__consumer_offsets` until a marker that never comes.
 fn pending_offset_commit(
     brokers: &mut [Connection],
-    id: &str,
-    producer_id: i64,
-    producer_epoch: i16,
-    group: &str,
-    topic: &str,
-    partition: i32,
-    committed: i64,
+    producer: &TxnProducer,
+    (group, topic, partition, committed): (&str, &str, i32, i64),
 ) -> Result<(), WireError> {
     use kafka_protocol::messages::txn_offset_commit_request::{
         TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
@@ -384,10 +393,10 @@ fn pending_offset_commit(
             t.name = TopicName(StrBytes::from_string(topic.to_string()));
             t.partitions = vec![p];
             let mut request = TxnOffsetCommitRequest::default();
-            request.transactional_id = TransactionalId(StrBytes::from_string(id.to_string()));
+            request.transactional_id = TransactionalId(StrBytes::from_string(producer.id.clone()));
             request.group_id = GroupId(StrBytes::from_string(group.to_string()));
-            request.producer_id = ProducerId(producer_id);
-            request.producer_epoch = producer_epoch;
+            request.producer_id = ProducerId(producer.producer_id);
+            request.producer_epoch = producer.producer_epoch;
             request.generation_id = -1;
             request.member_id = StrBytes::from_static_str("");
             request.topics = vec![t];

@@ -15,13 +15,11 @@ use crate::config::{Config, GroupProtocol};
 
 /// Consumer defaults orderly sets before the pass-through (which may change
 /// them). Each assigned partition has its own queue, and librdkafka applies
-/// its prefetch limits per partition queue: its own defaults (100,000
-/// messages or 64 MiB each) would prefetch whole topics into memory. A short
-/// fetch back-off refills a drained partition queue quickly. Measured with
-/// the pipeline bench on nisshi (4 partitions, 1,000,000 interleaved
-/// events): 1,000 messages / 1 MiB per queue kept the processor's rate
-/// (decisions no longer wait on sled, so a short queue does not starve)
-/// and peaked about 75-150 MiB lower than 30,000 / 16 MiB.
+/// its prefetch limits per partition queue: its own defaults would prefetch
+/// whole topics into memory. Small queues are enough: decisions do not wait
+/// on sled, so a short queue does not starve the processor; a short fetch
+/// back-off refills a drained partition queue quickly (docs/performance.md,
+/// "Client settings: the measurements behind them").
 pub(crate) const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("queued.min.messages", "1000"),
     ("queued.max.messages.kbytes", "1024"),
@@ -29,21 +27,19 @@ pub(crate) const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     // librdkafka keeps one fetch request in flight per broker, and leaves
     // out a partition whose queue is over the limits above. When the
     // request holds only partitions with nothing new, the broker keeps it
-    // for fetch.wait.max.ms (librdkafka's default 500 ms) while the left-out
-    // partitions' tasks drain their queues and wait: measured with the
-    // side-by-side bench on Apache Kafka 4.4 (1M interleaved events), a
-    // partition that fell behind the others crawled at about 20k records/s
-    // until the end: 7 runs of the same 1M records took 3.3 to 9.9 s. 100 ms
-    // bounds that pause; an idle consumer sends 10 fetches a second per
-    // broker instead of 2.
+    // for fetch.wait.max.ms while the left-out partitions' tasks drain
+    // their queues and wait: a partition that fell behind the others
+    // crawls until the end. A short wait bounds that pause, for a few more
+    // fetches a second per broker from an idle consumer (docs/performance.md,
+    // "Client settings: the measurements behind them").
     ("fetch.wait.max.ms", "100"),
     // The members of a group learn of a rebalance from a heartbeat answer:
-    // with librdkafka's 3 s default, a partition moved by a cooperative
-    // rebalance waited about 3 s between its release and its new owner's
-    // assignment on nisshi. After a member dies, the survivors hear of the
-    // rebalance at their next heartbeat and the group waits for the last of
-    // them: 250 ms keeps that under a quarter second (docs/performance.md,
-    // "Failover"), at four heartbeats a second per member.
+    // a partition moved by a cooperative rebalance waits up to a heartbeat
+    // interval between its release and its new owner's assignment, and
+    // after a member dies the group waits for the last survivor's next
+    // heartbeat. A short interval keeps those pauses short (docs/performance.md,
+    // "Failover" and "Client settings: the measurements behind them"), for
+    // a few more heartbeats a second per member.
     ("heartbeat.interval.ms", "250"),
 ];
 
@@ -138,9 +134,9 @@ fn producer_with_defaults(config: &Config, defaults: &[(&str, &str)]) -> ClientC
 pub(crate) fn reader_consumer_config(config: &Config) -> ClientConfig {
     let mut client = ClientConfig::new();
     // A reader reads one partition from a known start to a known end, so
-    // larger fetches mean fewer round trips: a restore of 1M orders went
-    // from 1.93 to 1.72 s (docs/performance.md, "Packed runs"). A default,
-    // before the pass-through: a user's setting wins.
+    // larger fetches mean fewer round trips and a faster restore
+    // (docs/performance.md, "Client settings: the measurements behind
+    // them"). A default, before the pass-through: a user's setting wins.
     client.set("max.partition.fetch.bytes", (8 << 20).to_string());
     for (key, value) in config.librdkafka_passthrough() {
         // Group membership settings belong to the processor's consumer.
@@ -247,9 +243,10 @@ pub(crate) fn transactional_producer_config(config: &Config) -> ClientConfig {
 /// (`message.timeout.ms`, librdkafka's default 300 s), long enough that a
 /// broker restart does not time messages out: a message that times out
 /// locally leaves a gap the idempotent producer then sends past, and the
-/// relay's retry of it landed after a newer status of the same order (seen
-/// on Apache Kafka with 10 s: version 3, then 2, after a restart of about
-/// 12 s). A longer outage can still do that (see docs/concepts.md, the outbox).
+/// relay's retry of it can land after a newer status of the same order
+/// (seen with a shorter timeout across a broker restart: docs/performance.md,
+/// "Client settings: the measurements behind them"). A longer outage can
+/// still do that (see docs/concepts.md, the outbox).
 pub(crate) fn outbox_producer_config(config: &Config) -> ClientConfig {
     producer_with_defaults(
         config,
@@ -315,17 +312,18 @@ pub(crate) fn commit_list(
     Ok(tpl)
 }
 
+/// A record handed to librdkafka (its delivery future), or given back
+/// because the producer's queue is full.
+type Queued<'r, K, P> =
+    Result<rdkafka::producer::DeliveryFuture, rdkafka::producer::FutureRecord<'r, K, P>>;
+
 /// One attempt to hand `record` to librdkafka: its delivery future, or the
 /// record back when the producer's queue is full (any other error is
 /// returned).
-#[allow(clippy::type_complexity)]
 fn try_send<'r, K, P, C>(
     producer: &rdkafka::producer::FutureProducer<C>,
     record: rdkafka::producer::FutureRecord<'r, K, P>,
-) -> Result<
-    Result<rdkafka::producer::DeliveryFuture, rdkafka::producer::FutureRecord<'r, K, P>>,
-    rdkafka::error::KafkaError,
->
+) -> Result<Queued<'r, K, P>, rdkafka::error::KafkaError>
 where
     K: rdkafka::message::ToBytes + ?Sized,
     P: rdkafka::message::ToBytes + ?Sized,
@@ -407,6 +405,37 @@ pub(crate) fn header_str<'m>(
     name: &str,
 ) -> Option<&'m str> {
     header(message, name).and_then(|v| std::str::from_utf8(v).ok())
+}
+
+/// The element's offset when it is a concrete one (`None` for the
+/// logical offsets: beginning, end, stored, invalid, ...).
+pub(crate) fn offset_of(
+    element: &rdkafka::topic_partition_list::TopicPartitionListElem<'_>,
+) -> Option<i64> {
+    match element.offset() {
+        rdkafka::Offset::Offset(offset) => Some(offset),
+        _ => None,
+    }
+}
+
+/// How many partitions `topic` has in fetched `metadata`: `None` when the
+/// metadata does not hold it, holds it with an error (such as an unknown
+/// topic), or without partitions (a topic that exists has at least one).
+// Its callers elsewhere in src/ switch to it after issue 53's merge; then
+// this goes (an unused `expect` warns).
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "callers switch to it after issue 53's merge")
+)]
+pub(crate) fn partition_count(
+    metadata: &rdkafka::metadata::Metadata,
+    topic: &str,
+) -> Option<usize> {
+    metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.partitions().len())
 }
 
 /// The producer in `slot`, created from `config` when there is none yet or
@@ -554,5 +583,70 @@ mod tests {
             reader_consumer_config(&config).get("max.partition.fetch.bytes"),
             Some("1048576")
         );
+    }
+
+    #[test]
+    fn offset_of_gives_only_concrete_offsets() {
+        let mut list = rdkafka::TopicPartitionList::new();
+        for (partition, offset) in [
+            (0, rdkafka::Offset::Offset(42)),
+            (1, rdkafka::Offset::Offset(0)),
+            (2, rdkafka::Offset::End),
+            (3, rdkafka::Offset::Beginning),
+            (4, rdkafka::Offset::Stored),
+            (5, rdkafka::Offset::Invalid),
+        ] {
+            list.add_partition_offset("t", partition, offset)
+                .expect("offset set");
+        }
+        let read: Vec<(i32, Option<i64>)> = list
+            .elements()
+            .iter()
+            .map(|e| (e.partition(), offset_of(e)))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (0, Some(42)),
+                (1, Some(0)),
+                (2, None),
+                (3, None),
+                (4, None),
+                (5, None)
+            ]
+        );
+    }
+
+    #[test]
+    fn partition_count_reads_fetched_metadata() {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use std::time::Duration;
+        let cluster: rdkafka::mocking::MockCluster<
+            'static,
+            rdkafka::producer::DefaultProducerContext,
+        > = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("three", 3, 1).expect("topic");
+        cluster.create_topic("one", 1, 1).expect("topic");
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("allow.auto.create.topics", "false")
+            .create()
+            .expect("consumer");
+        let all = consumer
+            .fetch_metadata(None, Duration::from_secs(10))
+            .expect("metadata");
+        assert_eq!(partition_count(&all, "three"), Some(3));
+        assert_eq!(partition_count(&all, "one"), Some(1));
+        assert_eq!(partition_count(&all, "absent"), None, "not in the metadata");
+        let one = consumer
+            .fetch_metadata(Some("three"), Duration::from_secs(10))
+            .expect("metadata");
+        assert_eq!(partition_count(&one, "three"), Some(3));
+        assert_eq!(partition_count(&one, "one"), None, "not asked for");
+        // Asked for by name, an unknown topic comes back with an error.
+        let unknown = consumer
+            .fetch_metadata(Some("absent"), Duration::from_secs(10))
+            .expect("metadata");
+        assert_eq!(partition_count(&unknown, "absent"), None);
     }
 }

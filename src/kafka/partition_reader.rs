@@ -121,8 +121,9 @@ pub(crate) enum Stall {
 /// A reader's consumer, closed on a thread of its own when the reader is
 /// dropped. librdkafka wants a group id to assign partitions, and
 /// rust-rdkafka closes a consumer with one by polling in 100 ms steps until
-/// it is closed: measured, 100 ms added to most restores, and to the start of
-/// the partition's processing after it.
+/// it is closed: closed in place, one such step would be added to most
+/// restores, and to the start of the partition's processing after it
+/// (docs/performance.md, "Client settings: the measurements behind them").
 struct Closing(Option<BaseConsumer>);
 
 impl std::ops::Deref for Closing {
@@ -217,10 +218,10 @@ impl<'a> PartitionReader<'a> {
     /// [`REQUEST_TIMEOUT`] in all: a new consumer's first query sometimes
     /// finds no leader in its metadata yet (the only answer so far named
     /// brokers, not topics) and waits for librdkafka's next refresh, where a
-    /// new query is answered at once. Measured on Apache Kafka 4.4, four
-    /// consumers at a time, 120 queries: 704 ms at worst with one query,
-    /// 54 ms with these tries; fetching the topic's metadata first took
-    /// 53 ms in four queries of ten.
+    /// new query is answered at once. Short tries that grow find that
+    /// answer far sooner than one long query, and fetching the topic's
+    /// metadata first does not avoid the wait (docs/performance.md,
+    /// "Client settings: the measurements behind them").
     pub(crate) fn watermarks(&self) -> Result<(i64, i64), ReadError> {
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         let mut wait = FIRST_WATERMARK_WAIT;
@@ -384,13 +385,7 @@ impl<'a> PartitionReader<'a> {
             })?;
         let position = list
             .find_partition(&self.topic, self.partition)
-            .and_then(|e| {
-                if let Offset::Offset(o) = e.offset() {
-                    Some(o)
-                } else {
-                    None
-                }
-            })
+            .and_then(|e| super::offset_of(&e))
             .unwrap_or(-1);
         Ok(position)
     }

@@ -97,234 +97,272 @@ impl Collector for TelemetryCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let t = &self.0;
         let partitions = t.partitions();
-        {
-            let mut family = encoder.encode_descriptor(
-                "orderly_records",
-                "Consumed records by outcome; the four outcomes add up to the records consumed (seeded from the durable checkpoint)",
-                None,
-                MetricType::Counter,
-            )?;
-            for p in &partitions {
-                for (outcome, counter) in OUTCOMES {
-                    let labels = [
-                        ("partition", p.partition.to_string()),
-                        ("outcome", outcome.to_string()),
-                    ];
-                    ConstCounter::new(counter(p).load(Ordering::Relaxed))
-                        .encode(family.encode_family(&labels)?)?;
-                }
-            }
-        }
-        {
-            let mut family = encoder.encode_descriptor(
-                "orderly_version_gaps",
-                "Applied events whose version skipped one or more versions of their order",
-                None,
-                MetricType::Counter,
-            )?;
-            for p in &partitions {
-                ConstCounter::new(p.version_gaps.load(Ordering::Relaxed))
-                    .encode(family.encode_family(&partition_label(p))?)?;
-            }
-        }
-        partition_gauge(
-            &mut encoder,
-            "orderly_consumer_lag",
-            "Records between the partition's end offset and the processed position",
-            &partitions,
-            |p| p.lag(),
-        )?;
-        partition_gauge(
-            &mut encoder,
-            "orderly_restore_remaining_records",
-            "Changelog records still to restore (only while the partition restores)",
-            &partitions,
-            |p| p.restore.remaining(),
-        )?;
-        {
-            let mut family = encoder.encode_descriptor(
-                "orderly_standby_lag_records",
-                "Changelog records a standby (a warm copy of a partition another member owns) has not applied yet",
-                None,
-                MetricType::Gauge,
-            )?;
-            for (partition, lag) in t.standbys() {
-                let label = [("partition", partition.to_string())];
-                ConstGauge::new(lag).encode(family.encode_family(&label)?)?;
-            }
-        }
-        partition_gauge(
-            &mut encoder,
-            "orderly_restore_time_left_seconds",
-            "Estimated time a restore still takes, at its rate so far (only while a partition restores, once there is a rate to go by)",
-            &partitions,
-            |p| {
-                p.restore
-                    .view()
-                    .and_then(|v| v.time_left())
-                    .map(|left| left.as_secs_f64())
-            },
-        )?;
-        partition_gauge(
-            &mut encoder,
-            "orderly_write_out_call_wait_seconds",
-            "How long the partition's write-out has waited in one librdkafka transactional call (only while it does; past 10 s /readyz says the partition is stalled, at 45 s it starts over)",
-            &partitions,
-            |p| {
-                p.waiting
-                    .get(std::time::Instant::now())
-                    .map(|(waited, _)| waited.as_secs_f64())
-            },
-        )?;
-        partition_gauge(
-            &mut encoder,
-            "orderly_outbox_pending",
-            "Outbox records written and not yet acknowledged by the broker",
-            &partitions,
-            |p| {
-                p.outbox
-                    .get()
-                    .map(|b| b.pending.load(Ordering::Relaxed) as i64)
-            },
-        )?;
-        partition_gauge(
-            &mut encoder,
-            "orderly_outbox_oldest_age_seconds",
-            "Age of the oldest pending outbox record (0 when none)",
-            &partitions,
-            |p| {
-                p.outbox
-                    .get()
-                    .map(|b| b.oldest_age_ms.load(Ordering::Relaxed) as f64 / 1000.0)
-            },
-        )?;
-        {
-            let mut family = encoder.encode_descriptor(
-                "orderly_outbox_published",
-                "Outbox records the broker acknowledged",
-                None,
-                MetricType::Counter,
-            )?;
-            for p in &partitions {
-                if let Some(backlog) = p.outbox.get() {
-                    ConstCounter::new(backlog.published.load(Ordering::Relaxed))
-                        .encode(family.encode_family(&partition_label(p))?)?;
-                }
-            }
-        }
-        ConstGauge::new(partitions.len() as i64).encode(encoder.encode_descriptor(
-            "orderly_assigned_partitions",
-            "Partitions assigned to this instance",
-            None,
-            MetricType::Gauge,
-        )?)?;
-        ConstCounter::new(t.restored_records.load(Ordering::Relaxed)).encode(
-            encoder.encode_descriptor(
-                "orderly_restored_records",
-                "Changelog records applied by restores",
-                None,
-                MetricType::Counter,
-            )?,
-        )?;
-        {
-            let mut family = encoder.encode_descriptor(
-                "orderly_records_by_schema",
-                "Input records read per writer schema id (each id the registry resolved)",
-                None,
-                MetricType::Counter,
-            )?;
-            for (id, records) in t.schema_records.snapshot() {
-                ConstCounter::new(records)
-                    .encode(family.encode_family(&[("schema_id", id.to_string())])?)?;
-            }
-        }
-        {
-            let mut family = encoder.encode_descriptor(
-                "orderly_errors",
-                "Failures by pipeline stage, retryable (waited out, tried again) or permanent (the process or a partition stops)",
-                None,
-                MetricType::Counter,
-            )?;
-            for (stage, kind, count) in t.errors.snapshot() {
-                ConstCounter::new(count).encode(family.encode_family(&[
-                    ("stage", stage.as_str().to_string()),
-                    ("kind", kind.as_str().to_string()),
-                ])?)?;
-            }
-        }
-        ConstCounter::new(t.breaker_trips.load(Ordering::Relaxed)).encode(encoder.encode_descriptor(
-            "orderly_dead_letter_breaker_trips",
-            "Partitions the dead-letter breaker stopped (too many dead letters in a row or in a window)",
+        record_counters(&mut encoder, &partitions)?;
+        progress_gauges(&mut encoder, t, &partitions)?;
+        outbox_series(&mut encoder, &partitions)?;
+        instance_series(&mut encoder, t, &partitions)?;
+        histograms(&mut encoder, t)
+    }
+}
+
+/// The records consumed, by outcome, and the version gaps, per partition.
+fn record_counters(
+    encoder: &mut DescriptorEncoder,
+    partitions: &[Arc<PartitionStatus>],
+) -> Result<(), std::fmt::Error> {
+    {
+        let mut family = encoder.encode_descriptor(
+            "orderly_records",
+            "Consumed records by outcome; the four outcomes add up to the records consumed (seeded from the durable checkpoint)",
             None,
             MetricType::Counter,
-        )?)?;
-        ConstGauge::new(partitions.iter().filter(|p| p.phase() == crate::observe::Phase::Stopped).count() as i64).encode(
-            encoder.encode_descriptor(
-                "orderly_stopped_partitions",
-                "Assigned partitions stopped by the dead-letter breaker (they decide nothing until reassigned)",
-                None,
-                MetricType::Gauge,
-            )?,
         )?;
-        let seconds = Some(&Unit::Seconds);
-        histogram(
-            &mut encoder,
-            "orderly_batch_duration",
-            "Time to decide one batch (decode, dead letters, decide)",
-            seconds,
-            &t.batch_duration,
-        )?;
-        histogram(
-            &mut encoder,
-            "orderly_batch_records",
-            "Records per decided batch",
-            None,
-            &t.batch_records,
-        )?;
-        histogram(
-            &mut encoder,
-            "orderly_write_out_duration",
-            "One write-out: changelog acknowledged, then one atomic store batch",
-            seconds,
-            &t.write_out_duration,
-        )?;
-        histogram(
-            &mut encoder,
-            "orderly_write_out_wait",
-            "A write-out's wait for its turn (processing.concurrent_write_outs)",
-            seconds,
-            &t.write_out_wait,
-        )?;
-        histogram(
-            &mut encoder,
-            "orderly_flush_duration",
-            "One store flush (fsync) covering many write-outs",
-            seconds,
-            &t.flush_duration,
-        )?;
-        histogram(
-            &mut encoder,
-            "orderly_commit_duration",
-            "One offset commit to the group",
-            seconds,
-            &t.commit_duration,
-        )?;
-        histogram(
-            &mut encoder,
-            "orderly_completion",
-            "From an applied event's occurred_at to the write-out holding it being flushed",
-            seconds,
-            &t.completion,
-        )?;
-        histogram(
-            &mut encoder,
-            "orderly_timer_lateness",
-            "How late partition tasks' timers fired",
-            seconds,
-            &t.timer_lateness,
-        )?;
-        Ok(())
+        for p in partitions {
+            for (outcome, counter) in OUTCOMES {
+                let labels = [
+                    ("partition", p.partition.to_string()),
+                    ("outcome", outcome.to_string()),
+                ];
+                ConstCounter::new(counter(p).load(Ordering::Relaxed))
+                    .encode(family.encode_family(&labels)?)?;
+            }
+        }
     }
+    let mut family = encoder.encode_descriptor(
+        "orderly_version_gaps",
+        "Applied events whose version skipped one or more versions of their order",
+        None,
+        MetricType::Counter,
+    )?;
+    for p in partitions {
+        ConstCounter::new(p.version_gaps.load(Ordering::Relaxed))
+            .encode(family.encode_family(&partition_label(p))?)?;
+    }
+    Ok(())
+}
+
+/// How far each partition is from done: its lag, its restore, the
+/// standbys' lag, and a write-out's wait in a transactional call.
+fn progress_gauges(
+    encoder: &mut DescriptorEncoder,
+    t: &Telemetry,
+    partitions: &[Arc<PartitionStatus>],
+) -> Result<(), std::fmt::Error> {
+    partition_gauge(
+        encoder,
+        "orderly_consumer_lag",
+        "Records between the partition's end offset and the processed position",
+        partitions,
+        |p| p.lag(),
+    )?;
+    partition_gauge(
+        encoder,
+        "orderly_restore_remaining_records",
+        "Changelog records still to restore (only while the partition restores)",
+        partitions,
+        |p| p.restore.remaining(),
+    )?;
+    {
+        let mut family = encoder.encode_descriptor(
+            "orderly_standby_lag_records",
+            "Changelog records a standby (a warm copy of a partition another member owns) has not applied yet",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (partition, lag) in t.standbys() {
+            let label = [("partition", partition.to_string())];
+            ConstGauge::new(lag).encode(family.encode_family(&label)?)?;
+        }
+    }
+    partition_gauge(
+        encoder,
+        "orderly_restore_time_left_seconds",
+        "Estimated time a restore still takes, at its rate so far (only while a partition restores, once there is a rate to go by)",
+        partitions,
+        |p| {
+            p.restore
+                .view()
+                .and_then(|v| v.time_left())
+                .map(|left| left.as_secs_f64())
+        },
+    )?;
+    partition_gauge(
+        encoder,
+        "orderly_write_out_call_wait_seconds",
+        "How long the partition's write-out has waited in one librdkafka transactional call (only while it does; past 10 s /readyz says the partition is stalled, at 45 s it starts over)",
+        partitions,
+        |p| {
+            p.waiting
+                .get(std::time::Instant::now())
+                .map(|(waited, _)| waited.as_secs_f64())
+        },
+    )
+}
+
+/// The outbox's backlog and what its relay published, per partition.
+fn outbox_series(
+    encoder: &mut DescriptorEncoder,
+    partitions: &[Arc<PartitionStatus>],
+) -> Result<(), std::fmt::Error> {
+    partition_gauge(
+        encoder,
+        "orderly_outbox_pending",
+        "Outbox records written and not yet acknowledged by the broker",
+        partitions,
+        |p| {
+            p.outbox
+                .get()
+                .map(|b| b.pending.load(Ordering::Relaxed) as i64)
+        },
+    )?;
+    partition_gauge(
+        encoder,
+        "orderly_outbox_oldest_age_seconds",
+        "Age of the oldest pending outbox record (0 when none)",
+        partitions,
+        |p| {
+            p.outbox
+                .get()
+                .map(|b| b.oldest_age_ms.load(Ordering::Relaxed) as f64 / 1000.0)
+        },
+    )?;
+    let mut family = encoder.encode_descriptor(
+        "orderly_outbox_published",
+        "Outbox records the broker acknowledged",
+        None,
+        MetricType::Counter,
+    )?;
+    for p in partitions {
+        if let Some(backlog) = p.outbox.get() {
+            ConstCounter::new(backlog.published.load(Ordering::Relaxed))
+                .encode(family.encode_family(&partition_label(p))?)?;
+        }
+    }
+    Ok(())
+}
+
+/// The instance's own series: its partitions, restored records, records
+/// by schema, errors, and the dead-letter breaker's trips and stops.
+fn instance_series(
+    encoder: &mut DescriptorEncoder,
+    t: &Telemetry,
+    partitions: &[Arc<PartitionStatus>],
+) -> Result<(), std::fmt::Error> {
+    ConstGauge::new(partitions.len() as i64).encode(encoder.encode_descriptor(
+        "orderly_assigned_partitions",
+        "Partitions assigned to this instance",
+        None,
+        MetricType::Gauge,
+    )?)?;
+    ConstCounter::new(t.restored_records.load(Ordering::Relaxed)).encode(
+        encoder.encode_descriptor(
+            "orderly_restored_records",
+            "Changelog records applied by restores",
+            None,
+            MetricType::Counter,
+        )?,
+    )?;
+    {
+        let mut family = encoder.encode_descriptor(
+            "orderly_records_by_schema",
+            "Input records read per writer schema id (each id the registry resolved)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (id, records) in t.schema_records.snapshot() {
+            ConstCounter::new(records)
+                .encode(family.encode_family(&[("schema_id", id.to_string())])?)?;
+        }
+    }
+    {
+        let mut family = encoder.encode_descriptor(
+            "orderly_errors",
+            "Failures by pipeline stage, retryable (waited out, tried again) or permanent (the process or a partition stops)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (stage, kind, count) in t.errors.snapshot() {
+            ConstCounter::new(count).encode(family.encode_family(&[
+                ("stage", stage.as_str().to_string()),
+                ("kind", kind.as_str().to_string()),
+            ])?)?;
+        }
+    }
+    ConstCounter::new(t.breaker_trips.load(Ordering::Relaxed)).encode(encoder.encode_descriptor(
+        "orderly_dead_letter_breaker_trips",
+        "Partitions the dead-letter breaker stopped (too many dead letters in a row or in a window)",
+        None,
+        MetricType::Counter,
+    )?)?;
+    ConstGauge::new(partitions.iter().filter(|p| p.phase() == crate::observe::Phase::Stopped).count() as i64).encode(
+        encoder.encode_descriptor(
+            "orderly_stopped_partitions",
+            "Assigned partitions stopped by the dead-letter breaker (they decide nothing until reassigned)",
+            None,
+            MetricType::Gauge,
+        )?,
+    )
+}
+
+/// The latency and size histograms.
+fn histograms(encoder: &mut DescriptorEncoder, t: &Telemetry) -> Result<(), std::fmt::Error> {
+    let seconds = Some(&Unit::Seconds);
+    histogram(
+        encoder,
+        "orderly_batch_duration",
+        "Time to decide one batch (decode, dead letters, decide)",
+        seconds,
+        &t.batch_duration,
+    )?;
+    histogram(
+        encoder,
+        "orderly_batch_records",
+        "Records per decided batch",
+        None,
+        &t.batch_records,
+    )?;
+    histogram(
+        encoder,
+        "orderly_write_out_duration",
+        "One write-out: changelog acknowledged, then one atomic store batch",
+        seconds,
+        &t.write_out_duration,
+    )?;
+    histogram(
+        encoder,
+        "orderly_write_out_wait",
+        "A write-out's wait for its turn (processing.concurrent_write_outs)",
+        seconds,
+        &t.write_out_wait,
+    )?;
+    histogram(
+        encoder,
+        "orderly_flush_duration",
+        "One store flush (fsync) covering many write-outs",
+        seconds,
+        &t.flush_duration,
+    )?;
+    histogram(
+        encoder,
+        "orderly_commit_duration",
+        "One offset commit to the group",
+        seconds,
+        &t.commit_duration,
+    )?;
+    histogram(
+        encoder,
+        "orderly_completion",
+        "From an applied event's occurred_at to the write-out holding it being flushed",
+        seconds,
+        &t.completion,
+    )?;
+    histogram(
+        encoder,
+        "orderly_timer_lateness",
+        "How late partition tasks' timers fired",
+        seconds,
+        &t.timer_lateness,
+    )
 }
 
 #[cfg(test)]

@@ -173,6 +173,12 @@ pub struct Expectation {
     pub status_changes: HashSet<String>,
 }
 
+/// One planned send: (send time, order index, event, writer version).
+type PlannedSend = (f64, usize, OrderEvent, WriterVersion);
+
+/// An event and the schema it is written with.
+type Sent = (OrderEvent, WriterVersion);
+
 /// Generates the records in send order and their expected outcome.
 ///
 /// Per order, the event sequence is built first (lifecycle, reorderings,
@@ -189,123 +195,127 @@ pub fn plan(
     encoder: &Encoder,
 ) -> Result<(Vec<PlannedRecord>, Expectation), EncodeError> {
     let mut rng = StdRng::seed_from_u64(spec.seed);
-    // (send time, order index, event, writer version)
-    let mut sends: Vec<(f64, usize, OrderEvent, WriterVersion)> = Vec::new();
-    let horizon = spec.orders as f64;
+    let mut sends: Vec<PlannedSend> = Vec::new();
     for index in 0..spec.orders {
-        let lifecycle = match spec.events_per_order {
-            Some(n) => long_lifecycle(n),
-            None => lifecycle(&mut rng),
-        };
-        let order_id = format!("{}-{:08}", spec.order_prefix, index);
-        let currency = ["EUR", "USD", "GBP", "JPY"][rng.gen_range(0..4)].to_string();
-        let amount = rng.gen_range(100..500_000i64);
-        let start = rng.gen_range(0.0..horizon);
-        let base_ms = spec.start_ms.unwrap_or(FIXED_START_MS) + (start * 1000.0) as i64;
-        let mut events: Vec<(OrderEvent, WriterVersion)> = lifecycle
-            .iter()
-            .enumerate()
-            .map(|(i, event_type)| {
-                let writer = if rng.gen_bool(spec.v1_share) {
-                    WriterVersion::V1
-                } else {
-                    WriterVersion::V2
-                };
-                let event = OrderEvent {
-                    event_id: spec.id_format.format(rng.gen()),
-                    order_id: order_id.clone(),
-                    version: i as i64 + 1,
-                    event_type: *event_type,
-                    amount: if *event_type == EventType::Cancelled {
-                        0
-                    } else {
-                        amount
-                    },
-                    currency: currency.clone(),
-                    occurred_at: base_ms + i as i64 * 60_000,
-                };
-                (event, writer)
-            })
-            .collect();
-        for i in 0..events.len().saturating_sub(1) {
-            if rng.gen_bool(spec.reorder_rate) {
-                events.swap(i, i + 1);
-            }
-        }
-        // A duplicate (producer retry) lands right after its original or a
-        // couple of events later.
-        let mut keyed: Vec<(f64, (OrderEvent, WriterVersion))> =
-            Vec::with_capacity(events.len() + 1);
-        for (i, sent) in events.into_iter().enumerate() {
-            if rng.gen_bool(spec.duplicate_rate) {
-                keyed.push((i as f64 + rng.gen_range(0.1..2.5), sent.clone()));
-            }
-            keyed.push((i as f64, sent));
-        }
-        keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let sequence = keyed.into_iter().map(|(_, sent)| sent);
-        match spec.shape {
-            Shape::Clustered => {
-                let mut t = start;
-                for (event, writer) in sequence {
-                    sends.push((t, index, event, writer));
-                    t += rng.gen_range(0.5..20.0);
-                }
-            }
-            Shape::Interleaved => {
-                // One draw per send, as above, so both shapes plan the same
-                // sequences and differ only in their interleaving.
-                let mut times: Vec<f64> = (0..sequence.len())
-                    .map(|_| rng.gen_range(0.0..horizon))
-                    .collect();
-                times.sort_by(f64::total_cmp);
-                for (t, (event, writer)) in times.into_iter().zip(sequence) {
-                    sends.push((t, index, event, writer));
-                }
-            }
-        }
+        order_sends(spec, &mut rng, index, &mut sends);
     }
     // Interleave orders by send time; an order's own sends keep their order
     // (their times are non-decreasing and the sort is stable).
     sends.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    records_and_expectation(spec, encoder, &mut rng, sends)
+}
 
+/// The sends of the order `index`: its event sequence (lifecycle,
+/// reorderings, duplicates), given send times by the spec's [`Shape`].
+fn order_sends(spec: &WorkloadSpec, rng: &mut StdRng, index: usize, sends: &mut Vec<PlannedSend>) {
+    let horizon = spec.orders as f64;
+    let (start, events) = order_events(spec, rng, index, horizon);
+    let sequence = with_duplicates(spec, rng, events);
+    match spec.shape {
+        Shape::Clustered => {
+            let mut t = start;
+            for (event, writer) in sequence {
+                sends.push((t, index, event, writer));
+                t += rng.gen_range(0.5..20.0);
+            }
+        }
+        Shape::Interleaved => {
+            // One draw per send, as above, so both shapes plan the same
+            // sequences and differ only in their interleaving.
+            let mut times: Vec<f64> = (0..sequence.len())
+                .map(|_| rng.gen_range(0.0..horizon))
+                .collect();
+            times.sort_by(f64::total_cmp);
+            for (t, (event, writer)) in times.into_iter().zip(sequence) {
+                sends.push((t, index, event, writer));
+            }
+        }
+    }
+}
+
+/// The order `index`'s start (in time units, below `horizon`) and its
+/// events in lifecycle order, each swapped with the next at the spec's
+/// reorder rate.
+fn order_events(
+    spec: &WorkloadSpec,
+    rng: &mut StdRng,
+    index: usize,
+    horizon: f64,
+) -> (f64, Vec<Sent>) {
+    let lifecycle = match spec.events_per_order {
+        Some(n) => long_lifecycle(n),
+        None => lifecycle(rng),
+    };
+    let order_id = format!("{}-{:08}", spec.order_prefix, index);
+    let currency = ["EUR", "USD", "GBP", "JPY"][rng.gen_range(0..4)].to_string();
+    let amount = rng.gen_range(100..500_000i64);
+    let start = rng.gen_range(0.0..horizon);
+    let base_ms = spec.start_ms.unwrap_or(FIXED_START_MS) + (start * 1000.0) as i64;
+    let mut events: Vec<Sent> = lifecycle
+        .iter()
+        .enumerate()
+        .map(|(i, event_type)| {
+            let writer = if rng.gen_bool(spec.v1_share) {
+                WriterVersion::V1
+            } else {
+                WriterVersion::V2
+            };
+            let event = OrderEvent {
+                event_id: spec.id_format.format(rng.gen()),
+                order_id: order_id.clone(),
+                version: i as i64 + 1,
+                event_type: *event_type,
+                amount: if *event_type == EventType::Cancelled {
+                    0
+                } else {
+                    amount
+                },
+                currency: currency.clone(),
+                occurred_at: base_ms + i as i64 * 60_000,
+            };
+            (event, writer)
+        })
+        .collect();
+    for i in 0..events.len().saturating_sub(1) {
+        if rng.gen_bool(spec.reorder_rate) {
+            events.swap(i, i + 1);
+        }
+    }
+    (start, events)
+}
+
+/// `events` with duplicates (producer retries) at the spec's rate: a
+/// duplicate lands right after its original or a couple of events later.
+fn with_duplicates(spec: &WorkloadSpec, rng: &mut StdRng, events: Vec<Sent>) -> Vec<Sent> {
+    let mut keyed: Vec<(f64, Sent)> = Vec::with_capacity(events.len() + 1);
+    for (i, sent) in events.into_iter().enumerate() {
+        if rng.gen_bool(spec.duplicate_rate) {
+            keyed.push((i as f64 + rng.gen_range(0.1..2.5), sent.clone()));
+        }
+        keyed.push((i as f64, sent));
+    }
+    keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    keyed.into_iter().map(|(_, sent)| sent).collect()
+}
+
+/// The records of `sends`, in send order with poison records among them,
+/// and the outcome they imply.
+fn records_and_expectation(
+    spec: &WorkloadSpec,
+    encoder: &Encoder,
+    rng: &mut StdRng,
+    sends: Vec<PlannedSend>,
+) -> Result<(Vec<PlannedRecord>, Expectation), EncodeError> {
     let mut expectation = Expectation::default();
     let mut applied_ids: HashSet<String> = HashSet::new();
     let mut records =
         Vec::with_capacity(sends.len() + (sends.len() as f64 * spec.poison_rate) as usize + 1);
     for (_, _, event, writer) in sends {
         if rng.gen_bool(spec.poison_rate.min(1.0)) {
-            records.push(poison(&mut rng, encoder, &event)?);
+            records.push(poison(rng, encoder, &event)?);
             expectation.outcomes.dead_lettered += 1;
         }
-        // The expected outcome, by the documented rules: an id applied before
-        // is a duplicate; a version not above the newest applied is stale.
-        let as_read = match writer {
-            WriterVersion::V1 => OrderEvent {
-                currency: DEFAULT_CURRENCY.to_string(),
-                ..event.clone()
-            },
-            WriterVersion::V2 => event.clone(),
-        };
-        let newest = expectation
-            .states
-            .get(&event.order_id)
-            .map(|s| s.version)
-            .unwrap_or(0);
-        if applied_ids.contains(&event.event_id) {
-            expectation.outcomes.duplicates += 1;
-        } else if event.version <= newest {
-            expectation.outcomes.stale += 1;
-        } else {
-            expectation.outcomes.applied += 1;
-            applied_ids.insert(event.event_id.clone());
-            if expectation.states.get(&event.order_id).map(|s| s.status) != Some(event.event_type) {
-                expectation.status_changes.insert(event.event_id.clone());
-            }
-            expectation
-                .states
-                .insert(event.order_id.clone(), StateView::of_event(&as_read));
-        }
+        expect(&mut expectation, &mut applied_ids, &event, writer);
         records.push(PlannedRecord {
             key: event.order_id.clone(),
             payload: encoder.encode(&event, writer)?,
@@ -313,6 +323,44 @@ pub fn plan(
     }
     expectation.records = records.len() as u64;
     Ok((records, expectation))
+}
+
+/// Adds `event`'s expected outcome to `expectation` (`applied_ids`: the
+/// event ids applied so far).
+fn expect(
+    expectation: &mut Expectation,
+    applied_ids: &mut HashSet<String>,
+    event: &OrderEvent,
+    writer: WriterVersion,
+) {
+    // The expected outcome, by the documented rules: an id applied before
+    // is a duplicate; a version not above the newest applied is stale.
+    let as_read = match writer {
+        WriterVersion::V1 => OrderEvent {
+            currency: DEFAULT_CURRENCY.to_string(),
+            ..event.clone()
+        },
+        WriterVersion::V2 => event.clone(),
+    };
+    let newest = expectation
+        .states
+        .get(&event.order_id)
+        .map(|s| s.version)
+        .unwrap_or(0);
+    if applied_ids.contains(&event.event_id) {
+        expectation.outcomes.duplicates += 1;
+    } else if event.version <= newest {
+        expectation.outcomes.stale += 1;
+    } else {
+        expectation.outcomes.applied += 1;
+        applied_ids.insert(event.event_id.clone());
+        if expectation.states.get(&event.order_id).map(|s| s.status) != Some(event.event_type) {
+            expectation.status_changes.insert(event.event_id.clone());
+        }
+        expectation
+            .states
+            .insert(event.order_id.clone(), StateView::of_event(&as_read));
+    }
 }
 
 /// CREATED, then PAID, SHIPPED, DELIVERED, with a cancellation possible
