@@ -21,7 +21,7 @@ use crate::kafka::headers::HEADER_REDRIVE_COUNT;
 use crate::kafka::retry::Backoff;
 use crate::observe::errors::{Kind, Stage};
 use crate::processor::dlq::{DeadLetter, HeldLetter};
-use crate::processor::ProcessError;
+use crate::processor::error::ProcessError;
 
 impl<E: Entity> Live<E> {
     /// Processes one batch: everything in it ends applied, duplicate, stale

@@ -18,10 +18,10 @@ use crate::engine::outbox_record::OutboxRecord;
 use crate::engine::partition_state::{PartitionState, PreparedWrite, StatusChanges};
 use crate::kafka::retry::Backoff;
 use crate::observe::errors::{Kind, Stage};
+use crate::processor::error::ProcessError;
 use crate::processor::flusher::FlushMsg;
 use crate::processor::outbox::direct::{Floor, PublishError, StatusOutput};
 use crate::processor::transaction::{Round, TxnError};
-use crate::processor::ProcessError;
 
 /// The partition task's end of its outbox relay. Dropping it stops the
 /// relay (a task that ends with an error, fenced among them, must not leave

@@ -59,12 +59,12 @@ use tracing::{error, info, warn};
 use super::context::OrderlyContext;
 use super::parts::{Input, Member, Outputs, Reporting};
 use super::transaction::TxnError;
-use super::ProcessError;
 use crate::engine::breaker::Breaker;
 use crate::engine::partition_state::PartitionState;
 use crate::engine::store::Checkpoint;
 use crate::observe::errors::Stage;
 use crate::observe::{PartitionStatus, Phase};
+use crate::processor::error::ProcessError;
 use mode::WriteOutMode;
 use settings::TaskSettings;
 

@@ -19,8 +19,8 @@ use crate::engine::partition_state::PartitionState;
 use crate::observe::errors::Stage;
 use crate::observe::Phase;
 use crate::processor::changelog::restore::Restore;
+use crate::processor::error::ProcessError;
 use crate::processor::transaction::{TxnError, TxnScope, TxnWriter};
-use crate::processor::ProcessError;
 
 /// A partition task before its first record.
 pub(super) struct Restoring<E: Entity> {
