@@ -156,7 +156,8 @@
 //! * `config`: layered configuration (`config/default.toml`, `--config`,
 //!   `ORDERLY_*`) with validation; `partitioner`: which partition a key
 //!   hashes to (librdkafka's and the Java client's partitioners);
-//!   `error_chain`: an error and its causes on one line.
+//!   `error_chain`: an error and its causes on one line; `program`: the
+//!   binary's own name, for the hints messages give.
 //! * `allocator`: the global allocator and jemalloc's compiled options,
 //!   shared by the binary and the pipeline bench.
 //!
@@ -213,6 +214,7 @@ pub(crate) mod observe;
 pub(crate) mod ops;
 pub(crate) mod partitioner;
 pub(crate) mod processor;
+pub(crate) mod program;
 pub(crate) mod registry;
 #[doc(hidden)]
 pub mod testkit;

@@ -148,14 +148,6 @@ impl Config {
         (!topic.is_empty()).then(|| topic.to_string())
     }
 
-    /// True when the status changes go out with the write-outs (in their
-    /// transaction under exactly_once, or `outbox.delivery = "write_out"`),
-    /// false when the outbox relay publishes them.
-    pub fn status_in_write_outs(&self) -> bool {
-        self.processing.guarantee == Guarantee::ExactlyOnce
-            || self.outbox.delivery == OutboxDelivery::WriteOut
-    }
-
     /// The HTTP endpoint's address (`None`: off).
     pub fn http_address(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
         let text = self.http.address.trim();

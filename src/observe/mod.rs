@@ -18,7 +18,7 @@ pub(crate) mod status;
 pub(crate) mod vocabulary;
 
 pub(crate) use restore_progress::RestoreProgress;
-pub(crate) use vocabulary::{Backlog, GroupOwners, Member, OwnersError, Phase};
+pub(crate) use vocabulary::{Backlog, GroupOwners, Member, OwnersError, Phase, UNKNOWN};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -29,9 +29,6 @@ use histogram::{completion_bounds, count_bounds, duration_bounds, Histogram};
 
 use crate::engine::outcomes::{AtomicOutcomes, Outcomes};
 use crate::engine::store::Checkpoint;
-
-/// "Not known yet" in an offset or count slot.
-pub(crate) const UNKNOWN: i64 = -1;
 
 /// One assigned partition, as its task and the poll thread last saw it.
 #[derive(Debug)]

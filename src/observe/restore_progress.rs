@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::UNKNOWN;
+use crate::observe::vocabulary::UNKNOWN;
 
 /// One partition's restore progress: `UNKNOWN` (-1) counts while it does not
 /// restore.

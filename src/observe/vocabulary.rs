@@ -8,6 +8,9 @@ use std::sync::atomic::AtomicU64;
 
 use serde::Serialize;
 
+/// "Not known yet" in an offset or count slot.
+pub(crate) const UNKNOWN: i64 = -1;
+
 /// Where a partition task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

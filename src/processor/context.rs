@@ -11,7 +11,7 @@ use rdkafka::{ClientContext, TopicPartitionList};
 use tracing::{info, warn};
 
 /// What the rebalance callbacks ask of the owner of the partitions.
-pub(super) trait Rebalance: Send + Sync {
+pub(crate) trait Rebalance: Send + Sync {
     /// Prepares newly assigned partitions (start offsets are set in `tpl`
     /// before they are assigned).
     fn on_assign(&self, tpl: &mut TopicPartitionList);
@@ -19,7 +19,7 @@ pub(super) trait Rebalance: Send + Sync {
     /// committed when `lost`), within the revoke deadline.
     fn on_revoke(&self, partitions: &[i32], lost: bool);
     /// An unrecoverable error: the processor stops.
-    fn fatal(&self, error: super::ProcessError);
+    fn fatal(&self, error: crate::processor::error::ProcessError);
 }
 
 /// The rdkafka context of the processor's consumer.
@@ -55,10 +55,11 @@ impl ConsumerContext for OrderlyContext {
                     consumer.assign(tpl)
                 };
                 if let Err(e) = result {
-                    self.owner.fatal(super::ProcessError::Process {
-                        stage: crate::observe::errors::Stage::Poll,
-                        message: format!("assign failed: {e}"),
-                    });
+                    self.owner
+                        .fatal(crate::processor::error::ProcessError::Process {
+                            stage: crate::observe::errors::Stage::Poll,
+                            message: format!("assign failed: {e}"),
+                        });
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {

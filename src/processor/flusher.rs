@@ -14,10 +14,10 @@ use tracing::{debug, info, warn};
 
 use super::context::OrderlyContext;
 use super::parts::Reporting;
-use super::ProcessError;
 use crate::engine::fault::{self, Point};
 use crate::engine::store::Store;
 use crate::observe::errors::{Kind, Stage};
+use crate::processor::error::ProcessError;
 
 pub(crate) use super::flush_msg::FlushMsg;
 

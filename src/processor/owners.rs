@@ -19,7 +19,7 @@ const CACHE_FOR: Duration = Duration::from_secs(5);
 pub(crate) struct OwnersSlot(OnceLock<ConsumerOwners>);
 
 impl OwnersSlot {
-    pub(super) fn attach(&self, config: &Config, consumer: &Arc<BaseConsumer<OrderlyContext>>) {
+    pub(crate) fn attach(&self, config: &Config, consumer: &Arc<BaseConsumer<OrderlyContext>>) {
         let _ = self.0.set(ConsumerOwners {
             consumer: Arc::downgrade(consumer),
             group: config.kafka.group_id.clone(),
@@ -30,12 +30,12 @@ impl OwnersSlot {
 }
 
 /// Each member's id and its partitions of the input topic.
-pub(super) type MemberPartitions = Vec<(String, Vec<i32>)>;
+pub(crate) type MemberPartitions = Vec<(String, Vec<i32>)>;
 
 impl OwnersSlot {
     /// Each member's id and its partitions of the input topic (cached like
     /// the owners), and this member's own id: what standbys are chosen by.
-    pub(super) fn members(&self) -> Result<(Option<String>, MemberPartitions), OwnersError> {
+    pub(crate) fn members(&self) -> Result<(Option<String>, MemberPartitions), OwnersError> {
         let owners = self.0.get().ok_or(OwnersError::NotJoined)?;
         let consumer = owners.consumer.upgrade().ok_or(OwnersError::Closed)?;
         let me = crate::kafka::group_members::own_member_id(consumer.client());

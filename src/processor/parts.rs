@@ -4,26 +4,29 @@
 //! ([`Reporting`]), and this group member's store, flusher and cache budget
 //! ([`Member`]). Each is built once when the processor starts; a partition
 //! task's phases reach only the parts they use, and none of them the
-//! whole `Config` (the group member's wiring in `processor/mod.rs` keeps
+//! whole `Config` (the group member's wiring in `processor/run.rs` keeps
 //! that: it builds the Kafka clients).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rdkafka::producer::FutureProducer;
 use tokio::sync::{mpsc, Notify, Semaphore, SemaphorePermit};
 use tracing::error;
 
-use super::dlq::DeadLetters;
-use super::flush_msg::FlushMsg;
-use super::transaction::TxnSettings;
-use super::{Counters, OutboxSetup, ProcessError};
 use crate::engine::codec::Decoder;
 use crate::engine::entity::Entity;
 use crate::engine::store::Store;
 use crate::kafka::ReaderSettings;
 use crate::observe::errors::{Failure, Stage};
 use crate::observe::Telemetry;
+use crate::processor::counters::Counters;
+use crate::processor::dlq::DeadLetters;
+use crate::processor::error::ProcessError;
+use crate::processor::flush_msg::FlushMsg;
+use crate::processor::outbox::OutboxEncoder;
+use crate::processor::transaction::TxnSettings;
 
 /// What deciding a batch needs: where the records come from, how they are
 /// decoded, where poison goes and how long the inbox remembers.
@@ -172,6 +175,24 @@ impl Member {
     /// `count` partitions' tasks were stopped.
     pub(crate) fn tasks_stopped(&self, count: usize) {
         self.assigned.fetch_sub(count, Ordering::Relaxed);
+    }
+}
+
+/// What each partition's outbox relay is built from.
+pub(crate) struct OutboxSetup<E: Entity> {
+    pub topic: String,
+    pub encoder: Arc<OutboxEncoder<E>>,
+    pub producer_config: rdkafka::ClientConfig,
+    /// One producer for every partition's relay.
+    pub producer: Arc<Mutex<Option<FutureProducer>>>,
+    pub(crate) warn_count: u64,
+    pub(crate) warn_age: Duration,
+}
+
+impl<E: Entity> OutboxSetup<E> {
+    /// The shared producer, created (again, after a fatal error) when needed.
+    pub(crate) fn producer(&self) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+        crate::kafka::shared_producer(&self.producer, &self.producer_config)
     }
 }
 

@@ -31,10 +31,11 @@ use super::partition::settings::TaskSettings;
 use super::partition::{Command, PartitionInput, PartitionTask};
 use super::parts::Parts;
 use super::transaction::TxnError;
-use super::ProcessError;
 use crate::engine::partition_state::PartitionState;
+use crate::engine::store::{Checkpoint, PartitionStore};
 use crate::observe::errors::Stage;
 use crate::observe::PartitionStatus;
+use crate::processor::error::ProcessError;
 
 struct PartitionHandle {
     tx: mpsc::Sender<Command>,
@@ -61,7 +62,7 @@ pub(crate) struct PartitionSupervisor<E: Entity> {
 }
 
 impl<E: Entity> PartitionSupervisor<E> {
-    pub(super) fn new(
+    pub(crate) fn new(
         parts: Parts<E>,
         settings: TaskSettings,
         group_id: String,
@@ -86,12 +87,12 @@ impl<E: Entity> PartitionSupervisor<E> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub(super) fn runtime(&self) -> &Handle {
+    pub(crate) fn runtime(&self) -> &Handle {
         &self.runtime
     }
 
     /// Standbys are on: partitions are taken from the keeper on assignment.
-    pub(super) fn attach_standbys(&self, standbys: Arc<super::standby::Standbys>) {
+    pub(crate) fn attach_standbys(&self, standbys: Arc<super::standby::Standbys>) {
         let _ = self.standbys.set(standbys);
     }
 
@@ -105,18 +106,35 @@ impl<E: Entity> PartitionSupervisor<E> {
     /// the partition is assigned, so no record reaches the main queue) and
     /// spawns its task.
     fn assign(&self, tpl: &mut TopicPartitionList) {
-        let Parts {
-            input,
-            outputs,
-            reporting,
-            member,
-        } = &self.parts;
+        let Some(consumer) = self.attached_consumer(tpl) else {
+            return;
+        };
+        self.parts
+            .reporting
+            .telemetry
+            .joined
+            .store(true, Ordering::Relaxed);
+        let mut assigned = Vec::new();
+        for elem in tpl.elements() {
+            assigned.push((elem.topic().to_string(), elem.partition()));
+        }
+        for (topic, partition) in assigned {
+            self.start_partition(tpl, &consumer, &topic, partition);
+        }
+    }
+
+    /// The consumer an assignment is for: a fatal error before it was
+    /// attached, `None` too while it closes.
+    fn attached_consumer(
+        &self,
+        tpl: &TopicPartitionList,
+    ) -> Option<Arc<BaseConsumer<OrderlyContext>>> {
         let Some(weak) = self.consumer.get() else {
-            reporting.fatal(ProcessError::Process {
+            self.parts.reporting.fatal(ProcessError::Process {
                 stage: Stage::Assign,
                 message: "assignment before the consumer was attached".into(),
             });
-            return;
+            return None;
         };
         let Some(consumer) = weak.upgrade() else {
             // The consumer is closing (shutdown): an assignment that arrives
@@ -126,132 +144,171 @@ impl<E: Entity> PartitionSupervisor<E> {
                 partitions = tpl.count(),
                 "assignment while closing the consumer; not starting its partitions"
             );
+            return None;
+        };
+        Some(consumer)
+    }
+
+    /// One assigned partition: its old task drained (assigned again without
+    /// a revoke), its store opened at the checkpoint, its queue split off
+    /// and its task spawned. A failure is fatal, and the partition is not
+    /// started.
+    fn start_partition(
+        &self,
+        tpl: &mut TopicPartitionList,
+        consumer: &Arc<BaseConsumer<OrderlyContext>>,
+        topic: &str,
+        partition: i32,
+    ) {
+        let Parts {
+            input,
+            outputs,
+            reporting,
+            member,
+        } = &self.parts;
+        let settings = &self.settings;
+        if self.tasks().contains_key(&partition) {
+            // Assigned again without a revoke in between (the assignment
+            // was lost): stop the old task first so one task at a time
+            // writes the partition's tree.
+            warn!(
+                partition,
+                "partition assigned while its task still runs; draining the old task"
+            );
+            self.drain(Some(&[partition]), true);
+        }
+        // A standby round on the partition stops before its checkpoint
+        // is read; none starts again while this member owns it.
+        if let Some(standbys) = self.standbys.get() {
+            standbys.take_over(partition);
+        }
+        let Some((store, checkpoint)) = self.open_at_checkpoint(tpl, topic, partition) else {
             return;
         };
-        reporting.telemetry.joined.store(true, Ordering::Relaxed);
-        let settings = &self.settings;
-        let mut assigned = Vec::new();
-        for elem in tpl.elements() {
-            assigned.push((elem.topic().to_string(), elem.partition()));
-        }
-        for (topic, partition) in assigned {
-            if self.tasks().contains_key(&partition) {
-                // Assigned again without a revoke in between (the assignment
-                // was lost): stop the old task first so one task at a time
-                // writes the partition's tree.
-                warn!(
-                    partition,
-                    "partition assigned while its task still runs; draining the old task"
-                );
-                self.drain(Some(&[partition]), true);
+        let Some(mut queue) = consumer.split_partition_queue(topic, partition) else {
+            reporting.fatal(ProcessError::Partition {
+                partition,
+                stage: Stage::Assign,
+                message: "cannot split its queue".into(),
+            });
+            return;
+        };
+        let ready = Arc::new(Notify::new());
+        let signal = ready.clone();
+        queue.set_nonempty_callback(move || signal.notify_one());
+        info!(partition, checkpoint = ?checkpoint.map(|c| c.next_offset), "partition assigned");
+        let (tx, rx) = mpsc::channel(1);
+        let state = PartitionState::new(store, checkpoint);
+        let status = Arc::new(PartitionStatus::new(partition, checkpoint.as_ref()));
+        reporting.telemetry.insert(status.clone());
+        let task = PartitionTask {
+            input: input.clone(),
+            outputs: outputs.clone(),
+            reporting: reporting.clone(),
+            member: member.clone(),
+            partition,
+            state,
+            rx,
+            status,
+            consumer: Arc::downgrade(consumer),
+            assigned_at: checkpoint.map(|c| c.next_offset),
+            settings: settings.clone(),
+            breaker: crate::engine::breaker::Breaker::new(settings.breaker),
+            first_offset: None,
+            rewind: None,
+            fences: Vec::new(),
+            republished_below: None,
+            pending_seek: None,
+        };
+        let input = PartitionInput::new(queue, ready, Arc::downgrade(consumer), topic, partition);
+        let join = self.spawn_task(task, input, topic, partition);
+        self.tasks().insert(partition, PartitionHandle { tx, join });
+        member.tasks_started(1);
+    }
+
+    /// The partition's store and stored checkpoint, its start offset set in
+    /// the list from the checkpoint; `None` (after a fatal error) when the
+    /// store cannot be read.
+    fn open_at_checkpoint(
+        &self,
+        tpl: &mut TopicPartitionList,
+        topic: &str,
+        partition: i32,
+    ) -> Option<(PartitionStore, Option<Checkpoint>)> {
+        let reporting = &self.parts.reporting;
+        let store = match self.parts.member.store.partition(topic, partition) {
+            Ok(store) => store,
+            Err(e) => {
+                reporting.fatal(ProcessError::from(e).in_partition(partition));
+                return None;
             }
-            // A standby round on the partition stops before its checkpoint
-            // is read; none starts again while this member owns it.
-            if let Some(standbys) = self.standbys.get() {
-                standbys.take_over(partition);
+        };
+        let checkpoint = match store.checkpoint() {
+            Ok(cp) => cp,
+            Err(e) => {
+                reporting.fatal(ProcessError::from(e).in_partition(partition));
+                return None;
             }
-            let store = match member.store.partition(&topic, partition) {
-                Ok(store) => store,
-                Err(e) => {
-                    reporting.fatal(ProcessError::from(e).in_partition(partition));
-                    continue;
-                }
-            };
-            let checkpoint = match store.checkpoint() {
-                Ok(cp) => cp,
-                Err(e) => {
-                    reporting.fatal(ProcessError::from(e).in_partition(partition));
-                    continue;
-                }
-            };
-            if let Some(cp) = checkpoint {
-                if let Err(e) =
-                    tpl.set_partition_offset(&topic, partition, Offset::Offset(cp.next_offset))
-                {
-                    reporting.fatal(ProcessError::Partition {
-                        partition,
-                        stage: Stage::Assign,
-                        message: format!("cannot seek: {e}"),
-                    });
-                }
-            }
-            let Some(mut queue) = consumer.split_partition_queue(&topic, partition) else {
+        };
+        if let Some(cp) = checkpoint {
+            if let Err(e) =
+                tpl.set_partition_offset(topic, partition, Offset::Offset(cp.next_offset))
+            {
                 reporting.fatal(ProcessError::Partition {
                     partition,
                     stage: Stage::Assign,
-                    message: "cannot split its queue".into(),
+                    message: format!("cannot seek: {e}"),
                 });
-                continue;
-            };
-            let ready = Arc::new(Notify::new());
-            let signal = ready.clone();
-            queue.set_nonempty_callback(move || signal.notify_one());
-            info!(partition, checkpoint = ?checkpoint.map(|c| c.next_offset), "partition assigned");
-            let (tx, rx) = mpsc::channel(1);
-            let state = PartitionState::new(store, checkpoint);
-            let status = Arc::new(PartitionStatus::new(partition, checkpoint.as_ref()));
-            reporting.telemetry.insert(status.clone());
-            let task = PartitionTask {
-                input: input.clone(),
-                outputs: outputs.clone(),
-                reporting: reporting.clone(),
-                member: member.clone(),
-                partition,
-                state,
-                rx,
-                status,
-                consumer: Arc::downgrade(&consumer),
-                assigned_at: checkpoint.map(|c| c.next_offset),
-                settings: settings.clone(),
-                breaker: crate::engine::breaker::Breaker::new(settings.breaker),
-                first_offset: None,
-                rewind: None,
-                fences: Vec::new(),
-                republished_below: None,
-                pending_seek: None,
-            };
-            let input =
-                PartitionInput::new(queue, ready, Arc::downgrade(&consumer), &topic, partition);
-            let span = info_span!("partition", topic = %topic, partition, group = %self.group_id);
-            let fatal = reporting.clone();
-            // Supervised: an error or a panic in the task stops the process
-            // (non-zero exit, naming the partition). Nothing it had not
-            // written out is committed: offsets reach the flusher only after
-            // their write-out.
-            let join = self.runtime.spawn(
-                async move {
-                    match AssertUnwindSafe(task.run(input)).catch_unwind().await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(ProcessError::Txn(fenced @ (TxnError::Fenced { .. } | TxnError::Stalled { .. })))) => {
-                            // Fenced while draining: the partition is being
-                            // released anyway. (A fence while processing or
-                            // restoring is handled by the task itself.)
-                            // Nothing this task had not committed reached
-                            // the broker; the process carries on.
-                            warn!(error = %fenced, "partition fenced; its uncommitted work is dropped and the group reassigns it");
-                            fatal.telemetry.remove(partition);
-                        }
-                        Ok(Err(e)) => {
-                            error!(error = %e, "partition task failed");
-                            fatal.fatal(e.in_partition(partition));
-                        }
-                        Err(panic) => {
-                            let what = panic_message(panic.as_ref());
-                            error!(panic = %what, "partition task panicked");
-                            fatal.fatal(ProcessError::Partition { partition, stage: Stage::Task, message: format!("task panicked: {what}") });
-                        }
+            }
+        }
+        Some((store, checkpoint))
+    }
+
+    /// Spawns a partition's task in its span.
+    fn spawn_task(
+        &self,
+        task: PartitionTask<E>,
+        input: PartitionInput,
+        topic: &str,
+        partition: i32,
+    ) -> JoinHandle<()> {
+        let span = info_span!("partition", topic = %topic, partition, group = %self.group_id);
+        let fatal = self.parts.reporting.clone();
+        // Supervised: an error or a panic in the task stops the process
+        // (non-zero exit, naming the partition). Nothing it had not
+        // written out is committed: offsets reach the flusher only after
+        // their write-out.
+        self.runtime.spawn(
+            async move {
+                match AssertUnwindSafe(task.run(input)).catch_unwind().await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(ProcessError::Txn(fenced @ (TxnError::Fenced { .. } | TxnError::Stalled { .. })))) => {
+                        // Fenced while draining: the partition is being
+                        // released anyway. (A fence while processing or
+                        // restoring is handled by the task itself.)
+                        // Nothing this task had not committed reached
+                        // the broker; the process carries on.
+                        warn!(error = %fenced, "partition fenced; its uncommitted work is dropped and the group reassigns it");
+                        fatal.telemetry.remove(partition);
+                    }
+                    Ok(Err(e)) => {
+                        error!(error = %e, "partition task failed");
+                        fatal.fatal(e.in_partition(partition));
+                    }
+                    Err(panic) => {
+                        let what = panic_message(panic.as_ref());
+                        error!(panic = %what, "partition task panicked");
+                        fatal.fatal(ProcessError::Partition { partition, stage: Stage::Task, message: format!("task panicked: {what}") });
                     }
                 }
-                .instrument(span),
-            );
-            self.tasks().insert(partition, PartitionHandle { tx, join });
-            member.tasks_started(1);
-        }
+            }
+            .instrument(span),
+        )
     }
 
     /// Finishes, flushes and commits the given partitions (or all), then
     /// stops their tasks. Uncommitted when the assignment was lost.
-    pub(super) fn drain(&self, partitions: Option<&[i32]>, lost: bool) {
+    pub(crate) fn drain(&self, partitions: Option<&[i32]>, lost: bool) {
         let handles: Vec<(i32, PartitionHandle)> = {
             let mut tasks = self.tasks();
             let chosen: Vec<i32> = match partitions {

@@ -17,8 +17,8 @@ use std::time::Duration;
 use base64::Engine;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 
-use super::RegistryError;
 use crate::config::{RegistryConfig, Secret};
+use crate::registry::error::{RegistryError, Who};
 
 /// The registry's address and how orderly proves who it is to it.
 #[derive(Clone)]
@@ -183,64 +183,6 @@ impl Endpoint {
             text.replace(secret, crate::config::REDACTED)
         }
     }
-}
-
-/// Who the registry refused, for [`RegistryError::AccessRefused`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Who {
-    /// No credentials were sent.
-    Nobody,
-    /// Basic authentication as this user.
-    User(String),
-    /// A bearer token.
-    Token,
-}
-
-/// The text of an [`RegistryError::AccessRefused`]: what was refused, and
-/// which setting to look at.
-pub(crate) fn refused_text(url: &str, status: u16, who: &Who, detail: &str) -> String {
-    let what = match (status, who) {
-        (401, Who::Nobody) => format!(
-            "the schema registry at {url} requires credentials (401 Unauthorized): set registry.username and \
-             registry.password (or registry.bearer_token)"
-        ),
-        (401, Who::User(user)) => format!(
-            "the schema registry at {url} refused the credentials of user `{user}` (401 Unauthorized): check \
-             registry.username and registry.password (expired or rotated?)"
-        ),
-        (401, Who::Token) => format!(
-            "the schema registry at {url} refused the bearer token (401 Unauthorized): check registry.bearer_token \
-             (expired?)"
-        ),
-        (status, Who::User(user)) => format!(
-            "the schema registry at {url} denied user `{user}` access ({status} Forbidden): grant it read access to \
-             the subjects orderly reads (and write access for `produce` and the outbox)"
-        ),
-        (status, _) => format!(
-            "the schema registry at {url} denied access ({status} Forbidden): grant orderly's credentials read access \
-             to the subjects it reads (and write access for `produce` and the outbox)"
-        ),
-    };
-    if detail.is_empty() {
-        what
-    } else {
-        format!("{what}; it said: {detail}")
-    }
-}
-
-/// The text of a [`RegistryError::TlsVerification`].
-pub(crate) fn tls_text(url: &str, ca_location: Option<&Path>, detail: &str) -> String {
-    let trust = match ca_location {
-        Some(path) => format!(
-            "the CA in registry.ca_location ({}) does not verify the server's certificate (is it the CA that signed \
-             it, for this host name?)",
-            path.display()
-        ),
-        None => "the system's CAs do not verify the server's certificate: set registry.ca_location to the PEM file \
-                 of the CA that signed it"
-            .into(),
-    };
-    format!("TLS verification of the schema registry at {url} failed: {trust} ({detail})")
 }
 
 /// The certificates of a PEM file, or an error naming the path.

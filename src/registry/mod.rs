@@ -3,7 +3,6 @@
 //! demo and fast tests.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,110 +14,15 @@ use schema_registry_converter::error::SRCError;
 use schema_registry_converter::schema_registry_common::{RawError, SchemaType, SuppliedSchema};
 
 mod access;
+mod error;
 pub(crate) use access::is_tls_verification;
-pub(crate) use access::{Endpoint, Who};
+pub(crate) use access::Endpoint;
+pub use error::RegistryError;
 
 /// Confluent's `error_code` for "schema not found" (`GET /schemas/ids/{id}`).
 /// Only this code makes a record poison: a 404 without it (a wrong base
 /// path, an ingress or proxy page) says nothing about the record.
 pub(crate) const SCHEMA_NOT_FOUND: u32 = 40403;
-
-/// Why the registry did not answer with a schema or an id. Each message
-/// names what to check.
-#[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
-    /// The registry answered with Confluent's error code 40403 (schema not
-    /// found): a deterministic failure, the record is poison.
-    #[error("schema id {id} is not registered: {message}")]
-    UnknownId {
-        /// The schema id asked for.
-        id: u32,
-        /// The registry's message.
-        message: String,
-    },
-    /// The registry could not be reached or failed: transient, retry.
-    #[error("schema registry unavailable: {0}")]
-    Unavailable(String),
-    /// Something answered, but not as a schema registry that lacks the id
-    /// would (any other error code, or no registry error body at all: a
-    /// wrong base path, an ingress or proxy page, an authorization
-    /// failure). Not the record's fault: the decoder retries it and never
-    /// dead-letters it.
-    #[error("schema registry at {url} gave an unexpected answer for schema id {id} (check registry.url and access): {message}")]
-    Unexpected {
-        /// The registry's URL.
-        url: String,
-        /// The schema id asked for.
-        id: u32,
-        /// What it answered.
-        message: String,
-    },
-    /// The start-up probe did not get an answer that a Confluent-compatible
-    /// registry gives.
-    #[error("{url} does not answer like a Confluent-compatible schema registry (check registry.url): {message}")]
-    NotARegistry {
-        /// The registry's URL.
-        url: String,
-        /// What it answered.
-        message: String,
-    },
-    /// The registry refused to register a schema (incompatible with the
-    /// subject's earlier versions, or invalid).
-    #[error("schema registry rejected the schema for subject {subject}: {message}")]
-    Rejected {
-        /// The subject registered under.
-        subject: String,
-        /// The registry's message.
-        message: String,
-    },
-    /// The registry client could not be built from the settings.
-    #[error("invalid registry settings: {0}")]
-    Settings(String),
-    /// The registry answered 401 (the credentials are missing, wrong or
-    /// expired) or 403 (they lack access). Never the record's fault: the
-    /// decoder waits as for an outage; start-up and `produce` stop.
-    #[error("{}", access::refused_text(url, *status, who, detail))]
-    AccessRefused {
-        /// The registry's URL.
-        url: String,
-        /// 401 or 403.
-        status: u16,
-        /// Who it refused: which credentials were sent.
-        who: Who,
-        /// What it said (the password and token scrubbed from it).
-        detail: String,
-    },
-    /// The registry's TLS certificate does not verify against the trusted
-    /// CAs (registry.ca_location, or the system's).
-    #[error("{}", access::tls_text(url, ca_location.as_deref(), detail))]
-    TlsVerification {
-        /// The registry's URL.
-        url: String,
-        /// `registry.ca_location` (`None`: the system's CAs).
-        ca_location: Option<PathBuf>,
-        /// Why it did not verify (the password and token scrubbed from it).
-        detail: String,
-    },
-    /// registry.ca_location cannot be read or holds no certificate.
-    #[error("registry.ca_location = {}: {message}", path.display())]
-    CaFile {
-        /// `registry.ca_location`.
-        path: PathBuf,
-        /// Why it cannot be used.
-        message: String,
-    },
-}
-
-impl RegistryError {
-    /// The registry refused orderly's credentials, or orderly cannot
-    /// verify the registry: retrying the same request will not help.
-    pub fn is_access_failure(&self) -> bool {
-        matches!(
-            self,
-            RegistryError::AccessRefused { .. } | RegistryError::TlsVerification { .. }
-        )
-    }
-}
 
 /// A schema registry client.
 #[derive(Clone)]

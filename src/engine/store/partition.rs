@@ -2,19 +2,33 @@
 //! the tree, else in its packed runs), the outbox, and the atomic batch of
 //! a write-out with its checkpoint.
 
-use std::sync::atomic::Ordering;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{
-    chunk_key, encode, legacy_chunk_key, order_key, outbox_key, to_changelog_key, Checkpoint,
-    PartitionStore, StoreError, CHECKPOINT_KEY, OUTBOX_PREFIX, REPUBLISHED_BELOW_KEY,
-    RESTORING_KEY,
-};
 use crate::engine::entity::{Entity, State};
 use crate::engine::inbox::{Chunk, ChunkRef, InboxEntry};
 use crate::engine::outbox_record::OutboxRecord;
+use crate::engine::store::checkpoint::Checkpoint;
+use crate::engine::store::error::StoreError;
+use crate::engine::store::layout::{
+    chunk_key, encode, legacy_chunk_key, order_key, outbox_key, to_changelog_key, CHECKPOINT_KEY,
+    OUTBOX_PREFIX, REPUBLISHED_BELOW_KEY, RESTORING_KEY,
+};
 use crate::engine::stored_state::{decode_state, encode_state};
+
+/// One input partition's tree.
+#[derive(Clone)]
+pub struct PartitionStore {
+    pub(crate) tree: sled::Tree,
+    pub(crate) name: String,
+    pub(crate) path: PathBuf,
+    /// Generations of packed runs in the tree (0: none), shared with every
+    /// other handle of the tree.
+    pub(crate) runs: Arc<AtomicU32>,
+}
 
 /// One change of a write-out as the changelog carries it: the key in its
 /// changelog form, the value (`None`: a deletion, a tombstone).
@@ -48,7 +62,7 @@ impl BatchWrite {
         }
     }
 
-    pub(super) fn insert(&mut self, key: Vec<u8>, value: impl Into<sled::IVec>) {
+    pub(crate) fn insert(&mut self, key: Vec<u8>, value: impl Into<sled::IVec>) {
         let value: sled::IVec = value.into();
         self.keys += 1;
         self.bytes += key.len() + value.len();
@@ -61,7 +75,7 @@ impl BatchWrite {
         self.ops.push((key, Some(value)));
     }
 
-    pub(super) fn remove(&mut self, key: Vec<u8>) {
+    pub(crate) fn remove(&mut self, key: Vec<u8>) {
         self.keys += 1;
         if let Some(changes) = &mut self.changes {
             changes.push(ChangeRecord {
@@ -123,7 +137,7 @@ impl BatchWrite {
 }
 
 impl PartitionStore {
-    pub(super) fn io(&self, cause: sled::Error) -> StoreError {
+    pub(crate) fn io(&self, cause: sled::Error) -> StoreError {
         StoreError::Io {
             path: self.path.clone(),
             cause,
@@ -150,7 +164,7 @@ impl PartitionStore {
         bincode::deserialize(value).map_err(|e| self.corrupt(key(), e))
     }
 
-    pub(super) fn decode_state<E: Entity>(
+    pub(crate) fn decode_state<E: Entity>(
         &self,
         key: &[u8],
         value: &[u8],

@@ -4,11 +4,13 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{
-    from_changelog_key, packable, BatchWrite, Checkpoint, PartitionStore, StoreError, ORDER_PREFIX,
-    REPUBLISHED_BELOW_KEY, RESTORING_KEY,
-};
 use crate::engine::runs::{self, Found, Run, RunBuilder, RUNS_KEY};
+use crate::engine::store::checkpoint::Checkpoint;
+use crate::engine::store::error::StoreError;
+use crate::engine::store::layout::{
+    from_changelog_key, packable, ORDER_PREFIX, REPUBLISHED_BELOW_KEY, RESTORING_KEY,
+};
+use crate::engine::store::partition::{BatchWrite, PartitionStore};
 
 /// Restored changelog records not yet written to the tree: the newest value
 /// of each key. A changelog that is not compacted yet holds many versions of
@@ -160,7 +162,7 @@ impl PartitionStore {
 
     /// The value of a state or chunk key: the tree's, else the newest
     /// generation of runs that holds the key (`None`: absent or deleted).
-    pub(super) fn lookup(&self, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
+    pub(crate) fn lookup(&self, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
         let generations = self.runs.load(Ordering::Acquire);
         match self.tree.get(key).map_err(|e| self.io(e))? {
             Some(value) if generations > 0 && value.is_empty() => Ok(None),
@@ -199,7 +201,7 @@ impl PartitionStore {
     /// holds a value for it that would show again. Keys written only since
     /// the runs (most inbox chunks that expire) are removed outright, so
     /// tombstones do not pile up.
-    pub(super) fn needs_tombstone(&self, key: &[u8]) -> Result<bool, StoreError> {
+    pub(crate) fn needs_tombstone(&self, key: &[u8]) -> Result<bool, StoreError> {
         if !packable(key) || !self.has_runs() {
             return Ok(false);
         }

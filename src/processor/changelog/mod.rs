@@ -84,7 +84,7 @@ pub enum ChangelogError {
          marker\"). Aborting it with kafka-transactions.sh alone (brokers {bootstrap}) would drop the write-out it \
          carried",
         .waited.as_secs_f64(),
-        crate::ops::program::name()
+        crate::program::name()
     )]
     OpenTransaction {
         bootstrap: String,

@@ -140,7 +140,7 @@ impl<'a> ChangelogReader<'a> {
                     "a transaction is open on the changelog partition; waiting up to {} s for it to end before \
                      restoring (`{} repair --partitions {}` shows it; brokers {})",
                     OPEN_TRANSACTION_WAIT.as_secs(),
-                    crate::ops::program::name(),
+                    crate::program::name(),
                     self.reader.partition(),
                     self.bootstrap,
                 );

@@ -198,6 +198,41 @@ impl Restore<'_> {
         started: Instant,
         voice: Voice,
     ) -> Result<Restored, ChangelogError> {
+        let plan = match self.plan(reader, low, high, started, voice)? {
+            Planned::Unchanged(unchanged) => return Ok(unchanged),
+            Planned::Restore(plan) => plan,
+        };
+        let (from, at) = (plan.from, plan.at);
+        say!(
+            voice,
+            partition = self.partition,
+            from,
+            to = at + 1,
+            records = at + 1 - from,
+            next_offset = plan.checkpoint.next_offset,
+            "restoring from the changelog"
+        );
+        self.progress.begin(at + 1 - from);
+        // Watermarks and the search for the last checkpoint record: time
+        // spent on the broker before the first record is restored.
+        let located = started.elapsed();
+        self.tree.begin_restore()?;
+        let scanned = self.scan(reader, &plan, voice)?;
+        self.finish(plan, scanned, high, started, located, voice)
+    }
+
+    /// Where a restore starts and ends: nothing to do when the tree is at
+    /// the changelog's end or no complete write-out follows its position;
+    /// else the range up to the last checkpoint record, the tree cleared
+    /// first when it holds no checkpoint or one of another epoch.
+    fn plan(
+        &self,
+        reader: &ChangelogReader<'_>,
+        low: i64,
+        high: i64,
+        started: Instant,
+        voice: Voice,
+    ) -> Result<Planned, ChangelogError> {
         let local = self.tree.checkpoint()?;
         let marked = self.tree.restoring()?;
         let recorded = local.and_then(|c| c.changelog_next);
@@ -219,7 +254,7 @@ impl Restore<'_> {
             ..Default::default()
         };
         if from >= high {
-            return Ok(unchanged);
+            return Ok(Planned::Unchanged(unchanged));
         }
         let Some(found) = reader.last_marked_checkpoint(from, high)? else {
             if marked && voice == Voice::Restore {
@@ -235,7 +270,7 @@ impl Restore<'_> {
                 end = high,
                 "changelog holds no complete write-out past the store's position"
             );
-            return Ok(unchanged);
+            return Ok(Planned::Unchanged(unchanged));
         };
         let (at, checkpoint, published_to) = (found.offset, found.checkpoint, found.published_to);
         if let Some(published_to) = published_to {
@@ -270,30 +305,40 @@ impl Restore<'_> {
             from = low;
             packed = true;
         }
-        say!(
-            voice,
-            partition = self.partition,
+        Ok(Planned::Restore(Plan {
             from,
-            to = at + 1,
-            records = at + 1 - from,
-            next_offset = checkpoint.next_offset,
-            "restoring from the changelog"
-        );
-        self.progress.begin(at + 1 - from);
-        // Watermarks and the search for the last checkpoint record: time
-        // spent on the broker before the first record is restored.
-        let located = started.elapsed();
-        self.tree.begin_restore()?;
-        let mut write = RestoreWrite::default();
-        let (mut applied, mut skipped, mut batches) = (0u64, 0u64, 1u64);
-        let mut last_log = Instant::now();
-        let mut last_applied = 0u64;
-        // Time spent writing the store, and its value at the last progress
-        // line: the rest of an interval was spent waiting for fetched records.
-        let mut store_write = Duration::ZERO;
-        let mut store_write_at_log = Duration::ZERO;
+            at,
+            checkpoint,
+            published_to,
+            packed,
+        }))
+    }
+
+    /// Reads the plan's range and writes the records its checkpoint covers
+    /// to the tree in batches (all but the last one, which [`Self::finish`]
+    /// writes with the checkpoint), with a progress line every
+    /// [`PROGRESS_EVERY`].
+    fn scan(
+        &self,
+        reader: &ChangelogReader<'_>,
+        plan: &Plan,
+        voice: Voice,
+    ) -> Result<Scanned, ChangelogError> {
+        let at = plan.at;
+        let mut scanned = Scanned {
+            write: RestoreWrite::default(),
+            applied: 0,
+            skipped: 0,
+            batches: 1,
+            store_write: Duration::ZERO,
+        };
+        let mut lines = ProgressLines {
+            last_log: Instant::now(),
+            last_applied: 0,
+            store_write_at_log: Duration::ZERO,
+        };
         let checkpoint_key = changelog_checkpoint_key();
-        reader.scan(from, at + 1, |message| {
+        reader.scan(plan.from, at + 1, |message| {
             self.progress.advance(at - message.offset());
             if message.offset() == at {
                 return Ok(());
@@ -303,61 +348,91 @@ impl Restore<'_> {
                 return Ok(());
             }
             // Only records of the checkpoint's epoch, and only those it covers.
-            if !reader.covered_by(message, &checkpoint)? {
-                skipped += 1;
+            if !reader.covered_by(message, &plan.checkpoint)? {
+                scanned.skipped += 1;
                 return Ok(());
             }
-            write.restore(key, message.payload());
-            applied += 1;
-            if write.keys() >= RESTORE_BATCH_KEYS || write.bytes() >= RESTORE_BATCH_BYTES {
+            scanned.write.restore(key, message.payload());
+            scanned.applied += 1;
+            if scanned.write.keys() >= RESTORE_BATCH_KEYS
+                || scanned.write.bytes() >= RESTORE_BATCH_BYTES
+            {
                 let writing = Instant::now();
                 self.tree
-                    .restore_batch(std::mem::take(&mut write), packed)?;
-                store_write += writing.elapsed();
-                batches += 1;
+                    .restore_batch(std::mem::take(&mut scanned.write), plan.packed)?;
+                scanned.store_write += writing.elapsed();
+                scanned.batches += 1;
             }
             // The clock is read every PROGRESS_CHECK_EVERY records, not per record.
-            if applied % PROGRESS_CHECK_EVERY != 0 {
-                return Ok(());
-            }
-            let interval = last_log.elapsed();
-            if interval >= PROGRESS_EVERY {
-                let rate = (applied - last_applied) as f64 / interval.as_secs_f64();
-                let store_share =
-                    (store_write - store_write_at_log).as_secs_f64() / interval.as_secs_f64();
-                let progress = self.progress.view();
-                say!(
-                    voice,
-                    partition = self.partition,
-                    restored = applied,
-                    to_go = at - message.offset(),
-                    per_second = rate.round() as u64,
-                    seconds_left = progress
-                        .and_then(|p| p.time_left())
-                        .map(|left| left.as_secs()),
-                    store_write_share = format!("{:.0}%", store_share * 100.0),
-                    "{}; waiting mostly on {}",
-                    progress.map_or_else(|| "restoring".to_string(), |p| p.describe()),
-                    if store_share >= 0.5 {
-                        "the store (sled writes)"
-                    } else {
-                        "the broker (changelog fetches)"
-                    }
-                );
-                last_log = Instant::now();
-                last_applied = applied;
-                store_write_at_log = store_write;
+            if scanned.applied % PROGRESS_CHECK_EVERY == 0 {
+                self.say_progress(&mut lines, &scanned, at - message.offset(), voice);
             }
             Ok(())
         })?;
+        Ok(scanned)
+    }
+
+    /// The progress line, once [`PROGRESS_EVERY`] has passed since the last
+    /// one: the rate, the time left, and what the restore waits on mostly.
+    fn say_progress(&self, lines: &mut ProgressLines, scanned: &Scanned, to_go: i64, voice: Voice) {
+        let interval = lines.last_log.elapsed();
+        if interval < PROGRESS_EVERY {
+            return;
+        }
+        let applied = scanned.applied;
+        let rate = (applied - lines.last_applied) as f64 / interval.as_secs_f64();
+        let store_share =
+            (scanned.store_write - lines.store_write_at_log).as_secs_f64() / interval.as_secs_f64();
+        let progress = self.progress.view();
+        say!(
+            voice,
+            partition = self.partition,
+            restored = applied,
+            to_go,
+            per_second = rate.round() as u64,
+            seconds_left = progress
+                .and_then(|p| p.time_left())
+                .map(|left| left.as_secs()),
+            store_write_share = format!("{:.0}%", store_share * 100.0),
+            "{}; waiting mostly on {}",
+            progress.map_or_else(|| "restoring".to_string(), |p| p.describe()),
+            if store_share >= 0.5 {
+                "the store (sled writes)"
+            } else {
+                "the broker (changelog fetches)"
+            }
+        );
+        lines.last_log = Instant::now();
+        lines.last_applied = applied;
+        lines.store_write_at_log = scanned.store_write;
+    }
+
+    /// Writes the last batch with the checkpoint (and its changelog
+    /// position), clearing the restoring mark, and says what the restore did.
+    fn finish(
+        &self,
+        plan: Plan,
+        scanned: Scanned,
+        high: i64,
+        started: Instant,
+        located: Duration,
+        voice: Voice,
+    ) -> Result<Restored, ChangelogError> {
+        let Scanned {
+            write,
+            applied,
+            skipped,
+            batches,
+            store_write,
+        } = scanned;
         let checkpoint = Checkpoint {
-            changelog_next: Some(at + 1),
-            ..checkpoint
+            changelog_next: Some(plan.at + 1),
+            ..plan.checkpoint
         };
         let last_batch_keys = write.keys();
         let writing = Instant::now();
         self.tree
-            .finish_restore(write, packed, &checkpoint, published_to)?;
+            .finish_restore(write, plan.packed, &checkpoint, plan.published_to)?;
         let store_write = store_write + writing.elapsed();
         let elapsed = started.elapsed();
         let read = (applied + skipped) as f64;
@@ -390,332 +465,43 @@ impl Restore<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::AtomicBool;
-
-    use rdkafka::mocking::MockCluster;
-    use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
-    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-
-    use super::*;
-    use crate::engine::store::Store;
-    use crate::kafka::headers::HEADER_COVERS;
-
-    const CHANGELOG: &str = "state-changelog";
-
-    /// A mock cluster whose one-partition changelog holds `records` state
-    /// records (each covered by the checkpoint) and then a checkpoint record
-    /// at input offset 5, and an empty tree to restore it into.
-    struct Fixture {
-        cluster: MockCluster<'static, DefaultProducerContext>,
-        reader: ReaderSettings,
-        tree: PartitionStore,
-        _store: Store,
-        _dir: tempfile::TempDir,
-    }
-
-    impl Fixture {
-        fn new(records: i64) -> Self {
-            let cluster: MockCluster<'static, DefaultProducerContext> =
-                MockCluster::new(1).expect("mock cluster");
-            cluster.create_topic(CHANGELOG, 1, 1).expect("topic");
-            let producer: BaseProducer = rdkafka::ClientConfig::new()
-                .set("bootstrap.servers", cluster.bootstrap_servers())
-                .set("linger.ms", "5")
-                .create()
-                .expect("producer");
-            let value = vec![7u8; 50];
-            let checkpoint = Checkpoint::starting_at(5)
-                .encode()
-                .expect("checkpoint encodes");
-            for i in 0..=records {
-                let (key, payload) = if i < records {
-                    (format!("order-{i}").into_bytes(), value.as_slice())
-                } else {
-                    (changelog_checkpoint_key(), checkpoint.as_slice())
-                };
-                let headers =
-                    rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-                        key: HEADER_COVERS,
-                        value: Some("5"),
-                    });
-                let mut record = BaseRecord::to(CHANGELOG)
-                    .partition(0)
-                    .key(&key)
-                    .payload(payload)
-                    .headers(headers);
-                loop {
-                    match producer.send(record) {
-                        Ok(()) => break,
-                        Err((_, returned)) => {
-                            producer.poll(Duration::from_millis(10));
-                            record = returned;
-                        }
-                    }
-                }
-            }
-            producer.flush(Duration::from_secs(30)).expect("flush");
-            let mut config = crate::config::Config::defaults().expect("config");
-            config.kafka.bootstrap_servers = cluster.bootstrap_servers();
-            let dir = tempfile::tempdir().expect("tempdir");
-            let store = Store::open(&dir.path().join("store"), 16).expect("store");
-            let tree = store.partition("orders", 0).expect("tree");
-            Fixture {
-                cluster,
-                reader: ReaderSettings::of(&config),
-                tree,
-                _store: store,
-                _dir: dir,
-            }
-        }
-    }
-
-    /// A changelog partition whose leader stays unknown for longer than the
-    /// watermarks' own 10 s of tries: the restore is started again after a
-    /// wait instead of failing the partition's task (and the process).
-    #[test]
-    fn a_restore_that_finds_no_leader_for_longer_than_its_tries_starts_again() {
-        let fixture = Fixture::new(0);
-        let (cluster, tree) = (&fixture.cluster, &fixture.tree);
-        let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
-        let restore = Restore {
-            reader: &fixture.reader,
-            topic: CHANGELOG,
-            partition: 0,
-            tree,
-            cancel: &cancel,
-            progress: &progress,
-        };
-        // More "not leader" answers than one restore's watermark tries take
-        // in their 10 s (two offset requests per try, nine tries at most).
-        cluster.request_errors(
-            RDKafkaApiKey::ListOffsets,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; 30],
-        );
-        let restored = restore
-            .run_with_retries()
-            .expect("restored once the leader is known");
-        assert!(restored.restored);
-        assert_eq!(
-            restored
-                .checkpoint
-                .map(|c| (c.next_offset, c.changelog_next)),
-            Some((5, Some(1)))
-        );
-        assert_eq!(
-            tree.checkpoint()
-                .expect("checkpoint read")
-                .map(|c| c.next_offset),
-            Some(5)
-        );
-        assert!(
-            !tree.restoring().expect("mark read"),
-            "the restore finished"
-        );
-    }
-
-    /// While a restore reads, its progress is seen from another thread
-    /// (as `/readyz`, the status page and the metrics see it): part-way
-    /// through, with an estimate once there is a rate; after it, nothing.
-    #[test]
-    fn a_restores_progress_is_seen_part_way_and_cleared_at_the_end() {
-        // Kept under the mock partition's log size (5 MB), past which it drops
-        // the oldest records.
-        const RECORDS: i64 = 20_000;
-        let fixture = Fixture::new(RECORDS);
-        let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
-        let done = AtomicBool::new(false);
-        let seen = std::thread::scope(|scope| {
-            let watcher = scope.spawn(|| {
-                let mut seen = Vec::new();
-                while !done.load(Ordering::Relaxed) {
-                    if let Some(view) = progress.view() {
-                        seen.push(view);
-                    }
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                seen
-            });
-            let restored = Restore {
-                reader: &fixture.reader,
-                topic: CHANGELOG,
-                partition: 0,
-                tree: &fixture.tree,
-                cancel: &cancel,
-                progress: &progress,
-            }
-            .run();
-            // As the partition task does after every restore.
-            progress.end();
-            done.store(true, Ordering::Relaxed);
-            let restored = restored.expect("restored");
-            assert_eq!((restored.applied, restored.skipped), (RECORDS as u64, 0));
-            watcher.join().expect("watcher")
-        });
-        assert!(
-            seen.iter().all(|v| v.total == RECORDS + 1),
-            "the total is what the restore reads, the checkpoint record included"
-        );
-        assert!(
-            seen.iter()
-                .any(|v| v.remaining > 0 && v.remaining < v.total),
-            "seen part-way through: {:?}",
-            seen.first()
-        );
-        assert!(
-            seen.windows(2).all(|w| w[1].remaining <= w[0].remaining),
-            "what is left only shrinks"
-        );
-        assert_eq!(progress.view(), None, "cleared once the restore ended");
-    }
-
-    /// A restore from nothing that was cut short (its mark and some packed
-    /// runs left, no checkpoint) is started again on a cleared tree: what
-    /// the interrupted one wrote cannot outlive it.
-    #[test]
-    fn an_interrupted_restore_from_nothing_leaves_nothing_behind() {
-        const RECORDS: i64 = 5;
-        let fixture = Fixture::new(RECORDS);
-        let tree = &fixture.tree;
-        tree.begin_restore().expect("mark");
-        let mut left = RestoreWrite::default();
-        left.restore(b"ghost", Some(&[1u8; 20]));
-        tree.restore_batch(left, true)
-            .expect("a generation written");
-        assert!(tree.has_runs() && tree.restoring().expect("mark read"));
-        let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
-        let restored = Restore {
-            reader: &fixture.reader,
-            topic: CHANGELOG,
-            partition: 0,
-            tree,
-            cancel: &cancel,
-            progress: &progress,
-        }
-        .run()
-        .expect("restored");
-        assert_eq!(restored.applied, RECORDS as u64);
-        assert!(!tree.restoring().expect("mark read"));
-        assert_eq!(
-            tree.state_count().expect("states"),
-            RECORDS as usize,
-            "the changelog's states only, not the interrupted restore's"
-        );
-    }
-
-    #[test]
-    fn only_the_brokers_passing_failures_are_transient() {
-        let corrupt = ChangelogError::Corrupt {
-            topic: "t".into(),
-            partition: 0,
-            offset: 1,
-            message: "bad".into(),
-        };
-        assert!(!corrupt.is_transient());
-        let ahead = ChangelogError::StoreAhead {
-            topic: "t".into(),
-            partition: 0,
-            local: 5,
-            end: 1,
-        };
-        assert!(!ahead.is_transient());
-        let watermarks = |code| ChangelogError::Read {
-            cause: crate::kafka::partition_reader::ReadError::Watermarks {
-                topic: "t".into(),
-                partition: 0,
-                cause: rdkafka::error::KafkaError::MetadataFetch(code),
-            },
-        };
-        assert!(watermarks(rdkafka::types::RDKafkaErrorCode::LeaderNotAvailable).is_transient());
-        assert!(watermarks(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).is_transient());
-        assert!(watermarks(rdkafka::types::RDKafkaErrorCode::UnknownPartition).is_transient());
-        assert!(
-            !watermarks(rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed).is_transient()
-        );
-    }
-
-    /// What `orderly repair` writes: keys changed after the checkpoint it
-    /// goes back to, written back (here: deleted, as a key that did not
-    /// exist there), then that checkpoint with the `published-to` header.
-    /// A store ahead of it (restored to a later write-out) comes back to
-    /// the checkpoint's state, and keeps where outputs were published to.
-    #[test]
-    fn a_repair_marker_brings_a_store_ahead_back_and_keeps_what_was_published() {
-        let fixture = Fixture::new(3);
-        let tree = &fixture.tree;
-        let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
-        let restore = Restore {
-            reader: &fixture.reader,
-            topic: CHANGELOG,
-            partition: 0,
-            tree,
-            cancel: &cancel,
-            progress: &progress,
-        };
-        let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", fixture.cluster.bootstrap_servers())
-            .create()
-            .expect("producer");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let later = Checkpoint {
-            next_offset: 9,
-            ..Checkpoint::starting_at(0)
-        };
-        // A later write-out: order-3, covered by a checkpoint at 9.
-        runtime
-            .block_on(super::super::replay::write_marker(
-                &producer,
-                CHANGELOG,
-                0,
-                &[(b"order-3".to_vec(), Some(vec![8u8; 20]))],
-                &later,
-                None,
-            ))
-            .expect("write-out");
-        let ahead = restore.run().expect("restored");
-        assert_eq!(ahead.checkpoint.map(|c| c.next_offset), Some(9));
-        assert_eq!(tree.state_count().expect("states"), 4);
-        assert_eq!(tree.republished_below().expect("read"), None);
-
-        let repaired = Checkpoint::starting_at(5);
-        runtime
-            .block_on(super::super::replay::write_marker(
-                &producer,
-                CHANGELOG,
-                0,
-                &[(b"order-3".to_vec(), None)],
-                &repaired,
-                Some(9),
-            ))
-            .expect("repair marker");
-        let back = restore.run().expect("restored");
-        assert_eq!(back.checkpoint.map(|c| c.next_offset), Some(5));
-        assert_eq!(
-            tree.state_count().expect("states"),
-            3,
-            "order-3, written after the checkpoint, is gone again"
-        );
-        assert_eq!(
-            tree.republished_below().expect("read"),
-            Some(9),
-            "outputs below 9 were published before the repair"
-        );
-
-        // A fresh store restores the same from the changelog alone.
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&dir.path().join("store"), 16).expect("store");
-        let fresh = store.partition("orders", 0).expect("tree");
-        let fresh_restore = Restore {
-            tree: &fresh,
-            ..restore
-        };
-        let restored = fresh_restore.run().expect("restored");
-        assert_eq!(restored.checkpoint.map(|c| c.next_offset), Some(5));
-        assert_eq!(fresh.state_count().expect("states"), 3);
-        assert_eq!(fresh.republished_below().expect("read"), Some(9));
-    }
+/// What [`Restore::plan`] found: nothing to do, or a range to restore.
+enum Planned {
+    Unchanged(Restored),
+    Restore(Plan),
 }
+
+/// A restore's range and how it writes: from the tree's position (or the
+/// changelog's start) up to the last checkpoint record, at `at`.
+struct Plan {
+    from: i64,
+    at: i64,
+    /// The checkpoint the record at `at` carries.
+    checkpoint: Checkpoint,
+    /// Set after `orderly repair`: what was published below it.
+    published_to: Option<i64>,
+    /// Into a cleared tree: each batch as a generation of packed runs.
+    packed: bool,
+}
+
+/// What the scan of the range gathered and wrote.
+struct Scanned {
+    /// The last batch, not written yet (it goes with the checkpoint).
+    write: RestoreWrite,
+    applied: u64,
+    skipped: u64,
+    batches: u64,
+    /// Time spent writing the store.
+    store_write: Duration,
+}
+
+/// When the last progress line was written, and the figures it had then:
+/// the rest of an interval was spent waiting for fetched records.
+struct ProgressLines {
+    last_log: Instant,
+    last_applied: u64,
+    store_write_at_log: Duration,
+}
+
+#[cfg(test)]
+mod tests;

@@ -81,23 +81,8 @@ impl<E: Entity> Relay<E> {
         loop {
             let limit = *self.written.borrow_and_update();
             let after = self.published.load(Ordering::SeqCst);
-            let tree = self.tree.clone();
-            let round = tokio::task::spawn_blocking(move || {
-                tree.outbox_between::<E::Status>(after, limit, ROUND)
-            })
-            .await;
-            let records = match round {
-                Ok(Ok(records)) => records,
-                Ok(Err(error)) => {
-                    warn!(partition = self.partition, %error, "cannot read the outbox; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-                Err(join) => {
-                    warn!(partition = self.partition, %join, "outbox read task failed; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
+            let Some(records) = self.read_round(after, limit).await else {
+                continue;
             };
             if last_status.elapsed() >= Duration::from_secs(1) || records.is_empty() {
                 self.report(&mut last_warn).await;
@@ -120,24 +105,9 @@ impl<E: Entity> Relay<E> {
             };
             let published_before = match floor {
                 Some(f) => f,
-                None => match self.last_published().await {
-                    Ok(found) => {
-                        if let Some((epoch, offset)) = found {
-                            info!(
-                                partition = self.partition,
-                                epoch,
-                                source_offset = offset,
-                                "outbox: published before up to here"
-                            );
-                        }
-                        *floor.insert(found)
-                    }
-                    Err(error) => {
-                        self.backlog.failing.store(true, Ordering::Relaxed);
-                        if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
-                            warn!(partition = self.partition, topic = %self.topic, %error, "cannot read the output topic back; retrying");
-                            last_warn = Some(Instant::now());
-                        }
+                None => match self.floor(&mut last_warn).await {
+                    Some(found) => *floor.insert(found),
+                    None => {
                         backoff.sleep().await;
                         continue;
                     }
@@ -180,6 +150,56 @@ impl<E: Entity> Relay<E> {
                     backoff.sleep().await;
                     // `landed` stays None: read back before the retry.
                 }
+            }
+        }
+    }
+
+    /// The outbox's records after `after` and below `limit`, a round's at
+    /// most; `None` after a failed read and a second's wait.
+    async fn read_round(&self, after: i64, limit: i64) -> Option<Vec<OutboxRecord<E::Status>>> {
+        let tree = self.tree.clone();
+        let round = tokio::task::spawn_blocking(move || {
+            tree.outbox_between::<E::Status>(after, limit, ROUND)
+        })
+        .await;
+        match round {
+            Ok(Ok(records)) => Some(records),
+            Ok(Err(error)) => {
+                warn!(partition = self.partition, %error, "cannot read the outbox; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                None
+            }
+            Err(join) => {
+                warn!(partition = self.partition, %join, "outbox read task failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                None
+            }
+        }
+    }
+
+    /// What this partition published before, read back from the output
+    /// topic (said once found); `None` when it cannot be read (the backlog
+    /// marked failing, a warning every [`WARN_EVERY`]).
+    async fn floor(&self, last_warn: &mut Option<Instant>) -> Option<Option<(u32, i64)>> {
+        match self.last_published().await {
+            Ok(found) => {
+                if let Some((epoch, offset)) = found {
+                    info!(
+                        partition = self.partition,
+                        epoch,
+                        source_offset = offset,
+                        "outbox: published before up to here"
+                    );
+                }
+                Some(found)
+            }
+            Err(error) => {
+                self.backlog.failing.store(true, Ordering::Relaxed);
+                if last_warn.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                    warn!(partition = self.partition, topic = %self.topic, %error, "cannot read the output topic back; retrying");
+                    *last_warn = Some(Instant::now());
+                }
+                None
             }
         }
     }

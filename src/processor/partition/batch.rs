@@ -22,7 +22,7 @@ use crate::kafka::headers::HEADER_REDRIVE_COUNT;
 use crate::kafka::retry::Backoff;
 use crate::observe::errors::{Kind, Stage};
 use crate::processor::dlq::DeadLetter;
-use crate::processor::ProcessError;
+use crate::processor::error::ProcessError;
 
 /// What deciding a batch takes of a live task (`Live::process`).
 pub(super) struct BatchRun<'a, E: Entity> {

@@ -10,7 +10,7 @@ use super::live::Live;
 use super::source::RecordSource;
 use super::task::Reply;
 use crate::observe::Phase;
-use crate::processor::ProcessError;
+use crate::processor::error::ProcessError;
 
 /// A partition task finishing its work before the release.
 pub(super) struct Draining<E: Entity> {

@@ -13,8 +13,8 @@ use crate::engine::breaker::Breaker;
 use crate::engine::partition_state::PartitionState;
 use crate::observe::errors::Stage;
 use crate::observe::Phase;
+use crate::processor::error::ProcessError;
 use crate::processor::transaction::TxnError;
-use crate::processor::ProcessError;
 
 /// How many times within [`FENCE_WINDOW`] a task starts over after a fence
 /// before it stops the process instead (two members fencing each other).

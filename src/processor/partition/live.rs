@@ -18,9 +18,9 @@ use crate::engine::fault::{self, Point};
 use crate::engine::outbox_record::OutboxRecord;
 use crate::engine::partition_state::{PartitionState, StatusChanges};
 use crate::observe::errors::Stage;
+use crate::processor::error::ProcessError;
 use crate::processor::flusher::FlushMsg;
 use crate::processor::outbox::direct::{Floor, PublishError, StatusOutput};
-use crate::processor::ProcessError;
 
 /// The partition task's end of its outbox relay. Dropping it stops the
 /// relay (a task that ends with an error, fenced among them, must not leave

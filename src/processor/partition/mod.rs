@@ -54,7 +54,7 @@ mod tests;
 
 use crate::engine::entity::Entity;
 
-use crate::processor::ProcessError;
+use crate::processor::error::ProcessError;
 use processing::{Ended, Processing};
 use restoring::{Restored, Restoring};
 pub(crate) use source::PartitionInput;

@@ -17,9 +17,9 @@ use crate::engine::partition_state::PreparedWrite;
 use crate::kafka::retry::Backoff;
 use crate::observe::errors::{Kind, Stage};
 use crate::processor::dlq::{DeadLetter, HeldLetter};
+use crate::processor::error::ProcessError;
 use crate::processor::parts::Outputs;
 use crate::processor::transaction::{Round, TxnError, TxnWriter};
-use crate::processor::ProcessError;
 
 use super::task::PartitionTask;
 
@@ -102,6 +102,33 @@ impl Strategy {
             Strategy::StoreOnly { status }
             | Strategy::Changelog { status, .. }
             | Strategy::Everything { status, .. } => *status,
+        }
+    }
+
+    /// True when status changes leave with the write-outs (in their
+    /// transaction, or acknowledged before the store batch), false when a
+    /// relay publishes them or the outbox is off.
+    pub(crate) fn status_in_write_outs(&self) -> bool {
+        matches!(
+            self.status(),
+            StatusRoute::WithWriteOut | StatusRoute::InTransaction
+        )
+    }
+
+    /// The delivery the configuration gives status changes, whether the
+    /// outbox is on or not (the status page and `/api/status` name it):
+    /// `"write_out"` or `"relay"`.
+    pub(crate) fn delivery_word(config: &Config) -> &'static str {
+        let outbox = Some(config.outbox.delivery);
+        let strategy = Strategy::choose(
+            config.processing.guarantee,
+            config.changelog_topic(),
+            outbox,
+        );
+        if strategy.status_in_write_outs() {
+            "write_out"
+        } else {
+            "relay"
         }
     }
 
@@ -346,10 +373,7 @@ mod tests {
             let in_write_outs =
                 matches!(outbox, Some(WriteOut)) || (guarantee == ExactlyOnce && outbox.is_some());
             assert_eq!(
-                matches!(
-                    chosen.status(),
-                    StatusRoute::WithWriteOut | StatusRoute::InTransaction
-                ),
+                chosen.status_in_write_outs(),
                 in_write_outs,
                 "{guarantee:?} {outbox:?}"
             );

@@ -20,9 +20,9 @@ use super::stopped::Stopped;
 use super::task::{Command, PartitionTask};
 use crate::engine::store::Checkpoint;
 use crate::observe::Phase;
+use crate::processor::error::ProcessError;
 use crate::processor::flusher::FlushMsg;
 use crate::processor::transaction::TxnError;
-use crate::processor::ProcessError;
 
 /// How long a task that was paused past the session timeout holds its
 /// write-outs: several heartbeat intervals (500 ms), time for the

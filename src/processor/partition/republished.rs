@@ -11,7 +11,7 @@ use super::task::PartitionTask;
 use crate::engine::entity::Entity;
 use crate::engine::outbox_record::OutboxRecord;
 use crate::processor::dlq::DeadLetter;
-use crate::processor::ProcessError;
+use crate::processor::error::ProcessError;
 
 impl<E: Entity> PartitionTask<E> {
     /// Reads the store's mark after a restore.

@@ -18,8 +18,8 @@ use crate::engine::partition_state::PartitionState;
 use crate::observe::errors::Stage;
 use crate::observe::Phase;
 use crate::processor::changelog::restore::{Restore, Restored as ChangelogRestored};
+use crate::processor::error::ProcessError;
 use crate::processor::transaction::TxnError;
-use crate::processor::ProcessError;
 
 /// A partition task before its first record.
 pub(super) struct Restoring<E: Entity> {

@@ -12,7 +12,7 @@ use super::live::Live;
 use super::task::{Command, PartitionTask};
 use crate::observe::errors::{Kind, Stage};
 use crate::observe::Phase;
-use crate::processor::ProcessError;
+use crate::processor::error::ProcessError;
 
 /// A partition task stopped by the dead-letter breaker.
 pub(super) struct Stopped<E: Entity> {

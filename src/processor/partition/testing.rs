@@ -22,10 +22,10 @@ use crate::engine::partition_state::PartitionState;
 use crate::engine::store::{Checkpoint, PartitionStore, Store};
 use crate::observe::{PartitionStatus, Telemetry};
 use crate::processor::dlq::DeadLetters;
+use crate::processor::error::ProcessError;
 use crate::processor::flusher::FlushMsg;
 use crate::processor::parts::{Input, Member, Outputs, Reporting};
 use crate::processor::transaction::TxnSettings;
-use crate::processor::ProcessError;
 
 /// A running partition task over `source`, and what a test looks at.
 pub(crate) struct Harness<E: Entity> {
