@@ -96,7 +96,7 @@ impl HttpContext {
             topic: config.kafka.input_topic.clone(),
             instance: format!("{}/{}", crate::kafka::hostname(), std::process::id()),
             outbox_enabled: config.output_topic().is_some(),
-            outbox_delivery: crate::processor::Strategy::delivery_word(&config),
+            outbox_delivery: crate::processor::Strategy::delivery_word(config),
         };
         // A revoke blocks the poll loop for up to the shutdown deadline.
         let stall_limit =
