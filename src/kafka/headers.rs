@@ -59,17 +59,13 @@ pub(crate) fn with_published_to(
 }
 
 /// A record's headers built from (name, value) pairs, in their order.
-// Its callers elsewhere in src/ switch to it after issue 53's merge; then
-// this goes (an unused `expect` warns).
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "callers switch to it after issue 53's merge")
-)]
 pub(crate) fn headers<'a>(
     pairs: impl IntoIterator<Item = (&'a str, &'a [u8])>,
 ) -> rdkafka::message::OwnedHeaders {
-    pairs.into_iter().fold(
-        rdkafka::message::OwnedHeaders::new(),
+    let pairs = pairs.into_iter();
+    let capacity = pairs.size_hint().0;
+    pairs.fold(
+        rdkafka::message::OwnedHeaders::new_with_capacity(capacity),
         |headers, (key, value)| {
             headers.insert(rdkafka::message::Header {
                 key,

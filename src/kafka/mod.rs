@@ -421,12 +421,6 @@ pub(crate) fn offset_of(
 /// How many partitions `topic` has in fetched `metadata`: `None` when the
 /// metadata does not hold it, holds it with an error (such as an unknown
 /// topic), or without partitions (a topic that exists has at least one).
-// Its callers elsewhere in src/ switch to it after issue 53's merge; then
-// this goes (an unused `expect` warns).
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "callers switch to it after issue 53's merge")
-)]
 pub(crate) fn partition_count(
     metadata: &rdkafka::metadata::Metadata,
     topic: &str,

@@ -316,10 +316,7 @@ fn partition_count(consumer: &BaseConsumer, topic: &str) -> Result<u32, ExplainE
     let metadata = consumer
         .fetch_metadata(Some(topic), TIMEOUT)
         .map_err(kafka_error(topic))?;
-    let partitions = metadata
-        .topics()
-        .first()
-        .map_or(0, |t| t.partitions().len());
+    let partitions = crate::kafka::partition_count(&metadata, topic).unwrap_or(0);
     u32::try_from(partitions)
         .ok()
         .filter(|n| *n > 0)

@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
-use rdkafka::Offset;
 use serde::Serialize;
 
 use crate::config::Config;
@@ -455,10 +454,7 @@ impl Repair {
             .consumer
             .committed_offsets(tpl, self.timeout)
             .map_err(kafka("cannot read the group's committed offsets"))?;
-        Ok(list.elements().first().and_then(|e| match e.offset() {
-            Offset::Offset(offset) => Some(offset),
-            _ => None,
-        }))
+        Ok(list.elements().first().and_then(crate::kafka::offset_of))
     }
 
     /// Repairs every hanging partition of `findings` (see the module doc).

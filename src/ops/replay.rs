@@ -294,11 +294,7 @@ impl Replay {
             .consumer
             .fetch_metadata(Some(topic), self.timeout)
             .map_err(kafka(format!("cannot describe {topic}")))?;
-        let count = metadata
-            .topics()
-            .first()
-            .map(|t| t.partitions().len() as i32)
-            .unwrap_or(0);
+        let count = crate::kafka::partition_count(&metadata, topic).map_or(0, |count| count as i32);
         if count == 0 {
             return Err(ReplayError::Kafka {
                 what: format!("topic {topic}"),
@@ -406,13 +402,7 @@ impl Replay {
             .map_err(kafka(format!("offsets for times of {topic} {partition}")))?;
         let offset = found
             .find_partition(topic, partition)
-            .and_then(|e| {
-                if let Offset::Offset(o) = e.offset() {
-                    Some(o)
-                } else {
-                    None
-                }
-            })
+            .and_then(|e| crate::kafka::offset_of(&e))
             .unwrap_or(-1);
         if offset >= 0 {
             return Ok(offset.clamp(low, end));
@@ -485,13 +475,10 @@ impl Replay {
             .elements()
             .iter()
             .map(|e| {
-                let committed = match e.offset() {
-                    Offset::Offset(offset) => Some(Committed {
-                        offset,
-                        by_orderly: e.metadata() == crate::kafka::COMMIT_METADATA,
-                    }),
-                    _ => None,
-                };
+                let committed = crate::kafka::offset_of(e).map(|offset| Committed {
+                    offset,
+                    by_orderly: e.metadata() == crate::kafka::COMMIT_METADATA,
+                });
                 (e.partition(), committed)
             })
             .collect();
@@ -507,11 +494,7 @@ impl Replay {
             .consumer
             .fetch_metadata(Some(topic), self.timeout)
             .map_err(kafka(format!("cannot describe {topic}")))?;
-        let count = metadata
-            .topics()
-            .first()
-            .map(|t| t.partitions().len() as i32)
-            .unwrap_or(0);
+        let count = crate::kafka::partition_count(&metadata, topic).map_or(0, |count| count as i32);
         if count == 0 {
             // No input topic yet: nothing was committed for it.
             return Ok(Vec::new());

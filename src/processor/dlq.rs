@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::Header;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tracing::{debug, warn};
 
@@ -360,27 +360,13 @@ pub(crate) fn letter_record<'a>(
 ) -> FutureRecord<'a, [u8], [u8]> {
     let partition = letter.partition.to_string();
     let offset = letter.offset.to_string();
-    let mut headers = OwnedHeaders::new_with_capacity(6)
-        .insert(Header {
-            key: HEADER_TOPIC,
-            value: Some(source_topic),
-        })
-        .insert(Header {
-            key: HEADER_PARTITION,
-            value: Some(partition.as_str()),
-        })
-        .insert(Header {
-            key: HEADER_OFFSET,
-            value: Some(offset.as_str()),
-        })
-        .insert(Header {
-            key: HEADER_ERROR_KIND,
-            value: Some(letter.kind.as_str()),
-        })
-        .insert(Header {
-            key: HEADER_ERROR_MESSAGE,
-            value: Some(letter.message.as_str()),
-        });
+    let mut headers = crate::kafka::headers::headers([
+        (HEADER_TOPIC, source_topic.as_bytes()),
+        (HEADER_PARTITION, partition.as_bytes()),
+        (HEADER_OFFSET, offset.as_bytes()),
+        (HEADER_ERROR_KIND, letter.kind.as_str().as_bytes()),
+        (HEADER_ERROR_MESSAGE, letter.message.as_bytes()),
+    ]);
     if let Some(count) = letter.redrive_count {
         headers = headers.insert(Header {
             key: HEADER_REDRIVE_COUNT,

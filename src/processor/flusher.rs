@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::TopicPartitionList;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -283,16 +283,7 @@ impl Flusher {
                 .map(|list| {
                     list.elements()
                         .iter()
-                        .map(|e| {
-                            (
-                                e.partition(),
-                                if let Offset::Offset(o) = e.offset() {
-                                    Some(o)
-                                } else {
-                                    None
-                                },
-                            )
-                        })
+                        .map(|e| (e.partition(), crate::kafka::offset_of(e)))
                         .collect::<Vec<_>>()
                 })
         })

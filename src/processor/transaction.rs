@@ -44,7 +44,6 @@ use std::time::Duration;
 
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureRecord, Producer};
 use tracing::{info, warn};
 
@@ -336,19 +335,11 @@ impl<E: Entity> TxnWriter<E> {
             );
         }
         let (covers, epoch) = (round.covers.to_string(), round.epoch.to_string());
-        let headers = OwnedHeaders::new_with_capacity(3)
-            .insert(Header {
-                key: HEADER_COVERS,
-                value: Some(covers.as_str()),
-            })
-            .insert(Header {
-                key: HEADER_EPOCH,
-                value: Some(epoch.as_str()),
-            })
-            .insert(Header {
-                key: HEADER_WRITER,
-                value: Some(crate::kafka::client_id()),
-            });
+        let headers = crate::kafka::headers::headers([
+            (HEADER_COVERS, covers.as_bytes()),
+            (HEADER_EPOCH, epoch.as_bytes()),
+            (HEADER_WRITER, crate::kafka::client_id().as_bytes()),
+        ]);
         let torn_at = fault::due(Point::TornChangelog).then_some(round.changes.len() / 2);
         for (i, change) in round.changes.iter().enumerate() {
             if torn_at == Some(i) {

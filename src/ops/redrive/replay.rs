@@ -16,7 +16,7 @@ use std::fmt;
 use std::time::Instant;
 
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use serde::Serialize;
 
@@ -496,15 +496,10 @@ impl<'a> Sender<'a> {
             offset: planned.source_offset,
         }
         .to_string();
-        let headers = OwnedHeaders::new_with_capacity(2)
-            .insert(Header {
-                key: HEADER_REDRIVE_COUNT,
-                value: Some(count.as_str()),
-            })
-            .insert(Header {
-                key: HEADER_REDRIVE_SOURCE,
-                value: Some(source.as_str()),
-            });
+        let headers = crate::kafka::headers::headers([
+            (HEADER_REDRIVE_COUNT, count.as_bytes()),
+            (HEADER_REDRIVE_SOURCE, source.as_bytes()),
+        ]);
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.input_topic)
             .partition(planned.source_partition)
             .headers(headers);

@@ -78,13 +78,8 @@ impl Dlq {
                 bootstrap: self.bootstrap.clone(),
                 cause,
             })?;
-        Ok(topics.map(|name| {
-            metadata
-                .topics()
-                .iter()
-                .find(|t| t.name() == name && t.error().is_none() && !t.partitions().is_empty())
-                .map(|t| t.partitions().len() as i32)
-        }))
+        Ok(topics
+            .map(|name| crate::kafka::partition_count(&metadata, name).map(|count| count as i32)))
     }
 
     /// The first and the end (next to be written) offsets of a partition.
@@ -128,16 +123,7 @@ impl Dlq {
         Ok(list
             .elements()
             .iter()
-            .map(|e| {
-                (
-                    e.partition(),
-                    if let Offset::Offset(o) = e.offset() {
-                        Some(o)
-                    } else {
-                        None
-                    },
-                )
-            })
+            .map(|e| (e.partition(), crate::kafka::offset_of(e)))
             .collect())
     }
 

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::reader::ChangelogReader;
@@ -93,15 +93,10 @@ pub(crate) async fn write_marker(
         })?;
     let covers = checkpoint.next_offset.to_string();
     let epoch = checkpoint.epoch.to_string();
-    let headers = OwnedHeaders::new_with_capacity(2)
-        .insert(Header {
-            key: HEADER_COVERS,
-            value: Some(covers.as_str()),
-        })
-        .insert(Header {
-            key: HEADER_EPOCH,
-            value: Some(epoch.as_str()),
-        });
+    let headers = crate::kafka::headers::headers([
+        (HEADER_COVERS, covers.as_bytes()),
+        (HEADER_EPOCH, epoch.as_bytes()),
+    ]);
     let timeout = std::time::Duration::from_secs(30);
     let mut acks = Vec::with_capacity(changes.len());
     for (key, value) in changes {

@@ -34,11 +34,7 @@ fn partitions(
                 topic: topic.into(),
                 message: format!("cannot read cluster metadata: {e}"),
             })?;
-    Ok(metadata
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
-        .map(|t| t.partitions().len()))
+    Ok(crate::kafka::partition_count(&metadata, topic))
 }
 
 /// Creates the changelog topic when missing, with `input_partitions`

@@ -63,29 +63,18 @@ pub(crate) fn status_headers<S>(
     partition: i32,
     record: &OutboxRecord<S>,
 ) -> rdkafka::message::OwnedHeaders {
-    use rdkafka::message::{Header, OwnedHeaders};
+    use crate::kafka::headers;
     let (partition, offset, epoch) = (
         partition.to_string(),
         record.source_offset.to_string(),
         record.epoch.to_string(),
     );
-    OwnedHeaders::new_with_capacity(4)
-        .insert(Header {
-            key: crate::kafka::headers::HEADER_TOPIC,
-            value: Some(source_topic),
-        })
-        .insert(Header {
-            key: crate::kafka::headers::HEADER_PARTITION,
-            value: Some(partition.as_str()),
-        })
-        .insert(Header {
-            key: crate::kafka::headers::HEADER_OFFSET,
-            value: Some(offset.as_str()),
-        })
-        .insert(Header {
-            key: crate::kafka::headers::HEADER_EPOCH,
-            value: Some(epoch.as_str()),
-        })
+    headers::headers([
+        (headers::HEADER_TOPIC, source_topic.as_bytes()),
+        (headers::HEADER_PARTITION, partition.as_bytes()),
+        (headers::HEADER_OFFSET, offset.as_bytes()),
+        (headers::HEADER_EPOCH, epoch.as_bytes()),
+    ])
 }
 
 /// Encodes an entity's outbox records in its output schema

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::Consumer;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::TopicPartitionList;
 use tracing::{info, warn};
 
 use super::mode::WriteOutMode;
@@ -201,15 +201,7 @@ impl<E: Entity> Restoring<E> {
             tpl.add_partition(&topic, partition);
             consumer
                 .committed_offsets(tpl, Duration::from_secs(10))
-                .map(|list| {
-                    list.elements().first().and_then(|e| {
-                        if let Offset::Offset(o) = e.offset() {
-                            Some(o)
-                        } else {
-                            None
-                        }
-                    })
-                })
+                .map(|list| list.elements().first().and_then(crate::kafka::offset_of))
         })
         .await
         .map_err(|join| ProcessError::Partition {
