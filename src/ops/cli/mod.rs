@@ -1,6 +1,10 @@
 //! The command line: `run`, `demo`, `produce`, `state`, `dlq`, `config`,
 //! for the `orderly` binary ([`main`]: the entity `entity.kind` names) and
 //! for a binary of a user's own entity ([`main_with`]).
+//!
+//! Each command's flags and handler are in its own module (`run`, `demo`,
+//! `produce`, ...); this one parses the command line, sets up the logs,
+//! hands the command to its handler and maps a failure to its exit code.
 
 // The doc comments of the commands and flags are clap's `--help` text,
 // where `<SEED>` is the usual placeholder, not an HTML tag.
@@ -297,7 +301,7 @@ fn prints_to_a_reader(command: &Command) -> bool {
         command,
         Command::Config { .. }
             | Command::State { .. }
-            | Command::Explain { .. }
+            | Command::Explain(_)
             | Command::Dlq {
                 command: dlq::DlqCommand::List { .. }
             }
