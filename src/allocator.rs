@@ -5,7 +5,7 @@
 //! jemalloc is the malloc of the whole process (feature
 //! `unprefixed_malloc_on_supported_platforms`): librdkafka's fetched
 //! messages and producer queues, and OpenSSL, used glibc's malloc before,
-//! whose per-thread arenas held 40-45 MiB of `orderly run`'s RSS. One arena
+//! whose per-thread arenas kept freed memory in `orderly run`'s RSS. One arena
 //! (jemalloc's default is four per CPU, each holding freed pages of its
 //! own); freed pages returned to the system by jemalloc's background
 //! thread, not by the threads that free them; thread caches for allocations
