@@ -25,7 +25,6 @@ pub fn reader_schema() -> &'static Schema {
     static READER: OnceLock<Schema> = OnceLock::new();
     // The schema is compiled in and covered by tests; failing to parse it is a
     // build defect, not an input error.
-    #[allow(clippy::expect_used)]
     READER.get_or_init(|| Schema::parse_str(SCHEMA_V2).expect("schemas/order_event_v2.avsc parses"))
 }
 
@@ -137,7 +136,6 @@ impl Encoder {
     }
 
     pub(crate) fn with_ids(v1_id: u32, v2_id: u32) -> Self {
-        #[allow(clippy::expect_used)]
         let parse = |s: &str| Schema::parse_str(s).expect("compiled-in schema parses");
         Encoder {
             v1: parse(SCHEMA_V1),

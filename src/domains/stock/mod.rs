@@ -207,7 +207,6 @@ impl Entity for Stock {
 pub(crate) fn event_schema() -> &'static Schema {
     static READER: OnceLock<Schema> = OnceLock::new();
     // Compiled in and covered by tests: failing to parse it is a build defect.
-    #[allow(clippy::expect_used)]
     READER.get_or_init(|| {
         Schema::parse_str(EVENT_SCHEMA).expect("schemas/stock_event_v1.avsc parses")
     })

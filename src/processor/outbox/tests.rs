@@ -10,7 +10,6 @@ impl OutboxEncoder<Orders> {
     /// An order encoder whose schema is registered as `schema_id`.
     fn with_id(schema_id: u32, source_topic: &str) -> Self {
         // Compiled in and covered by tests: failing to parse it is a build defect.
-        #[allow(clippy::expect_used)]
         let schema = Schema::parse_str(STATUS_SCHEMA).expect("compiled-in schema parses");
         Self::with_schema(schema, schema_id, source_topic)
     }

@@ -115,9 +115,7 @@ impl<E: Entity> Harness<E> {
             config.processing.write_out_turns(),
             1,
         ));
-        #[allow(clippy::unwrap_used)]
         let tree = store.partition(&topic, partition).unwrap();
-        #[allow(clippy::unwrap_used)]
         let checkpoint = tree.checkpoint().unwrap();
         let status = Arc::new(PartitionStatus::new(partition, checkpoint.as_ref()));
         let (commands, rx) = mpsc::channel(1);
