@@ -9,18 +9,17 @@
 
 mod support;
 
+#[path = "cli/commands.rs"]
 mod commands;
+#[path = "cli/config.rs"]
 mod config;
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use rdkafka::mocking::MockCluster;
-use rdkafka::producer::DefaultProducerContext;
 use support::text;
 
 /// The exit codes `--help` documents.

@@ -4,24 +4,24 @@
 
 mod support;
 
+#[path = "processor_mock/crashes.rs"]
 mod crashes;
+#[path = "processor_mock/in_process.rs"]
 mod in_process;
+#[path = "processor_mock/outages.rs"]
 mod outages;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orderly::testkit::headers::{
-    HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
-};
-use orderly::testkit::orders::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
-use orderly::testkit::orders::{Encoder, EventType, OrderEvent, WriterVersion};
+use orderly::testkit::orders::workload::{plan, Expectation, WorkloadSpec};
+use orderly::testkit::orders::Encoder;
 use orderly::testkit::produce_planned;
 use orderly::Registry;
 use orderly::{Config, Store};
-use support::mock::{self, config, producer, Cluster};
+use support::mock::{self, producer, Cluster};
 use support::registry_double::RegistryDouble;
-use support::{committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
+use support::{unique, Instance, Setup};
 
 const PARTITIONS: i32 = 4;
 

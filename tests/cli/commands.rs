@@ -1,20 +1,10 @@
 //! The other commands: read-only commands that never create a store, the
 //! exit codes in `--help`, `run`'s store path, the demo, a closed pipe.
 
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use axum::http::StatusCode;
-use axum::routing::get;
-use axum::Router;
-use rdkafka::mocking::MockCluster;
-use rdkafka::producer::DefaultProducerContext;
-
-use crate::{
-    code, http_subjects, orderly, text, unused_port, Http, EXIT_CHECK_FAILED, EXIT_CONFIG,
-    EXIT_NOT_FOUND, EXIT_NO_STORE,
-};
+use crate::{code, orderly, text, unused_port, EXIT_NOT_FOUND, EXIT_NO_STORE};
 
 /// Item 2: every read-only store command refuses a path without a store,
 /// names it absolutely, exits 6 and creates nothing.
@@ -124,11 +114,11 @@ fn run_logs_the_absolute_store_path() {
         .expect("spawn run");
     let want = dir.path().join("rel-store").display().to_string();
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
-    let seen = support::wait_until(Duration::from_secs(15), || {
+    let seen = crate::support::wait_until(Duration::from_secs(15), || {
         read().contains("opening the store")
     });
-    support::signal(&child, "TERM");
-    let status = support::wait_exit(&mut child, Duration::from_secs(15));
+    crate::support::signal(&child, "TERM");
+    let status = crate::support::wait_exit(&mut child, Duration::from_secs(15));
     assert!(seen, "{}", read());
     let logged = read();
     let line = logged

@@ -2,20 +2,11 @@
 //! show` and `config check`, a missing config file, a variable that sets
 //! nothing.
 
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
-
 use axum::http::StatusCode;
-use axum::routing::get;
-use axum::Router;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 
-use crate::{
-    code, http_subjects, orderly, text, unused_port, Http, EXIT_CHECK_FAILED, EXIT_CONFIG,
-    EXIT_NOT_FOUND, EXIT_NO_STORE,
-};
+use crate::{code, http_subjects, orderly, text, unused_port, EXIT_CHECK_FAILED, EXIT_CONFIG};
 
 /// Item 1: a numeric value for a string key stays a string.
 #[test]
@@ -224,7 +215,7 @@ fn config_check_probes_topics_and_registry() {
     let cluster: MockCluster<'static, DefaultProducerContext> =
         MockCluster::new(1).expect("mock cluster");
     let bootstrap = cluster.bootstrap_servers();
-    let topic = support::unique("orders");
+    let topic = crate::support::unique("orders");
     let dlq = format!("{topic}.dlq");
     cluster
         .create_topic(&topic, 3, 1)
@@ -319,7 +310,7 @@ fn config_check_probes_topics_and_registry() {
     assert_eq!(code(&out), EXIT_CHECK_FAILED, "{stdout}");
     assert!(line(&stdout, "schemas").starts_with("FAIL"), "{stdout}");
 
-    let double = support::registry_double::RegistryDouble::start();
+    let double = crate::support::registry_double::RegistryDouble::start();
     let out = check(&double.url);
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), 0, "all pass: {stdout}\n{}", text(&out.stderr));

@@ -16,15 +16,14 @@
 //! through a schedule of such pauses (and, with a broker of their own,
 //! broker restarts) with the same final checks.
 
-use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use orderly::testkit::orders::workload::WorkloadSpec;
 
-use crate::kafka_native::{compaction_removed, create_compacting_topic, make_compacting};
+use crate::kafka_native::create_compacting_topic;
 use crate::observe::{http_get, scrape};
-use crate::support::{end_offsets, signal, wait_until, Instance, Reaper};
-use crate::world::{stop, tail, Broker, World};
+use crate::support::{end_offsets, signal, wait_until, Reaper};
+use crate::world::{stop, tail, World};
 use crate::{required_env, PARTITIONS, SHORT_SESSION_TIMEOUT_MS};
 
 mod scenarios;

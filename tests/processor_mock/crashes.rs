@@ -1,22 +1,14 @@
 //! The binary killed, stopped or stuck at each point of its work, and what
 //! it commits and reports: nothing applied twice or lost.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::mock::{self, config, producer, Cluster};
-use crate::support::registry_double::RegistryDouble;
-use crate::support::{committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
-use orderly::testkit::headers::{
-    HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
-};
-use orderly::testkit::orders::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
-use orderly::testkit::orders::{Encoder, EventType, OrderEvent, WriterVersion};
-use orderly::testkit::produce_planned;
-use orderly::Registry;
-use orderly::{Config, Store};
+use crate::support::{committed, read_all, signal, wait_exit, wait_until};
+use orderly::testkit::headers::{HEADER_OFFSET, HEADER_PARTITION};
+use orderly::testkit::orders::workload::WorkloadSpec;
+use orderly::Store;
 
-use crate::{assert_store_matches, cluster, loaded, process_until_caught_up, Loaded, PARTITIONS};
+use crate::{assert_store_matches, loaded, Loaded, PARTITIONS};
 
 /// The binary, killed at each chosen crash point (after the dead-letter
 /// produce, after the sled batch before the flush, after the flush before

@@ -2,22 +2,20 @@
 //! workload with duplicates, reorderings and poison; a store restored from
 //! the changelog; v1 and v2 records of one order.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::mock::{self, config, producer, Cluster};
-use crate::support::registry_double::RegistryDouble;
-use crate::support::{committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
+use crate::support::mock::{config, producer};
+use crate::support::{committed, read_all};
 use orderly::testkit::headers::{
     HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
 };
-use orderly::testkit::orders::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
+use orderly::testkit::orders::workload::{plan, PlannedRecord, WorkloadSpec};
 use orderly::testkit::orders::{Encoder, EventType, OrderEvent, WriterVersion};
 use orderly::testkit::produce_planned;
 use orderly::Registry;
-use orderly::{Config, Store};
+use orderly::Store;
 
-use crate::{assert_store_matches, cluster, loaded, process_until_caught_up, Loaded, PARTITIONS};
+use crate::{assert_store_matches, cluster, process_until_caught_up, PARTITIONS};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_reorderings_and_poison_end_exactly_as_expected() {

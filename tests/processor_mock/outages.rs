@@ -2,22 +2,17 @@
 //! output topic and bad configuration: clear messages, no floods; and the
 //! demo's JSON.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::mock::{self, config, producer, Cluster};
+use crate::support::mock::producer;
 use crate::support::registry_double::RegistryDouble;
-use crate::support::{committed, read_all, signal, unique, wait_exit, wait_until, Instance, Setup};
-use orderly::testkit::headers::{
-    HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
-};
-use orderly::testkit::orders::workload::{plan, Expectation, PlannedRecord, WorkloadSpec};
-use orderly::testkit::orders::{Encoder, EventType, OrderEvent, WriterVersion};
+use crate::support::{committed, signal, unique, wait_exit, wait_until, Instance, Setup};
+use orderly::testkit::orders::workload::{plan, WorkloadSpec};
+use orderly::testkit::orders::Encoder;
 use orderly::testkit::produce_planned;
 use orderly::Registry;
-use orderly::{Config, Store};
 
-use crate::{assert_store_matches, cluster, loaded, process_until_caught_up, Loaded, PARTITIONS};
+use crate::{cluster, loaded, Loaded, PARTITIONS};
 
 #[test]
 fn broker_down_at_startup_is_retried_with_a_clear_message() {
@@ -35,7 +30,7 @@ fn broker_down_at_startup_is_retried_with_a_clear_message() {
         extra: "",
     });
     // Killed if an assertion fails first.
-    let reaper = support::Reaper::default();
+    let reaper = crate::support::Reaper::default();
     let mut child = reaper.watch(instance.spawn_run(None));
     let retried = wait_until(Duration::from_secs(30), || {
         instance.log().contains("kafka unreachable")
@@ -217,7 +212,7 @@ fn a_broker_outage_logs_a_line_per_change_not_a_flood() {
 /// record is then decided, none dead-lettered.
 #[test]
 fn a_registry_outage_is_not_taken_for_a_paused_process() {
-    use support::registry_double::ByIdMode;
+    use crate::support::registry_double::ByIdMode;
     let c = cluster();
     let registry = RegistryDouble::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -334,7 +329,7 @@ fn a_missing_output_topic_is_reported_once_with_the_partition_count() {
 
 #[test]
 fn bad_configuration_stops_start_up_naming_the_key() {
-    let out = std::process::Command::new(support::orderly_bin())
+    let out = std::process::Command::new(crate::support::orderly_bin())
         .arg("run")
         .env("ORDERLY_PROCESSING__BATCH_SIZE", "5")
         .output()
@@ -346,7 +341,7 @@ fn bad_configuration_stops_start_up_naming_the_key() {
         "{stderr}"
     );
 
-    let out = std::process::Command::new(support::orderly_bin())
+    let out = std::process::Command::new(crate::support::orderly_bin())
         .args(["state", "stats"])
         .env("ORDERLY_PROCESSING__SHUTDOWN_TIMEOUT_MS", "60000")
         .output()
@@ -357,7 +352,7 @@ fn bad_configuration_stops_start_up_naming_the_key() {
 
 #[test]
 fn demo_json_proves_the_guarantees() {
-    let out = std::process::Command::new(support::orderly_bin())
+    let out = std::process::Command::new(crate::support::orderly_bin())
         .args(["demo", "--json", "--orders", "400"])
         .output()
         .unwrap();
@@ -400,7 +395,7 @@ fn an_unreachable_registry_at_start_up_is_waited_for_with_the_outbox_on() {
     let registry_url = format!("http://127.0.0.1:{port}");
     let group = unique("group");
     let instance = c.instance(&registry_url, &group, "");
-    let reaper = support::Reaper::default();
+    let reaper = crate::support::Reaper::default();
     let mut child = reaper.watch(instance.spawn_run(None));
     let waiting = wait_until(Duration::from_secs(45), || {
         instance

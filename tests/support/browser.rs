@@ -26,8 +26,7 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -37,8 +36,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 #[path = "browser/wire.rs"]
-mod wire;
-pub use wire::{base64_decode, http_exchange, http_request};
+pub mod wire;
+pub use wire::{base64_decode, http_request};
 
 /// How long `start` waits for chromedriver's `/status` to say ready.
 const READY_DEADLINE: Duration = Duration::from_secs(20);

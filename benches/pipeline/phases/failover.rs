@@ -36,7 +36,7 @@
 //! every partition, spread over the group) costs, given per 1M orders.
 //! A wait that times out fails the run (reported, with no figures).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -50,13 +50,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Serialize;
 
-use super::child::{field, lock, Instance};
-use super::side_by_side::{
-    create_topics_like_input, offsets_reader, overrides_toml, OrderlyConfig,
-};
+use super::side_by_side::overrides_toml;
 use crate::figures::{fmt_opt, median};
 use crate::loader::LoadInfo;
-use crate::measure::{dir_disk_usage, kib_to_mib, load1, pid_status_kib};
 use crate::Args;
 
 mod drill;

@@ -50,23 +50,19 @@
 //! runs right after the other's load on the broker.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Child;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Serialize;
 
 use orderly::testkit::orders::StateView;
 
+use crate::figures::Counts;
 use crate::figures::{fmt_opt, median};
-use crate::figures::{Counts, Phase};
 use crate::loader::LoadInfo;
-use crate::measure::{load1, pid_status_kib, process_cpu};
+use crate::measure::pid_status_kib;
 use crate::Args;
 
 mod contenders;
@@ -78,7 +74,6 @@ mod watch;
 use contenders::{orderly_run, peer_run};
 use restores::{orderly_restore, peer_restore};
 pub(super) use setup::{create_topics_like_input, offsets_reader, overrides_toml, OrderlyConfig};
-use watch::watch;
 pub use watch::Middle;
 
 /// What `--side-by-side` runs.

@@ -1,19 +1,17 @@
 //! The scenarios: three members through a schedule of pauses and broker
 //! restarts, with what Kafka's own tool says of the transactions left open.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use orderly::testkit::orders::workload::WorkloadSpec;
 
-use crate::kafka_native::{compaction_removed, create_compacting_topic, make_compacting};
-use crate::observe::{http_get, scrape};
+use crate::kafka_native::make_compacting;
 use crate::support::{end_offsets, signal, wait_until, Instance, Reaper};
 use crate::world::{stop, tail, Broker, World};
 use crate::{required_env, PARTITIONS, SHORT_SESSION_TIMEOUT_MS};
 
 use super::verify::{restore_fresh_and_verify, show_output_regressions};
-use super::EXACTLY_ONCE;
 
 /// The fixed schedule of the pauses-only scenario.
 pub(super) const PAUSES: [Fault; 3] = [Fault::Pause(0), Fault::Pause(1), Fault::Pause(0)];

@@ -5,13 +5,11 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use orderly::testkit::orders::workload::WorkloadSpec;
-
-use crate::kafka_native::{compaction_removed, create_compacting_topic, make_compacting};
+use crate::kafka_native::compaction_removed;
 use crate::observe::{http_get, scrape};
-use crate::support::{end_offsets, signal, wait_until, Instance, Reaper};
-use crate::world::{stop, tail, Broker, World};
-use crate::{required_env, PARTITIONS, SHORT_SESSION_TIMEOUT_MS};
+use crate::support::{end_offsets, wait_until, Reaper};
+use crate::world::{stop, tail, World};
+use crate::PARTITIONS;
 
 use super::scenarios::open_transactions;
 use super::EXACTLY_ONCE;

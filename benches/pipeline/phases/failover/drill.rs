@@ -2,27 +2,16 @@
 //! and what the others did until every partition processed again.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use serde::Serialize;
 
-use crate::figures::{fmt_opt, median};
-use crate::loader::LoadInfo;
 use crate::measure::{dir_disk_usage, kib_to_mib, load1, pid_status_kib};
 use crate::phases::child::{field, lock, Instance};
-use crate::phases::side_by_side::{
-    create_topics_like_input, offsets_reader, overrides_toml, OrderlyConfig,
-};
-use crate::Args;
+use crate::phases::side_by_side::{create_topics_like_input, offsets_reader, OrderlyConfig};
 
 use super::{
     committed, numbers, owned, processing, start_feed, Ctx, FailoverRun, FEED_BEFORE_KILL,

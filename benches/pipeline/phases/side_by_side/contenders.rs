@@ -1,28 +1,18 @@
 //! (oa) / (ox) and (ka) / (kx): one timed run of each contender, orderly
 //! and the Kafka Streams peer, to the end of the input.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use serde::Serialize;
 
-use orderly::testkit::orders::StateView;
-
-use crate::figures::{fmt_opt, median};
-use crate::figures::{Counts, Phase};
-use crate::loader::LoadInfo;
-use crate::measure::{load1, pid_status_kib, process_cpu};
-use crate::Args;
+use crate::figures::Counts;
+use crate::measure::{load1, process_cpu};
 
 use super::setup::{check_dump, create_topics, orderly_config};
-use super::watch::{sample, watch, Covered};
+use super::watch::{watch, Covered};
 use super::{epoch_ms, stop, Contender, ContenderRun, Ctx, Guarantee};
 
 pub(super) fn orderly_run(
@@ -69,7 +59,7 @@ pub(super) fn orderly_run(
     let load1_at_start = load1();
     let broker_cpu_start = ctx.broker_pid.and_then(|b| process_cpu(Some(b)));
     let started = Instant::now();
-    let mut child = super::child::run_command(&ctx.orderly_bin, &config_path)
+    let mut child = crate::phases::child::run_command(&ctx.orderly_bin, &config_path)
         .spawn()
         .with_context(|| format!("starting {}", ctx.orderly_bin.display()))?;
     let pid = child.id();

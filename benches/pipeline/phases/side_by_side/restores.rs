@@ -1,28 +1,17 @@
 //! (or) / (kr): each contender's cold restore of its first at_least_once
 //! run's changelogs.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::io::{BufRead, BufReader, Read};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use serde::Serialize;
 
-use orderly::testkit::orders::StateView;
+use crate::measure::{pid_status_kib, process_cpu};
 
-use crate::figures::{fmt_opt, median};
-use crate::figures::{Counts, Phase};
-use crate::loader::LoadInfo;
-use crate::measure::{load1, pid_status_kib, process_cpu};
-use crate::Args;
-
+use super::contenders::peer_command;
 use super::setup::{wait_group_empty, OrderlyConfig};
-use super::{ContenderRun, Ctx, RestoreRun};
+use super::{Contender, ContenderRun, Ctx, RestoreRun};
 
 /// (or): a cold `orderly run` process with an empty store joins (oa)'s
 /// group and restores its changelog, as a new instance does. Timed from the
@@ -55,7 +44,7 @@ pub(super) fn orderly_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::R
     let partitions = usize::try_from(ctx.load.partitions).unwrap_or(0);
     let cpu_before = ctx.broker_pid.and_then(|b| process_cpu(Some(b)));
     let started = Instant::now();
-    let mut instance = super::child::Instance::spawn(&ctx.orderly_bin, &home, &config)?;
+    let mut instance = crate::phases::child::Instance::spawn(&ctx.orderly_bin, &home, &config)?;
     let deadline = started + Duration::from_secs(900);
     let ready_at = loop {
         if let Some(status) = instance.exited() {
@@ -72,7 +61,7 @@ pub(super) fn orderly_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::R
                 instance.tail()
             );
         }
-        let finished = super::child::lock(&instance.restores).len();
+        let finished = crate::phases::child::lock(&instance.restores).len();
         if finished >= partitions && instance.ready() {
             break Instant::now();
         }
@@ -89,12 +78,12 @@ pub(super) fn orderly_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::R
     };
     instance.terminate();
     instance.wait_stopped();
-    let finished = super::child::lock(&instance.restores).clone();
+    let finished = crate::phases::child::lock(&instance.restores).clone();
     let records: i64 = finished
         .iter()
-        .filter_map(|(_, line)| super::child::field(line, "restored"))
+        .filter_map(|(_, line)| crate::phases::child::field(line, "restored"))
         .sum();
-    let first_start = super::child::lock(&instance.restore_starts)
+    let first_start = crate::phases::child::lock(&instance.restore_starts)
         .iter()
         .min()
         .copied()

@@ -2,24 +2,16 @@
 //! empty group, the offsets reader, orderly's generated config, and the
 //! check of a state dump against the expectation.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use serde::Serialize;
+use rdkafka::ClientConfig;
 
 use orderly::testkit::orders::StateView;
 
-use crate::figures::{fmt_opt, median};
-use crate::figures::{Counts, Phase};
 use crate::loader::LoadInfo;
-use crate::measure::{load1, pid_status_kib, process_cpu};
 use crate::Args;
 
 use super::{Ctx, Guarantee};

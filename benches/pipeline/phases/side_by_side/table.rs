@@ -1,24 +1,7 @@
 //! The side-by-side results as the report's phases and its table.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use anyhow::{bail, Context};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use serde::Serialize;
-
-use orderly::testkit::orders::StateView;
-
-use crate::figures::{fmt_opt, median};
-use crate::figures::{Counts, Phase};
-use crate::loader::LoadInfo;
-use crate::measure::{load1, pid_status_kib, process_cpu};
-use crate::Args;
+use crate::figures::fmt_opt;
+use crate::figures::Phase;
 
 use super::watch::{MIDDLE, MIDDLE_MIN_STEPS};
 use super::{Contender, SideBySideOut};

@@ -2,25 +2,15 @@
 //! group's committed offsets polled until they cover the input, and the
 //! steady middle between 25% and 75% of it.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Child;
+use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use anyhow::bail;
+use rdkafka::consumer::Consumer;
+use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
-use orderly::testkit::orders::StateView;
-
-use crate::figures::{fmt_opt, median};
-use crate::figures::{Counts, Phase};
-use crate::loader::LoadInfo;
-use crate::measure::{load1, pid_status_kib, process_cpu};
-use crate::Args;
+use crate::measure::{pid_status_kib, process_cpu};
 
 use super::setup::offsets_reader;
 use super::Ctx;
