@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use crate::support::{committed, read_all, signal, wait_exit, wait_until};
 use orderly::testkit::headers::{HEADER_OFFSET, HEADER_PARTITION};
 use orderly::testkit::orders::workload::WorkloadSpec;
 use orderly::Store;
 
+use crate::support::{committed, read_all, signal, wait_exit, wait_until};
 use crate::{assert_store_matches, loaded, Loaded, PARTITIONS};
 
 /// The binary, killed at each chosen crash point (after the dead-letter

@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use crate::support::mock::{config, producer};
-use crate::support::{committed, read_all};
 use orderly::testkit::headers::{
     HEADER_ERROR_KIND, HEADER_ERROR_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TOPIC,
 };
@@ -15,6 +13,8 @@ use orderly::testkit::produce_planned;
 use orderly::Registry;
 use orderly::Store;
 
+use crate::support::mock::{config, producer};
+use crate::support::{committed, read_all};
 use crate::{assert_store_matches, cluster, process_until_caught_up, PARTITIONS};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

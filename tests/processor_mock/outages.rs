@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use crate::support::mock::producer;
-use crate::support::registry_double::RegistryDouble;
-use crate::support::{committed, signal, unique, wait_exit, wait_until, Instance, Setup};
 use orderly::testkit::orders::workload::{plan, WorkloadSpec};
 use orderly::testkit::orders::Encoder;
 use orderly::testkit::produce_planned;
 use orderly::Registry;
 
+use crate::support::mock::producer;
+use crate::support::registry_double::RegistryDouble;
+use crate::support::{committed, signal, unique, wait_exit, wait_until, Instance, Setup};
 use crate::{cluster, loaded, Loaded, PARTITIONS};
 
 #[test]
