@@ -25,7 +25,7 @@ use orderly::testkit::redrive::{self, ReplayRequest, Selection, SourcePos};
 use orderly::testkit::{covers, produce_planned};
 use orderly::{Config, Processor, Registry, Store};
 use support::late_schema::{self, schema_v3, STUBBORN};
-use support::{committed, end_offsets, read_range, unique, Instance, Setup};
+use support::{committed, end_offsets, read_range, text, unique, Instance, Setup};
 
 const PARTITIONS: i32 = 2;
 /// Orders whose second event uses the schema registered late.
@@ -158,10 +158,6 @@ impl World {
             .block_on(processor.run(caught_up))
             .expect("processor run");
     }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn code(out: &Output) -> i32 {

@@ -26,7 +26,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::late_writes::{scenario, Brokers, Fault, EXACTLY_ONCE};
-use crate::support::wait_until;
+use crate::support::{run_ok, wait_until};
 use crate::world::{broker_command, broker_script, printed_lines};
 
 const NODES: usize = 3;
@@ -380,13 +380,11 @@ fn leader_moves(seed: u64) -> Schedule {
 /// default (3 here) is not.
 fn config_check_warns_of_a_changelog_without_replicas(bootstrap: &str) {
     let check = |world: &crate::world::World, setting: &str| {
-        let out = world
-            .instance("")
-            .command(&["config", "check"])
-            .output()
-            .expect("config check");
+        let out = run_ok(
+            &mut world.instance("").command(&["config", "check"]),
+            "config check",
+        );
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "config check passes\n{text}");
         let line = text
             .lines()
             .find(|l| l.contains("changelog"))

@@ -14,13 +14,12 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::observe::http_get;
-use crate::support::{client_id_of, end_offsets, wait_exit, wait_until, Instance, Reaper};
+use crate::support::{
+    assert_succeeded, client_id_of, end_offsets, run_ok, text, wait_exit, wait_until, Instance,
+    Reaper,
+};
 use crate::world::{broker_script, stop, tail, World};
 use crate::{required_env, PARTITIONS};
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// `kafka/broker tool NAME ARGS...` (Kafka's own command-line tools).
 pub(crate) fn kafka_tool(name: &str, args: &[&str]) -> Output {
@@ -233,12 +232,7 @@ fn kafka_tools_describe_the_group_and_an_outside_offset_reset_is_refused() {
             "--execute",
         ],
     );
-    assert!(
-        out.status.success(),
-        "reset-offsets: {}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
+    assert_succeeded(&out, "reset-offsets");
     let reset = committed_with_metadata(&world);
     assert!(
         reset.values().all(|(o, m)| *o == 0 && m.is_empty()),
@@ -276,15 +270,9 @@ fn kafka_tools_describe_the_group_and_an_outside_offset_reset_is_refused() {
     }
 
     // Keep the checkpoints: the group offsets go back to them, tagged.
-    let out = a
-        .command(&["replay", "--shift-by", "0"])
-        .output()
-        .expect("orderly replay");
-    assert!(
-        out.status.success(),
-        "replay --shift-by 0: {}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
+    run_ok(
+        &mut a.command(&["replay", "--shift-by", "0"]),
+        "replay --shift-by 0",
     );
     let restored = committed_with_metadata(&world);
     for (partition, (offset, metadata)) in &restored {
@@ -335,15 +323,9 @@ fn replay_to_a_datetime_inside_the_topic_moves_each_partition_to_the_right_offse
     world.finish(&instance);
 
     let stamp = humantime::format_rfc3339_millis(at).to_string();
-    let out = instance
-        .command(&["replay", "--to-datetime", &stamp, "--dry-run", "--json"])
-        .output()
-        .expect("replay");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
+    let out = run_ok(
+        &mut instance.command(&["replay", "--to-datetime", &stamp, "--dry-run", "--json"]),
+        "replay --to-datetime --dry-run",
     );
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
     let planned: BTreeMap<i32, i64> = plan["partitions"]
@@ -379,15 +361,9 @@ fn replay_to_a_datetime_inside_the_topic_moves_each_partition_to_the_right_offse
         "{plan}"
     );
 
-    let out = instance
-        .command(&["replay", "--to-datetime", &stamp])
-        .output()
-        .expect("replay");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
+    run_ok(
+        &mut instance.command(&["replay", "--to-datetime", &stamp]),
+        "replay --to-datetime",
     );
     assert_eq!(
         world.committed(),
@@ -469,15 +445,9 @@ fn a_changelog_the_broker_compacted_restores_every_order_exactly() {
     world.verify_state(&b, &expected);
 
     // And a reset replay over it starts every partition over, exactly.
-    let out = b
-        .command(&["replay", "--to-earliest", "--reset-state"])
-        .output()
-        .expect("replay");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
+    run_ok(
+        &mut b.command(&["replay", "--to-earliest", "--reset-state"]),
+        "replay --to-earliest --reset-state",
     );
     world.finish(&b);
     world.verify_state(&b, &expected);
@@ -605,14 +575,9 @@ fn a_real_schema_registry_serves_the_run() {
     });
     world.produce(&records);
     let instance = world.instance("commit_interval_ms = 200");
-    let check = instance
-        .command(&["config", "check"])
-        .output()
-        .expect("config check");
-    assert!(
-        check.status.success(),
-        "config check against the real registry\n{}",
-        text(&check.stdout)
+    run_ok(
+        &mut instance.command(&["config", "check"]),
+        "config check against the real registry",
     );
     world.finish(&instance);
     world.verify(&instance, &expected);

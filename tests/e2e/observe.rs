@@ -9,7 +9,7 @@ use std::time::Duration;
 use orderly::testkit::orders::workload::WorkloadSpec;
 use orderly::testkit::orders::StateView;
 
-use crate::browser::http_exchange;
+use crate::browser::wire::http_exchange;
 use crate::required_env;
 use crate::support::{end_offsets, signal, wait_exit, wait_until, Reaper};
 use crate::world::{tail, World};

@@ -9,7 +9,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::{
-    committed, create_topics, end_offsets, signal, unique, wait_exit, wait_until, Instance, Setup,
+    assert_succeeded, committed, create_topics, end_offsets, signal, unique, wait_exit, wait_until,
+    Instance, Setup,
 };
 use crate::world::{tail, Broker};
 use crate::{required_env, PARTITIONS, SESSION_TIMEOUT_MS};
@@ -53,11 +54,8 @@ fn a_first_start_on_a_fresh_broker_prints_no_warning() {
         .stdin(Stdio::null())
         .output()
         .expect("run produce");
+    assert_succeeded(&produce, "produce");
     let produce_log = String::from_utf8_lossy(&produce.stderr).into_owned();
-    assert!(
-        produce.status.success(),
-        "produce: {produce:?}\n{produce_log}"
-    );
     assert_eq!(
         alarms(&produce_log),
         Vec::<&str>::new(),
@@ -123,7 +121,7 @@ fn a_broker_outage_is_a_line_when_lost_and_one_when_back() {
         .stdin(Stdio::null())
         .output()
         .expect("run produce");
-    assert!(produce.status.success(), "{produce:?}");
+    assert_succeeded(&produce, "produce");
     let ends = end_offsets(&broker.bootstrap, &topic, PARTITIONS);
     let mut child = instance.spawn_run(None);
     let caught_up = wait_until(Duration::from_secs(50), || {

@@ -11,7 +11,7 @@ use orderly::testkit::orders::{Encoder, EventType, StateView};
 use orderly::Registry;
 
 use crate::support::late_schema::{self, schema_v3, STUBBORN};
-use crate::support::{committed, end_offsets, Instance};
+use crate::support::{committed, end_offsets, end_offsets_total, run_ok, Instance};
 use crate::world::World;
 use crate::{required_env, PARTITIONS};
 
@@ -19,15 +19,11 @@ const FIXABLE: usize = 40;
 const GOOD: usize = 200;
 
 fn json(instance: &Instance, args: &[&str]) -> Value {
-    let out: Output = instance
-        .command(args)
-        .env("RUST_LOG", "warn,librdkafka=off,rdkafka=off")
-        .output()
-        .expect("run orderly");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out: Output = run_ok(
+        instance
+            .command(args)
+            .env("RUST_LOG", "warn,librdkafka=off,rdkafka=off"),
+        &format!("{args:?}"),
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -280,17 +276,13 @@ fn large_dlq_timing() {
     let instance = world.instance("");
     let timed = |args: &[&str]| {
         let started = Instant::now();
-        let out = instance
-            .command(args)
-            .env("RUST_LOG", "info,librdkafka=off,rdkafka=off")
-            .output()
-            .expect("run");
-        let took = started.elapsed();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = run_ok(
+            instance
+                .command(args)
+                .env("RUST_LOG", "info,librdkafka=off,rdkafka=off"),
+            &format!("{args:?}"),
         );
+        let took = started.elapsed();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         eprintln!(
@@ -323,9 +315,7 @@ fn large_dlq_timing() {
         "{}",
         again.lines().last().unwrap_or("")
     );
-    let sent: i64 = end_offsets(&world.bootstrap, &world.topic, PARTITIONS)
-        .values()
-        .sum();
+    let sent = end_offsets_total(&world.bootstrap, &world.topic, PARTITIONS);
     assert_eq!(sent, LETTERS);
     timed(&["dlq", "replay", "--source", "3:24999", "--dry-run"]);
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::required_env;
-use crate::support::{signal, wait_exit, Instance};
+use crate::support::{assert_succeeded, signal, text, wait_exit, Instance};
 use crate::world::{stop, tail, World};
 use crate::PARTITIONS;
 
@@ -28,19 +28,10 @@ fn repair(instance: &Instance, args: &[&str]) -> Output {
     instance.command(&all).output().expect("run orderly repair")
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// The verdict of each changelog partition, from `repair --json`.
 fn verdicts(instance: &Instance) -> Vec<(String, i64)> {
     let out = repair(instance, &["--json"]);
-    assert!(
-        out.status.success(),
-        "repair --json: {}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
+    assert_succeeded(&out, "repair --json");
     let found: serde_json::Value = serde_json::from_slice(&out.stdout).expect("repair JSON");
     found["partitions"]
         .as_array()
@@ -142,11 +133,7 @@ fn repaired_partition_ends_exact(guarantee: &str, by_hand: bool) {
             .args(["--start-offset", &start.to_string()])
             .output()
             .expect("kafka-transactions.sh abort");
-        assert!(
-            aborted.status.success(),
-            "kafka-transactions.sh abort: {}",
-            text(&aborted.stderr)
-        );
+        assert_succeeded(&aborted, "kafka-transactions.sh abort");
         assert!(
             verdicts(&member).iter().all(|(v, _)| v == "clear"),
             "nothing open after Kafka's abort"
@@ -339,7 +326,7 @@ fn a_partition_librdkafka_never_starts_fetching_is_reported_not_idle() {
                 "--start-offset",
                 &start.to_string(),
             ]);
-            assert!(out.status.success(), "abort: {}", text(&out.stderr));
+            assert_succeeded(&out, "abort");
             aborted = true;
         }
     }

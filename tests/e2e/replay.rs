@@ -11,7 +11,9 @@ use orderly::testkit::orders::workload::WorkloadSpec;
 use orderly::testkit::orders::StateView;
 
 use crate::required_env;
-use crate::support::{end_offsets, signal, wait_exit, wait_until, Instance, Reaper};
+use crate::support::{
+    assert_succeeded, end_offsets, signal, text, wait_exit, wait_until, Instance, Reaper,
+};
 use crate::world::{tail, World};
 use crate::PARTITIONS;
 
@@ -19,10 +21,6 @@ fn replay(instance: &Instance, args: &[&str]) -> Output {
     let mut all = vec!["replay"];
     all.extend_from_slice(args);
     instance.command(&all).output().expect("run orderly replay")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn totals(instance: &Instance) -> serde_json::Value {
@@ -78,7 +76,7 @@ fn replay_to_earliest_keeps_state_and_counts_every_record_again() {
     let (before, dump_before) = (totals(&instance), instance.dump());
 
     let dry = replay(&instance, &["--to-earliest", "--dry-run"]);
-    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    assert_succeeded(&dry, "replay --dry-run");
     assert!(
         text(&dry.stdout).contains("dry run: nothing changed"),
         "{}",
@@ -92,12 +90,7 @@ fn replay_to_earliest_keeps_state_and_counts_every_record_again() {
     assert_eq!(world.committed(), ends, "the dry run committed nothing");
 
     let out = replay(&instance, &["--to-earliest"]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
+    assert_succeeded(&out, "replay");
     eprintln!("$ orderly replay --to-earliest\n{}", text(&out.stdout));
     assert!(
         world.committed().values().all(|o| *o == 0),
@@ -144,12 +137,7 @@ fn replay_with_reset_state_rebuilds_exactly() {
     let instance = world.instance("commit_interval_ms = 200");
     world.finish(&instance);
     let out = replay(&instance, &["--to-earliest", "--reset-state"]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
+    assert_succeeded(&out, "replay");
     world.finish(&instance);
     // Re-emitted status changes after a reset repeat earlier versions: the
     // outbox's order check does not apply across the replay.
@@ -233,12 +221,7 @@ fn a_replay_marker_reaches_every_store_ahead_behind_or_wiped() {
     for (partition, start) in &ends_first {
         let (p, n) = (partition.to_string(), start.to_string());
         let out = replay(&d, &["--partition", &p, "--to-offset", &n, "--reset-state"]);
-        assert!(
-            out.status.success(),
-            "{}\n{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
+        assert_succeeded(&out, "replay --to-offset --reset-state");
     }
     assert!(
         !orderly::testkit::store_present(&d.store_path),
@@ -426,7 +409,7 @@ fn replay_refusals_and_dry_runs_change_nothing() {
         assert_eq!(snapshot(), before, "{args:?} changed nothing");
     }
     let dry = replay(&instance, &["--shift-by", "-10", "--dry-run", "--json"]);
-    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    assert_succeeded(&dry, "replay --dry-run");
     let plan: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("plan JSON");
     for row in plan["partitions"].as_array().expect("rows") {
         let p = row["partition"].as_i64().unwrap() as i32;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use orderly::testkit::orders::workload::WorkloadSpec;
 
 use crate::observe::{http_get, scrape};
-use crate::support::{wait_until, Reaper};
+use crate::support::{end_offsets_total, run_ok, text, wait_until, Reaper};
 use crate::world::{broker_script, stop, tail, Broker, World};
 use crate::PARTITIONS;
 
@@ -88,28 +88,20 @@ fn grant(broker: &Broker, world: &World, changelog: &str) {
 }
 
 fn acls(broker: &Broker, action: &str, args: &[&str]) {
-    let out = std::process::Command::new(broker_script())
-        .args([
-            "tool",
-            "acls",
-            "--bootstrap-server",
-            &broker.bootstrap,
-            "--command-config",
-            &broker.printed["KAFKA_ADMIN_CONFIG"],
-        ])
-        .args([action, "--force", "--allow-principal", "User:orderly"])
-        .args(args)
-        .output()
-        .expect("kafka/broker tool acls");
-    assert!(
-        out.status.success(),
-        "kafka-acls {action} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        std::process::Command::new(broker_script())
+            .args([
+                "tool",
+                "acls",
+                "--bootstrap-server",
+                &broker.bootstrap,
+                "--command-config",
+                &broker.printed["KAFKA_ADMIN_CONFIG"],
+            ])
+            .args([action, "--force", "--allow-principal", "User:orderly"])
+            .args(args),
+        &format!("kafka-acls {action} {args:?}"),
     );
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]
@@ -143,29 +135,22 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
 
     // config check: every line ok, the password nowhere.
     let a = world.instance("commit_interval_ms = 200");
-    let check = a
-        .command(&["config", "check"])
-        .output()
-        .expect("config check");
-    let check_text = format!("{}{}", text(&check.stdout), text(&check.stderr));
-    assert!(
-        check.status.success(),
-        "config check on the secured cluster\n{check_text}"
+    let check = run_ok(
+        &mut a.command(&["config", "check"]),
+        "config check on the secured cluster",
     );
+    let check_text = format!("{}{}", text(&check.stdout), text(&check.stderr));
     assert!(
         check_text.contains("ok   acls")
             && check_text.contains("User:orderly may perform every operation"),
         "config check reads the principal's operations\n{check_text}"
     );
-    let shown = a
-        .command(&["config", "show"])
-        .output()
-        .expect("config show");
-    let shown_text = format!("{}{}", text(&shown.stdout), text(&shown.stderr));
-    assert!(
-        shown.status.success() && shown_text.contains("<redacted>"),
-        "{shown_text}"
+    let shown = run_ok(
+        &mut a.command(&["config", "show"]),
+        "config show on the secured cluster",
     );
+    let shown_text = format!("{}{}", text(&shown.stdout), text(&shown.stderr));
+    assert!(shown_text.contains("<redacted>"), "{shown_text}");
 
     // run, crashed: aborted between a sled batch and its flush, restarted,
     // and caught up; metrics and the status page while it runs.
@@ -193,23 +178,13 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
     stop(&mut run_a, &a);
 
     // replay (group stopped) and dlq list, as the same user.
-    let replay = a
-        .command(&["replay", "--shift-by", "0"])
-        .output()
-        .expect("replay");
-    assert!(
-        replay.status.success(),
-        "replay on the secured cluster\n{}{}",
-        text(&replay.stdout),
-        text(&replay.stderr)
+    run_ok(
+        &mut a.command(&["replay", "--shift-by", "0"]),
+        "replay on the secured cluster",
     );
-    let letters = a.command(&["dlq", "list"]).output().expect("dlq list");
-    assert!(
-        letters.status.success(),
-        "dlq list on the secured cluster ({:?})\n{}{}",
-        letters.status,
-        text(&letters.stdout),
-        text(&letters.stderr)
+    run_ok(
+        &mut a.command(&["dlq", "list"]),
+        "dlq list on the secured cluster",
     );
 
     // A second member, under exactly_once, with an empty store: restores
@@ -259,19 +234,11 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
         acls(&broker, "--add", &grant);
     }
     let before: i64 = ends.values().sum();
-    let redriven = b
-        .command(&["dlq", "replay", "--all"])
-        .output()
-        .expect("dlq replay");
-    assert!(
-        redriven.status.success(),
-        "dlq replay on the secured cluster\n{}{}",
-        text(&redriven.stdout),
-        text(&redriven.stderr)
+    let redriven = run_ok(
+        &mut b.command(&["dlq", "replay", "--all"]),
+        "dlq replay on the secured cluster",
     );
-    let after: i64 = crate::support::end_offsets(&world.bootstrap, &world.topic, PARTITIONS)
-        .values()
-        .sum();
+    let after = end_offsets_total(&world.bootstrap, &world.topic, PARTITIONS);
     assert_eq!(
         (after - before) as u64,
         expected.outcomes.dead_lettered,
@@ -280,22 +247,12 @@ fn every_command_works_on_a_secured_cluster_with_the_documented_acls() {
     );
 
     // orderly produce, as the same user (Write on the input topic).
-    let before: i64 = crate::support::end_offsets(&world.bootstrap, &world.topic, PARTITIONS)
-        .values()
-        .sum();
-    let produced = b
-        .command(&["produce", "--orders", "20", "--seed", "7"])
-        .output()
-        .expect("produce");
-    assert!(
-        produced.status.success(),
-        "produce on the secured cluster\n{}{}",
-        text(&produced.stdout),
-        text(&produced.stderr)
+    let before = end_offsets_total(&world.bootstrap, &world.topic, PARTITIONS);
+    let produced = run_ok(
+        &mut b.command(&["produce", "--orders", "20", "--seed", "7"]),
+        "produce on the secured cluster",
     );
-    let after: i64 = crate::support::end_offsets(&world.bootstrap, &world.topic, PARTITIONS)
-        .values()
-        .sum();
+    let after = end_offsets_total(&world.bootstrap, &world.topic, PARTITIONS);
     assert!(
         after >= before + 20,
         "produce wrote its records: {before} -> {after}"

@@ -18,8 +18,8 @@ use orderly::Registry;
 
 use crate::support::registry_double::RegistryDouble;
 use crate::support::{
-    committed, create_topics, end_offsets, read_all, signal, unique, wait_exit, wait_until,
-    Instance, Setup,
+    committed, create_topics, end_offsets, read_all, run_ok, signal, text, unique, wait_exit,
+    wait_until, Instance, Setup,
 };
 use crate::{PARTITIONS, SESSION_TIMEOUT_MS};
 
@@ -616,19 +616,14 @@ pub fn broker_script() -> PathBuf {
 /// Runs `kafka/broker` with `args` and returns what it printed; a failure
 /// fails the test with what it said.
 pub fn broker_command<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
-    let out = Command::new(broker_script())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run kafka/broker");
     let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
-    assert!(
-        out.status.success(),
-        "kafka/broker {} failed: {}",
-        shown.join(" "),
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new(broker_script())
+            .args(args)
+            .stdin(Stdio::null()),
+        &format!("kafka/broker {}", shown.join(" ")),
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    text(&out.stdout)
 }
 
 /// The `KEY=value` lines `kafka/broker start` (or `cluster start`) printed.

@@ -12,7 +12,7 @@ pub mod shipments;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -503,4 +503,37 @@ pub fn end_offsets(bootstrap: &str, topic: &str, partitions: i32) -> BTreeMap<i3
             )
         })
         .collect()
+}
+
+/// The sum of `topic`'s end offsets over its `partitions`: the records it
+/// was ever written (transaction markers included).
+pub fn end_offsets_total(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
+    end_offsets(bootstrap, topic, partitions).values().sum()
+}
+
+/// A child process's output (stdout or stderr) as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Asserts that a command that ran exited 0; else fails naming `what`,
+/// with its exit status and everything it printed.
+pub fn assert_succeeded(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({})\n{}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// Runs `command` to its end and asserts it exited 0 (as
+/// [`assert_succeeded`]); returns its output for the checks that read it.
+pub fn run_ok(command: &mut Command, what: &str) -> Output {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what} did not start: {e}"));
+    assert_succeeded(&out, what);
+    out
 }
