@@ -43,7 +43,7 @@ mod transaction;
 pub(crate) use partition::{source::MemorySource, testing::Harness};
 
 pub(crate) use error::ProcessError;
-pub(crate) use partition::mode::Strategy;
+pub(crate) use partition::strategy::Strategy;
 pub use report::RunReport;
 pub use run::Processor;
 

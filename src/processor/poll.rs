@@ -42,7 +42,7 @@ pub(crate) fn poll_loop<E: Entity>(
     let mut progress = Progress::new(
         &parts.input.topic,
         parts.outputs.outbox.is_some(),
-        super::partition::mode::Strategy::of(&config).status_in_write_outs(),
+        super::partition::strategy::Strategy::of(&config).status_in_write_outs(),
     );
     let mut last_probe = Instant::now();
     while !stop.load(Ordering::SeqCst) {

@@ -12,7 +12,8 @@ use tracing::{debug, info, warn};
 use rdkafka::message::Message;
 
 use super::batch::BatchRun;
-use super::mode::{StatusRoute, WriteOutMode};
+use super::mode::WriteOutMode;
+use super::strategy::StatusRoute;
 use super::task::{PartitionTask, Reply};
 use crate::engine::fault::{self, Point};
 use crate::engine::outbox_record::OutboxRecord;

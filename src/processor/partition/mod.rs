@@ -46,6 +46,7 @@ mod schedule;
 pub(crate) mod settings;
 pub(crate) mod source;
 mod stopped;
+pub(crate) mod strategy;
 mod task;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -11,7 +11,6 @@ use std::time::Duration;
 use rdkafka::consumer::Consumer;
 use tracing::warn;
 
-use crate::config::{Config, Guarantee, OutboxDelivery};
 use crate::engine::entity::Entity;
 use crate::engine::partition_state::PreparedWrite;
 use crate::kafka::retry::Backoff;
@@ -23,124 +22,37 @@ use crate::processor::transaction::{Round, TxnError, TxnWriter};
 
 use super::task::PartitionTask;
 
-/// Where a partition's status changes go (the outbox).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StatusRoute {
-    /// The outbox is off.
-    Off,
-    /// Stored as outbox rows in each write-out's batch; a relay publishes
-    /// them (`outbox.delivery = "relay"`, at_least_once).
-    Relay,
-    /// With each write-out: in its transaction with a changelog, otherwise
-    /// published and acknowledged before the store batch. A relay still
-    /// publishes rows an earlier relay delivery left, before the first.
-    WithWriteOut,
-    /// exactly_once: in each write-out's transaction; nothing is relayed.
-    InTransaction,
+use super::strategy::{StatusRoute, Strategy};
+
+/// A partition's write-out mode, opened from its [`Strategy`] by the
+/// restore: one owner's way to commit.
+pub(crate) enum WriteOutMode<E: Entity> {
+    /// No changelog: the store batch alone. With `publish_status`, the
+    /// write-out's status changes are published and acknowledged first.
+    StoreOnly { publish_status: bool },
+    /// at_least_once with a changelog: one transaction per write-out, of
+    /// the changelog records and, with write-out delivery, the status
+    /// changes.
+    Changelog(TxnWriter<E>),
+    /// exactly_once: one transaction per write-out, of the held dead
+    /// letters, the changelog records, the status changes and the input
+    /// offset.
+    Everything {
+        txn: TxnWriter<E>,
+        held_letters: Vec<HeldLetter>,
+    },
 }
 
-/// The write-out strategy: chosen once per task from the configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Strategy {
-    /// No changelog: a write-out is the store batch alone; dead letters are
-    /// produced when found.
-    StoreOnly { status: StatusRoute },
-    /// A changelog under at_least_once: each write-out's changelog records
-    /// (and, with write-out delivery, its status changes) are one
-    /// transaction of the partition's producer, which the next owner
-    /// fences; dead letters are produced when found.
-    Changelog { topic: String, status: StatusRoute },
-    /// exactly_once (which needs the changelog): dead letters are held for
-    /// the write-out, whose one transaction carries them, the changelog
-    /// records, the status changes and the input offsets.
-    Everything { topic: String, status: StatusRoute },
-}
-
-impl Strategy {
-    /// The strategy a guarantee, a changelog topic and an outbox (with its
-    /// delivery) make. exactly_once without a changelog is refused by the
-    /// configuration's validation; here it writes the store alone.
-    pub(crate) fn choose(
-        guarantee: Guarantee,
-        changelog: Option<String>,
-        outbox: Option<OutboxDelivery>,
-    ) -> Self {
-        let status = match (guarantee, outbox) {
-            (_, None) => StatusRoute::Off,
-            (Guarantee::ExactlyOnce, Some(_)) if changelog.is_some() => StatusRoute::InTransaction,
-            (_, Some(OutboxDelivery::WriteOut)) => StatusRoute::WithWriteOut,
-            (_, Some(OutboxDelivery::Relay)) => StatusRoute::Relay,
-        };
-        match (guarantee, changelog) {
-            (_, None) => Strategy::StoreOnly { status },
-            (Guarantee::AtLeastOnce, Some(topic)) => Strategy::Changelog { topic, status },
-            (Guarantee::ExactlyOnce, Some(topic)) => Strategy::Everything { topic, status },
-        }
-    }
-
-    /// The configuration's strategy.
-    pub(crate) fn of(config: &Config) -> Self {
-        let outbox = config.output_topic().map(|_| config.outbox.delivery);
-        Strategy::choose(
-            config.processing.guarantee,
-            config.changelog_topic(),
-            outbox,
-        )
-    }
-
-    /// The changelog topic, when there is one.
-    pub(crate) fn changelog(&self) -> Option<&str> {
-        match self {
-            Strategy::StoreOnly { .. } => None,
-            Strategy::Changelog { topic, .. } | Strategy::Everything { topic, .. } => Some(topic),
-        }
-    }
-
-    /// Where status changes go.
-    pub(crate) fn status(&self) -> StatusRoute {
-        match self {
-            Strategy::StoreOnly { status }
-            | Strategy::Changelog { status, .. }
-            | Strategy::Everything { status, .. } => *status,
-        }
-    }
-
-    /// True when status changes leave with the write-outs (in their
-    /// transaction, or acknowledged before the store batch), false when a
-    /// relay publishes them or the outbox is off.
-    pub(crate) fn status_in_write_outs(&self) -> bool {
-        matches!(
-            self.status(),
-            StatusRoute::WithWriteOut | StatusRoute::InTransaction
-        )
-    }
-
-    /// The delivery the configuration gives status changes, whether the
-    /// outbox is on or not (the status page and `/api/status` name it):
-    /// `"write_out"` or `"relay"`.
-    pub(crate) fn delivery_word(config: &Config) -> &'static str {
-        let outbox = Some(config.outbox.delivery);
-        let strategy = Strategy::choose(
-            config.processing.guarantee,
-            config.changelog_topic(),
-            outbox,
-        );
-        if strategy.status_in_write_outs() {
-            "write_out"
-        } else {
-            "relay"
-        }
-    }
-
-    /// Opens the strategy's mode for one owner of the partition: with a
+impl<E: Entity> WriteOutMode<E> {
+    /// Opens `strategy`'s mode for one owner of the partition: with a
     /// changelog, the partition's transactional producer, which fences the
     /// producers of its earlier owners.
-    pub(crate) async fn open<E: Entity>(
-        &self,
+    pub(crate) async fn open(
+        strategy: &Strategy,
         outputs: &Outputs<E>,
         partition: i32,
-    ) -> Result<WriteOutMode<E>, TxnError> {
-        let (topic, status) = match self {
+    ) -> Result<Self, TxnError> {
+        let (topic, status) = match strategy {
             Strategy::StoreOnly { status } => {
                 return Ok(WriteOutMode::StoreOnly {
                     publish_status: *status == StatusRoute::WithWriteOut,
@@ -163,7 +75,7 @@ impl Strategy {
             })
             .map(|o| (o.topic.clone(), o.encoder.clone()));
         let txn = TxnWriter::open(&outputs.txn, partition, topic.clone(), output).await?;
-        Ok(match self {
+        Ok(match strategy {
             Strategy::Everything { .. } => WriteOutMode::Everything {
                 txn,
                 held_letters: Vec::new(),
@@ -171,28 +83,7 @@ impl Strategy {
             _ => WriteOutMode::Changelog(txn),
         })
     }
-}
 
-/// A partition's write-out mode, opened from its [`Strategy`] by the
-/// restore: one owner's way to commit.
-pub(crate) enum WriteOutMode<E: Entity> {
-    /// No changelog: the store batch alone. With `publish_status`, the
-    /// write-out's status changes are published and acknowledged first.
-    StoreOnly { publish_status: bool },
-    /// at_least_once with a changelog: one transaction per write-out, of
-    /// the changelog records and, with write-out delivery, the status
-    /// changes.
-    Changelog(TxnWriter<E>),
-    /// exactly_once: one transaction per write-out, of the held dead
-    /// letters, the changelog records, the status changes and the input
-    /// offset.
-    Everything {
-        txn: TxnWriter<E>,
-        held_letters: Vec<HeldLetter>,
-    },
-}
-
-impl<E: Entity> WriteOutMode<E> {
     /// Nothing fences a late write-out of this member: a pause is held off
     /// by the schedule instead (see `WriteSchedule`).
     pub(crate) fn unfenced(&self) -> bool {
@@ -296,87 +187,4 @@ fn group_metadata<E: Entity>(
             stage: Stage::Transaction,
             message: "the consumer is closed".into(),
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_guarantee_changelog_and_delivery_chooses_one_strategy() {
-        use Guarantee::{AtLeastOnce, ExactlyOnce};
-        use OutboxDelivery::{Relay, WriteOut};
-        let topic = || Some("changelog".to_string());
-        let changelog = |status| Strategy::Changelog {
-            topic: "changelog".into(),
-            status,
-        };
-        let everything = |status| Strategy::Everything {
-            topic: "changelog".into(),
-            status,
-        };
-        let cases = [
-            (
-                AtLeastOnce,
-                None,
-                None,
-                Strategy::StoreOnly {
-                    status: StatusRoute::Off,
-                },
-            ),
-            (
-                AtLeastOnce,
-                None,
-                Some(Relay),
-                Strategy::StoreOnly {
-                    status: StatusRoute::Relay,
-                },
-            ),
-            (
-                AtLeastOnce,
-                None,
-                Some(WriteOut),
-                Strategy::StoreOnly {
-                    status: StatusRoute::WithWriteOut,
-                },
-            ),
-            (AtLeastOnce, topic(), None, changelog(StatusRoute::Off)),
-            (
-                AtLeastOnce,
-                topic(),
-                Some(Relay),
-                changelog(StatusRoute::Relay),
-            ),
-            (
-                AtLeastOnce,
-                topic(),
-                Some(WriteOut),
-                changelog(StatusRoute::WithWriteOut),
-            ),
-            (ExactlyOnce, topic(), None, everything(StatusRoute::Off)),
-            (
-                ExactlyOnce,
-                topic(),
-                Some(Relay),
-                everything(StatusRoute::InTransaction),
-            ),
-            (
-                ExactlyOnce,
-                topic(),
-                Some(WriteOut),
-                everything(StatusRoute::InTransaction),
-            ),
-        ];
-        for (guarantee, changelog, outbox, expected) in cases {
-            let chosen = Strategy::choose(guarantee, changelog.clone(), outbox);
-            assert_eq!(chosen, expected, "{guarantee:?} {changelog:?} {outbox:?}");
-            let in_write_outs =
-                matches!(outbox, Some(WriteOut)) || (guarantee == ExactlyOnce && outbox.is_some());
-            assert_eq!(
-                chosen.status_in_write_outs(),
-                in_write_outs,
-                "{guarantee:?} {outbox:?}"
-            );
-        }
-    }
 }

@@ -62,16 +62,17 @@ impl<E: Entity> Restoring<E> {
         // write of a previous owner can become visible behind the restore
         // (see processor::transaction).
         let strategy = self.task.settings.strategy.clone();
-        let mode = match strategy.open(&self.task.outputs, self.task.partition).await {
-            Ok(mode) => mode,
-            Err(cause @ (TxnError::Fenced { .. } | TxnError::Stalled { .. })) => {
-                return Ok(Restored::Fenced {
-                    task: self.task,
-                    cause,
-                })
-            }
-            Err(other) => return Err(other.into()),
-        };
+        let mode =
+            match WriteOutMode::open(&strategy, &self.task.outputs, self.task.partition).await {
+                Ok(mode) => mode,
+                Err(cause @ (TxnError::Fenced { .. } | TxnError::Stalled { .. })) => {
+                    return Ok(Restored::Fenced {
+                        task: self.task,
+                        cause,
+                    })
+                }
+                Err(other) => return Err(other.into()),
+            };
         let Some(changelog) = strategy.changelog() else {
             self.check_without_changelog().await?;
             return Ok(Restored::Ready {

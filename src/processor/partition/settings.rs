@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::mode::Strategy;
+use super::strategy::Strategy;
 use crate::config::Config;
 use crate::engine::breaker::Limits;
 

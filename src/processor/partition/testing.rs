@@ -9,10 +9,11 @@ use std::sync::{Arc, Weak};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::mode::{StatusRoute, WriteOutMode};
+use super::mode::WriteOutMode;
 use super::processing::{Ended, Processing};
 use super::settings::TaskSettings;
 use super::source::MemorySource;
+use super::strategy::StatusRoute;
 use super::task::{Command, PartitionTask};
 use crate::config::Config;
 use crate::engine::breaker::Breaker;
