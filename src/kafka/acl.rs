@@ -326,32 +326,13 @@ pub(crate) fn check(config: &Config, timeout: Duration) -> Result<Vec<Missing>, 
                 bootstrap: config.kafka.bootstrap_servers.clone(),
             });
         }
-        let _ = client.poll(Duration::from_millis(50));
-        let last = client.context().last_error();
-        return Err(AclError::from_failure(
-            config,
-            match last {
-                Some(reason) => format!("{text}; last client error: {reason}"),
-                None => text,
-            },
-        ));
+        return Err(failure(config, &client, text));
     }
     let described = describe_topics(&client, &topics, timeout)
         .and_then(|t| Ok((t, describe_groups(&client, &groups, timeout)?)));
     let (topics, groups) = match described {
         Ok(both) => both,
-        Err(text) => {
-            // Why the request failed comes as a client error event.
-            let _ = client.poll(Duration::from_millis(50));
-            let last = client.context().last_error();
-            return Err(AclError::from_failure(
-                config,
-                match last {
-                    Some(reason) => format!("{text}; last client error: {reason}"),
-                    None => text,
-                },
-            ));
-        }
+        Err(text) => return Err(failure(config, &client, text)),
     };
     for (name, allowed) in topics {
         authorized.insert(Resource::Topic(name), allowed);
@@ -360,6 +341,20 @@ pub(crate) fn check(config: &Config, timeout: Duration) -> Result<Vec<Missing>, 
         authorized.insert(Resource::Group(name), allowed);
     }
     Ok(missing(&needs, &authorized))
+}
+
+/// A failed request as an error, with the last client error when there is
+/// one: why the request failed comes as a client error event.
+fn failure(config: &Config, client: &BaseConsumer<LastError>, text: String) -> AclError {
+    let _ = client.poll(Duration::from_millis(50));
+    let last = client.context().last_error();
+    AclError::from_failure(
+        config,
+        match last {
+            Some(reason) => format!("{text}; last client error: {reason}"),
+            None => text,
+        },
+    )
 }
 
 /// Refuses when `check` finds a missing ACL (an error naming each, with the
@@ -527,14 +522,50 @@ fn c_names(names: &[String], what: &str) -> Result<Vec<CString>, String> {
         .collect()
 }
 
-/// How to read one kind of description (a topic's, a group's).
-struct Reading<T> {
+/// One describe request (DescribeTopics, DescribeConsumerGroups) and how
+/// to read its kind of description (a topic's, a group's).
+struct Describe<R, T> {
+    /// The request's name, for an answer of another kind.
+    request: &'static str,
+    /// What the names are, for one holding a NUL.
+    what: &'static str,
+    op: rd::rd_kafka_admin_op_t,
+    /// Sends the request for the names on the request's queue.
+    send: unsafe fn(*mut rd::rd_kafka_t, &mut [*const c_char], &Request),
+    result: unsafe extern "C" fn(*mut rd::rd_kafka_event_t) -> *const R,
+    descriptions: unsafe extern "C" fn(*const R, *mut usize) -> *mut *const T,
     name: unsafe extern "C" fn(*const T) -> *const c_char,
     error: unsafe extern "C" fn(*const T) -> *const rd::rd_kafka_error_t,
     operations: unsafe extern "C" fn(*const T, *mut usize) -> *const rd::rd_kafka_AclOperation_t,
 }
 
-impl<T> Reading<T> {
+impl<R, T> Describe<R, T> {
+    fn run(
+        &self,
+        client: &BaseConsumer<LastError>,
+        names: &[String],
+        timeout: Duration,
+    ) -> Result<Vec<(String, Authorized)>, String> {
+        let names = c_names(names, self.what)?;
+        let mut pointers: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+        // SAFETY: the client outlives the request; `names` outlives the
+        // collection, which librdkafka copies; every handle is destroyed once;
+        // the descriptions live as long as the request's event.
+        unsafe {
+            let rk = client.client().native_ptr();
+            let mut request = Request::new(rk, self.op, timeout)?;
+            (self.send)(rk, &mut pointers, &request);
+            request.wait(timeout)?;
+            let result = (self.result)(request.event);
+            if result.is_null() {
+                return Err(format!("unexpected answer to {}", self.request));
+            }
+            let mut count = 0usize;
+            let descriptions = (self.descriptions)(result, &mut count);
+            Ok(self.read(descriptions, count))
+        }
+    }
+
     /// Each description's name and what it allows.
     ///
     /// # Safety
@@ -569,36 +600,26 @@ fn describe_topics(
     topics: &[String],
     timeout: Duration,
 ) -> Result<Vec<(String, Authorized)>, String> {
-    let names = c_names(topics, "topic name")?;
-    let mut pointers: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
-    // SAFETY: the client outlives the request; `names` outlives the
-    // collection, which librdkafka copies; every handle is destroyed once;
-    // the descriptions live as long as the request's event.
-    unsafe {
-        let rk = client.client().native_ptr();
-        let mut request = Request::new(
-            rk,
-            rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
-            timeout,
-        )?;
+    /// # Safety
+    /// As in [`Describe::run`].
+    unsafe fn send(rk: *mut rd::rd_kafka_t, pointers: &mut [*const c_char], request: &Request) {
         let collection =
             rd::rd_kafka_TopicCollection_of_topic_names(pointers.as_mut_ptr(), pointers.len());
         rd::rd_kafka_DescribeTopics(rk, collection, request.options, request.queue);
         rd::rd_kafka_TopicCollection_destroy(collection);
-        request.wait(timeout)?;
-        let result = rd::rd_kafka_event_DescribeTopics_result(request.event);
-        if result.is_null() {
-            return Err("unexpected answer to DescribeTopics".into());
-        }
-        let mut count = 0usize;
-        let descriptions = rd::rd_kafka_DescribeTopics_result_topics(result, &mut count);
-        let reading = Reading {
-            name: rd::rd_kafka_TopicDescription_name,
-            error: rd::rd_kafka_TopicDescription_error,
-            operations: rd::rd_kafka_TopicDescription_authorized_operations,
-        };
-        Ok(reading.read(descriptions, count))
     }
+    Describe {
+        request: "DescribeTopics",
+        what: "topic name",
+        op: rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
+        send,
+        result: rd::rd_kafka_event_DescribeTopics_result,
+        descriptions: rd::rd_kafka_DescribeTopics_result_topics,
+        name: rd::rd_kafka_TopicDescription_name,
+        error: rd::rd_kafka_TopicDescription_error,
+        operations: rd::rd_kafka_TopicDescription_authorized_operations,
+    }
+    .run(client, topics, timeout)
 }
 
 fn describe_groups(
@@ -606,16 +627,9 @@ fn describe_groups(
     groups: &[String],
     timeout: Duration,
 ) -> Result<Vec<(String, Authorized)>, String> {
-    let names = c_names(groups, "group id")?;
-    let mut pointers: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
-    // SAFETY: as in describe_topics.
-    unsafe {
-        let rk = client.client().native_ptr();
-        let mut request = Request::new(
-            rk,
-            rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
-            timeout,
-        )?;
+    /// # Safety
+    /// As in [`Describe::run`].
+    unsafe fn send(rk: *mut rd::rd_kafka_t, pointers: &mut [*const c_char], request: &Request) {
         rd::rd_kafka_DescribeConsumerGroups(
             rk,
             pointers.as_mut_ptr(),
@@ -623,20 +637,19 @@ fn describe_groups(
             request.options,
             request.queue,
         );
-        request.wait(timeout)?;
-        let result = rd::rd_kafka_event_DescribeConsumerGroups_result(request.event);
-        if result.is_null() {
-            return Err("unexpected answer to DescribeConsumerGroups".into());
-        }
-        let mut count = 0usize;
-        let descriptions = rd::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
-        let reading = Reading {
-            name: rd::rd_kafka_ConsumerGroupDescription_group_id,
-            error: rd::rd_kafka_ConsumerGroupDescription_error,
-            operations: rd::rd_kafka_ConsumerGroupDescription_authorized_operations,
-        };
-        Ok(reading.read(descriptions, count))
     }
+    Describe {
+        request: "DescribeConsumerGroups",
+        what: "group id",
+        op: rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
+        send,
+        result: rd::rd_kafka_event_DescribeConsumerGroups_result,
+        descriptions: rd::rd_kafka_DescribeConsumerGroups_result_groups,
+        name: rd::rd_kafka_ConsumerGroupDescription_group_id,
+        error: rd::rd_kafka_ConsumerGroupDescription_error,
+        operations: rd::rd_kafka_ConsumerGroupDescription_authorized_operations,
+    }
+    .run(client, groups, timeout)
 }
 
 #[cfg(test)]

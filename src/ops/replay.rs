@@ -286,15 +286,21 @@ impl Replay {
         Ok(rows)
     }
 
-    /// The partitions `--partition` chose (default: every partition of the
-    /// input topic), each checked to be one of the topic's.
-    fn chosen_partitions(&self) -> Result<Vec<i32>, ReplayError> {
+    /// The input topic's partition count (0: it does not exist).
+    fn input_partition_count(&self) -> Result<i32, ReplayError> {
         let topic = &self.config.kafka.input_topic;
         let metadata = self
             .consumer
             .fetch_metadata(Some(topic), self.timeout)
             .map_err(kafka(format!("cannot describe {topic}")))?;
-        let count = crate::kafka::partition_count(&metadata, topic).map_or(0, |count| count as i32);
+        Ok(crate::kafka::partition_count(&metadata, topic).map_or(0, |count| count as i32))
+    }
+
+    /// The partitions `--partition` chose (default: every partition of the
+    /// input topic), each checked to be one of the topic's.
+    fn chosen_partitions(&self) -> Result<Vec<i32>, ReplayError> {
+        let topic = &self.config.kafka.input_topic;
+        let count = self.input_partition_count()?;
         if count == 0 {
             return Err(ReplayError::Kafka {
                 what: format!("topic {topic}"),
@@ -489,12 +495,7 @@ impl Replay {
     /// orderly's checkpoint (`kafka-consumer-groups --reset-offsets`):
     /// orderly resumes from its checkpoint, so such a reset would be ignored.
     pub(crate) fn external_resets(&self) -> Result<Vec<ExternalReset>, ReplayError> {
-        let topic = &self.config.kafka.input_topic;
-        let metadata = self
-            .consumer
-            .fetch_metadata(Some(topic), self.timeout)
-            .map_err(kafka(format!("cannot describe {topic}")))?;
-        let count = crate::kafka::partition_count(&metadata, topic).map_or(0, |count| count as i32);
+        let count = self.input_partition_count()?;
         if count == 0 {
             // No input topic yet: nothing was committed for it.
             return Ok(Vec::new());

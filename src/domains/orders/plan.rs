@@ -382,44 +382,24 @@ mod tests {
         score: f64,
     }
 
-    fn fields() -> impl Strategy<Value = Fields> {
-        (
-            ".{0,40}",
-            ".{0,20}",
-            any::<i32>(),
-            0usize..6,
-            any::<i64>(),
-            any::<i64>(),
-            "[A-Z]{0,4}",
-            ".{0,10}",
-            proptest::collection::vec(any::<u8>(), 0..20),
-            any::<f64>(),
-        )
-            .prop_map(
-                |(
-                    event_id,
-                    order_id,
-                    version,
-                    symbol,
-                    amount,
-                    occurred_at,
-                    currency,
-                    note,
-                    blob,
-                    score,
-                )| Fields {
-                    event_id,
-                    order_id,
-                    version,
-                    symbol,
-                    amount,
-                    occurred_at,
-                    currency,
-                    note,
-                    blob,
-                    score,
-                },
-            )
+    prop_compose! {
+        fn fields()(
+            event_id in ".{0,40}",
+            order_id in ".{0,20}",
+            version in any::<i32>(),
+            symbol in 0usize..6,
+            amount in any::<i64>(),
+            occurred_at in any::<i64>(),
+            currency in "[A-Z]{0,4}",
+            note in ".{0,10}",
+            blob in proptest::collection::vec(any::<u8>(), 0..20),
+            score in any::<f64>(),
+        ) -> Fields {
+            Fields {
+                event_id, order_id, version, symbol, amount,
+                occurred_at, currency, note, blob, score,
+            }
+        }
     }
 
     fn wide_value(f: &Fields) -> Value {

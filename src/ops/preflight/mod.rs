@@ -7,20 +7,19 @@
 //! depend on the earlier ones, and the operator fixes one thing at a time).
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::metadata::Metadata;
-use rdkafka::types::RDKafkaRespErr;
 use rdkafka::ClientConfig;
 
 use crate::config::Config;
 use crate::error_chain::error_text;
 use crate::ops::program;
+
+mod probe;
+
+use probe::{metadata, topic_partitions, topic_shape, with_last_error, ProbeContext};
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,15 +282,34 @@ pub(crate) async fn check_acls(config: &Config, timeout: Duration) -> Check {
 /// The input topic exists; reports its partition count.
 pub(crate) async fn check_input_topic(config: &Config, timeout: Duration) -> Check {
     let topic = &config.kafka.input_topic;
+    let missing = format!(
+        "{topic} does not exist: create it (one partition per instance you may run, or more) or set kafka.input_topic"
+    );
+    let operations = "Read --operation Describe";
+    check_topic_exists(config, timeout, "input topic", topic, missing, operations).await
+}
+
+/// The check `name` of a topic that must exist: its partition count; else
+/// `missing` when it does not exist, or why it cannot be described (with
+/// the grant of `operations` when an ACL is what lacks).
+async fn check_topic_exists(
+    config: &Config,
+    timeout: Duration,
+    name: &'static str,
+    topic: &str,
+    missing: String,
+    operations: &str,
+) -> Check {
     match topic_partitions(config, topic, timeout).await {
-        Ok(Some(n)) => Check::ok("input topic", format!("{topic}: {n} partition(s)")),
-        Ok(None) => Check::fail(
-            "input topic",
+        Ok(Some(n)) => Check::ok(name, format!("{topic}: {n} partition(s)")),
+        Ok(None) => Check::fail(name, missing),
+        Err(e) => Check::fail(
+            name,
             format!(
-                "{topic} does not exist: create it (one partition per instance you may run, or more) or set kafka.input_topic"
+                "cannot describe {topic}: {e}{}",
+                acl_hint(config, &e, operations, &format!("--topic {topic}"))
             ),
         ),
-        Err(e) => Check::fail("input topic", format!("cannot describe {topic}: {e}{}", acl_hint(config, &e, "Read --operation Describe", &format!("--topic {topic}")))),
     }
 }
 
@@ -339,17 +357,7 @@ pub(crate) async fn check_group(config: &Config, timeout: Duration) -> Check {
                 Err(e) => {
                     // The coordinator lookup's refusal (an ACL) comes as a
                     // client error event, the call itself only times out.
-                    let _ = consumer.poll(Duration::from_millis(50));
-                    let last = consumer
-                        .context()
-                        .last_error
-                        .lock()
-                        .ok()
-                        .and_then(|l| l.clone());
-                    return Err(match last {
-                        Some(reason) => format!("{}; last client error: {reason}", error_text(&e)),
-                        None => error_text(&e),
-                    });
+                    return Err(with_last_error(&consumer, &e));
                 }
             }
         }
@@ -407,33 +415,24 @@ fn acl_hint(config: &Config, error: &str, operations: &str, resource: &str) -> S
 /// The dead-letter topic exists; if not, says how to create it.
 pub(crate) async fn check_dlq_topic(config: &Config, timeout: Duration) -> Check {
     let topic = &config.kafka.dlq_topic;
-    match topic_partitions(config, topic, timeout).await {
-        Ok(Some(n)) => Check::ok("dlq topic", format!("{topic}: {n} partition(s)")),
-        Ok(None) => Check::fail(
-            "dlq topic",
-            format!(
-                "{topic} does not exist: create it before `{} run` (poison records go there), e.g. \
-                 kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions 1; or set kafka.dlq_topic",
-                program::name(),
-                config.kafka.bootstrap_servers
-            ),
-        ),
-        Err(e) => Check::fail("dlq topic", format!("cannot describe {topic}: {e}{}", acl_hint(config, &e, "Write --operation Describe --operation Read", &format!("--topic {topic}")))),
-    }
+    let missing = format!(
+        "{topic} does not exist: create it before `{} run` (poison records go there), e.g. \
+         kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions 1; or set kafka.dlq_topic",
+        program::name(),
+        config.kafka.bootstrap_servers
+    );
+    let operations = "Write --operation Describe --operation Read";
+    check_topic_exists(config, timeout, "dlq topic", topic, missing, operations).await
 }
 
 /// The changelog topic: off, present with the input topic's partition
 /// count, or missing (then `run` creates it).
 pub(crate) async fn check_changelog_topic(config: &Config, timeout: Duration) -> Check {
-    let Some(topic) = config.changelog_topic() else {
-        return Check::ok(
-            "changelog",
-            "off (kafka.changelog_topic = \"\"): run a single instance only",
-        );
-    };
-    let input = match input_partitions(config, timeout, "changelog").await {
-        Ok(n) => n,
-        Err(failed) => return failed,
+    let off = "off (kafka.changelog_topic = \"\"): run a single instance only";
+    let topic = config.changelog_topic();
+    let (topic, input) = match optional_topic(config, timeout, "changelog", topic, off).await {
+        Ok(both) => both,
+        Err(answer) => return answer,
     };
     let shape = topic_shape(config, &topic, timeout).await;
     let brokers = shape.as_ref().map_or(0, |s| s.brokers);
@@ -482,6 +481,22 @@ pub(crate) async fn check_changelog_topic(config: &Config, timeout: Duration) ->
     }
 }
 
+/// Where the check `name` of a topic that may be off starts: the topic and
+/// the input topic's partition count, or already its answer (`off` when the
+/// topic is off, a failure when the input topic cannot be described).
+async fn optional_topic(
+    config: &Config,
+    timeout: Duration,
+    name: &'static str,
+    topic: Option<String>,
+    off: &'static str,
+) -> Result<(String, usize), Check> {
+    let Some(topic) = topic else {
+        return Err(Check::ok(name, off));
+    };
+    Ok((topic, input_partitions(config, timeout, name).await?))
+}
+
 /// The input topic's partition count, or the failed check `name` reports.
 async fn input_partitions(
     config: &Config,
@@ -508,15 +523,11 @@ async fn input_partitions(
 /// least the input topic's partition count (each input partition publishes
 /// into its own number). orderly never creates it.
 pub(crate) async fn check_output_topic(config: &Config, timeout: Duration) -> Check {
-    let Some(topic) = config.output_topic() else {
-        return Check::ok(
-            "output topic",
-            "off (kafka.output_topic = \"\"): no status changes are published",
-        );
-    };
-    let input = match input_partitions(config, timeout, "output topic").await {
-        Ok(n) => n,
-        Err(failed) => return failed,
+    let off = "off (kafka.output_topic = \"\"): no status changes are published";
+    let topic = config.output_topic();
+    let (topic, input) = match optional_topic(config, timeout, "output topic", topic, off).await {
+        Ok(both) => both,
+        Err(answer) => return answer,
     };
     match topic_partitions(config, &topic, timeout).await {
         Ok(Some(n)) if n >= input => Check::ok("output topic", format!("{topic}: {n} partition(s)")),
@@ -680,115 +691,6 @@ fn snippet(body: &[u8]) -> String {
         short.push_str("...");
     }
     format!("({short})")
-}
-
-/// Keeps the last error librdkafka reported (e.g. "Connect to ... failed:
-/// Connection refused"), which says more than a metadata timeout does.
-#[derive(Default)]
-struct ProbeContext {
-    last_error: Mutex<Option<String>>,
-}
-
-impl ProbeContext {
-    fn record(&self, reason: &str) {
-        if let Ok(mut last) = self.last_error.lock() {
-            *last = Some(reason.to_string());
-        }
-    }
-}
-
-impl ClientContext for ProbeContext {
-    fn log(&self, level: RDKafkaLogLevel, _fac: &str, log_message: &str) {
-        if (level as i32) <= (RDKafkaLogLevel::Warning as i32) {
-            self.record(log_message);
-        }
-    }
-
-    fn error(&self, _error: KafkaError, reason: &str) {
-        self.record(reason);
-    }
-}
-
-impl ConsumerContext for ProbeContext {}
-
-/// A client for metadata only: the pass-through settings (security) and the
-/// bootstrap servers, no group.
-fn metadata_client(config: &Config) -> Result<BaseConsumer<ProbeContext>, KafkaError> {
-    crate::kafka::metadata_client_config(config).create_with_context(ProbeContext::default())
-}
-
-/// Cluster metadata (of one topic, or of every topic), off the async workers.
-async fn metadata(
-    config: &Config,
-    topic: Option<&str>,
-    timeout: Duration,
-) -> Result<Metadata, String> {
-    let consumer = metadata_client(config).map_err(|e| error_text(&e))?;
-    let topic = topic.map(str::to_string);
-    tokio::task::spawn_blocking(move || {
-        consumer
-            .fetch_metadata(topic.as_deref(), timeout)
-            .map_err(|e| {
-                // Client errors are delivered as events: serve them (no
-                // subscription, so no records) to learn the last one.
-                let _ = consumer.poll(Duration::from_millis(50));
-                let last = consumer
-                    .context()
-                    .last_error
-                    .lock()
-                    .ok()
-                    .and_then(|l| l.clone());
-                match last {
-                    Some(reason) => format!("{}; last client error: {reason}", error_text(&e)),
-                    None => error_text(&e),
-                }
-            })
-    })
-    .await
-    .map_err(|e| format!("metadata request task failed: {e}"))?
-}
-
-/// The partition count of `topic`, or `None` when it does not exist.
-/// A topic as the cluster's metadata shows it.
-struct TopicShape {
-    /// Its partition count (`None`: it does not exist).
-    partitions: Option<usize>,
-    /// The fewest replicas any of its partitions has.
-    min_replicas: usize,
-    /// The brokers the cluster has.
-    brokers: usize,
-}
-
-async fn topic_shape(
-    config: &Config,
-    topic: &str,
-    timeout: Duration,
-) -> Result<TopicShape, String> {
-    let meta = metadata(config, Some(topic), timeout).await?;
-    let brokers = meta.brokers().len();
-    let found = meta.topics().iter().find(|t| t.name() == topic);
-    let partitions = match found.map(|t| (t.error(), t.partitions())) {
-        None | Some((Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART), _)) => None,
-        Some((Some(code), _)) => return Err(RDKafkaErrorCode::from(code).to_string()),
-        Some((None, [])) => None,
-        Some((None, partitions)) => Some(partitions),
-    };
-    Ok(TopicShape {
-        partitions: partitions.map(<[_]>::len),
-        min_replicas: partitions
-            .and_then(|p| p.iter().map(|p| p.replicas().len()).min())
-            .unwrap_or(0),
-        brokers,
-    })
-}
-
-/// A topic's partition count (`None`: it does not exist).
-async fn topic_partitions(
-    config: &Config,
-    topic: &str,
-    timeout: Duration,
-) -> Result<Option<usize>, String> {
-    Ok(topic_shape(config, topic, timeout).await?.partitions)
 }
 
 #[cfg(test)]

@@ -87,6 +87,16 @@ pub struct Restored {
     pub store_write: Duration,
 }
 
+/// Where a run starts: the changelog's watermarks it runs to, when it
+/// started (its elapsed time counts from there) and who its lines are for.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    low: i64,
+    high: i64,
+    started: Instant,
+    voice: Voice,
+}
+
 /// Who a restore's lines are for: a partition's restore says what it does
 /// at info level; a standby's rounds (one a second) at debug level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +184,15 @@ impl Restore<'_> {
         let started = Instant::now();
         let reader = ChangelogReader::new(self.reader, self.topic, self.partition, self.cancel)?;
         let (low, high) = reader.settled_watermarks()?;
-        self.run_to(&reader, low, high, started, Voice::Restore)
+        self.run_to(
+            &reader,
+            Start {
+                low,
+                high,
+                started,
+                voice: Voice::Restore,
+            },
+        )
     }
 
     /// A standby's round: brings the tree up to the changelog's last stable
@@ -187,18 +205,24 @@ impl Restore<'_> {
     ) -> Result<Restored, ChangelogError> {
         let started = Instant::now();
         let (low, high) = reader.watermarks()?;
-        self.run_to(reader, low, high, started, Voice::Standby)
+        self.run_to(
+            reader,
+            Start {
+                low,
+                high,
+                started,
+                voice: Voice::Standby,
+            },
+        )
     }
 
     fn run_to(
         &self,
         reader: &ChangelogReader<'_>,
-        low: i64,
-        high: i64,
-        started: Instant,
-        voice: Voice,
+        start: Start,
     ) -> Result<Restored, ChangelogError> {
-        let plan = match self.plan(reader, low, high, started, voice)? {
+        let Start { started, voice, .. } = start;
+        let plan = match self.plan(reader, start)? {
             Planned::Unchanged(unchanged) => return Ok(unchanged),
             Planned::Restore(plan) => plan,
         };
@@ -218,21 +242,20 @@ impl Restore<'_> {
         let located = started.elapsed();
         self.tree.begin_restore()?;
         let scanned = self.scan(reader, &plan, voice)?;
-        self.finish(plan, scanned, high, started, located, voice)
+        self.finish(plan, scanned, start, located)
     }
 
     /// Where a restore starts and ends: nothing to do when the tree is at
     /// the changelog's end or no complete write-out follows its position;
     /// else the range up to the last checkpoint record, the tree cleared
     /// first when it holds no checkpoint or one of another epoch.
-    fn plan(
-        &self,
-        reader: &ChangelogReader<'_>,
-        low: i64,
-        high: i64,
-        started: Instant,
-        voice: Voice,
-    ) -> Result<Planned, ChangelogError> {
+    fn plan(&self, reader: &ChangelogReader<'_>, start: Start) -> Result<Planned, ChangelogError> {
+        let Start {
+            low,
+            high,
+            started,
+            voice,
+        } = start;
         let local = self.tree.checkpoint()?;
         let marked = self.tree.restoring()?;
         let recorded = local.and_then(|c| c.changelog_next);
@@ -413,11 +436,15 @@ impl Restore<'_> {
         &self,
         plan: Plan,
         scanned: Scanned,
-        high: i64,
-        started: Instant,
+        start: Start,
         located: Duration,
-        voice: Voice,
     ) -> Result<Restored, ChangelogError> {
+        let Start {
+            high,
+            started,
+            voice,
+            ..
+        } = start;
         let Scanned {
             write,
             applied,

@@ -276,7 +276,9 @@ mod tests {
     use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
 
     use super::*;
-    use crate::engine::store::{changelog_checkpoint_key, Checkpoint, RestoreWrite};
+    use crate::engine::store::{
+        changelog_checkpoint_key, Checkpoint, PartitionStore, RestoreWrite,
+    };
     use crate::kafka::headers::{HEADER_COVERS, HEADER_EPOCH};
 
     const CHANGELOG: &str = "state-changelog";
@@ -375,6 +377,17 @@ mod tests {
         lag
     }
 
+    /// Partition 0's tree, holding an old copy: one state (`value`) under
+    /// `checkpoint`, as a standby made it before the changelog changed.
+    fn with_an_old_copy(keeper: &Keeper, value: &[u8], checkpoint: &Checkpoint) -> PartitionStore {
+        let tree = keeper.store.partition("orders", 0).expect("tree");
+        let mut old = RestoreWrite::default();
+        old.restore(b"order-old", Some(value));
+        tree.finish_restore(old, false, checkpoint, None)
+            .expect("old copy");
+        tree
+    }
+
     #[test]
     fn a_round_brings_a_standby_up_to_its_changelog() {
         let (_cluster, keeper, _dir) = keeper_over(10);
@@ -407,15 +420,11 @@ mod tests {
     #[test]
     fn a_standby_ahead_of_its_changelog_rebuilds_itself() {
         let (_cluster, keeper, _dir) = keeper_over(10);
-        let tree = keeper.store.partition("orders", 0).expect("tree");
-        let mut old = RestoreWrite::default();
-        old.restore(b"order-old", Some(b"from the old changelog"));
         let ahead = Checkpoint {
             changelog_next: Some(1_000),
             ..Checkpoint::starting_at(900)
         };
-        tree.finish_restore(old, false, &ahead, None)
-            .expect("old copy");
+        let tree = with_an_old_copy(&keeper, b"from the old changelog", &ahead);
         let lag = one_round(&keeper);
         assert_eq!(lag.expect("rebuilt"), 0);
         assert_eq!(
@@ -436,15 +445,11 @@ mod tests {
     #[test]
     fn a_standby_of_an_older_epoch_rebuilds_itself() {
         let (_cluster, keeper, _dir) = keeper_over_epoch(10, 1);
-        let tree = keeper.store.partition("orders", 0).expect("tree");
-        let mut old = RestoreWrite::default();
-        old.restore(b"order-old", Some(b"before the replay"));
         let before = Checkpoint {
             changelog_next: Some(3),
             ..Checkpoint::starting_at(2)
         };
-        tree.finish_restore(old, false, &before, None)
-            .expect("old copy");
+        let tree = with_an_old_copy(&keeper, b"before the replay", &before);
         let lag = one_round(&keeper);
         assert_eq!(lag.expect("rebuilt"), 0);
         assert_eq!(

@@ -76,6 +76,18 @@ impl Fixture {
             _dir: dir,
         }
     }
+
+    /// The restore of the fixture's changelog into its tree.
+    fn restore<'a>(&'a self, cancel: &'a AtomicBool, progress: &'a RestoreProgress) -> Restore<'a> {
+        Restore {
+            reader: &self.reader,
+            topic: CHANGELOG,
+            partition: 0,
+            tree: &self.tree,
+            cancel,
+            progress,
+        }
+    }
 }
 
 /// A changelog partition whose leader stays unknown for longer than the
@@ -86,14 +98,7 @@ fn a_restore_that_finds_no_leader_for_longer_than_its_tries_starts_again() {
     let fixture = Fixture::new(0);
     let (cluster, tree) = (&fixture.cluster, &fixture.tree);
     let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
-    let restore = Restore {
-        reader: &fixture.reader,
-        topic: CHANGELOG,
-        partition: 0,
-        tree,
-        cancel: &cancel,
-        progress: &progress,
-    };
+    let restore = fixture.restore(&cancel, &progress);
     // More "not leader" answers than one restore's watermark tries take
     // in their 10 s (two offset requests per try, nine tries at most).
     cluster.request_errors(
@@ -144,15 +149,7 @@ fn a_restores_progress_is_seen_part_way_and_cleared_at_the_end() {
             }
             seen
         });
-        let restored = Restore {
-            reader: &fixture.reader,
-            topic: CHANGELOG,
-            partition: 0,
-            tree: &fixture.tree,
-            cancel: &cancel,
-            progress: &progress,
-        }
-        .run();
+        let restored = fixture.restore(&cancel, &progress).run();
         // As the partition task does after every restore.
         progress.end();
         done.store(true, Ordering::Relaxed);
@@ -192,16 +189,7 @@ fn an_interrupted_restore_from_nothing_leaves_nothing_behind() {
         .expect("a generation written");
     assert!(tree.has_runs() && tree.restoring().expect("mark read"));
     let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
-    let restored = Restore {
-        reader: &fixture.reader,
-        topic: CHANGELOG,
-        partition: 0,
-        tree,
-        cancel: &cancel,
-        progress: &progress,
-    }
-    .run()
-    .expect("restored");
+    let restored = fixture.restore(&cancel, &progress).run().expect("restored");
     assert_eq!(restored.applied, RECORDS as u64);
     assert!(!tree.restoring().expect("mark read"));
     assert_eq!(
@@ -250,14 +238,7 @@ fn a_repair_marker_brings_a_store_ahead_back_and_keeps_what_was_published() {
     let fixture = Fixture::new(3);
     let tree = &fixture.tree;
     let (cancel, progress) = (AtomicBool::new(false), RestoreProgress::default());
-    let restore = Restore {
-        reader: &fixture.reader,
-        topic: CHANGELOG,
-        partition: 0,
-        tree,
-        cancel: &cancel,
-        progress: &progress,
-    };
+    let restore = fixture.restore(&cancel, &progress);
     let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", fixture.cluster.bootstrap_servers())
         .create()
