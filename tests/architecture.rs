@@ -304,15 +304,16 @@ fn without_tests(blanked: &str) -> String {
             (_, Some(semi)) => semi + 1,
             _ => after.len(),
         };
-        out.extend(
-            after[..end]
-                .chars()
-                .map(|c| if c == '\n' { '\n' } else { ' ' }),
-        );
+        out.extend(blanked_span(&after[..end]));
         rest = &after[end..];
     }
     out.push_str(rest);
     out
+}
+
+/// `span` with every character but its newlines blanked (line numbers hold).
+fn blanked_span(span: &str) -> impl Iterator<Item = char> + '_ {
+    span.chars().map(|c| if c == '\n' { '\n' } else { ' ' })
 }
 
 /// The source without its re-exports (`pub use`, `pub(crate) use`, ...): a
@@ -334,11 +335,7 @@ fn without_reexports(code: &str) -> String {
         }
         out.push_str(&rest[..p]);
         let end = after.find(';').map_or(after.len(), |e| e + 1);
-        out.extend(
-            after[..end]
-                .chars()
-                .map(|c| if c == '\n' { '\n' } else { ' ' }),
-        );
+        out.extend(blanked_span(&after[..end]));
         rest = &after[end..];
     }
     out.push_str(rest);
