@@ -9,6 +9,7 @@ pub(crate) mod decide;
 pub(crate) mod entity;
 pub(crate) mod explain;
 pub(crate) mod fault;
+pub(crate) mod generation;
 pub(crate) mod inbox;
 pub(crate) mod outbox_record;
 pub(crate) mod outcomes;

@@ -30,14 +30,16 @@ pub(crate) const FORMAT_KEY: &[u8] = b"format";
 /// 3: the checkpoint records its changelog position; 4: packed runs; 5:
 /// inbox chunks packed ([`crate::engine::inbox::encode_chunk`]); 6: states
 /// packed ([`crate::engine::stored_state`]); 7: inbox chunks keyed by the
-/// time of their newest entry ([`chunk_key`]). Each of 3, 4, 5 and 6 is a
-/// layout-7 store without what came later (states and chunks in bincode's
-/// form still read, chunks under their order-grouped keys still found and
-/// deleted), and is marked 7 at open, so an older orderly refuses it from
-/// then on.
-pub(crate) const FORMAT: u32 = 7;
+/// time of their newest entry ([`chunk_key`]); 8: states in generations of
+/// packed runs only, written by every write-out (`generations.rs`). Each of
+/// 3 to 7 is a layout-8 store without what came later (states and chunks
+/// in bincode's form still read, chunks under their order-grouped keys
+/// still found and deleted, a tree's states held key by key brought into a
+/// generation when the tree is first opened), and is marked 8 at open, so
+/// an older orderly refuses it from then on.
+pub(crate) const FORMAT: u32 = 8;
 /// The layouts a store is opened from as it is, and marked [`FORMAT`].
-pub(crate) const FORMATS_OPENED_AS_IS: [u32; 4] = [3, 4, 5, 6];
+pub(crate) const FORMATS_OPENED_AS_IS: [u32; 5] = [3, 4, 5, 6, 7];
 
 /// A key of a partition tree in its changelog form: an order's `order_id`,
 /// anything else behind [`CHANGELOG_RESERVED`].

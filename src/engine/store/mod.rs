@@ -38,17 +38,18 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::entity::{Entity, State};
-use crate::engine::runs::RUNS_KEY;
+use live::Generations;
 
 mod checkpoint;
 mod error;
+mod generations;
 mod layout;
+mod live;
 mod partition;
 mod restore;
 
@@ -102,10 +103,10 @@ pub struct PartitionStats {
 pub struct Store {
     db: sled::Db,
     path: PathBuf,
-    /// Each partition tree's count of run generations, shared by every
+    /// Each partition tree's generations of packed runs, shared by every
     /// [`PartitionStore`] of the tree (a restore adds generations that the
     /// partition's task must see).
-    runs: Arc<Mutex<HashMap<String, Arc<AtomicU32>>>>,
+    generations: Arc<Mutex<HashMap<String, Arc<Generations>>>>,
 }
 
 impl Store {
@@ -141,7 +142,7 @@ impl Store {
         let store = Store {
             db,
             path: path.to_path_buf(),
-            runs: Arc::default(),
+            generations: Arc::default(),
         };
         store.check_format()?;
         Ok(store)
@@ -217,35 +218,27 @@ impl Store {
     pub fn partition(&self, topic: &str, partition: i32) -> Result<PartitionStore, StoreError> {
         let name = format!("{TREE_PREFIX}{topic}/{partition}");
         let tree = self.db.open_tree(name.as_bytes()).map_err(|e| self.io(e))?;
-        let runs = {
-            // A poisoned lock only means another thread panicked while
-            // holding it; the map itself is always whole.
-            let mut shared = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-            match shared.get(&name) {
-                Some(runs) => runs.clone(),
-                None => {
-                    let count = match tree.get(RUNS_KEY).map_err(|e| self.io(e))? {
-                        None => 0,
-                        Some(bytes) => <[u8; 4]>::try_from(bytes.as_ref())
-                            .map(u32::from_be_bytes)
-                            .map_err(|_| StoreError::Corrupt {
-                                tree: name.clone(),
-                                key: "runs".into(),
-                                message: format!("{} bytes, not 4", bytes.len()),
-                            })?,
-                    };
-                    let runs = Arc::new(AtomicU32::new(count));
-                    shared.insert(name.clone(), runs.clone());
-                    runs
-                }
-            }
-        };
-        Ok(PartitionStore {
+        // A poisoned lock only means another thread panicked while holding
+        // it; the map itself is always whole.
+        let mut shared = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(generations) = shared.get(&name) {
+            return Ok(PartitionStore {
+                tree,
+                name,
+                path: self.path.clone(),
+                generations: generations.clone(),
+            });
+        }
+        let mut store = PartitionStore {
             tree,
-            name,
+            name: name.clone(),
             path: self.path.clone(),
-            runs,
-        })
+            generations: Arc::new(Generations::empty()),
+        };
+        let generations = Arc::new(store.load_generations()?);
+        shared.insert(name, generations.clone());
+        store.generations = generations;
+        Ok(store)
     }
 
     /// Every partition tree in the store, as (topic, partition).

@@ -3,7 +3,6 @@
 //! a write-out with its checkpoint.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -15,8 +14,9 @@ use crate::engine::store::checkpoint::Checkpoint;
 use crate::engine::store::error::StoreError;
 use crate::engine::store::layout::{
     chunk_key, encode, legacy_chunk_key, order_key, outbox_key, to_changelog_key, CHECKPOINT_KEY,
-    OUTBOX_PREFIX, REPUBLISHED_BELOW_KEY, RESTORING_KEY,
+    ORDER_PREFIX, OUTBOX_PREFIX, REPUBLISHED_BELOW_KEY, RESTORING_KEY,
 };
+use crate::engine::store::live::Generations;
 use crate::engine::stored_state::{decode_state, encode_state};
 
 /// One input partition's tree.
@@ -25,9 +25,9 @@ pub struct PartitionStore {
     pub(crate) tree: sled::Tree,
     pub(crate) name: String,
     pub(crate) path: PathBuf,
-    /// Generations of packed runs in the tree (0: none), shared with every
-    /// other handle of the tree.
-    pub(crate) runs: Arc<AtomicU32>,
+    /// The tree's generations of packed runs, shared with every other
+    /// handle of the tree.
+    pub(crate) generations: Arc<Generations>,
 }
 
 /// One change of a write-out as the changelog carries it: the key in its
@@ -224,15 +224,22 @@ impl PartitionStore {
             .is_some())
     }
 
-    /// Writes the batch's states and `checkpoint` in one atomic batch. Not
-    /// durable until `Store::flush`.
+    /// Writes the batch's changes and `checkpoint` in one atomic batch: the
+    /// states as one new generation of packed runs on top of the others
+    /// ([`crate::engine::generation`]), every other key on its own. Not
+    /// durable until `Store::flush`. Then merges generations when due.
     pub fn commit_batch(
         &self,
         write: BatchWrite,
         checkpoint: &Checkpoint,
     ) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
+        let mut states = Vec::new();
         for (key, value) in write.ops {
+            if key.first() == Some(&ORDER_PREFIX) {
+                states.push((key, value.map(|v| v.to_vec())));
+                continue;
+            }
             match value {
                 Some(value) => batch.insert(key, value),
                 None if self.needs_tombstone(&key)? => batch.insert(key, sled::IVec::default()),
@@ -240,7 +247,23 @@ impl PartitionStore {
             }
         }
         batch.insert(CHECKPOINT_KEY, self.encode_checkpoint(checkpoint)?);
-        self.tree.apply_batch(batch).map_err(|e| self.io(e))
+        if states.is_empty() {
+            return self.tree.apply_batch(batch).map_err(|e| self.io(e));
+        }
+        // Key order, each key once: its last write wins.
+        states.sort_by(|a, b| a.0.cmp(&b.0));
+        states.reverse();
+        states.dedup_by(|later, earlier| later.0 == earlier.0);
+        states.reverse();
+        let staged = self.stage_generation(states, &mut batch)?;
+        self.tree.apply_batch(batch).map_err(|e| self.io(e))?;
+        self.publish(staged);
+        if let Err(error) = self.merge_when_due() {
+            // The write-out is in; the generations it would have merged stay
+            // live, and the next write-out plans the merge again.
+            tracing::warn!(tree = %self.name, %error, "merging generations of runs failed");
+        }
+        Ok(())
     }
 
     /// The checkpoint's bytes (as stored, and as its changelog record carries them).
@@ -335,7 +358,7 @@ impl PartitionStore {
     /// replay with `--reset-state` without a changelog).
     pub fn clear(&self) -> Result<(), StoreError> {
         self.tree.clear().map_err(|e| self.io(e))?;
-        self.runs.store(0, Ordering::Release);
+        self.generations.cleared();
         Ok(())
     }
 

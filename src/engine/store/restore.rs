@@ -2,9 +2,7 @@
 //! in memory, then written key by key or, into a cleared tree, as packed
 //! runs; and the reads that look through the runs ([`crate::engine::runs`]).
 
-use std::sync::atomic::Ordering;
-
-use crate::engine::runs::{self, Found, Run, RunBuilder, RUNS_KEY};
+use crate::engine::generation::{Entry, Merge};
 use crate::engine::store::checkpoint::Checkpoint;
 use crate::engine::store::error::StoreError;
 use crate::engine::store::layout::{
@@ -85,26 +83,20 @@ impl PartitionStore {
     }
 
     /// Writes restored changes while the tree is marked as
-    /// restoring. Not as an atomic batch: the mark makes a half-written
-    /// restore start again, and sled's batches hold a lock over every tree
-    /// while they apply, where single writes to different trees run side by
-    /// side (the partitions' restores, and the write-outs of the partitions
-    /// already processing).
+    /// restoring. The mark makes a half-written restore start again.
     ///
-    /// `packed` (a restore into a tree it cleared): the states and chunks
-    /// go into one new generation of packed runs ([`crate::engine::runs`]),
-    /// a few sled writes for thousands of keys; other keys one at a time.
-    /// Otherwise every key is written one at a time.
+    /// The states go into one new generation of packed runs
+    /// ([`crate::engine::generation`]), a few sled writes for thousands of
+    /// keys, in one batch with the live list naming it. With `packed` (a
+    /// restore into a tree it cleared) the inbox chunks go there too;
+    /// otherwise they, like every other key, are written one at a time
+    /// (sled's batches hold a lock over every tree while they apply, where
+    /// single writes to different trees run side by side).
     pub fn restore_batch(&self, write: RestoreWrite, packed: bool) -> Result<(), StoreError> {
-        let generation = self.runs.load(Ordering::Acquire);
-        let mut builder = RunBuilder::default();
-        let mut wrote_runs = false;
+        let mut in_runs = Vec::new();
         for (key, value) in write.into_tree_order() {
-            if packed && packable(&key) {
-                if let Some((last, run)) = builder.push(&key, value.as_deref()) {
-                    self.put_run(generation, &last, run)?;
-                    wrote_runs = true;
-                }
+            if key.first() == Some(&ORDER_PREFIX) || (packed && packable(&key)) {
+                in_runs.push((key, value));
                 continue;
             }
             match value {
@@ -116,25 +108,17 @@ impl PartitionStore {
             }
             .map_err(|e| self.io(e))?;
         }
-        if let Some((last, run)) = builder.finish() {
-            self.put_run(generation, &last, run)?;
-            wrote_runs = true;
+        if in_runs.is_empty() {
+            return Ok(());
         }
-        if wrote_runs {
-            let count = generation + 1;
-            self.tree
-                .insert(RUNS_KEY, &count.to_be_bytes())
-                .map_err(|e| self.io(e))?;
-            self.runs.store(count, Ordering::Release);
+        let mut batch = sled::Batch::default();
+        let staged = self.stage_generation(in_runs, &mut batch)?;
+        self.tree.apply_batch(batch).map_err(|e| self.io(e))?;
+        self.publish(staged);
+        if let Err(error) = self.merge_when_due() {
+            tracing::warn!(tree = %self.name, %error, "merging generations of runs failed");
         }
         Ok(())
-    }
-
-    fn put_run(&self, generation: u32, last: &[u8], run: Vec<u8>) -> Result<(), StoreError> {
-        self.tree
-            .insert(runs::run_key(generation, last), run)
-            .map(drop)
-            .map_err(|e| self.io(e))
     }
 
     /// Entity states the tree holds (scans every one).
@@ -149,10 +133,10 @@ impl PartitionStore {
 
     /// True when the tree holds packed runs.
     pub fn has_runs(&self) -> bool {
-        self.runs.load(Ordering::Acquire) > 0
+        !self.generations.live().is_empty()
     }
 
-    fn corrupt_run(&self, key: &[u8], message: String) -> StoreError {
+    pub(crate) fn corrupt_run(&self, key: &[u8], message: String) -> StoreError {
         StoreError::Corrupt {
             tree: self.name.clone(),
             key: format!("run holding {}", String::from_utf8_lossy(key)),
@@ -160,41 +144,18 @@ impl PartitionStore {
         }
     }
 
-    /// The value of a state or chunk key: the tree's, else the newest
-    /// generation of runs that holds the key (`None`: absent or deleted).
+    /// The value of a state or chunk key (`None`: absent or deleted). A
+    /// state lives in the generations of runs only; a chunk in the tree
+    /// (an empty value: deleted, while runs are there), else in them.
     pub(crate) fn lookup(&self, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
-        let generations = self.runs.load(Ordering::Acquire);
+        if key.first() == Some(&ORDER_PREFIX) {
+            return Ok(self.in_generations(key)?.flatten());
+        }
         match self.tree.get(key).map_err(|e| self.io(e))? {
-            Some(value) if generations > 0 && value.is_empty() => Ok(None),
+            Some(value) if value.is_empty() && self.has_runs() => Ok(None),
             Some(value) => Ok(Some(value)),
-            None => Ok(self.in_runs(key)?.flatten()),
+            None => Ok(self.in_generations(key)?.flatten()),
         }
-    }
-
-    /// What the newest generation of runs that holds `key` says (`None`: no
-    /// run holds it; `Some(None)`: deleted there).
-    fn in_runs(&self, key: &[u8]) -> Result<Option<Option<sled::IVec>>, StoreError> {
-        for generation in (0..self.runs.load(Ordering::Acquire)).rev() {
-            let start = runs::generation_start(generation, key);
-            let Some(item) = self
-                .tree
-                .range(start..runs::generation_end(generation))
-                .next()
-            else {
-                continue;
-            };
-            let (_, bytes) = item.map_err(|e| self.io(e))?;
-            let run = Run::parse(&bytes).map_err(|m| self.corrupt_run(key, m))?;
-            match run.find(key).map_err(|m| self.corrupt_run(key, m))? {
-                Found::Value(value) => {
-                    let (offset, len) = run.range_of(value);
-                    return Ok(Some(Some(bytes.subslice(offset, len))));
-                }
-                Found::Deleted => return Ok(Some(None)),
-                Found::Absent => {}
-            }
-        }
-        Ok(None)
     }
 
     /// True when removing `key` from the tree needs a tombstone: a run still
@@ -205,102 +166,37 @@ impl PartitionStore {
         if !packable(key) || !self.has_runs() {
             return Ok(false);
         }
-        Ok(matches!(self.in_runs(key)?, Some(Some(_))))
+        Ok(matches!(self.in_generations(key)?, Some(Some(_))))
     }
 
     /// Visits every live key with the one-byte `prefix` (a state or chunk
-    /// prefix) and its value, in key order: the tree's keys merged with the
-    /// runs', the tree's winning, then the newer generation's.
+    /// prefix) and its value, in key order: the generations' keys merged,
+    /// the newer's winning, and for chunks the tree's over them all.
     pub(crate) fn scan_packable(
         &self,
         prefix: u8,
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let generations = self.runs.load(Ordering::Acquire);
-        let tombstones = generations > 0;
-        let mut sources: Vec<std::iter::Peekable<Box<dyn Iterator<Item = Entry> + '_>>> =
-            Vec::new();
-        let tree: Box<dyn Iterator<Item = Entry>> =
-            Box::new(self.tree.scan_prefix([prefix]).map(move |item| {
+        let live = self.generations.live();
+        let tombstones = !live.is_empty();
+        let mut sources: Vec<Box<dyn Iterator<Item = Result<Entry, StoreError>> + '_>> = Vec::new();
+        if prefix != ORDER_PREFIX {
+            sources.push(Box::new(self.tree.scan_prefix([prefix]).map(move |item| {
                 let (key, value) = item.map_err(|e| self.io(e))?;
                 let value = (!(tombstones && value.is_empty())).then(|| value.to_vec());
                 Ok((key.to_vec(), value))
-            }));
-        sources.push(tree.peekable());
-        for generation in (0..generations).rev() {
-            let entries: Box<dyn Iterator<Item = Entry>> =
-                Box::new(self.generation_entries(generation, prefix));
-            sources.push(entries.peekable());
+            })));
         }
-        loop {
-            let mut smallest: Option<(usize, Vec<u8>)> = None;
-            for (index, source) in sources.iter_mut().enumerate() {
-                if matches!(source.peek(), Some(Err(_))) {
-                    if let Some(Err(error)) = source.next() {
-                        return Err(error);
-                    }
-                }
-                if let Some(Ok((key, _))) = source.peek() {
-                    if smallest.as_ref().is_none_or(|(_, least)| key < least) {
-                        smallest = Some((index, key.clone()));
-                    }
-                }
-            }
-            let Some((winner, key)) = smallest else {
-                return Ok(());
-            };
-            let mut value = None;
-            for (index, source) in sources.iter_mut().enumerate() {
-                if matches!(source.peek(), Some(Ok((k, _))) if *k == key) {
-                    if let Some(Ok((_, v))) = source.next() {
-                        if index == winner {
-                            value = v;
-                        }
-                    }
-                }
-            }
+        for generation in live.iter().rev() {
+            sources.push(Box::new(self.generation_scan(generation.id, Some(prefix))));
+        }
+        for entry in Merge::new(sources, true) {
+            let (key, value) = entry?;
             if let Some(value) = value {
                 visit(&key, &value)?;
             }
         }
-    }
-
-    /// The entries of one generation's runs with keys starting with
-    /// `prefix`, in key order (deletions as `None`), read a run at a time.
-    fn generation_entries(&self, generation: u32, prefix: u8) -> impl Iterator<Item = Entry> + '_ {
-        let runs = self
-            .tree
-            .range(runs::generation_start(generation, &[prefix])..runs::generation_end(generation));
-        // Set once a run holds a key past the prefix: no later run has one in it.
-        let mut past = false;
-        runs.map_while(move |item| (!past).then(|| self.run_entries(item, prefix, &mut past)))
-            .flat_map(|entries| match entries {
-                Ok(entries) => entries.into_iter().map(Ok).collect::<Vec<_>>(),
-                Err(error) => vec![Err(error)],
-            })
-    }
-
-    /// One run's entries with keys starting with `prefix`; sets `past` when
-    /// the run goes on beyond them.
-    fn run_entries(
-        &self,
-        item: sled::Result<(sled::IVec, sled::IVec)>,
-        prefix: u8,
-        past: &mut bool,
-    ) -> Result<Vec<Scanned>, StoreError> {
-        let (_, bytes) = item.map_err(|e| self.io(e))?;
-        let corrupt = |m| self.corrupt_run(&[prefix], m);
-        let run = Run::parse(&bytes).map_err(corrupt)?;
-        let mut entries = Vec::new();
-        for index in run.lower_bound(&[prefix]).map_err(corrupt)?..run.len() {
-            let (key, value) = run.entry(index).map_err(corrupt)?;
-            if key.first() != Some(&prefix) {
-                *past = true;
-                break;
-            }
-            entries.push((key.to_vec(), value.map(<[u8]>::to_vec)));
-        }
-        Ok(entries)
+        Ok(())
     }
 
     /// Writes the last restored changes, then the checkpoint that covers
@@ -326,7 +222,3 @@ impl PartitionStore {
         self.commit_batch(finish, checkpoint)
     }
 }
-
-/// A key met by a scan of a tree and its runs, and its value (`None`: deleted).
-type Scanned = (Vec<u8>, Option<Vec<u8>>);
-type Entry = Result<Scanned, StoreError>;
