@@ -1,7 +1,8 @@
 //! End-to-end throughput benchmark (issues 4 and 7).
 //!
 //! ```text
-//! cargo bench --bench pipeline -- [--events N] [--orders N] [--shape interleaved|clustered]
+//! cargo bench --bench pipeline -- [--workload hot|lifecycle|lifecycle-10m|uniform|uniform-4m|distinct]
+//!                                  [--events N] [--orders N] [--shape interleaved|clustered]
 //!                                  [--id-format hex32|uuid] [--bootstrap HOST:PORT] [--json]
 //!                                  [--http | --http-load]
 //! cargo bench --bench pipeline -- --distinct-orders-rss [--events N] [--json]
@@ -129,6 +130,7 @@ mod loader;
 mod measure;
 mod phases;
 mod report;
+mod workloads;
 
 use std::time::Duration;
 
@@ -146,6 +148,10 @@ use report::{Machine, Results, WorkloadOut};
 #[derive(Parser, Debug, Clone)]
 #[command(about = "orderly end-to-end throughput benchmark")]
 pub struct Args {
+    /// A named workload (issue 52; `benches/pipeline/workloads.rs` says
+    /// what each stands for): sets --orders, --events and --shape.
+    #[arg(long, value_enum)]
+    pub workload: Option<workloads::Workload>,
     /// Events to plan (before duplicates and poison are added).
     #[arg(long, default_value_t = 1_000_000)]
     pub events: usize,
@@ -319,6 +325,10 @@ pub fn registry_of(args: &Args) -> anyhow::Result<Registry> {
 
 fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
+    if let Some(workload) = args.workload {
+        let (orders, events, shape) = workload.size();
+        (args.orders, args.events, args.shape) = (Some(orders), events, shape);
+    }
     let side_phases = args.phases.as_deref().is_some_and(|p| {
         let named: Vec<String> = p.split(',').map(|s| s.trim().to_string()).collect();
         phases::side_by_side::wanted(&named) || named.iter().any(|n| n == phases::failover::KEY)

@@ -461,6 +461,13 @@ impl<E: Entity> PartitionState<E> {
             BatchWrite::default()
         };
         let mut orders = 0;
+        if changelog {
+            // States spilled since the last write-out are in the store, no
+            // longer in the cache (unless changed again).
+            orders += self.store.spilled_into(&mut write, |order_id| {
+                self.cache.get(order_id).is_some_and(|c| c.dirty)
+            })?;
+        }
         for (order_id, cached) in self.cache.iter().filter(|(_, c)| c.dirty) {
             orders += 1;
             write.put_state(&cached.state)?;
@@ -550,6 +557,54 @@ impl<E: Entity> PartitionState<E> {
             bytes,
             checkpoint,
         })
+    }
+
+    /// When the changed orders alone hold more than `keep_bytes`, writes the
+    /// least recently touched of them to the store as a pending generation
+    /// and forgets them, down to half of it: the store reads them back from
+    /// there, the next write-out settles them with its checkpoint (and
+    /// sends them to the changelog), and a crash before it drops them, as
+    /// it drops everything after the checkpoint. A write-out early, with its
+    /// flush, commit and transaction, is then due only when what stays
+    /// changed (orders with inbox chunks to write) passes the budget.
+    /// Returns the orders spilled.
+    pub fn spill(&mut self, keep_bytes: usize) -> Result<usize, StoreError> {
+        if self.dirty_bytes <= keep_bytes {
+            return Ok(0);
+        }
+        let mut dirty: Vec<(u64, &String, usize)> = self
+            .cache
+            .iter()
+            .filter(|(_, c)| c.dirty && c.new_chunks.is_empty() && c.expired_chunks.is_empty())
+            .map(|(key, c)| (c.touched, key, c.bytes))
+            .collect();
+        dirty.sort_unstable_by_key(|d| d.0);
+        let mut to_free = self.dirty_bytes - keep_bytes / 2;
+        let mut chosen: Vec<String> = Vec::new();
+        for (_, key, bytes) in dirty {
+            if to_free == 0 {
+                break;
+            }
+            chosen.push(key.clone());
+            to_free = to_free.saturating_sub(bytes);
+        }
+        if chosen.is_empty() {
+            return Ok(0);
+        }
+        let cache = &self.cache;
+        self.store.spill_states(
+            chosen
+                .iter()
+                .filter_map(|key| cache.get(key))
+                .map(|c| &c.state),
+        )?;
+        for key in &chosen {
+            if let Some(cached) = self.cache.remove(key) {
+                self.dirty_bytes -= cached.bytes;
+                self.cached_bytes -= cached.bytes;
+            }
+        }
+        Ok(chosen.len())
     }
 
     /// When the cache holds more than `keep_bytes`, forgets unchanged

@@ -1,22 +1,15 @@
-//! Packed runs: how a restore from nothing writes a partition's states and
-//! inbox chunks many to a sled value instead of one sled key each.
+//! Packed runs: how the store writes a partition's states (and, in a
+//! restore from nothing, its inbox chunks) many to a sled value instead of
+//! one sled key each.
 //!
 //! sled 0.34 copies the leaf an insert lands in, so every key costs several
 //! microseconds of CPU however small its value (docs/performance.md, "sled's
-//! own floor"). A restore into an empty tree therefore writes each of its
-//! batches as one *generation* of runs: the batch's keys in key order, cut
-//! into values of about [`RUN_BYTES`], each stored under `r` + generation
-//! (u32, big-endian) + the last key it holds. A key is then found in a
-//! generation with one range read (the first run whose last key is not
-//! below it) and a binary search inside the run.
-//!
-//! Later writes go to the tree key by key, as before, and shadow the runs:
-//! a lookup reads the tree first, then the generations newest first. A key
-//! that a run may hold cannot simply be removed from the tree, or the run's
-//! older value would show again: while a run holds a value for such a key,
-//! its removal writes an empty value (a tombstone; no state or chunk
-//! encodes to nothing), and a key no run holds is removed outright. A run marks a key the changelog deleted the same way, so a
-//! newer generation hides an older one's value.
+//! own floor"). A write-out or a restore batch therefore writes its keys as
+//! one *generation* of runs: in key order, cut into values of about
+//! [`RUN_BYTES`], each stored under `r` + generation (u32, big-endian) + the
+//! last key it holds. The generations, how a key is found among them and
+//! how they are merged are in [`crate::engine::generation`]; a run marks a
+//! deleted key, so a newer generation hides an older one's value.
 //!
 //! A run's value:
 //!
@@ -29,8 +22,8 @@
 
 /// Prefix of run keys in a partition tree.
 pub(crate) const RUN_PREFIX: u8 = b'r';
-/// Key of the number of run generations a tree holds (u32, big-endian);
-/// absent: none.
+/// Layout 7's key of the number of run generations a tree held (u32,
+/// big-endian), numbered from 0; read once when the tree is brought over.
 pub(crate) const RUNS_KEY: &[u8] = b"\x00runs";
 /// A run is cut once its entries reach this many bytes. Measured with
 /// `benches/sled_floor.rs --packed` (docs/performance.md, "Packed runs"):

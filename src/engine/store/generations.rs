@@ -18,7 +18,7 @@
 //! next open deletes them, and the merged generations still answer.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 use crate::engine::generation::{
     plan_merge, Entry, GenerationIndex, IndexBuilder, LiveList, Merge,
@@ -26,7 +26,7 @@ use crate::engine::generation::{
 use crate::engine::runs::{self, Found, Run, RunBuilder, RUNS_KEY, RUN_PREFIX};
 use crate::engine::store::error::StoreError;
 use crate::engine::store::layout::ORDER_PREFIX;
-use crate::engine::store::live::{Generations, MergeStop, Staged};
+use crate::engine::store::live::{Generations, ListState, MergeStop, Staged};
 use crate::engine::store::partition::PartitionStore;
 
 pub(crate) const GENERATIONS_KEY: &[u8] = b"\x00generations";
@@ -76,6 +76,22 @@ fn build<X>(
         cut(last, run, &mut index)?;
     }
     Ok(index.finish())
+}
+
+/// Deletes, in `batch`, the runs and index of every generation a merge
+/// replaced that no snapshot of the live list holds any more (a reader
+/// holding one keeps its `Arc`).
+fn collect_garbage(list: &mut ListState, batch: &mut sled::Batch) {
+    list.garbage.retain(|generation| {
+        if Arc::strong_count(generation) > 1 {
+            return true;
+        }
+        for last in &generation.last_keys {
+            batch.remove(runs::run_key(generation.id, last));
+        }
+        batch.remove(&index_key(generation.id));
+        false
+    });
 }
 
 impl PartitionStore {
@@ -234,16 +250,53 @@ impl PartitionStore {
     }
 
     /// Adds `entries` (keys ascending, each once) to `batch` as a new
-    /// generation on top, with the live list naming it. Returns the lock
-    /// to hold until the batch is applied, and what to make live then.
+    /// generation on top, with the live list naming it and settling every
+    /// pending one. Returns the lock to hold until the batch is applied,
+    /// and what to make live then.
     pub(crate) fn stage_generation(
         &self,
         entries: Vec<Entry>,
         batch: &mut sled::Batch,
     ) -> Result<Staged<'_>, StoreError> {
+        let (mut list, index) = self.write_generation(entries, batch)?;
+        let mut next: Vec<_> = self.generations.live().iter().cloned().collect();
+        next.push(Arc::new(index));
+        batch.insert(GENERATIONS_KEY, list_of(list.next_id, &next).encode());
+        list.pending = 0;
+        Ok(Staged { _list: list, next })
+    }
+
+    /// A write-out that changed no state: when spilled generations are
+    /// pending, the list that settles them goes into `batch`.
+    pub(crate) fn stage_settling(&self, batch: &mut sled::Batch) -> Option<Staged<'_>> {
         let mut list = self.generations.lock();
-        let live = self.generations.live();
+        if list.pending == 0 {
+            return None;
+        }
+        let next: Vec<_> = self.generations.live().iter().cloned().collect();
+        batch.insert(GENERATIONS_KEY, list_of(list.next_id, &next).encode());
+        list.pending = 0;
+        Some(Staged { _list: list, next })
+    }
+
+    /// Makes a staged list live once its batch is applied.
+    pub(crate) fn publish(&self, staged: Staged<'_>) {
+        self.generations.set_live(staged.next);
+    }
+
+    /// The runs and index of a new generation of `entries` (keys ascending,
+    /// each once) in `batch`, under the next number; the list lock, held.
+    fn write_generation(
+        &self,
+        entries: Vec<Entry>,
+        batch: &mut sled::Batch,
+    ) -> Result<(MutexGuard<'_, ListState>, GenerationIndex), StoreError> {
+        let mut list = self.generations.lock();
+        collect_garbage(&mut list, batch);
         let id = list.next_id;
+        list.next_id = id.checked_add(1).ok_or_else(|| {
+            self.corrupt_generation("generations".into(), "numbers ran out".into())
+        })?;
         let hint = entries.len() as u64;
         let index = build(
             id,
@@ -255,18 +308,37 @@ impl PartitionStore {
             },
         )?;
         batch.insert(&index_key(id), index.encode());
-        let mut next: Vec<_> = live.iter().cloned().collect();
-        next.push(Arc::new(index));
-        list.next_id = id.checked_add(1).ok_or_else(|| {
-            self.corrupt_generation("generations".into(), "numbers ran out".into())
-        })?;
-        batch.insert(GENERATIONS_KEY, list_of(list.next_id, &next).encode());
-        Ok(Staged { _list: list, next })
+        Ok((list, index))
     }
 
-    /// Makes a staged generation live once its batch is applied.
-    pub(crate) fn publish(&self, staged: Staged<'_>) {
-        self.generations.set_live(staged.next);
+    /// Writes changed states evicted from memory before their write-out as
+    /// a pending generation on top: read from now on like the others,
+    /// settled by the next write-out's batch, deleted at the next open if a
+    /// crash comes first. No checkpoint moves and nothing is flushed.
+    pub(crate) fn spill(&self, entries: Vec<Entry>) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        let (mut list, index) = self.write_generation(entries, &mut batch)?;
+        self.tree.apply_batch(batch).map_err(|e| self.io(e))?;
+        let mut next: Vec<_> = self.generations.live().iter().cloned().collect();
+        next.push(Arc::new(index));
+        self.generations.set_live(next);
+        list.pending += 1;
+        Ok(())
+    }
+
+    /// The entries of the pending (spilled) generations, newest value of
+    /// each key, in key order: what the next write-out's changelog carries
+    /// for states no longer in memory.
+    pub(crate) fn spilled(&self) -> Vec<Result<Entry, StoreError>> {
+        let pending = self.generations.lock().pending;
+        let live = self.generations.live();
+        let sources: Vec<_> = live
+            .iter()
+            .rev()
+            .take(pending)
+            .map(|g| self.generation_scan(g.id, None))
+            .collect();
+        Merge::new(sources, false).collect()
     }
 
     /// What the newest generation that holds `key` says (`None`: none holds
@@ -349,7 +421,8 @@ impl PartitionStore {
     /// is small, else on a thread of its own (one merge per tree at a time).
     pub(crate) fn merge_when_due(&self) -> Result<(), StoreError> {
         let live = self.generations.live();
-        let sizes: Vec<u64> = live.iter().map(|g| g.bytes).collect();
+        let settled = self.generations.lock().settled(&live).len();
+        let sizes: Vec<u64> = live[..settled].iter().map(|g| g.bytes).collect();
         let Some(range) = plan_merge(&sizes) else {
             return Ok(());
         };
@@ -396,7 +469,8 @@ impl PartitionStore {
             let mut list = self.generations.lock();
             let id = list.next_id;
             list.next_id = id.saturating_add(1);
-            (self.generations.live(), list.clears, id)
+            let live = self.generations.live();
+            (list.settled(&live).to_vec(), list.clears, id)
         };
         let sizes: Vec<u64> = live.iter().map(|g| g.bytes).collect();
         let Some(range) = plan_merge(&sizes) else {
@@ -407,7 +481,7 @@ impl PartitionStore {
         let Some(index) = written else {
             return Ok(false);
         };
-        let list = self.generations.lock();
+        let mut list = self.generations.lock();
         let now = self.generations.live();
         let position = now.iter().position(|g| g.id == merged[0].id);
         let still_there = list.clears == clears
@@ -422,18 +496,18 @@ impl PartitionStore {
             let orphaned = list_of(list.next_id, &now);
             return self.delete_orphans(&orphaned).map(|_| false);
         };
-        for generation in &merged {
-            for last in &generation.last_keys {
-                batch.remove(runs::run_key(generation.id, last));
-            }
-            batch.remove(&index_key(generation.id));
-        }
+        collect_garbage(&mut list, &mut batch);
         batch.insert(&index_key(id), index.encode());
         let mut next: Vec<_> = now.iter().cloned().collect();
         next.splice(at..at + merged.len(), [Arc::new(index)]);
-        batch.insert(GENERATIONS_KEY, list_of(list.next_id, &next).encode());
+        batch.insert(
+            GENERATIONS_KEY,
+            list_of(list.next_id, list.settled(&next)).encode(),
+        );
         self.tree.apply_batch(batch).map_err(|e| self.io(e))?;
         self.generations.set_live(next);
+        // Their runs stay while a reader may hold them (`collect_garbage`).
+        list.garbage.extend(merged);
         Ok(true)
     }
 

@@ -2,6 +2,9 @@
 //! every handle of the tree; `generations.rs` reads, writes and merges them.
 
 use std::sync::atomic::AtomicBool;
+
+#[allow(unused_imports)] // named by the docs
+use crate::engine::store::PartitionStore;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::engine::generation::GenerationIndex;
@@ -24,6 +27,25 @@ pub(crate) struct ListState {
     pub(crate) next_id: u32,
     /// Counts [`PartitionStore::clear`]s: a merge begun before one is dropped.
     pub(crate) clears: u64,
+    /// The newest generations that are spilled, not settled: written by
+    /// [`PartitionStore::spill`] since the last write-out, read like the
+    /// others, but named by no stored list until the next write-out's
+    /// batch settles them with its checkpoint (a crash deletes them).
+    pub(crate) pending: usize,
+    /// Generations a merge replaced, their runs kept while a reader's
+    /// snapshot of the live list may still name them: deleted by a later
+    /// change of the list once nothing else holds them.
+    pub(crate) garbage: Vec<Arc<GenerationIndex>>,
+}
+
+impl ListState {
+    /// The settled generations of `live` (all but the pending newest).
+    pub(crate) fn settled<'a>(
+        &self,
+        live: &'a [Arc<GenerationIndex>],
+    ) -> &'a [Arc<GenerationIndex>] {
+        &live[..live.len().saturating_sub(self.pending)]
+    }
 }
 
 /// Where a merge stops, for the tests of a crash in the middle of one.
@@ -44,7 +66,12 @@ impl Generations {
     pub(crate) fn new(next_id: u32, live: Vec<Arc<GenerationIndex>>) -> Self {
         Generations {
             live: RwLock::new(Arc::new(live)),
-            list: Mutex::new(ListState { next_id, clears: 0 }),
+            list: Mutex::new(ListState {
+                next_id,
+                clears: 0,
+                pending: 0,
+                garbage: Vec::new(),
+            }),
             merging: AtomicBool::new(false),
         }
     }
@@ -67,12 +94,15 @@ impl Generations {
     pub(crate) fn cleared(&self) {
         let mut list = self.lock();
         list.clears += 1;
+        list.pending = 0;
+        list.garbage.clear();
         self.set_live(Vec::new());
     }
 }
 
-/// A generation staged in a batch: the list lock, held until the batch is
-/// applied, and the live list to publish then.
+/// A generation staged in a batch (or only the settling of the pending
+/// ones): the list lock, held until the batch is applied, and the live list
+/// to publish then, every generation of it settled.
 pub(crate) struct Staged<'a> {
     pub(crate) _list: MutexGuard<'a, ListState>,
     pub(crate) next: Vec<Arc<GenerationIndex>>,

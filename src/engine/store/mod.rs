@@ -8,19 +8,21 @@
 //! Keys of a partition tree:
 //!
 //! * `\x00checkpoint`: the [`Checkpoint`];
-//! * `o` + key: the entity's [`crate::engine::entity::State`] (bincode);
-//! * `i` + order id length (u32, big-endian) + order id + first version
-//!   (i64, big-endian): a chunk of `INBOX_CHUNK`
-//!   inbox entries;
+//! * `o` + key: the entity's [`crate::engine::entity::State`], held in the
+//!   tree's generations of packed runs only, never under this key in the
+//!   tree itself (`generations.rs`): every write-out writes the states it
+//!   changed as one new generation (`r` + generation + last key: runs of
+//!   about 32 KiB; `g` + generation: its run index and Bloom filter;
+//!   `\x00generations`: the live generations, oldest first), in the same
+//!   batch as its checkpoint, and generations are merged by size;
+//! * `j` + time + order id + first version (`i` + order id + first version
+//!   in layouts 2 to 6): a chunk of `INBOX_CHUNK` inbox entries, written key
+//!   by key; a restore into a cleared tree packs them into its generations
+//!   too, and a chunk key in the tree shadows them (an empty value, while
+//!   runs are there, is a tombstone);
 //! * `x` + source offset (i64, big-endian): a pending
 //!   [`crate::engine::outbox_record::OutboxRecord`] (bincode), deleted once
-//!   the relay's publish was acknowledged;
-//! * `r` + generation + last key: a packed run of states and chunks written
-//!   by a restore from nothing, and `\x00runs`: how many generations of
-//!   them the tree holds ([`crate::engine::runs`]). A state or chunk key in
-//!   the tree shadows the runs; while the tree has runs, an empty value
-//!   under such a key is a tombstone (written only where a run holds the
-//!   key).
+//!   the relay's publish was acknowledged.
 //!
 //! The default tree holds `format`: the layout version, checked at open, and
 //! `binding`: the group, input topic and changelog topic the store was built
@@ -34,7 +36,8 @@
 //! Here: the store and its trees. The keys and the layout version are in
 //! `layout.rs`, the checkpoint in `checkpoint.rs`, the errors in
 //! `error.rs`; a tree's reads and write-outs in `partition.rs`, its restore
-//! and the reads through packed runs in `restore.rs`.
+//! and its lookups and scans in `restore.rs`, its generations of runs (kept
+//! in memory in `live.rs`) written, read and merged in `generations.rs`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

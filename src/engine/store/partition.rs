@@ -86,6 +86,17 @@ impl BatchWrite {
         self.ops.push((key, None));
     }
 
+    /// A changelog record with no write of its own: a spilled state, already
+    /// in a pending generation, that the write-out settles.
+    pub(crate) fn changelog_only(&mut self, key: Vec<u8>, value: Option<sled::IVec>) {
+        if let Some(changes) = &mut self.changes {
+            changes.push(ChangeRecord {
+                key: to_changelog_key(&key),
+                value,
+            });
+        }
+    }
+
     /// Stores a full chunk of an order's older inbox entries.
     pub(crate) fn put_chunk(&mut self, order_id: &str, chunk: &Chunk) {
         // No copy: the batch and the changelog record share the chunk's
@@ -172,6 +183,45 @@ impl PartitionStore {
         decode_state(value).map_err(|message| self.corrupt(String::from_utf8_lossy(key), message))
     }
 
+    /// Writes changed states evicted from memory before their write-out as a
+    /// pending generation ([`Self::spill`]).
+    pub(crate) fn spill_states<'a, E: Entity + 'a>(
+        &self,
+        states: impl Iterator<Item = &'a State<E>>,
+    ) -> Result<(), StoreError> {
+        let mut entries = Vec::new();
+        for state in states {
+            let value =
+                encode_state(state).map_err(|message| self.corrupt(&*state.key, message))?;
+            entries.push((order_key(&state.key), Some(value)));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        self.spill(entries)
+    }
+
+    /// Adds to `write`'s changelog the spilled states ([`Self::spill`]) that
+    /// `changed_again` (given an entity key) does not say are in the write
+    /// already.
+    pub(crate) fn spilled_into(
+        &self,
+        write: &mut BatchWrite,
+        changed_again: impl Fn(&str) -> bool,
+    ) -> Result<usize, StoreError> {
+        let mut added = 0;
+        for entry in self.spilled() {
+            let (key, value) = entry?;
+            let order_id = key
+                .strip_prefix(&[ORDER_PREFIX])
+                .and_then(|k| std::str::from_utf8(k).ok());
+            if order_id.is_some_and(&changed_again) {
+                continue;
+            }
+            write.changelog_only(key, value.map(sled::IVec::from));
+            added += 1;
+        }
+        Ok(added)
+    }
+
     /// The partition's checkpoint (`None`: nothing written out yet).
     pub fn checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
         match self.tree.get(CHECKPOINT_KEY).map_err(|e| self.io(e))? {
@@ -226,8 +276,9 @@ impl PartitionStore {
 
     /// Writes the batch's changes and `checkpoint` in one atomic batch: the
     /// states as one new generation of packed runs on top of the others
-    /// ([`crate::engine::generation`]), every other key on its own. Not
-    /// durable until `Store::flush`. Then merges generations when due.
+    /// ([`crate::engine::generation`]), every other key on its own, and the
+    /// list of live generations settling the spilled ones. Not durable
+    /// until `Store::flush`. Then merges generations when due.
     pub fn commit_batch(
         &self,
         write: BatchWrite,
@@ -248,7 +299,12 @@ impl PartitionStore {
         }
         batch.insert(CHECKPOINT_KEY, self.encode_checkpoint(checkpoint)?);
         if states.is_empty() {
-            return self.tree.apply_batch(batch).map_err(|e| self.io(e));
+            let settling = self.stage_settling(&mut batch);
+            self.tree.apply_batch(batch).map_err(|e| self.io(e))?;
+            if let Some(staged) = settling {
+                self.publish(staged);
+            }
+            return Ok(());
         }
         // Key order, each key once: its last write wins.
         states.sort_by(|a, b| a.0.cmp(&b.0));

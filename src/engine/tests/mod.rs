@@ -5,4 +5,5 @@
 mod decide;
 mod packed_runs;
 mod partition_state;
+mod spill;
 mod store;

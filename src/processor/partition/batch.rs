@@ -171,7 +171,9 @@ impl<E: Entity> BatchRun<'_, E> {
         let dead = decoded.dead_lettered;
         let next_offset = decoded.next_offset;
         let outcome = self.task.state.apply(decoded, now_ms, retention_ms)?;
-        self.task.state.shed(self.task.member.cache_share());
+        let share = self.task.member.cache_share();
+        self.task.state.shed(share);
+        self.task.state.spill(share)?;
         let BatchOutcome {
             outcomes,
             version_gaps,
