@@ -418,3 +418,59 @@ fn leaves_written_once_are_cached_in_their_own_budget() {
         without >> 20
     );
 }
+
+/// Packed runs (orderly's `RUN_BYTES`, 4 KiB, written at the right edge a
+/// generation after another, in batches) with a cache of 8 MiB. Before the
+/// sixth change a batch's group put up to 32 of them into one copy of the
+/// right-edge leaf: past the log's blob threshold (128 KiB), such a leaf
+/// is a file of its own and the cache counts it at the size of its pointer,
+/// so 48 MiB of runs held all 48 MiB on the heap. Now a group stops at 64
+/// KiB, and runs of 4 KiB keep a leaf of 17 (where it splits) under the
+/// threshold.
+#[test]
+fn leaves_of_packed_runs_are_held_within_the_cache() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const RUN: usize = 4 << 10;
+    const RUNS: u64 = (48 << 20) / RUN as u64;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::Config::new()
+        .path(dir.path())
+        .cache_capacity(8 << 20)
+        .open()
+        .expect("open the store");
+    let tree = db.open_tree("partition/0").expect("open the tree");
+    let before = LIVE.load(Ordering::Relaxed);
+    let run_key = |i: u64| {
+        let mut k = vec![b'r'];
+        k.extend_from_slice(&(i / 64).to_be_bytes());
+        k.extend_from_slice(&i.to_be_bytes());
+        k
+    };
+    for generation in 0..RUNS / 64 {
+        let mut batch = sled::Batch::default();
+        for i in generation * 64..(generation + 1) * 64 {
+            batch.insert(run_key(i), vec![(i % 251) as u8; RUN]);
+        }
+        batch.insert(b"checkpoint".to_vec(), generation.to_be_bytes().to_vec());
+        tree.apply_batch(batch).expect("batch");
+    }
+    tree.flush().expect("flush");
+    for i in [0, 1, RUNS / 2, RUNS - 1] {
+        assert_eq!(
+            tree.get(run_key(i)).expect("get").as_deref(),
+            Some(&vec![(i % 251) as u8; RUN][..]),
+            "run {i}"
+        );
+    }
+    let held = LIVE.load(Ordering::Relaxed).saturating_sub(before);
+    drop((tree, db));
+    eprintln!(
+        "48 MiB of runs of 4 KiB, a cache of 8 MiB: {} MiB held",
+        held >> 20
+    );
+    assert!(
+        held < 24 << 20,
+        "48 MiB of runs with a cache of 8 MiB held {} MiB of heap",
+        held >> 20
+    );
+}

@@ -25,11 +25,14 @@ pub(crate) const RUN_PREFIX: u8 = b'r';
 /// Layout 7's key of the number of run generations a tree held (u32,
 /// big-endian), numbered from 0; read once when the tree is brought over.
 pub(crate) const RUNS_KEY: &[u8] = b"\x00runs";
-/// A run is cut once its entries reach this many bytes. Measured with
-/// `benches/sled_floor.rs --packed` (docs/performance.md, "Packed runs"):
-/// a key in a run of this size costs an eighth of a key of its own, and
-/// larger runs gain little.
-pub(crate) const RUN_BYTES: usize = 32 << 10;
+/// A run is cut once its entries reach this many bytes. sled splits a leaf
+/// at 17 values, and a leaf past the log's blob threshold (128 KiB) is a
+/// file of its own that its cache counts at the size of a pointer and so
+/// never evicts: 32 KiB runs (as `benches/sled_floor.rs --packed` first
+/// chose, docs/performance.md, "Packed runs") held the whole state in
+/// memory once write-outs wrote them. Runs of 4 KiB keep a leaf of 17 under
+/// it (`tests/sled_batches.rs`, `leaves_of_packed_runs_are_held_within_the_cache`).
+pub(crate) const RUN_BYTES: usize = 4 << 10;
 
 const KIND_DELETED: u8 = 0;
 const KIND_VALUE: u8 = 1;

@@ -27,6 +27,14 @@ const REPIN_EVERY: usize = 64;
 /// writes only its key and value (orderly's patch, PATCH.md).
 const GROUP_MAX: usize = 32;
 const GROUP_MIN: usize = 4;
+/// orderly's patch (PATCH.md, the sixth change): the most bytes of keys and
+/// values a leaf made by a group may hold. A leaf whose page passes the
+/// log's blob threshold (a quarter of a segment, 128 KiB by default) is
+/// written to a file of its own and counted by the cache at the size of its
+/// pointer, so the cache kept such leaves past its capacity; a leaf of a
+/// few large values (orderly's packed runs) grew there when a group added
+/// up to `GROUP_MAX` of them to it at once.
+const GROUP_LEAF_BYTES: u64 = 64 * 1024;
 
 impl<'g> Deref for View<'g> {
     type Target = Node;
@@ -432,13 +440,21 @@ impl Tree {
                 // of it, written as one page, instead of one copy each.
                 let View { node_view, pid, .. } =
                     self.view_for_key(group[0].0.as_ref(), guard)?;
+                // orderly's patch (PATCH.md, the sixth change): a group stops
+                // before the leaf it makes passes GROUP_LEAF_BYTES.
+                let write_len = |(k, v): &(IVec, Option<IVec>)| {
+                    (k.len() + v.as_ref().map_or(0, |v| v.len())) as u64
+                };
+                let mut bytes = node_view.data.rss() + write_len(&group[0]);
                 while group.len() < GROUP_MAX {
                     match writes.peek() {
-                        Some((key, _))
-                            if key.as_ref() >= node_view.lo.as_ref()
+                        Some(next)
+                            if next.0.as_ref() >= node_view.lo.as_ref()
                                 && (node_view.hi.is_empty()
-                                    || key.as_ref() < node_view.hi.as_ref()) =>
+                                    || next.0.as_ref() < node_view.hi.as_ref())
+                                && bytes + write_len(next) <= GROUP_LEAF_BYTES =>
                         {
+                            bytes += write_len(next);
                             if let Some(next) = writes.next() {
                                 group.push(next);
                             }
