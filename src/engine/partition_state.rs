@@ -49,6 +49,11 @@ pub struct WriteOutcome {
     pub checkpoint: Checkpoint,
 }
 
+/// A write-out falls due early once the changes it would carry (in memory
+/// and spilled) pass this many times the partition's cache share
+/// ([`PartitionState::over_budget`]).
+pub const WRITE_OUT_SHARES: usize = 3;
+
 /// An entity in the cache.
 struct Cached<E: Entity> {
     state: State<E>,
@@ -95,6 +100,9 @@ pub struct PartitionState<E: Entity> {
     written: Option<Checkpoint>,
     /// Bytes of dirty entries.
     dirty_bytes: usize,
+    /// Bytes of the entries spilled since the last write-out (which carries
+    /// them to the changelog).
+    spilled_bytes: usize,
     /// Bytes of all entries.
     cached_bytes: usize,
     /// Where the status changes of applied events go.
@@ -169,6 +177,7 @@ impl<E: Entity> PartitionState<E> {
             pending: checkpoint,
             written: checkpoint,
             dirty_bytes: 0,
+            spilled_bytes: 0,
             cached_bytes: 0,
             batches: 0,
             status_changes: StatusChanges::Off,
@@ -232,6 +241,17 @@ impl<E: Entity> PartitionState<E> {
     /// Memory held by changed, unwritten orders.
     pub fn dirty_bytes(&self) -> usize {
         self.dirty_bytes
+    }
+
+    /// True when the changes since the last write-out, in memory and
+    /// spilled, pass what a write-out may carry for a cache share of
+    /// `share` bytes: the changed orders alone past it (none could be
+    /// spilled), or with the spilled ones past [`WRITE_OUT_SHARES`] times
+    /// it. A write-out then falls due before the commit interval, so its
+    /// encoded changes and changelog records stay bounded.
+    pub fn over_budget(&self, share: usize) -> bool {
+        self.dirty_bytes > share
+            || self.dirty_bytes + self.spilled_bytes > share.saturating_mul(WRITE_OUT_SHARES)
     }
 
     /// Orders in the cache.
@@ -550,6 +570,7 @@ impl<E: Entity> PartitionState<E> {
             self.cached_bytes = self.cached_bytes + cached.bytes - before;
         }
         self.dirty_bytes = 0;
+        self.spilled_bytes = 0;
         self.shed(keep_bytes);
         Ok(WriteOutcome {
             orders,
@@ -602,6 +623,7 @@ impl<E: Entity> PartitionState<E> {
             if let Some(cached) = self.cache.remove(key) {
                 self.dirty_bytes -= cached.bytes;
                 self.cached_bytes -= cached.bytes;
+                self.spilled_bytes += cached.bytes;
             }
         }
         Ok(chosen.len())

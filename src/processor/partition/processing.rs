@@ -270,7 +270,7 @@ impl<E: Entity> Processing<E> {
         let now = tokio::time::Instant::now();
         let state = &self.live.task.state;
         let member = &self.live.task.member;
-        let over_share = state.dirty_bytes() > member.cache_share();
+        let over_share = state.over_budget(member.cache_share());
         let due = schedule.write_now(now, state.has_unwritten(), over_share, || {
             drained && at_end(source, &self.live)
         });
