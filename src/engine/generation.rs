@@ -31,10 +31,17 @@ pub(crate) struct Filter {
     bits: Vec<u64>,
 }
 
-fn hashes(key: &[u8]) -> (u64, u64) {
-    let hash = xxhash_rust::xxh3::xxh3_64(key);
-    // The second hash is odd, so the probes of a key visit distinct bits.
-    (hash, hash.rotate_left(32) | 1)
+/// A key's hash for the filters: computed once per lookup, probed in
+/// every generation's filter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyHash(u64, u64);
+
+impl KeyHash {
+    pub(crate) fn of(key: &[u8]) -> Self {
+        let hash = xxhash_rust::xxh3::xxh3_64(key);
+        // The second hash is odd, so the probes of a key visit distinct bits.
+        KeyHash(hash, hash.rotate_left(32) | 1)
+    }
 }
 
 impl Filter {
@@ -51,7 +58,7 @@ impl Filter {
     }
 
     pub(crate) fn insert(&mut self, key: &[u8]) {
-        let (mut at, step) = hashes(key);
+        let KeyHash(mut at, step) = KeyHash::of(key);
         let len = self.len();
         for _ in 0..FILTER_PROBES {
             let bit = at % len;
@@ -60,9 +67,9 @@ impl Filter {
         }
     }
 
-    /// False when `key` was surely never inserted.
-    pub(crate) fn may_hold(&self, key: &[u8]) -> bool {
-        let (mut at, step) = hashes(key);
+    /// False when the key of `hash` was surely never inserted.
+    pub(crate) fn may_hold(&self, hash: KeyHash) -> bool {
+        let KeyHash(mut at, step) = hash;
         let len = self.len();
         for _ in 0..FILTER_PROBES {
             let bit = at % len;
@@ -95,8 +102,8 @@ pub(crate) struct GenerationIndex {
 impl GenerationIndex {
     /// The last key of the one run that may hold `key` (`None`: no run of
     /// this generation does).
-    pub(crate) fn run_for(&self, key: &[u8]) -> Option<&[u8]> {
-        if !self.filter.may_hold(key) {
+    pub(crate) fn run_for(&self, key: &[u8], hash: KeyHash) -> Option<&[u8]> {
+        if !self.filter.may_hold(hash) {
             return None;
         }
         let at = self.last_keys.partition_point(|last| last.as_ref() < key);

@@ -7,10 +7,13 @@ fn the_filter_never_forgets_a_key_and_rarely_claims_one() {
         filter.insert(format!("order-{i}").as_bytes());
     }
     for i in 0..10_000 {
-        assert!(filter.may_hold(format!("order-{i}").as_bytes()), "{i}");
+        assert!(
+            filter.may_hold(KeyHash::of(format!("order-{i}").as_bytes())),
+            "{i}"
+        );
     }
     let claimed = (10_000..110_000)
-        .filter(|i| filter.may_hold(format!("order-{i}").as_bytes()))
+        .filter(|i| filter.may_hold(KeyHash::of(format!("order-{i}").as_bytes())))
         .count();
     assert!(claimed < 2_000, "{claimed} of 100,000 absent keys claimed");
 }
@@ -25,10 +28,10 @@ fn an_index_names_the_run_that_may_hold_a_key_and_reads_back_as_written() {
     builder.run(b"h", 50);
     let index = builder.finish();
     assert_eq!((index.id, index.keys, index.bytes), (7, 4, 150));
-    assert_eq!(index.run_for(b"b"), Some(&b"d"[..]));
-    assert_eq!(index.run_for(b"d"), Some(&b"d"[..]));
-    assert_eq!(index.run_for(b"f"), Some(&b"h"[..]));
-    assert_eq!(index.run_for(b"h"), Some(&b"h"[..]));
+    assert_eq!(index.run_for(b"b", KeyHash::of(b"b")), Some(&b"d"[..]));
+    assert_eq!(index.run_for(b"d", KeyHash::of(b"d")), Some(&b"d"[..]));
+    assert_eq!(index.run_for(b"f", KeyHash::of(b"f")), Some(&b"h"[..]));
+    assert_eq!(index.run_for(b"h", KeyHash::of(b"h")), Some(&b"h"[..]));
     let decoded = GenerationIndex::decode(&index.encode()).expect("decodes");
     assert_eq!(decoded, index);
     let bytes = index.encode();

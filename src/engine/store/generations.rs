@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 
 use crate::engine::generation::{
-    plan_merge, Entry, GenerationIndex, IndexBuilder, LiveList, Merge,
+    plan_merge, Entry, GenerationIndex, IndexBuilder, KeyHash, LiveList, Merge,
 };
 use crate::engine::runs::{self, Found, Run, RunBuilder, RUNS_KEY, RUN_PREFIX};
 use crate::engine::store::error::StoreError;
@@ -347,8 +347,9 @@ impl PartitionStore {
         &self,
         key: &[u8],
     ) -> Result<Option<Option<sled::IVec>>, StoreError> {
+        let hash = KeyHash::of(key);
         for generation in self.generations.live().iter().rev() {
-            let Some(last) = generation.run_for(key) else {
+            let Some(last) = generation.run_for(key, hash) else {
                 continue;
             };
             let run_key = runs::run_key(generation.id, last);
