@@ -52,7 +52,7 @@ pub struct WriteOutcome {
 /// A write-out falls due early once the changes it would carry (in memory
 /// and spilled) pass this many times the partition's cache share
 /// ([`PartitionState::over_budget`]).
-pub const WRITE_OUT_SHARES: usize = 3;
+pub(crate) const WRITE_OUT_SHARES: usize = 3;
 
 /// An entity in the cache.
 struct Cached<E: Entity> {

@@ -3,8 +3,6 @@
 
 use std::sync::atomic::AtomicBool;
 
-#[allow(unused_imports)] // named by the docs
-use crate::engine::store::PartitionStore;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::engine::generation::GenerationIndex;
@@ -25,10 +23,10 @@ pub(crate) struct Generations {
 #[derive(Default)]
 pub(crate) struct ListState {
     pub(crate) next_id: u32,
-    /// Counts [`PartitionStore::clear`]s: a merge begun before one is dropped.
+    /// Counts `PartitionStore::clear`s: a merge begun before one is dropped.
     pub(crate) clears: u64,
     /// The newest generations that are spilled, not settled: written by
-    /// [`PartitionStore::spill`] since the last write-out, read like the
+    /// `PartitionStore::spill` since the last write-out, read like the
     /// others, but named by no stored list until the next write-out's
     /// batch settles them with its checkpoint (a crash deletes them).
     pub(crate) pending: usize,
