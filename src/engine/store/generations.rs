@@ -284,6 +284,23 @@ impl PartitionStore {
         self.generations.set_live(staged.next);
     }
 
+    /// Applies `batch`, holding a new generation (`staged`), makes it live,
+    /// then merges when due. A failed merge is logged, not returned: the
+    /// batch is in, the generations it would have merged stay live, and the
+    /// next change plans the merge again.
+    pub(crate) fn apply_with_generation(
+        &self,
+        batch: sled::Batch,
+        staged: Staged<'_>,
+    ) -> Result<(), StoreError> {
+        self.tree.apply_batch(batch).map_err(|e| self.io(e))?;
+        self.publish(staged);
+        if let Err(error) = self.merge_when_due() {
+            tracing::warn!(tree = %self.name, %error, "merging generations of runs failed");
+        }
+        Ok(())
+    }
+
     /// The runs and index of a new generation of `entries` (keys ascending,
     /// each once) in `batch`, under the next number; the list lock, held.
     fn write_generation(

@@ -312,14 +312,7 @@ impl PartitionStore {
         states.dedup_by(|later, earlier| later.0 == earlier.0);
         states.reverse();
         let staged = self.stage_generation(states, &mut batch)?;
-        self.tree.apply_batch(batch).map_err(|e| self.io(e))?;
-        self.publish(staged);
-        if let Err(error) = self.merge_when_due() {
-            // The write-out is in; the generations it would have merged stay
-            // live, and the next write-out plans the merge again.
-            tracing::warn!(tree = %self.name, %error, "merging generations of runs failed");
-        }
-        Ok(())
+        self.apply_with_generation(batch, staged)
     }
 
     /// The checkpoint's bytes (as stored, and as its changelog record carries them).

@@ -113,12 +113,7 @@ impl PartitionStore {
         }
         let mut batch = sled::Batch::default();
         let staged = self.stage_generation(in_runs, &mut batch)?;
-        self.tree.apply_batch(batch).map_err(|e| self.io(e))?;
-        self.publish(staged);
-        if let Err(error) = self.merge_when_due() {
-            tracing::warn!(tree = %self.name, %error, "merging generations of runs failed");
-        }
-        Ok(())
+        self.apply_with_generation(batch, staged)
     }
 
     /// Entity states the tree holds (scans every one).
