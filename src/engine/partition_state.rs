@@ -188,6 +188,15 @@ impl<E: Entity> PartitionState<E> {
         }
     }
 
+    /// The partition as its store holds it, starting over from
+    /// `checkpoint` (a task's start, after a fence or a restore): states
+    /// spilled by an earlier attempt that never wrote out are past it and
+    /// are dropped.
+    pub fn starting_over(store: PartitionStore, checkpoint: Option<Checkpoint>) -> Self {
+        store.discard_pending();
+        PartitionState::new(store, checkpoint)
+    }
+
     /// The `occurred_at` of every event applied since the last call: the
     /// events the write-out about to start makes durable.
     pub(crate) fn take_applied_times(&mut self) -> Vec<i64> {

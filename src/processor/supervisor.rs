@@ -198,7 +198,7 @@ impl<E: Entity> PartitionSupervisor<E> {
         queue.set_nonempty_callback(move || signal.notify_one());
         info!(partition, checkpoint = ?checkpoint.map(|c| c.next_offset), "partition assigned");
         let (tx, rx) = mpsc::channel(1);
-        let state = PartitionState::new(store, checkpoint);
+        let state = PartitionState::starting_over(store, checkpoint);
         let status = Arc::new(PartitionStatus::new(partition, checkpoint.as_ref()));
         reporting.telemetry.insert(status.clone());
         let task = PartitionTask {

@@ -343,6 +343,23 @@ impl PartitionStore {
         Ok(())
     }
 
+    /// Forgets the pending (spilled) generations: the partition starts over
+    /// from its checkpoint, which they are past (a fence, a restore, a
+    /// reassignment after a write-out that never came). Their runs go with
+    /// the next change of the list, once no reader holds them; a crash
+    /// first leaves them to the next open, as no stored list names them.
+    pub(crate) fn discard_pending(&self) {
+        let mut list = self.generations.lock();
+        if list.pending == 0 {
+            return;
+        }
+        let live = self.generations.live();
+        let settled = list.settled(&live).len();
+        list.garbage.extend(live[settled..].iter().cloned());
+        self.generations.set_live(live[..settled].to_vec());
+        list.pending = 0;
+    }
+
     /// The entries of the pending (spilled) generations, newest value of
     /// each key, in key order: what the next write-out's changelog carries
     /// for states no longer in memory.

@@ -93,6 +93,9 @@ impl PartitionStore {
     /// (sled's batches hold a lock over every tree while they apply, where
     /// single writes to different trees run side by side).
     pub fn restore_batch(&self, write: RestoreWrite, packed: bool) -> Result<(), StoreError> {
+        // Spilled states of a processing attempt that never wrote out are
+        // past the checkpoint the restore rebuilds: never settled.
+        self.discard_pending();
         let mut in_runs = Vec::new();
         for (key, value) in write.into_tree_order() {
             if key.first() == Some(&ORDER_PREFIX) || (packed && packable(&key)) {

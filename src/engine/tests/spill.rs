@@ -140,3 +140,39 @@ fn a_crash_after_a_spill_and_before_the_write_out_leaves_the_checkpoints_states(
     // Re-processed from the checkpoint, every change applies again.
     apply(&mut p, orders(0, 200, 2), 200);
 }
+
+#[test]
+fn a_partition_starting_over_in_the_same_process_drops_what_it_spilled() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(dir.path(), 8).expect("open");
+    let tree = store.partition("t", 0).expect("tree");
+    let mut p = PartitionState::<Orders>::new(tree.clone(), None);
+    let budget = changed_past_the_budget(&mut p);
+    assert!(p.spill(budget).expect("spill") > 100);
+    // A fence, or the partition moving back: no write-out came. The task
+    // starts over from the written checkpoint over the same tree.
+    let written = p.written();
+    drop(p);
+    let mut p = PartitionState::<Orders>::starting_over(tree.clone(), written);
+    for order in 0..200 {
+        assert_eq!(
+            version(&p, order),
+            Some(1),
+            "o{order:04}: as of the checkpoint"
+        );
+    }
+    // What it decides again is written out; the spilled states never are.
+    apply(&mut p, orders(0, 5, 2), 200);
+    p.write_out(usize::MAX)
+        .expect("write-out")
+        .expect("changes");
+    store.flush().expect("flush");
+    drop((p, tree, store));
+    let store = Store::open(dir.path(), 8).expect("reopen");
+    let tree = store.partition("t", 0).expect("tree");
+    for order in 0..200 {
+        let want = if order < 5 { 2 } else { 1 };
+        let state = tree.get::<Orders>(&format!("o{order:04}")).expect("read");
+        assert_eq!(state.map(|s| s.version), Some(want), "o{order:04} reopened");
+    }
+}

@@ -36,7 +36,7 @@ impl<E: Entity> PartitionTask<E> {
     ) -> Result<Option<Self>, ProcessError> {
         let partition = self.partition;
         let written = self.state.written();
-        self.state = PartitionState::new(self.state.store().clone(), written);
+        self.state = PartitionState::starting_over(self.state.store().clone(), written);
         self.status.seed(written.as_ref());
         self.breaker = Breaker::new(self.settings.breaker);
         // A call this task gave up (it did not return in time) fenced no

@@ -137,7 +137,7 @@ impl<E: Entity> Restoring<E> {
             .restored_records
             .fetch_add(restored.applied, Ordering::Relaxed);
         task.status.seed(restored.checkpoint.as_ref());
-        task.state = PartitionState::new(task.state.store().clone(), restored.checkpoint);
+        task.state = PartitionState::starting_over(task.state.store().clone(), restored.checkpoint);
         match restored.checkpoint {
             Some(checkpoint) => {
                 if task.assigned_at != Some(checkpoint.next_offset) || rewind.is_some() {
