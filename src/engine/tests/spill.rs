@@ -64,6 +64,18 @@ fn changed_past_the_budget(p: &mut PartitionState<Orders>) -> usize {
     p.dirty_bytes() / 4
 }
 
+/// Every order of [`changed_past_the_budget`] at version 1, as its
+/// checkpoint has it.
+fn assert_as_of_the_checkpoint(p: &PartitionState<Orders>) {
+    for order in 0..200 {
+        assert_eq!(
+            version(p, order),
+            Some(1),
+            "o{order:04}: as of the checkpoint"
+        );
+    }
+}
+
 #[test]
 fn the_coldest_changed_orders_are_spilled_read_back_and_written_out_once() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -130,13 +142,7 @@ fn a_crash_after_a_spill_and_before_the_write_out_leaves_the_checkpoints_states(
     let checkpoint: Option<Checkpoint> = tree.checkpoint().expect("checkpoint");
     assert_eq!(checkpoint.map(|c| c.next_offset), Some(200));
     let mut p = PartitionState::<Orders>::new(tree, checkpoint);
-    for order in 0..200 {
-        assert_eq!(
-            version(&p, order),
-            Some(1),
-            "o{order:04}: as of the checkpoint"
-        );
-    }
+    assert_as_of_the_checkpoint(&p);
     // Re-processed from the checkpoint, every change applies again.
     apply(&mut p, orders(0, 200, 2), 200);
 }
@@ -154,13 +160,7 @@ fn a_partition_starting_over_in_the_same_process_drops_what_it_spilled() {
     let written = p.written();
     drop(p);
     let mut p = PartitionState::<Orders>::starting_over(tree.clone(), written);
-    for order in 0..200 {
-        assert_eq!(
-            version(&p, order),
-            Some(1),
-            "o{order:04}: as of the checkpoint"
-        );
-    }
+    assert_as_of_the_checkpoint(&p);
     // What it decides again is written out; the spilled states never are.
     apply(&mut p, orders(0, 5, 2), 200);
     p.write_out(usize::MAX)
