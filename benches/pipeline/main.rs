@@ -7,7 +7,7 @@
 //!                                  [--http | --http-load]
 //! cargo bench --bench pipeline -- --distinct-orders-rss [--events N] [--json]
 //! kafka/broker run -- registry/apicurio run -- \
-//!   cargo bench --bench pipeline -- --side-by-side [--rounds N] [--restore-rounds N] [--shape ...] [--phases oa,ka,ox,kx,or,kr]
+//!   cargo bench --bench pipeline -- --side-by-side [--rounds N] [--restore-rounds N] [--shape ...] [--phases a,oa,ka,ox,kx,or,kr]
 //! kafka/broker run -- registry/apicurio run -- \
 //!   cargo bench --bench pipeline -- --orders 1000000 --events 1000000 --phases fo [--failover-rounds N]
 //!                                  [--failover-rate EV_PER_S] [--failover-session-timeout-ms MS]
@@ -184,8 +184,8 @@ pub struct Args {
     /// The side-by-side phases (issue 20), each contender in its own process
     /// on the same topic and broker: `orderly run` (oa, ox) and the Kafka
     /// Streams peer (ka, kx) at at_least_once / exactly_once, alternating
-    /// --rounds times, then restores (or, kr). Same as
-    /// `--phases oa,ka,ox,kx,or,kr` (`--phases` picks a subset). Needs a
+    /// --rounds times, then restores (or, kr), after the bare consumer (a).
+    /// Same as `--phases a,oa,ka,ox,kx,or,kr` (`--phases` picks a subset). Needs a
     /// broker (--bootstrap or ORDERLY_E2E_BOOTSTRAP) and --registry.
     #[arg(long)]
     pub side_by_side: bool,

@@ -608,7 +608,7 @@ fn outbox_event_ids<E: Entity>(
     use rdkafka::Message;
     let schema = apache_avro::Schema::parse_str(entity.status_schema())
         .map_err(|e| crate::engine::codec::EncodeError::Avro(e.to_string()))?;
-    let encoder = crate::processor::outbox::OutboxEncoder::<E>::with_schema(schema, 0, "");
+    let encoder = crate::processor::outbox::OutboxEncoder::<E>::with_schema(schema, 0, "")?;
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "orderly-demo-outbox-reader")

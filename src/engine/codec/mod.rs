@@ -16,8 +16,10 @@ use apache_avro::Schema;
 use crate::engine::entity::{Entity, Event};
 use crate::registry::{Registry, RegistryError};
 
+mod datum;
 pub(crate) mod error;
 pub(crate) mod guard;
+pub(crate) use datum::DatumWriter;
 pub use error::{DecodeError, PoisonKind};
 
 #[derive(Debug, thiserror::Error)]

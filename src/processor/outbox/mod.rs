@@ -29,7 +29,7 @@ mod tests;
 use apache_avro::types::Value;
 use apache_avro::Schema;
 
-use crate::engine::codec::{wire, EncodeError};
+use crate::engine::codec::{DatumWriter, EncodeError};
 use crate::engine::entity::Entity;
 pub(crate) use crate::engine::outbox_record::{status_event_id, OutboxRecord};
 use crate::registry::{Registry, RegistryError};
@@ -80,7 +80,7 @@ pub(crate) fn status_headers<S>(
 /// Encodes an entity's outbox records in its output schema
 /// (`OrderStatusChanged` for orders) in the wire format.
 pub(crate) struct OutboxEncoder<E: Entity> {
-    schema: Schema,
+    writer: DatumWriter,
     schema_id: u32,
     source_topic: String,
     entity: std::marker::PhantomData<fn() -> E>,
@@ -102,17 +102,24 @@ impl<E: Entity> OutboxEncoder<E> {
         let schema_id = registry
             .register(&format!("{output_topic}-value"), text)
             .await?;
-        Ok(Self::with_schema(schema, schema_id, source_topic))
+        Self::with_schema(schema, schema_id, source_topic).map_err(|e| RegistryError::Rejected {
+            subject: format!("{output_topic}-value"),
+            message: e.to_string(),
+        })
     }
 
     /// An encoder of `schema`, registered as `schema_id`.
-    pub(crate) fn with_schema(schema: Schema, schema_id: u32, source_topic: &str) -> Self {
-        OutboxEncoder {
-            schema,
+    pub(crate) fn with_schema(
+        schema: Schema,
+        schema_id: u32,
+        source_topic: &str,
+    ) -> Result<Self, EncodeError> {
+        Ok(OutboxEncoder {
+            writer: DatumWriter::new(schema)?,
             schema_id,
             source_topic: source_topic.into(),
             entity: std::marker::PhantomData,
-        }
+        })
     }
 
     pub(crate) fn encode(&self, record: &OutboxRecord<E::Status>) -> Result<Vec<u8>, EncodeError> {
@@ -146,16 +153,18 @@ impl<E: Entity> OutboxEncoder<E> {
                 Value::Long(record.source_offset),
             ),
         ];
-        #[allow(deprecated)] // the datum writer's replacement needs a builder per call
-        let body = apache_avro::to_avro_datum(&self.schema, Value::Record(fields))
-            .map_err(|e| EncodeError::Avro(e.to_string()))?;
-        Ok(wire(self.schema_id, &body))
+        let mut out = Vec::with_capacity(128);
+        out.push(0);
+        out.extend_from_slice(&self.schema_id.to_be_bytes());
+        self.writer.write(&Value::Record(fields), &mut out)?;
+        Ok(out)
     }
 
     /// Decodes a published record's body (tests and tools).
     pub(crate) fn decode(&self, payload: &[u8]) -> Result<Value, String> {
         let body = payload.get(5..).ok_or("shorter than the wire header")?;
         #[allow(deprecated)]
-        apache_avro::from_avro_datum(&self.schema, &mut &body[..], None).map_err(|e| e.to_string())
+        apache_avro::from_avro_datum(self.writer.schema(), &mut &body[..], None)
+            .map_err(|e| e.to_string())
     }
 }

@@ -11,7 +11,7 @@ impl OutboxEncoder<Orders> {
     fn with_id(schema_id: u32, source_topic: &str) -> Self {
         // Compiled in and covered by tests: failing to parse it is a build defect.
         let schema = Schema::parse_str(STATUS_SCHEMA).expect("compiled-in schema parses");
-        Self::with_schema(schema, schema_id, source_topic)
+        Self::with_schema(schema, schema_id, source_topic).expect("its names resolve")
     }
 }
 
