@@ -7,9 +7,10 @@ use orderly::testkit::orders::workload::Shape;
 /// A named workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Workload {
-    /// 10,000 orders receiving 100 events each, spread over the whole topic:
-    /// a small set of long-lived entities (accounts, stock items) every
-    /// event of which lands on a state already in memory.
+    /// 10,000 orders receiving 1,000 events each, spread over the whole
+    /// topic (the README's first table): a small set of long-lived entities
+    /// (accounts, stock items) every event of which lands on a state
+    /// already in memory. Long enough for a steady middle.
     Hot,
     /// 1,000,000 orders of 6 events each, an order's events within a short
     /// window of its start: an order stream, new orders every moment, each
@@ -35,7 +36,7 @@ impl Workload {
     /// Orders, planned events (before duplicates and poison) and shape.
     pub fn size(self) -> (usize, usize, Shape) {
         match self {
-            Workload::Hot => (10_000, 1_000_000, Shape::Interleaved),
+            Workload::Hot => (10_000, 10_000_000, Shape::Interleaved),
             Workload::Lifecycle => (1_000_000, 6_000_000, Shape::Clustered),
             Workload::Lifecycle10m => (10_000_000, 60_000_000, Shape::Clustered),
             Workload::Uniform => (400_000, 2_000_000, Shape::Interleaved),

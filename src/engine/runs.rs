@@ -102,8 +102,8 @@ impl<'a> Run<'a> {
         self.count
     }
 
-    /// The `index`th entry: its key, and its value (`None`: deleted).
-    pub(crate) fn entry(&self, index: usize) -> Result<(&'a [u8], Option<&'a [u8]>), String> {
+    /// The `index`th entry's key, and where its kind byte is.
+    fn key(&self, index: usize) -> Result<(&'a [u8], usize), String> {
         let start = read_u32(self.bytes, 4 + index * 4)? as usize;
         let key_len = read_u32(self.bytes, start)? as usize;
         let key_at = start + 4;
@@ -111,7 +111,12 @@ impl<'a> Run<'a> {
             .bytes
             .get(key_at..key_at + key_len)
             .ok_or_else(|| format!("entry {index}'s key runs past the run"))?;
-        let kind_at = key_at + key_len;
+        Ok((key, key_at + key_len))
+    }
+
+    /// The `index`th entry: its key, and its value (`None`: deleted).
+    pub(crate) fn entry(&self, index: usize) -> Result<(&'a [u8], Option<&'a [u8]>), String> {
+        let (key, kind_at) = self.key(index)?;
         match self.bytes.get(kind_at) {
             Some(&KIND_DELETED) => Ok((key, None)),
             Some(&KIND_VALUE) => {
@@ -132,7 +137,7 @@ impl<'a> Run<'a> {
         let (mut low, mut high) = (0, self.count);
         while low < high {
             let middle = low + (high - low) / 2;
-            if self.entry(middle)?.0 < key {
+            if self.key(middle)?.0 < key {
                 low = middle + 1;
             } else {
                 high = middle;

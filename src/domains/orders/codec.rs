@@ -11,7 +11,7 @@ use apache_avro::Schema;
 use super::event::{EventType, OrderEvent, DEFAULT_CURRENCY};
 use super::plan::Plan;
 use crate::engine::codec::{
-    read_value, resolving_reader, wire, DecodeError, EncodeError, PoisonKind,
+    read_value, resolving_reader, DatumWriter, DecodeError, EncodeError, PoisonKind,
 };
 use crate::registry::{Registry, RegistryError};
 
@@ -118,8 +118,8 @@ pub enum WriterVersion {
 
 /// Encodes events in the wire format with registered schema ids.
 pub struct Encoder {
-    v1: Schema,
-    v2: Schema,
+    v1: DatumWriter,
+    v2: DatumWriter,
     /// The registry's id of [`SCHEMA_V1`].
     pub v1_id: u32,
     /// The registry's id of [`SCHEMA_V2`].
@@ -136,7 +136,11 @@ impl Encoder {
     }
 
     pub(crate) fn with_ids(v1_id: u32, v2_id: u32) -> Self {
-        let parse = |s: &str| Schema::parse_str(s).expect("compiled-in schema parses");
+        // Compiled in and covered by tests: failing to parse is a build defect.
+        let parse = |s: &str| {
+            DatumWriter::new(Schema::parse_str(s).expect("compiled-in schema parses"))
+                .expect("compiled-in schema's names resolve")
+        };
         Encoder {
             v1: parse(SCHEMA_V1),
             v2: parse(SCHEMA_V2),
@@ -185,10 +189,7 @@ impl Encoder {
                 (&self.v2, self.v2_id)
             }
         };
-        #[allow(deprecated)] // the datum writer's replacement needs a builder per call
-        let body = apache_avro::to_avro_datum(schema, Value::Record(fields))
-            .map_err(|e| EncodeError::Avro(e.to_string()))?;
-        Ok(wire(id, &body))
+        schema.wire(id, &Value::Record(fields))
     }
 }
 

@@ -22,7 +22,9 @@ use apache_avro::types::Value;
 use apache_avro::Schema;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::codec::{read_value, resolving_reader, DecodeError, Fields, PoisonKind};
+use crate::engine::codec::{
+    read_value, resolving_reader, DatumWriter, DecodeError, Fields, PoisonKind,
+};
 use crate::engine::entity::{Entity, Event, State};
 
 /// The reader schema of stock events.
@@ -240,7 +242,7 @@ fn event_from_value(value: Value) -> Result<Event<StockChange>, DecodeError> {
 /// Encodes stock events in the wire format with a registered schema id (the
 /// stock generator, tests).
 pub struct StockEncoder {
-    schema: Schema,
+    writer: DatumWriter,
     /// The registry's id of the stock event schema.
     pub schema_id: u32,
 }
@@ -254,10 +256,13 @@ impl StockEncoder {
         let schema_id = registry
             .register(&format!("{topic}-value"), EVENT_SCHEMA)
             .await?;
-        Ok(StockEncoder {
-            schema: event_schema().clone(),
-            schema_id,
-        })
+        let writer = DatumWriter::new(event_schema().clone()).map_err(|e| {
+            crate::registry::RegistryError::Rejected {
+                subject: format!("{topic}-value"),
+                message: e.to_string(),
+            }
+        })?;
+        Ok(StockEncoder { writer, schema_id })
     }
 
     /// The wire-format bytes of one event.
@@ -285,10 +290,7 @@ impl StockEncoder {
                 Value::TimestampMillis(event.occurred_at),
             ),
         ];
-        #[allow(deprecated)] // the datum writer's replacement needs a builder per call
-        let body = apache_avro::to_avro_datum(&self.schema, Value::Record(fields))
-            .map_err(|e| crate::engine::codec::EncodeError::Avro(e.to_string()))?;
-        Ok(crate::engine::codec::wire(self.schema_id, &body))
+        self.writer.wire(self.schema_id, &Value::Record(fields))
     }
 }
 

@@ -43,6 +43,16 @@ impl DatumWriter {
         &self.schema
     }
 
+    /// `value` in the Confluent wire format: the header naming `schema_id`,
+    /// then the body.
+    pub(crate) fn wire(&self, schema_id: u32, value: &Value) -> Result<Vec<u8>, EncodeError> {
+        let mut out = Vec::with_capacity(128);
+        out.push(0);
+        out.extend_from_slice(&schema_id.to_be_bytes());
+        self.write(value, &mut out)?;
+        Ok(out)
+    }
+
     /// Appends `value`'s encoding to `out`; an error, with `out` as it was,
     /// if `value` does not match the schema.
     pub(crate) fn write(&self, value: &Value, out: &mut Vec<u8>) -> Result<(), EncodeError> {

@@ -95,6 +95,9 @@ pub struct PartitionStats {
     #[serde(flatten)]
     pub checkpoint: Checkpoint,
     pub orders: usize,
+    /// Bytes of the live states, keys and stored values.
+    #[serde(default)]
+    pub state_bytes: u64,
     /// Outbox records not yet published.
     pub outbox_pending: usize,
 }
@@ -280,19 +283,43 @@ impl Store {
         Ok(out)
     }
 
+    /// Bytes the store's files take on disk (blocks allocated).
+    pub fn disk_bytes(&self) -> Result<u64, StoreError> {
+        fn walk(dir: &Path, total: &mut u64) -> std::io::Result<()> {
+            use std::os::unix::fs::MetadataExt;
+            for entry in std::fs::read_dir(dir)? {
+                let entry = entry?;
+                let meta = entry.metadata()?;
+                if meta.is_dir() {
+                    walk(&entry.path(), total)?;
+                } else {
+                    *total += meta.blocks() * 512;
+                }
+            }
+            Ok(())
+        }
+        let mut total = 0;
+        walk(self.path(), &mut total).map_err(|e| StoreError::Io {
+            path: self.path().to_path_buf(),
+            cause: sled::Error::Io(e),
+        })?;
+        Ok(total)
+    }
+
     /// Per-partition checkpoints and order counts (scans every order).
     pub fn stats(&self) -> Result<Vec<PartitionStats>, StoreError> {
         let mut out = Vec::new();
         for (topic, partition) in self.partitions() {
             let tree = self.partition(&topic, partition)?;
             let checkpoint = tree.checkpoint()?.unwrap_or_default();
-            let orders = tree.state_count()?;
+            let (orders, state_bytes) = tree.state_footprint()?;
             let outbox_pending = tree.tree.scan_prefix([OUTBOX_PREFIX]).count();
             out.push(PartitionStats {
                 topic,
                 partition,
                 checkpoint,
                 orders,
+                state_bytes,
                 outbox_pending,
             });
         }

@@ -120,13 +120,22 @@ impl PartitionStore {
     }
 
     /// Entity states the tree holds (scans every one).
+    #[cfg(test)]
     pub(crate) fn state_count(&self) -> Result<usize, StoreError> {
-        let mut states = 0;
-        self.scan_packable(ORDER_PREFIX, |_, _| {
+        Ok(self.state_footprint()?.0)
+    }
+
+    /// Entity states the tree holds and their bytes, keys and stored
+    /// values (scans every one): the live state the disk is measured
+    /// against.
+    pub(crate) fn state_footprint(&self) -> Result<(usize, u64), StoreError> {
+        let (mut states, mut bytes) = (0, 0u64);
+        self.scan_packable(ORDER_PREFIX, |key, value| {
             states += 1;
+            bytes += (key.len() + value.len()) as u64;
             Ok(())
         })?;
-        Ok(states)
+        Ok((states, bytes))
     }
 
     /// True when the tree holds packed runs.

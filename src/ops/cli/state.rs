@@ -28,7 +28,7 @@ pub(super) enum StateCommand {
     },
     /// Every order's state with its input partition, as JSON lines
     Dump,
-    /// Per-partition next offset and counters, and totals
+    /// Per-partition next offset and counters, and totals, with the store's bytes on disk and its live states'
     Stats {
         /// Print one JSON object (per partition and totals) instead of a table
         #[arg(long)]
@@ -118,8 +118,11 @@ fn stats<E: Entity>(store: &Store, json: bool) -> Result<Exit> {
     let mut total = Checkpoint::default();
     let mut orders = 0;
     let mut outbox_pending = 0;
+    let mut state_bytes = 0;
+    let disk_bytes = store.disk_bytes()?;
     for s in &stats {
         outbox_pending += s.outbox_pending;
+        state_bytes += s.state_bytes;
         total.applied += s.checkpoint.applied;
         total.duplicates += s.checkpoint.duplicates;
         total.stale += s.checkpoint.stale;
@@ -135,7 +138,8 @@ fn stats<E: Entity>(store: &Store, json: bool) -> Result<Exit> {
         let mut totals = serde_json::json!({
             "applied": total.applied, "duplicates": total.duplicates, "stale": total.stale,
             "dead_lettered": total.dead_lettered, "consumed": total.outcomes(), "orders": orders,
-            "replayed": total.replayed, "skipped": total.skipped, "outbox_pending": outbox_pending
+            "replayed": total.replayed, "skipped": total.skipped, "outbox_pending": outbox_pending,
+            "state_bytes": state_bytes, "disk_bytes": disk_bytes
         });
         totals[&keys_column] = serde_json::json!(orders);
         let value = serde_json::json!({ "partitions": stats, "totals": totals });
@@ -185,6 +189,11 @@ fn stats<E: Entity>(store: &Store, json: bool) -> Result<Exit> {
             total.replayed,
             total.skipped,
             outbox_pending
+        );
+        println!(
+            "store: {:.1} MiB on disk for {:.1} MiB of live states (keys and stored values)",
+            disk_bytes as f64 / (1 << 20) as f64,
+            state_bytes as f64 / (1 << 20) as f64
         );
     }
     Ok(Exit::Success)

@@ -153,11 +153,7 @@ impl<E: Entity> OutboxEncoder<E> {
                 Value::Long(record.source_offset),
             ),
         ];
-        let mut out = Vec::with_capacity(128);
-        out.push(0);
-        out.extend_from_slice(&self.schema_id.to_be_bytes());
-        self.writer.write(&Value::Record(fields), &mut out)?;
-        Ok(out)
+        self.writer.wire(self.schema_id, &Value::Record(fields))
     }
 
     /// Decodes a published record's body (tests and tools).

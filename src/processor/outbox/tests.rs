@@ -66,3 +66,65 @@ fn records_round_trip_through_avro() {
         .iter()
         .any(|(n, v)| n == "from_status" && *v == Value::Union(0, Box::new(Value::Null))));
 }
+
+fn status_record(key_field: &str, from: Value, to: Value) -> Value {
+    Value::Record(vec![
+        ("event_id".into(), Value::String("7f7a-c0de".into())),
+        (key_field.into(), Value::String("o-000042".into())),
+        ("version".into(), Value::Long(3)),
+        ("from_status".into(), from),
+        ("to_status".into(), to),
+        (
+            "occurred_at".into(),
+            Value::TimestampMillis(1_765_000_000_000),
+        ),
+        ("source_topic".into(), Value::String("orders".into())),
+        ("source_partition".into(), Value::Int(2)),
+        ("source_offset".into(), Value::Long(-1)),
+    ])
+}
+
+/// The status records of the built-in entities, their first change (no
+/// `from_status`) and a later one, are written directly (not through
+/// apache-avro's writer) and as apache-avro writes them.
+#[test]
+fn the_built_in_status_records_are_written_directly() {
+    let paid = || Value::Enum(1, "PAID".into());
+    let stock = |i: u32, s: &str| Value::Enum(i, s.into());
+    let cases = [
+        (
+            crate::domains::orders::STATUS_SCHEMA,
+            "order_id",
+            [Value::Enum(0, "CREATED".into()), paid()],
+        ),
+        (
+            crate::domains::stock::STATUS_SCHEMA,
+            "sku",
+            [stock(0, "IN_STOCK"), stock(1, "OUT_OF_STOCK")],
+        ),
+        (
+            crate::domains::latest::STATUS_SCHEMA,
+            "key",
+            [Value::String("a".into()), Value::String("b".into())],
+        ),
+    ];
+    for (text, key_field, [from, to]) in cases {
+        let schema = Schema::parse_str(text).unwrap();
+        let writer = crate::engine::codec::DatumWriter::new(schema.clone()).unwrap();
+        for from in [
+            Value::Union(0, Box::new(Value::Null)),
+            Value::Union(1, Box::new(from.clone())),
+        ] {
+            let value = status_record(key_field, from, to.clone());
+            assert!(
+                writer.write_direct(&value, writer.schema(), &mut Vec::new()),
+                "{key_field}: {value:?}"
+            );
+            let mut out = Vec::new();
+            writer.write(&value, &mut out).expect("written");
+            #[allow(deprecated)]
+            let apache = apache_avro::to_avro_datum(&schema, value.clone()).expect("apache");
+            assert_eq!(out, apache);
+        }
+    }
+}

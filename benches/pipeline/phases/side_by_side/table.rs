@@ -168,6 +168,20 @@ impl SideBySideOut {
                 }
             ));
         }
+        for r in &self.runs {
+            let bytes = |k: &str| {
+                r.own_report[k]
+                    .as_u64()
+                    .map(|b| b as f64 / (1 << 20) as f64)
+            };
+            if let (Some(disk), Some(live)) = (bytes("disk_bytes"), bytes("state_bytes")) {
+                lines.push(format!(
+                    "  ({:<3}) store after the run: {disk:.1} MiB on disk, {live:.1} MiB of live states ({:.2}x)",
+                    r.key,
+                    disk / live.max(1e-9)
+                ));
+            }
+        }
         for r in &self.restores {
             lines.push(format!(
                 "  ({}) restore: {} changelog records, ready {:.2} s after the process started = {:.0} records/s; from the restore's first start to its last end {:.2} s = {:.0} records/s ({})",
