@@ -25,6 +25,10 @@ pub(crate) struct DatumWriter {
     schema: Schema,
     /// The schema's named types by full name, for its references.
     names: HashMap<Name, Schema>,
+    /// False for a schema whose names this writer does not resolve as
+    /// apache-avro does (see [`resolves_plainly`]): every value of it goes
+    /// to apache-avro's writer.
+    direct: bool,
 }
 
 impl DatumWriter {
@@ -36,7 +40,12 @@ impl DatumWriter {
             .iter()
             .map(|(name, schema)| (name.clone(), (*schema).clone()))
             .collect();
-        Ok(DatumWriter { schema, names })
+        let direct = resolves_plainly(&schema, None);
+        Ok(DatumWriter {
+            schema,
+            names,
+            direct,
+        })
     }
 
     pub(crate) fn schema(&self) -> &Schema {
@@ -57,7 +66,7 @@ impl DatumWriter {
     /// if `value` does not match the schema.
     pub(crate) fn write(&self, value: &Value, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         let start = out.len();
-        if self.write_direct(value, &self.schema, out) {
+        if self.direct && self.write_direct(value, &self.schema, out) {
             return Ok(());
         }
         out.truncate(start);
@@ -141,6 +150,28 @@ impl DatumWriter {
             }
             _ => false,
         }
+    }
+}
+
+/// True when every reference in `schema` is written with its full name and
+/// every record's field names are its own: then a reference is its stored
+/// name and a value's field is found by name, as this writer does. False for
+/// a reference that takes its namespace from the enclosing type (a name
+/// written with a leading dot, a schema built by hand) or a field alias
+/// equal to another field's name, which apache-avro resolves otherwise.
+fn resolves_plainly(schema: &Schema, enclosing: Option<&str>) -> bool {
+    match schema {
+        Schema::Ref { name } => *name.fully_qualified_name(enclosing) == *name,
+        Schema::Record(r) => {
+            let namespace = r.name.namespace().or(enclosing);
+            r.fields.iter().enumerate().all(|(at, field)| {
+                r.lookup.get(&field.name) == Some(&at) && resolves_plainly(&field.schema, namespace)
+            })
+        }
+        Schema::Union(u) => u.variants().iter().all(|v| resolves_plainly(v, enclosing)),
+        Schema::Array(a) => resolves_plainly(&a.items, enclosing),
+        Schema::Map(m) => resolves_plainly(&m.types, enclosing),
+        _ => true,
     }
 }
 

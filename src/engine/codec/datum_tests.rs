@@ -22,6 +22,9 @@ const EVERY_KIND: &str = r#"{
     {"name": "u", "type": ["null", "Kind", "string", "long"]},
     {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "tm", "type": {"type": "int", "logicalType": "time-millis"}},
+    {"name": "tu", "type": {"type": "long", "logicalType": "time-micros"}},
+    {"name": "tsu", "type": {"type": "long", "logicalType": "timestamp-micros"}},
     {"name": "inner", "type": {"type": "record", "name": "Inner", "fields": [{"name": "x", "type": "long"}]}},
     {"name": "again", "type": "Inner"}
   ]
@@ -42,7 +45,16 @@ fn written(writer: &DatumWriter, value: &Value) -> Result<Vec<u8>, String> {
 }
 
 fn direct(writer: &DatumWriter, value: &Value) -> bool {
-    writer.write_direct(value, writer.schema(), &mut Vec::new())
+    writer.direct && writer.write_direct(value, writer.schema(), &mut Vec::new())
+}
+
+/// The writer and apache-avro agree: the same bytes, or both refuse.
+fn agree(writer: &DatumWriter, schema: &Schema, value: &Value) {
+    match (written(writer, value), apache(schema, value)) {
+        (Ok(ours), Ok(theirs)) => assert_eq!(ours, theirs, "{value:?}"),
+        (Err(_), Err(_)) => {}
+        (ours, theirs) => panic!("{value:?}: ours {ours:?}, apache-avro's {theirs:?}"),
+    }
 }
 
 prop_compose! {
@@ -51,6 +63,7 @@ prop_compose! {
         d in any::<f64>(), s in ".{0,40}", by in prop::collection::vec(any::<u8>(), 0..300),
         e in 0u32..3, u in 0u32..4, us in "[a-z]{0,8}", ul in any::<i64>(), ts in any::<i64>(),
         day in any::<i32>(), x in any::<i64>(), y in any::<i64>(), shuffle in any::<bool>(),
+        tm in 0..86_400_000i32, tu in any::<i64>(), tsu in any::<i64>(),
     ) -> Value {
         let u = match u {
             0 => Value::Union(0, Box::new(Value::Null)),
@@ -71,6 +84,9 @@ prop_compose! {
             ("u".into(), u),
             ("ts".into(), Value::TimestampMillis(ts)),
             ("day".into(), Value::Date(day)),
+            ("tm".into(), Value::TimeMillis(tm)),
+            ("tu".into(), Value::TimeMicros(tu)),
+            ("tsu".into(), Value::TimestampMicros(tsu)),
             ("inner".into(), Value::Record(vec![("x".into(), Value::Long(x))])),
             ("again".into(), Value::Record(vec![("x".into(), Value::Long(y))])),
         ];
@@ -116,7 +132,18 @@ fn a_value_that_does_not_match_is_refused_as_apache_avro_refuses_it() {
         }
         Value::Record(fields)
     };
+    let renamed = |from: &str, to: &str| {
+        let mut fields = fields.clone();
+        for field in &mut fields {
+            if field.0 == from {
+                field.0 = to.into();
+            }
+        }
+        Value::Record(fields)
+    };
     let wrong = [
+        renamed("s", "zz"),
+        renamed("s", "n"),
         with("l", Value::String("not a long".into())),
         with("e", Value::Enum(1, "C".into())),
         with("e", Value::Enum(7, "A".into())),
@@ -134,4 +161,58 @@ fn a_value_that_does_not_match_is_refused_as_apache_avro_refuses_it() {
     let widened = with("l", Value::Int(-5));
     assert!(!direct(&writer, &widened));
     assert_eq!(written(&writer, &widened), apache(&schema, &widened));
+}
+
+/// A reference that takes its namespace from the enclosing record (a name
+/// with a leading dot) resolves as apache-avro resolves it: to `x.Inner`,
+/// a string, not the top-level `Inner`, a long.
+#[test]
+fn a_reference_named_within_its_enclosing_namespace_resolves_as_apache_avro_resolves_it() {
+    let schema = Schema::parse_str(
+        r#"{"type": "record", "name": "Top", "fields": [
+          {"name": "a", "type": {"type": "record", "name": "Inner", "fields": [{"name": "v", "type": "long"}]}},
+          {"name": "b", "type": {"type": "record", "name": "Mid", "namespace": "x", "fields": [
+            {"name": "c", "type": {"type": "record", "name": "Inner", "fields": [{"name": "v", "type": "string"}]}},
+            {"name": "d", "type": ".Inner"}
+          ]}}
+        ]}"#,
+    )
+    .unwrap();
+    let writer = DatumWriter::new(schema.clone()).unwrap();
+    let inner = |v: Value| Value::Record(vec![("v".into(), v)]);
+    for d in [Value::Long(1), Value::String("s".into())] {
+        let value = Value::Record(vec![
+            ("a".into(), inner(Value::Long(7))),
+            (
+                "b".into(),
+                Value::Record(vec![
+                    ("c".into(), inner(Value::String("c".into()))),
+                    ("d".into(), inner(d)),
+                ]),
+            ),
+        ]);
+        assert!(!direct(&writer, &value), "{value:?}");
+        agree(&writer, &schema, &value);
+    }
+}
+
+/// A field alias equal to another field's name makes apache-avro check a
+/// value's field against the aliased one: such a schema is written by
+/// apache-avro alone.
+#[test]
+fn a_field_alias_equal_to_another_fields_name_is_left_to_apache_avro() {
+    let schema = Schema::parse_str(
+        r#"{"type": "record", "name": "R", "fields": [
+          {"name": "b", "type": "long"},
+          {"name": "a", "type": "string", "aliases": ["b"]}
+        ]}"#,
+    )
+    .unwrap();
+    let writer = DatumWriter::new(schema.clone()).unwrap();
+    let value = Value::Record(vec![
+        ("b".into(), Value::Long(1)),
+        ("a".into(), Value::String("a".into())),
+    ]);
+    assert!(!direct(&writer, &value));
+    agree(&writer, &schema, &value);
 }

@@ -70,7 +70,8 @@ pub use restore::RestoreWrite;
 /// The layout this build reads and writes (also named by the unit tests).
 pub(crate) use layout::FORMAT;
 use layout::{
-    BINDING_KEY, CHUNK_PREFIX, FORMATS_OPENED_AS_IS, FORMAT_KEY, ORDER_PREFIX, OUTBOX_PREFIX,
+    BINDING_KEY, CHUNK_PREFIX, FORMATS_OPENED_AS_IS, FORMAT_KEY, LEGACY_CHUNK_PREFIX, ORDER_PREFIX,
+    OUTBOX_PREFIX,
 };
 
 /// The share of `store.cache_capacity_mb` given, beside it, to the leaves of
@@ -98,6 +99,10 @@ pub struct PartitionStats {
     /// Bytes of the live states, keys and stored values.
     #[serde(default)]
     pub state_bytes: u64,
+    /// Bytes of the inbox chunks, keys and stored values (the event ids
+    /// an order remembers past those its state holds).
+    #[serde(default)]
+    pub inbox_bytes: u64,
     /// Outbox records not yet published.
     pub outbox_pending: usize,
 }
@@ -283,13 +288,34 @@ impl Store {
         Ok(out)
     }
 
+    /// [`Store::open`], retried while an earlier handle in this process
+    /// still holds the lock (sled releases it on a background thread, later
+    /// under load): a test's reopen after a simulated crash.
+    #[cfg(test)]
+    pub(crate) fn open_when_released(path: &Path, cache_capacity_mb: u64) -> Store {
+        (0..100)
+            .find_map(|_| match Store::open(path, cache_capacity_mb) {
+                Err(StoreError::Locked { .. }) => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    None
+                }
+                other => Some(other),
+            })
+            .expect("the earlier handle lets go of the lock")
+            .expect("the store opens")
+    }
+
     /// Bytes the store's files take on disk (blocks allocated).
     pub fn disk_bytes(&self) -> Result<u64, StoreError> {
         fn walk(dir: &Path, total: &mut u64) -> std::io::Result<()> {
             use std::os::unix::fs::MetadataExt;
             for entry in std::fs::read_dir(dir)? {
                 let entry = entry?;
-                let meta = entry.metadata()?;
+                // sled deletes segments of its own as it goes.
+                let meta = match entry.metadata() {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    meta => meta?,
+                };
                 if meta.is_dir() {
                     walk(&entry.path(), total)?;
                 } else {
@@ -313,6 +339,8 @@ impl Store {
             let tree = self.partition(&topic, partition)?;
             let checkpoint = tree.checkpoint()?.unwrap_or_default();
             let (orders, state_bytes) = tree.state_footprint()?;
+            let inbox_bytes =
+                tree.footprint(CHUNK_PREFIX)?.1 + tree.footprint(LEGACY_CHUNK_PREFIX)?.1;
             let outbox_pending = tree.tree.scan_prefix([OUTBOX_PREFIX]).count();
             out.push(PartitionStats {
                 topic,
@@ -320,6 +348,7 @@ impl Store {
                 checkpoint,
                 orders,
                 state_bytes,
+                inbox_bytes,
                 outbox_pending,
             });
         }

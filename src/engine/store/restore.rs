@@ -129,13 +129,18 @@ impl PartitionStore {
     /// values (scans every one): the live state the disk is measured
     /// against.
     pub(crate) fn state_footprint(&self) -> Result<(usize, u64), StoreError> {
-        let (mut states, mut bytes) = (0, 0u64);
-        self.scan_packable(ORDER_PREFIX, |key, value| {
-            states += 1;
+        self.footprint(ORDER_PREFIX)
+    }
+
+    /// Entries under `prefix` (states, inbox chunks) and their bytes.
+    pub(crate) fn footprint(&self, prefix: u8) -> Result<(usize, u64), StoreError> {
+        let (mut entries, mut bytes) = (0, 0u64);
+        self.scan_packable(prefix, |key, value| {
+            entries += 1;
             bytes += (key.len() + value.len()) as u64;
             Ok(())
         })?;
-        Ok((states, bytes))
+        Ok((entries, bytes))
     }
 
     /// True when the tree holds packed runs.

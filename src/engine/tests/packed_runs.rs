@@ -136,19 +136,8 @@ fn write_out(tree: &PartitionStore, changes: &[Change], next_offset: i64) {
         .expect("commit");
 }
 
-/// The store at `path`, once the process's earlier handle has let go of its
-/// lock (sled releases it on a background thread).
 fn reopen(path: &std::path::Path) -> Store {
-    (0..100)
-        .find_map(|_| match Store::open(path, 8) {
-            Err(StoreError::Open { .. }) | Err(StoreError::Locked { .. }) => {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                None
-            }
-            other => Some(other),
-        })
-        .expect("lock released")
-        .expect("the store opens")
+    Store::open_when_released(path, 8)
 }
 
 fn check(store: &Store, partition: i32, model: &Model, what: &str) {

@@ -110,7 +110,7 @@ fn the_coldest_changed_orders_are_spilled_read_back_and_written_out_once() {
         .expect("finish");
     store.flush().expect("flush");
     drop((p, store));
-    let store = Store::open(dir.path(), 8).expect("reopen");
+    let store = Store::open_when_released(dir.path(), 8);
     let tree = store.partition("t", 0).expect("tree");
     for order in 0..200 {
         let want = if order < 10 { 3 } else { 2 };
@@ -137,7 +137,7 @@ fn a_crash_after_a_spill_and_before_the_write_out_leaves_the_checkpoints_states(
         // write-out.
         store.flush().expect("flush");
     }
-    let store = Store::open(dir.path(), 8).expect("reopen");
+    let store = Store::open_when_released(dir.path(), 8);
     let tree = store.partition("t", 0).expect("tree");
     let checkpoint: Option<Checkpoint> = tree.checkpoint().expect("checkpoint");
     assert_eq!(checkpoint.map(|c| c.next_offset), Some(200));
@@ -168,7 +168,7 @@ fn a_partition_starting_over_in_the_same_process_drops_what_it_spilled() {
         .expect("changes");
     store.flush().expect("flush");
     drop((p, tree, store));
-    let store = Store::open(dir.path(), 8).expect("reopen");
+    let store = Store::open_when_released(dir.path(), 8);
     let tree = store.partition("t", 0).expect("tree");
     for order in 0..200 {
         let want = if order < 5 { 2 } else { 1 };

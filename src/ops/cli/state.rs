@@ -118,11 +118,12 @@ fn stats<E: Entity>(store: &Store, json: bool) -> Result<Exit> {
     let mut total = Checkpoint::default();
     let mut orders = 0;
     let mut outbox_pending = 0;
-    let mut state_bytes = 0;
+    let (mut state_bytes, mut inbox_bytes) = (0, 0);
     let disk_bytes = store.disk_bytes()?;
     for s in &stats {
         outbox_pending += s.outbox_pending;
         state_bytes += s.state_bytes;
+        inbox_bytes += s.inbox_bytes;
         total.applied += s.checkpoint.applied;
         total.duplicates += s.checkpoint.duplicates;
         total.stale += s.checkpoint.stale;
@@ -139,7 +140,7 @@ fn stats<E: Entity>(store: &Store, json: bool) -> Result<Exit> {
             "applied": total.applied, "duplicates": total.duplicates, "stale": total.stale,
             "dead_lettered": total.dead_lettered, "consumed": total.outcomes(), "orders": orders,
             "replayed": total.replayed, "skipped": total.skipped, "outbox_pending": outbox_pending,
-            "state_bytes": state_bytes, "disk_bytes": disk_bytes
+            "state_bytes": state_bytes, "inbox_bytes": inbox_bytes, "disk_bytes": disk_bytes
         });
         totals[&keys_column] = serde_json::json!(orders);
         let value = serde_json::json!({ "partitions": stats, "totals": totals });
@@ -191,9 +192,10 @@ fn stats<E: Entity>(store: &Store, json: bool) -> Result<Exit> {
             outbox_pending
         );
         println!(
-            "store: {:.1} MiB on disk for {:.1} MiB of live states (keys and stored values)",
+            "store: {:.1} MiB on disk for {:.1} MiB of live states and {:.1} MiB of inbox chunks (keys and stored values)",
             disk_bytes as f64 / (1 << 20) as f64,
-            state_bytes as f64 / (1 << 20) as f64
+            state_bytes as f64 / (1 << 20) as f64,
+            inbox_bytes as f64 / (1 << 20) as f64
         );
     }
     Ok(Exit::Success)

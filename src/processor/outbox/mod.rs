@@ -95,17 +95,19 @@ impl<E: Entity> OutboxEncoder<E> {
         source_topic: &str,
     ) -> Result<Self, RegistryError> {
         let text = entity.status_schema();
-        let schema = Schema::parse_str(text).map_err(|e| RegistryError::Rejected {
+        let rejected = |message: String| RegistryError::Rejected {
             subject: format!("{output_topic}-value"),
-            message: e.to_string(),
-        })?;
-        let schema_id = registry
+            message,
+        };
+        // Built before the schema is registered: one this process cannot
+        // write is not registered either.
+        let schema = Schema::parse_str(text).map_err(|e| rejected(e.to_string()))?;
+        let mut encoder =
+            Self::with_schema(schema, 0, source_topic).map_err(|e| rejected(e.to_string()))?;
+        encoder.schema_id = registry
             .register(&format!("{output_topic}-value"), text)
             .await?;
-        Self::with_schema(schema, schema_id, source_topic).map_err(|e| RegistryError::Rejected {
-            subject: format!("{output_topic}-value"),
-            message: e.to_string(),
-        })
+        Ok(encoder)
     }
 
     /// An encoder of `schema`, registered as `schema_id`.

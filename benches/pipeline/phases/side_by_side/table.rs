@@ -174,11 +174,17 @@ impl SideBySideOut {
                     .as_u64()
                     .map(|b| b as f64 / (1 << 20) as f64)
             };
-            if let (Some(disk), Some(live)) = (bytes("disk_bytes"), bytes("state_bytes")) {
+            let inbox = bytes("inbox_bytes").unwrap_or(0.0);
+            if let (Some(disk), Some(live)) = (
+                bytes("disk_bytes"),
+                bytes("state_bytes")
+                    .map(|states| states + inbox)
+                    .filter(|live| *live > 0.0),
+            ) {
                 lines.push(format!(
-                    "  ({:<3}) store after the run: {disk:.1} MiB on disk, {live:.1} MiB of live states ({:.2}x)",
+                    "  ({:<3}) store after the run: {disk:.1} MiB on disk, {live:.1} MiB live (inbox chunks {inbox:.1}) ({:.2}x)",
                     r.key,
-                    disk / live.max(1e-9)
+                    disk / live
                 ));
             }
         }
