@@ -38,10 +38,40 @@ const MERGE_INLINE_BYTES: u64 = 8 << 20;
 /// A merge writes its runs in sled batches of about this many bytes.
 const MERGE_BATCH_BYTES: usize = 4 << 20;
 
+/// A generation's index is stored cut into pieces of at most this many
+/// bytes, under `g`, the generation's number and the piece's. A sled leaf
+/// holds up to 17 values, and one past sled's blob threshold (128 KiB) is
+/// written to a blob file of its own each time it changes; the leaf of a
+/// large generation's index, whole, changed with every write-out's index
+/// beside it, and its blobs outlived it (2.5 GiB of them for 151 MiB of
+/// state on `lifecycle`, docs/performance.md).
+const INDEX_PIECE_BYTES: usize = 4 << 10;
+
+/// The prefix of generation `id`'s index pieces (before layout 8 was cut
+/// into pieces, the key of its index whole).
 fn index_key(id: u32) -> [u8; 5] {
     let mut key = [INDEX_PREFIX, 0, 0, 0, 0];
     key[1..].copy_from_slice(&id.to_be_bytes());
     key
+}
+
+/// Puts `index` into `batch` in pieces.
+fn put_index(batch: &mut sled::Batch, id: u32, index: &GenerationIndex) {
+    for (n, piece) in index.encode().chunks(INDEX_PIECE_BYTES).enumerate() {
+        let mut key = [0; 9];
+        key[..5].copy_from_slice(&index_key(id));
+        key[5..].copy_from_slice(&(n as u32).to_be_bytes());
+        batch.insert(&key, piece);
+    }
+}
+
+/// Removes, in `batch`, generation `id`'s index pieces (or its index
+/// whole, as an earlier build stored it).
+fn remove_index(tree: &sled::Tree, batch: &mut sled::Batch, id: u32) -> sled::Result<()> {
+    for key in tree.scan_prefix(index_key(id)).keys() {
+        batch.remove(key?);
+    }
+    Ok(())
 }
 
 fn list_of(next_id: u32, live: &[Arc<GenerationIndex>]) -> LiveList {
@@ -81,17 +111,22 @@ fn build<X>(
 /// Deletes, in `batch`, the runs and index of every generation a merge
 /// replaced that no snapshot of the live list holds any more (a reader
 /// holding one keeps its `Arc`).
-fn collect_garbage(list: &mut ListState, batch: &mut sled::Batch) {
-    list.garbage.retain(|generation| {
-        if Arc::strong_count(generation) > 1 {
-            return true;
-        }
+fn collect_garbage(
+    tree: &sled::Tree,
+    list: &mut ListState,
+    batch: &mut sled::Batch,
+) -> sled::Result<()> {
+    let (free, held): (Vec<_>, Vec<_>) = std::mem::take(&mut list.garbage)
+        .into_iter()
+        .partition(|generation| Arc::strong_count(generation) == 1);
+    list.garbage = held;
+    for generation in free {
         for last in &generation.last_keys {
             batch.remove(runs::run_key(generation.id, last));
         }
-        batch.remove(&index_key(generation.id));
-        false
-    });
+        remove_index(tree, batch, generation.id)?;
+    }
+    Ok(())
 }
 
 impl PartitionStore {
@@ -117,13 +152,13 @@ impl PartitionStore {
         };
         let mut live = Vec::with_capacity(list.ids.len());
         for id in &list.ids {
-            let bytes = self
-                .tree
-                .get(index_key(*id))
-                .map_err(|e| self.io(e))?
-                .ok_or_else(|| {
-                    self.corrupt_generation(format!("generation {id}"), "no index".into())
-                })?;
+            let mut bytes = Vec::new();
+            for piece in self.tree.scan_prefix(index_key(*id)).values() {
+                bytes.extend_from_slice(&piece.map_err(|e| self.io(e))?);
+            }
+            if bytes.is_empty() {
+                return Err(self.corrupt_generation(format!("generation {id}"), "no index".into()));
+            }
             let index = GenerationIndex::decode(&bytes)
                 .map_err(|m| self.corrupt_generation(format!("generation {id}"), m))?;
             live.push(Arc::new(index));
@@ -151,7 +186,7 @@ impl PartitionStore {
             let mut index = build(id, keys, entries, |_, _| Ok(()))?;
             // The runs stay as they are; only their index is new.
             index.last_keys = self.run_last_keys(id)?;
-            batch.insert(&index_key(id), index.encode());
+            put_index(&mut batch, id, &index);
         }
         let states: Vec<Result<Entry, StoreError>> = self
             .tree
@@ -175,7 +210,7 @@ impl PartitionStore {
                 batch.insert(key, run);
                 Ok(())
             })?;
-            batch.insert(&index_key(id), index.encode());
+            put_index(&mut batch, id, &index);
             ids.push(id);
         }
         let list = LiveList {
@@ -239,7 +274,7 @@ impl PartitionStore {
                 for key in doomed {
                     batch.remove(key);
                 }
-                batch.remove(&index_key(id));
+                remove_index(&self.tree, &mut batch, id).map_err(|e| self.io(e))?;
                 self.tree.apply_batch(batch).map_err(|e| self.io(e))?;
             }
             match id.checked_add(1) {
@@ -309,7 +344,7 @@ impl PartitionStore {
         batch: &mut sled::Batch,
     ) -> Result<(MutexGuard<'_, ListState>, GenerationIndex), StoreError> {
         let mut list = self.generations.lock();
-        collect_garbage(&mut list, batch);
+        collect_garbage(&self.tree, &mut list, batch).map_err(|e| self.io(e))?;
         let id = list.next_id;
         list.next_id = id.checked_add(1).ok_or_else(|| {
             self.corrupt_generation("generations".into(), "numbers ran out".into())
@@ -324,7 +359,7 @@ impl PartitionStore {
                 Ok(())
             },
         )?;
-        batch.insert(&index_key(id), index.encode());
+        put_index(batch, id, &index);
         Ok((list, index))
     }
 
@@ -531,8 +566,8 @@ impl PartitionStore {
             let orphaned = list_of(list.next_id, &now);
             return self.delete_orphans(&orphaned).map(|_| false);
         };
-        collect_garbage(&mut list, &mut batch);
-        batch.insert(&index_key(id), index.encode());
+        collect_garbage(&self.tree, &mut list, &mut batch).map_err(|e| self.io(e))?;
+        put_index(&mut batch, id, &index);
         let mut next: Vec<_> = now.iter().cloned().collect();
         next.splice(at..at + merged.len(), [Arc::new(index)]);
         batch.insert(

@@ -12,7 +12,8 @@
 //!   tree's generations of packed runs only, never under this key in the
 //!   tree itself (`generations.rs`): every write-out writes the states it
 //!   changed as one new generation (`r` + generation + last key: runs of
-//!   about 32 KiB; `g` + generation: its run index and Bloom filter;
+//!   about 4 KiB; `g` + generation + piece: its run index and Bloom filter,
+//!   in pieces of 4 KiB, so no leaf of them passes sled's blob threshold;
 //!   `\x00generations`: the live generations, oldest first), in the same
 //!   batch as its checkpoint, and generations are merged by size;
 //! * `j` + time + order id + first version (`i` + order id + first version

@@ -241,3 +241,62 @@ fn a_tree_of_layout_7_is_brought_over_with_its_runs_shadowed_by_its_keyed_states
     write_out(&tree, &[("a", "new")], &[], 5);
     assert_eq!(tag_of(read(&tree, "a")), Some("new".into()));
 }
+
+/// A store whose indexes an earlier build of layout 8 stored whole (one
+/// value under `g` and the generation's number) opens and reads as before.
+#[test]
+fn an_index_stored_whole_by_an_earlier_build_is_read() {
+    let dir = tempfile::tempdir().expect("dir");
+    {
+        let (store, tree) = open(dir.path());
+        three_generations(&tree);
+        let ids: Vec<u32> = tree.generations.live().iter().map(|g| g.id).collect();
+        assert!(!ids.is_empty());
+        for id in ids {
+            let mut whole = Vec::new();
+            let mut batch = sled::Batch::default();
+            for item in tree.tree.scan_prefix(index_key(id)) {
+                let (key, piece) = item.expect("piece");
+                whole.extend_from_slice(&piece);
+                batch.remove(key);
+            }
+            batch.insert(&index_key(id), whole);
+            tree.tree.apply_batch(batch).expect("whole");
+        }
+        store.flush().expect("flush");
+    }
+    let (_store, tree) = open(dir.path());
+    assert_newest(&tree, "reopened with whole indexes");
+}
+
+/// The index of a generation too large for one sled leaf under the blob
+/// threshold is stored in pieces: write-outs beside it leave no blob files
+/// (before, each one wrote the leaf of the whole index to a blob of its
+/// own, and the blobs outlived it).
+#[test]
+fn write_outs_beside_a_large_index_leave_no_blob_files() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (store, tree) = open(dir.path());
+    let mut write = BatchWrite::default();
+    for i in 0..150_000 {
+        write.insert(order_key(&format!("k{i:07}")), b"v".to_vec());
+    }
+    tree.commit_batch(write, &Checkpoint::starting_at(1))
+        .expect("large write-out");
+    let largest = tree
+        .generations
+        .live()
+        .iter()
+        .map(|g| g.encode().len())
+        .max();
+    assert!(largest > Some(128 << 10), "index of {largest:?} bytes");
+    for offset in 2..22 {
+        write_out(&tree, &[("small", "v")], &[], offset);
+    }
+    store.flush().expect("flush");
+    let blobs = std::fs::read_dir(dir.path().join("blobs"))
+        .map(|files| files.count())
+        .unwrap_or(0);
+    assert_eq!(blobs, 0, "blob files in the store");
+    assert_eq!(tag_of(read(&tree, "k0100000")), Some("v".into()));
+}
