@@ -55,9 +55,7 @@ impl DatumWriter {
     /// `value` in the Confluent wire format: the header naming `schema_id`,
     /// then the body.
     pub(crate) fn wire(&self, schema_id: u32, value: &Value) -> Result<Vec<u8>, EncodeError> {
-        let mut out = Vec::with_capacity(128);
-        out.push(0);
-        out.extend_from_slice(&schema_id.to_be_bytes());
+        let mut out = super::wire_header(schema_id, 128);
         self.write(value, &mut out)?;
         Ok(out)
     }

@@ -375,9 +375,16 @@ impl Fields {
 
 /// Prefixes an Avro body with the Confluent header.
 pub fn wire(schema_id: u32, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(5 + body.len());
+    let mut out = wire_header(schema_id, body.len());
+    out.extend_from_slice(body);
+    out
+}
+
+/// The Confluent header naming `schema_id`, with room for a body of
+/// `body_len` bytes after it.
+pub(crate) fn wire_header(schema_id: u32, body_len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + body_len);
     out.push(0);
     out.extend_from_slice(&schema_id.to_be_bytes());
-    out.extend_from_slice(body);
     out
 }
