@@ -44,7 +44,7 @@ pub use crate::observe::Telemetry;
 // it, the HTTP endpoint, the store check of `config check`.
 pub use crate::ops::demo::covers;
 pub use crate::ops::http::{bind, serve};
-pub use crate::ops::load::produce_planned;
+pub use crate::ops::load::{produce_planned, produce_streamed};
 pub use crate::ops::preflight::store_present;
 
 /// `dlq replay`'s parts: a request, its progress group, the re-drive log's

@@ -19,8 +19,8 @@
 //! whole topic, event ids of 32 hex characters: issue 7's workload) or, with
 //! `--shape clustered`, each order's events in a short window with canonical
 //! UUID ids (issue 4's workload); `--id-format` picks the ids of either. The
-//! expected counters come from `orderly::testkit::orders::workload::plan`, computed from the
-//! send order independently of the processor. The broker is librdkafka's mock
+//! expected counters come from `orderly::testkit::orders::workload::StreamedPlan`, computed from the
+//! sends of each order independently of the processor. The broker is librdkafka's mock
 //! cluster by default, run in a child process (this same binary with
 //! `--loader`) so that its in-memory log does not count towards this process's
 //! RSS, or any broker given with `--bootstrap` (a random topic is created).

@@ -8,10 +8,15 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tracing::info;
 
+use std::borrow::Borrow;
+
 use crate::domains::orders::workload::PlannedRecord;
+use crate::engine::codec::EncodeError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    #[error("encoding record {index} failed: {source}")]
+    Encode { index: usize, source: EncodeError },
     #[error("producing record {index} failed: {source}")]
     Produce { index: usize, source: KafkaError },
     #[error("delivery of record {index} was cancelled (producer closed)")]
@@ -26,11 +31,26 @@ pub async fn produce_planned(
     topic: &str,
     records: &[PlannedRecord],
 ) -> Result<BTreeMap<i32, i64>, LoadError> {
+    produce_streamed(producer, topic, records.iter().map(Ok), records.len()).await
+}
+
+/// [`produce_planned`] for records encoded as they are read (a
+/// `StreamedPlan`'s): `total` is for the progress lines only.
+pub async fn produce_streamed<R: Borrow<PlannedRecord>>(
+    producer: &FutureProducer,
+    topic: &str,
+    records: impl Iterator<Item = Result<R, EncodeError>>,
+    total: usize,
+) -> Result<BTreeMap<i32, i64>, LoadError> {
     let started = Instant::now();
     let mut last_log = Instant::now();
     let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
     let mut in_flight: Vec<(usize, DeliveryFuture)> = Vec::with_capacity(10_000);
-    for (index, record) in records.iter().enumerate() {
+    let mut produced = 0usize;
+    for (index, record) in records.enumerate() {
+        let record = record.map_err(|source| LoadError::Encode { index, source })?;
+        let record = record.borrow();
+        produced = index + 1;
         loop {
             let future_record = FutureRecord::to(topic)
                 .key(record.key.as_str())
@@ -51,13 +71,13 @@ pub async fn produce_planned(
             settle(&mut in_flight, &mut ends).await?;
         }
         if last_log.elapsed() >= Duration::from_secs(5) {
-            info!(produced = index + 1, total = records.len(), "producing");
+            info!(produced = index + 1, total, "producing");
             last_log = Instant::now();
         }
     }
     settle(&mut in_flight, &mut ends).await?;
     info!(
-        records = records.len(),
+        records = produced,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "produced"
     );

@@ -54,7 +54,6 @@
 //! rounds 1, 3, ..., the peer first in rounds 2, 4, ..., so neither always
 //! runs right after the other's load on the broker.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -62,6 +61,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use orderly::testkit::orders::workload::{fingerprint, order_index};
 use orderly::testkit::orders::StateView;
 
 use crate::figures::Counts;
@@ -89,9 +89,59 @@ pub fn wanted(phases: &[String]) -> bool {
     phases.iter().any(|p| KEYS.contains(&p.as_str()))
 }
 
-pub fn read_expected(path: &Path) -> anyhow::Result<HashMap<String, StateView>> {
+/// Every order's expected final state, as a fingerprint by order index
+/// (what the loader wrote: 8 bytes an order, where the states themselves
+/// would take 2 GiB at 10M orders).
+pub struct ExpectedStates {
+    pub prefix: String,
+    pub fingerprints: Vec<u64>,
+}
+
+impl ExpectedStates {
+    /// Whether `got` is its order's expected state.
+    pub fn matches(&self, got: &StateView) -> bool {
+        order_index(&self.prefix, &got.order_id)
+            .and_then(|i| self.fingerprints.get(i as usize))
+            .is_some_and(|f| *f == fingerprint(got))
+    }
+}
+
+/// Reads what [`crate::loader`] wrote: a header line `fingerprints <prefix>
+/// <count>`, then `count` little-endian u64s.
+pub fn read_expected(path: &Path) -> anyhow::Result<ExpectedStates> {
+    use std::io::{BufRead, Read};
     let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
-    Ok(serde_json::from_reader(std::io::BufReader::new(file))?)
+    let mut reader = std::io::BufReader::new(file);
+    let mut header = String::new();
+    reader.read_line(&mut header)?;
+    let mut words = header.split_whitespace();
+    let (Some("fingerprints"), Some(prefix), Some(count), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        bail!(
+            "{}: not an expected-states file (header {header:?})",
+            path.display()
+        );
+    };
+    let count: usize = count.parse().context("the fingerprint count")?;
+    let mut bytes = Vec::with_capacity(count * 8);
+    reader.read_to_end(&mut bytes)?;
+    if bytes.len() != count * 8 {
+        bail!(
+            "{}: {} bytes of fingerprints, not {}",
+            path.display(),
+            bytes.len(),
+            count * 8
+        );
+    }
+    let fingerprints = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+        .collect();
+    Ok(ExpectedStates {
+        prefix: prefix.to_string(),
+        fingerprints,
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -261,7 +311,7 @@ struct Ctx<'a> {
     args: &'a Args,
     load: &'a LoadInfo,
     registry_url: String,
-    expected: Option<HashMap<String, StateView>>,
+    expected: Option<ExpectedStates>,
     broker_pid: Option<u32>,
     runtime: &'a tokio::runtime::Runtime,
     timeout: Duration,
@@ -273,7 +323,7 @@ pub fn run(
     args: &Args,
     load: &LoadInfo,
     phases: &[String],
-    expected: Option<HashMap<String, StateView>>,
+    expected: Option<ExpectedStates>,
     broker_pid: Option<u32>,
     runtime: &tokio::runtime::Runtime,
     timeout: Duration,

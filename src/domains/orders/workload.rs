@@ -14,6 +14,12 @@ use crate::domains::orders::event::{EventType, OrderEvent, StateView, DEFAULT_CU
 use crate::engine::codec::{wire, EncodeError};
 use crate::engine::outcomes::Outcomes;
 
+mod streamed;
+pub use streamed::{
+    fingerprint, order_id, order_index, StreamedExpectation, StreamedPlan, StreamedPlanError,
+    StreamedRecords, MAX_EVENTS_PER_ORDER,
+};
+
 /// The shape of a generated workload.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkloadSpec {

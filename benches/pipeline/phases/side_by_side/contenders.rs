@@ -132,21 +132,24 @@ pub(super) fn orderly_run(
         dead_lettered: n("dead_lettered"),
     };
     let states_mismatched = if ctx.expected.is_some() {
-        let dump = Command::new(&ctx.orderly_bin)
+        // Read as it is printed: at 10M orders the dump is gigabytes.
+        let mut dump = Command::new(&ctx.orderly_bin)
             .arg("--config")
             .arg(&config_path)
             .args(["state", "dump"])
-            .output()?;
-        if !dump.status.success() {
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        let stdout = dump.stdout.take().context("orderly state dump's stdout")?;
+        let checked = check_dump(ctx, std::io::BufReader::new(stdout).lines());
+        let done = dump.wait_with_output()?;
+        if !done.status.success() {
             bail!(
                 "orderly state dump: {}",
-                String::from_utf8_lossy(&dump.stderr)
+                String::from_utf8_lossy(&done.stderr)
             );
         }
-        check_dump(
-            ctx,
-            String::from_utf8(dump.stdout)?.lines().map(String::from),
-        )?
+        checked?
     } else {
         None
     };
@@ -353,8 +356,8 @@ pub(super) fn peer_run(
         .and_then(|ms| u64::try_from(ms - started_epoch_ms).ok())
         .map(Duration::from_millis);
     let states_mismatched = if ctx.expected.is_some() {
-        let text = std::fs::read_to_string(&dump_path).context("the peer's --dump-state file")?;
-        check_dump(ctx, text.lines().map(String::from))?
+        let file = std::fs::File::open(&dump_path).context("the peer's --dump-state file")?;
+        check_dump(ctx, std::io::BufReader::new(file).lines())?
     } else {
         None
     };

@@ -209,7 +209,7 @@ pub(super) fn peer_restore(ctx: &Ctx<'_>, source: &ContenderRun) -> anyhow::Resu
         records_per_s: records as f64 / seconds.max(1e-9),
         read_seconds,
         read_records_per_s: records as f64 / read_seconds.max(1e-9),
-        orders: ctx.expected.as_ref().map(|e| e.len() as u64).unwrap_or(0),
+        orders: ctx.expected.as_ref().map(|e| e.fingerprints.len() as u64).unwrap_or(0),
         own_report: report,
     })
 }
