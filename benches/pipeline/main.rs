@@ -149,8 +149,9 @@ use report::{Machine, Results, WorkloadOut};
 #[command(about = "orderly end-to-end throughput benchmark")]
 pub struct Args {
     /// A named workload (issue 52; `benches/pipeline/workloads.rs` says
-    /// what each stands for): sets --orders, --events and --shape.
-    #[arg(long, value_enum)]
+    /// what each stands for): sets --orders, --events and --shape, so it
+    /// is refused beside them.
+    #[arg(long, value_enum, conflicts_with_all = ["events", "orders", "shape"])]
     pub workload: Option<workloads::Workload>,
     /// Events to plan (before duplicates and poison are added).
     #[arg(long, default_value_t = 1_000_000)]

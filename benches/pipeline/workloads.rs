@@ -1,6 +1,7 @@
 //! The named workloads of issue 52 (`--workload NAME`): each sets the
 //! orders, the events and how they spread, and says what production stream
-//! it stands for. `--orders`, `--events` and `--shape` still override.
+//! it stands for. It sets `--orders`, `--events` and `--shape`, and is
+//! refused beside them.
 
 use orderly::testkit::orders::workload::Shape;
 
