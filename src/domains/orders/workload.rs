@@ -292,8 +292,8 @@ fn order_events(
 
 /// `events` with duplicates (producer retries) at the spec's rate: a
 /// duplicate lands right after its original or a couple of events later.
-fn with_duplicates(spec: &WorkloadSpec, rng: &mut StdRng, events: Vec<Sent>) -> Vec<Sent> {
-    let mut keyed: Vec<(f64, Sent)> = Vec::with_capacity(events.len() + 1);
+fn with_duplicates<T: Clone>(spec: &WorkloadSpec, rng: &mut StdRng, events: Vec<T>) -> Vec<T> {
+    let mut keyed: Vec<(f64, T)> = Vec::with_capacity(events.len() + 1);
     for (i, sent) in events.into_iter().enumerate() {
         if rng.gen_bool(spec.duplicate_rate) {
             keyed.push((i as f64 + rng.gen_range(0.1..2.5), sent.clone()));

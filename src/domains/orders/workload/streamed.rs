@@ -23,7 +23,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    lifecycle, long_lifecycle, poison, PlannedRecord, Shape, WorkloadSpec, FIXED_START_MS,
+    lifecycle, long_lifecycle, poison, with_duplicates, PlannedRecord, Shape, WorkloadSpec,
+    FIXED_START_MS,
 };
 use crate::domains::orders::codec::{Encoder, WriterVersion};
 use crate::domains::orders::event::{EventType, OrderEvent, StateView, DEFAULT_CURRENCY};
@@ -160,18 +161,8 @@ impl StreamedPlan {
                 events.swap(i, i + 1);
             }
         }
-        // Duplicates (producer retries) right after the original or a couple
-        // of events later, as `plan` places them.
-        let mut keyed: Vec<(f64, (u16, u8, bool))> = Vec::with_capacity(events.len() + 1);
-        for (i, sent) in events.into_iter().enumerate() {
-            if rng.gen_bool(spec.duplicate_rate) {
-                keyed.push((i as f64 + rng.gen_range(0.1..2.5), sent));
-            }
-            keyed.push((i as f64, sent));
-        }
-        keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
         sequence.clear();
-        sequence.extend(keyed.into_iter().map(|(_, s)| s));
+        sequence.extend(with_duplicates(spec, rng, events));
         let times: Vec<f64> = match spec.shape {
             Shape::Clustered => {
                 let mut t = start;
