@@ -3,8 +3,9 @@
 //! as it goes; it applies the keys of one leaf to one copy of it, and
 //! holds what a map would; it caches the leaves of keys written once apart,
 //! in a budget of their own; a read waiting on a batch's lock does not hold
-//! back what the batch frees; and the batch is still all or nothing across a
-//! SIGKILL.
+//! back what the batch frees; it counts a read's pulled leaf against the
+//! cache within a few reads; and the batch is still all or nothing across
+//! a SIGKILL.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::BufRead;
@@ -167,7 +168,7 @@ const CHILD_ENV: &str = "ORDERLY_TEST_SLED_BATCH_CHILD";
 const BATCH_KEYS: usize = 2_000;
 const READY: &str = "orderly-sled-batches: first batch applied";
 
-/// The two tests share the process's allocation counters: one at a time.
+/// The tests share the process's allocation counters: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// In the child: batches of `BATCH_KEYS` keys (each many repin intervals),
@@ -471,6 +472,79 @@ fn leaves_of_packed_runs_are_held_within_the_cache() {
     assert!(
         held < 24 << 20,
         "48 MiB of runs with a cache of 8 MiB held {} MiB of heap",
+        held >> 20
+    );
+}
+
+/// Random reads over a tree twelve times its cache (orderly's `uniform`
+/// shape: every event reads a run no cache holds). sled queues each access
+/// in its shard's block and only counts the block's accesses against the
+/// cache, evicting what is over, once the block is full: with 256 shards of
+/// 64 accesses, up to 16,320 pulled leaves (a GiB of 64 KiB leaves) were
+/// held before the cache heard of them, so a store of 96 MiB read at random
+/// held all of it. The seventh change makes the queue 16 shards of 4.
+#[test]
+fn random_reads_are_held_within_the_cache() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const RUN: usize = 4 << 10;
+    const RUNS: u64 = (96 << 20) / RUN as u64;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let open = || {
+        let db = sled::Config::new()
+            .path(dir.path())
+            .cache_capacity(8 << 20)
+            .open()
+            .expect("open the store");
+        let tree = db.open_tree("partition/0").expect("open the tree");
+        (db, tree)
+    };
+    let run_key = |i: u64| {
+        let mut k = vec![b'r'];
+        k.extend_from_slice(&(i / 64).to_be_bytes());
+        k.extend_from_slice(&i.to_be_bytes());
+        k
+    };
+    let run = |i: u64| vec![(i % 251) as u8; RUN];
+    {
+        let (_db, tree) = open();
+        for generation in 0..RUNS / 64 {
+            let mut batch = sled::Batch::default();
+            for i in generation * 64..(generation + 1) * 64 {
+                batch.insert(run_key(i), run(i));
+            }
+            tree.apply_batch(batch).expect("batch");
+        }
+        tree.flush().expect("flush");
+    }
+    let (db, tree) = open();
+    let before = LIVE.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    // Every run once, in an order that jumps over the whole tree (a step
+    // prime to RUNS), from two threads as two partitions would.
+    std::thread::scope(|s| {
+        for half in 0..2u64 {
+            let (tree, run_key, run) = (&tree, &run_key, &run);
+            s.spawn(move || {
+                for n in (half..RUNS).step_by(2) {
+                    let i = n * 7_919 % RUNS;
+                    let got = tree.get(run_key(i)).expect("get");
+                    assert_eq!(got.as_deref(), Some(&run(i)[..]), "run {i}");
+                }
+            });
+        }
+    });
+    let held = LIVE.load(Ordering::Relaxed).saturating_sub(before);
+    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(before);
+    drop((tree, db));
+    eprintln!(
+        "96 MiB of runs read at random, a cache of 8 MiB: {} MiB held, {} MiB at the peak",
+        held >> 20,
+        peak >> 20
+    );
+    assert!(
+        peak < 32 << 20,
+        "96 MiB of runs read at random with a cache of 8 MiB: {} MiB of heap at the peak ({} MiB held after)",
+        peak >> 20,
         held >> 20
     );
 }
