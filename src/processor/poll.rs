@@ -161,7 +161,9 @@ fn check_topics_and_subscribe<E: Entity>(
 }
 
 /// While the connection is lost, a short metadata request once a second
-/// finds its return ("kafka reachable again").
+/// finds its return ("kafka reachable again"); its failure keeps the
+/// reminders coming when librdkafka has gone quiet (a consumer whose
+/// session timed out in the outage reports nothing more).
 fn probe_while_down(
     consumer: &BaseConsumer<OrderlyContext>,
     topic: &str,
@@ -169,11 +171,9 @@ fn probe_while_down(
 ) {
     if last_probe.elapsed() >= Duration::from_secs(1) && link::is_down() {
         *last_probe = Instant::now();
-        if consumer
-            .fetch_metadata(Some(topic), Duration::from_millis(500))
-            .is_ok()
-        {
-            link::reachable();
+        match consumer.fetch_metadata(Some(topic), Duration::from_millis(500)) {
+            Ok(_) => link::reachable(),
+            Err(e) => link::unreachable(&e.to_string()),
         }
     }
 }

@@ -193,28 +193,35 @@ impl<'a> Iterator for CacheAccessIter<'a> {
 struct CacheAccess(u64);
 
 /// orderly's patch: the access of a cold page (see `Lru::accessed`) has
-/// this bit set; the size's exponent (at most 64) fits in the 7 below it.
+/// this bit set.
 const COLD_BIT: u64 = 1 << 63;
 
+/// orderly's seventh change (PATCH.md): an access carries its page's size
+/// in units of `SIZE_UNIT` bytes, rounded up (at least one, so an access is
+/// never the zero a block's unwritten slot holds), in the 29 bits below the
+/// cold bit, and its position in the shard in the 34 bits below those.
+/// sled rounded the size up to a power of two (a 68 KiB leaf counted as
+/// 128 KiB), so the cache held as little as half of its capacity.
+const SIZE_UNIT: u64 = 256;
+const POS_BITS: u32 = 34;
+const SIZE_MAX_UNITS: u64 = (1 << 29) - 1;
+
 impl CacheAccess {
-    fn new(pid: PageId, sz: u64, cold: bool) -> CacheAccess {
-        let rounded_up_power_of_2 =
-            u64::from(sz.next_power_of_two().trailing_zeros());
-
-        assert!(rounded_up_power_of_2 < 128);
-
+    fn new(pos: PageId, sz: u64, cold: bool) -> CacheAccess {
+        assert!(pos < 1 << POS_BITS, "page position {} past the cache's", pos);
+        let units = (sz / SIZE_UNIT + u64::from(sz % SIZE_UNIT != 0))
+            .clamp(1, SIZE_MAX_UNITS);
         let cold = if cold { COLD_BIT } else { 0 };
-        CacheAccess(pid | (rounded_up_power_of_2 << 56) | cold)
+        CacheAccess(pos | (units << POS_BITS) | cold)
     }
 
     const fn decompose(self) -> (PageId, u64, bool) {
-        let sz = 1 << ((self.0 >> 56) & 0x7f);
-        let pid = self.0 << 8 >> 8;
-        (pid, sz, self.0 & COLD_BIT != 0)
+        let units = (self.0 >> POS_BITS) & SIZE_MAX_UNITS;
+        let pos = self.0 & ((1 << POS_BITS) - 1);
+        (pos, units * SIZE_UNIT, self.0 & COLD_BIT != 0)
     }
 }
 
-/// A simple LRU cache.
 pub struct Lru {
     shards: Vec<(AccessQueue, FastLock<Shard>)>,
 }
@@ -406,5 +413,26 @@ fn lru_smoke_test() {
     for i in 0..1000 {
         let guard = pin();
         lru.accessed(i, 16, false, &guard);
+    }
+}
+
+#[test]
+fn an_access_keeps_its_position_and_its_size_to_the_unit() {
+    for (pos, size, cold) in [
+        (0, 0, false),
+        (0, 1, false),
+        (7, 68 << 10, true),
+        ((1 << POS_BITS) - 1, (64 << 10) + 1, false),
+        (12_345, u64::MAX, true),
+    ] {
+        let access = CacheAccess::new(pos, size, cold);
+        assert_ne!(access.0, 0, "an access is never an unwritten slot");
+        let (p, s, c) = access.decompose();
+        assert_eq!((p, c), (pos, cold));
+        let expected = size.clamp(1, SIZE_MAX_UNITS * SIZE_UNIT);
+        assert!(
+            s >= expected && s < expected + SIZE_UNIT,
+            "size {size} came back as {s}"
+        );
     }
 }
