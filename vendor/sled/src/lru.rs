@@ -222,6 +222,7 @@ impl CacheAccess {
     }
 }
 
+/// A simple LRU cache.
 pub struct Lru {
     shards: Vec<(AccessQueue, FastLock<Shard>)>,
 }

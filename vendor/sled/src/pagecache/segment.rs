@@ -702,11 +702,6 @@ impl SegmentAccountant {
             self.ordering.remove(&last_lsn);
         }
 
-        // orderly's eighth change (PATCH.md): the file's space of a freed
-        // segment goes back to the file system now, not when the segment is
-        // reused or the file's tail is truncated.
-        release_space(&self.config, lid);
-
         // we want to avoid aggressive truncation because it can cause
         // blocking if we allocate a segment that was just truncated.
         let laziness_factor = 1;
@@ -720,6 +715,13 @@ impl SegmentAccountant {
             } else {
                 break;
             }
+        }
+
+        // orderly's eighth change (PATCH.md): a freed segment the tail's
+        // truncation did not take gives its space back to the file system
+        // now, not when the segment is reused.
+        if self.free.contains(&lid) {
+            release_space(&self.config, lid);
         }
 
         Ok(())
