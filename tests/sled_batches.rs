@@ -5,7 +5,9 @@
 //! in a budget of their own; a read waiting on a batch's lock does not hold
 //! back what the batch frees; it counts a read's pulled leaf against the
 //! cache within a few reads; a freed segment gives its disk space back;
-//! and the batch is still all or nothing across a SIGKILL.
+//! a leaf of large values splits for its bytes, so a read pulls a few of
+//! them, and does not merge back; and the batch is still all or nothing
+//! across a SIGKILL.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::BufRead;
@@ -21,11 +23,14 @@ struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Every byte ever allocated.
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let ptr = unsafe { System.alloc(layout) };
         if !ptr.is_null() {
+            ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
             let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             PEAK.fetch_max(live, Ordering::Relaxed);
         }
@@ -566,6 +571,115 @@ fn random_reads_are_held_within_the_cache() {
         "96 MiB of runs read at random with a cache of 8 MiB: {} MiB of heap held after ({} at the peak)",
         held >> 20,
         peak >> 20
+    );
+}
+
+/// The ninth change: a leaf splits at 16 KiB of keys and values, not only
+/// at its 17th key, so a read of a run no cache holds pulls and
+/// deserializes a leaf of a few runs (sled reads the page whole, and makes
+/// each of its values an `IVec`), not one of up to 17.
+#[test]
+fn a_read_of_one_run_pulls_a_leaf_of_a_few_runs() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const RUN: usize = 4 << 10;
+    const RUNS: u64 = (32 << 20) / RUN as u64;
+    const READS: u64 = 2_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run_key = |i: u64| {
+        let mut k = vec![b'r'];
+        k.extend_from_slice(&(i / 64).to_be_bytes());
+        k.extend_from_slice(&i.to_be_bytes());
+        k
+    };
+    {
+        let (_db, tree) = open_with_cache(dir.path(), 8 << 20);
+        for generation in 0..RUNS / 64 {
+            let mut batch = sled::Batch::default();
+            for i in generation * 64..(generation + 1) * 64 {
+                batch.insert(run_key(i), packed_run(i, RUN));
+            }
+            tree.apply_batch(batch).expect("batch");
+        }
+        tree.flush().expect("flush");
+    }
+    // A cache of 1 MiB for 32 MiB of runs: nearly every read below pulls
+    // its leaf from the log.
+    let (db, tree) = open_with_cache(dir.path(), 1 << 20);
+    let before = ALLOCATED.load(Ordering::Relaxed);
+    for n in 0..READS {
+        let i = n * 7_919 % RUNS;
+        let got = tree.get(run_key(i)).expect("get");
+        assert_eq!(got.as_deref(), Some(&packed_run(i, RUN)[..]), "run {i}");
+    }
+    let per_read = (ALLOCATED.load(Ordering::Relaxed) - before) as u64 / READS;
+    drop((tree, db));
+    eprintln!(
+        "a read of a 4 KiB run no cache holds allocated {} KiB",
+        per_read >> 10
+    );
+    assert!(
+        per_read < 36 << 10,
+        "a read of a 4 KiB run allocated {} KiB: it pulled a leaf of many runs",
+        per_read >> 10
+    );
+}
+
+/// The ninth change splits a leaf for its bytes, and a leaf of few small
+/// values merges into its neighbour: neither may undo the other, or every
+/// read of the range splits and merges it again (a write to the log each
+/// time, and sled's merge racing its reads). Large and small values mixed,
+/// a third removed, the tree read until its merges settle: a read of a tree
+/// that has settled writes nothing.
+#[test]
+fn leaves_split_for_their_bytes_do_not_merge_back() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (db, tree) = open_with_cache(dir.path(), 64 << 20);
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let size = |r: u64| match r % 4 {
+        0 => 10 + (r >> 8) as usize % 60,
+        1 => 500 + (r >> 8) as usize % 2_000,
+        _ => 4_096 + (r >> 8) as usize % 1_100,
+    };
+    let mut model = std::collections::BTreeMap::new();
+    for round in 0..20u64 {
+        let mut batch = sled::Batch::default();
+        for i in 0..200u64 {
+            let key = (round * 200 + i).to_be_bytes();
+            let value = vec![i as u8; size(next())];
+            batch.insert(&key, value.clone());
+            model.insert(key, value);
+        }
+        tree.apply_batch(batch).expect("batch");
+        let removed: Vec<_> = model.keys().filter(|_| next() % 3 == 0).copied().collect();
+        for key in removed {
+            tree.remove(key).expect("remove");
+            model.remove(&key);
+        }
+    }
+    let read_all = |pass: usize| {
+        for (key, value) in &model {
+            assert_eq!(
+                tree.get(key).expect("get").as_deref(),
+                Some(&value[..]),
+                "pass {pass}"
+            );
+        }
+        tree.flush().expect("flush")
+    };
+    let written: Vec<usize> = (0..4).map(read_all).collect();
+    assert_eq!(tree.len(), model.len());
+    drop((tree, db));
+    eprintln!("bytes written by each read of the whole tree: {written:?}");
+    assert_eq!(
+        written[3], 0,
+        "a read of a settled tree wrote {written:?}: its leaves split and merge back"
     );
 }
 

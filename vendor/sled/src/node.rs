@@ -2,6 +2,12 @@ use std::{num::NonZeroU64, ops::Bound};
 
 use super::*;
 
+/// orderly's patch (PATCH.md, the ninth change): a leaf holding three keys
+/// or more splits once its keys and values pass this many bytes. sled
+/// splits a leaf only at its 17th key, and a read pulls and deserializes
+/// the whole leaf: a leaf of 4 KiB values was about 68 KiB per read.
+pub(crate) const LEAF_SPLIT_BYTES: u64 = 16 * 1024;
+
 #[derive(Default, Debug, Clone, PartialEq)]
 pub struct Node {
     pub(crate) prefix_len: u8,
@@ -605,10 +611,38 @@ impl Node {
             16
         };
 
-        let size_checks = self.data.len() > threshold;
+        let size_checks =
+            self.data.len() > threshold || self.splits_for_its_bytes();
         let safety_checks = self.merging_child.is_none() && !self.merging;
 
         size_checks && safety_checks
+    }
+
+    /// orderly's patch (PATCH.md, the ninth change): a leaf also splits
+    /// once its keys and values pass `LEAF_SPLIT_BYTES`, so a read of one
+    /// large value (orderly's packed runs) pulls a few of them from disk,
+    /// not 17. Only when each half the split makes (at `split`'s point)
+    /// holds more than a quarter of that: a half of less could merge back
+    /// (`should_merge`), and the merged leaf split again, at every read.
+    /// A split needs three keys (two leave its right half empty).
+    fn splits_for_its_bytes(&self) -> bool {
+        let leaf = match self.data {
+            Data::Leaf(ref leaf) if leaf.keys.len() > 2 => leaf,
+            _ => return false,
+        };
+        let bytes = |from: usize, to: usize| -> u64 {
+            leaf.keys[from..to]
+                .iter()
+                .zip(&leaf.values[from..to])
+                .map(|(k, v)| (k.len() + v.len()) as u64)
+                .sum()
+        };
+        let split_point = leaf.keys.len() / 2 + 1;
+        let (left, right) =
+            (bytes(0, split_point), bytes(split_point, leaf.keys.len()));
+        left + right > LEAF_SPLIT_BYTES
+            && left > LEAF_SPLIT_BYTES / 4
+            && right > LEAF_SPLIT_BYTES / 4
     }
 
     pub(crate) fn should_merge(&self) -> bool {
@@ -620,7 +654,13 @@ impl Node {
             4
         };
 
-        let size_checks = self.data.len() < threshold;
+        // orderly's patch (PATCH.md, the ninth change): a leaf split for
+        // its bytes has few keys; it merges only while small enough that
+        // the leaf it makes stays under LEAF_SPLIT_BYTES most of the time,
+        // or it would split again at once.
+        let size_checks = self.data.len() < threshold
+            && (self.data.is_index()
+                || self.data.rss() <= LEAF_SPLIT_BYTES / 4);
         let safety_checks = self.merging_child.is_none() && !self.merging;
 
         size_checks && safety_checks

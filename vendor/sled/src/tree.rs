@@ -33,8 +33,10 @@ const GROUP_MIN: usize = 4;
 /// written to a file of its own and counted by the cache at the size of its
 /// pointer, so the cache kept such leaves past its capacity; a leaf of a
 /// few large values (orderly's packed runs) grew there when a group added
-/// up to `GROUP_MAX` of them to it at once.
-const GROUP_LEAF_BYTES: u64 = 64 * 1024;
+/// up to `GROUP_MAX` of them to it at once. Since the ninth change, the
+/// bytes at which a leaf splits: a group does not make a leaf that the
+/// next traversal must split.
+const GROUP_LEAF_BYTES: u64 = crate::node::LEAF_SPLIT_BYTES;
 
 impl<'g> Deref for View<'g> {
     type Target = Node;

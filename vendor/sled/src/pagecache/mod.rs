@@ -1057,7 +1057,17 @@ impl PageCache {
         node.apply(&new);
 
         // see if we should short-circuit replace
-        if old.cache_infos.len() >= PAGE_CONSOLIDATION_THRESHOLD {
+        //
+        // orderly's patch (PATCH.md, the ninth change): also when the
+        // page's fragments in the log hold more dead bytes than live ones
+        // (and more than a few KiB), as after the removal of most of a
+        // small leaf's large values. sled consolidates a page only at its
+        // tenth fragment, and a leaf of a few values rarely gets that many
+        // removals: the segments holding its removed values stayed live.
+        let dead = old.log_size().saturating_sub(node.rss());
+        if old.cache_infos.len() >= PAGE_CONSOLIDATION_THRESHOLD
+            || (dead > crate::node::LEAF_SPLIT_BYTES / 4 && dead > node.rss())
+        {
             let short_circuit = self.replace(pid, old, node, guard)?;
             return Ok(short_circuit.map_err(|a| a.map(|b| (b.0, new))));
         }
