@@ -88,6 +88,15 @@ fn open_with_cache(path: &Path, bytes: u64) -> (sled::Db, sled::Tree) {
     (db, tree)
 }
 
+/// Run `i`'s key, as a generation of 64 runs names it (`r`, the
+/// generation, the run).
+fn run_key(i: u64) -> Vec<u8> {
+    let mut k = vec![b'r'];
+    k.extend_from_slice(&(i / 64).to_be_bytes());
+    k.extend_from_slice(&i.to_be_bytes());
+    k
+}
+
 /// Run `i`'s value, `len` bytes.
 fn packed_run(i: u64, len: usize) -> Vec<u8> {
     vec![(i % 251) as u8; len]
@@ -469,12 +478,6 @@ fn leaves_of_packed_runs_are_held_within_the_cache() {
         .expect("open the store");
     let tree = db.open_tree("partition/0").expect("open the tree");
     let before = LIVE.load(Ordering::Relaxed);
-    let run_key = |i: u64| {
-        let mut k = vec![b'r'];
-        k.extend_from_slice(&(i / 64).to_be_bytes());
-        k.extend_from_slice(&i.to_be_bytes());
-        k
-    };
     for generation in 0..RUNS / 64 {
         let mut batch = sled::Batch::default();
         for i in generation * 64..(generation + 1) * 64 {
@@ -518,12 +521,6 @@ fn random_reads_are_held_within_the_cache() {
     const RUNS: u64 = (96 << 20) / RUN as u64;
     let dir = tempfile::tempdir().expect("tempdir");
     let open = || open_with_cache(dir.path(), 8 << 20);
-    let run_key = |i: u64| {
-        let mut k = vec![b'r'];
-        k.extend_from_slice(&(i / 64).to_be_bytes());
-        k.extend_from_slice(&i.to_be_bytes());
-        k
-    };
     let run = |i: u64| packed_run(i, RUN);
     {
         let (_db, tree) = open();
@@ -543,7 +540,7 @@ fn random_reads_are_held_within_the_cache() {
     // prime to RUNS), from two threads as two partitions would.
     std::thread::scope(|s| {
         for half in 0..2u64 {
-            let (tree, run_key, run) = (&tree, &run_key, &run);
+            let (tree, run) = (&tree, &run);
             s.spawn(move || {
                 for n in (half..RUNS).step_by(2) {
                     let i = n * 7_919 % RUNS;
@@ -585,12 +582,6 @@ fn a_read_of_one_run_pulls_a_leaf_of_a_few_runs() {
     const RUNS: u64 = (32 << 20) / RUN as u64;
     const READS: u64 = 2_000;
     let dir = tempfile::tempdir().expect("tempdir");
-    let run_key = |i: u64| {
-        let mut k = vec![b'r'];
-        k.extend_from_slice(&(i / 64).to_be_bytes());
-        k.extend_from_slice(&i.to_be_bytes());
-        k
-    };
     {
         let (_db, tree) = open_with_cache(dir.path(), 8 << 20);
         for generation in 0..RUNS / 64 {

@@ -654,10 +654,8 @@ impl Node {
             4
         };
 
-        // orderly's patch (PATCH.md, the ninth change): a leaf split for
-        // its bytes has few keys; it merges only while small enough that
-        // the leaf it makes stays under LEAF_SPLIT_BYTES most of the time,
-        // or it would split again at once.
+        // orderly's patch (PATCH.md, the ninth change): a leaf merges only
+        // while no bigger than a half of a split for its bytes can be.
         let size_checks = self.data.len() < threshold
             && (self.data.is_index()
                 || self.data.rss() <= LEAF_SPLIT_BYTES / 4);
