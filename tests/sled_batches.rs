@@ -615,6 +615,42 @@ fn a_read_of_one_run_pulls_a_leaf_of_a_few_runs() {
     );
 }
 
+/// A write-out's generation of runs lands at the right edge of the tree, in
+/// leaves that split at 16 KiB (the ninth change). Inserted key by key and
+/// split every few runs, each run was logged two or three times (its
+/// insert, then each split that rewrote its leaf). The tenth change applies
+/// a group to one copy of its leaf and cuts the copy into leaves that need
+/// no split before logging them: each run is logged about once, and every
+/// run reads back.
+#[test]
+fn a_batch_of_runs_is_logged_about_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const RUN: usize = 4 << 10;
+    const RUNS: u64 = (16 << 20) / RUN as u64;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (db, tree) = open_with_cache(dir.path(), 64 << 20);
+    let mut logged = 0;
+    for generation in 0..RUNS / 64 {
+        let mut batch = sled::Batch::default();
+        for i in generation * 64..(generation + 1) * 64 {
+            batch.insert(run_key(i), packed_run(i, RUN));
+        }
+        tree.apply_batch(batch).expect("batch");
+        logged += tree.flush().expect("flush");
+    }
+    for i in 0..RUNS {
+        let got = tree.get(run_key(i)).expect("get");
+        assert_eq!(got.as_deref(), Some(&packed_run(i, RUN)[..]), "run {i}");
+    }
+    drop((tree, db));
+    let per_byte = logged as f64 / (RUNS as f64 * RUN as f64);
+    eprintln!("bytes logged per byte of runs written: {per_byte:.2}");
+    assert!(
+        per_byte < 1.4,
+        "each byte of a batch of runs was logged {per_byte:.2} times"
+    );
+}
+
 /// The ninth change splits a leaf for its bytes, and a leaf of few small
 /// values merges into its neighbour: neither may undo the other, or every
 /// read of the range splits and merges it again (a write to the log each

@@ -603,6 +603,13 @@ impl Node {
     }
 
     pub(crate) fn should_split(&self) -> bool {
+        let size_checks = self.over_split_size();
+        let safety_checks = self.merging_child.is_none() && !self.merging;
+
+        size_checks && safety_checks
+    }
+
+    fn over_split_size(&self) -> bool {
         let threshold = if cfg!(any(test, feature = "lock_free_delays")) {
             2
         } else if self.data.is_index() {
@@ -610,12 +617,23 @@ impl Node {
         } else {
             16
         };
+        self.data.len() > threshold || self.splits_for_its_bytes()
+    }
 
-        let size_checks =
-            self.data.len() > threshold || self.splits_for_its_bytes();
-        let safety_checks = self.merging_child.is_none() && !self.merging;
-
-        size_checks && safety_checks
+    /// orderly's patch (PATCH.md, the tenth change): the leaves `split`
+    /// makes of this one, halving until none would split, in key order.
+    pub(crate) fn cut(self) -> Vec<Node> {
+        let (mut leaves, mut stack) = (Vec::new(), vec![self]);
+        while let Some(node) = stack.pop() {
+            if node.over_split_size() {
+                let (lhs, rhs) = node.split();
+                stack.push(rhs);
+                stack.push(lhs);
+            } else {
+                leaves.push(node);
+            }
+        }
+        leaves
     }
 
     /// orderly's patch (PATCH.md, the ninth change): a leaf also splits

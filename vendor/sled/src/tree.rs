@@ -27,16 +27,15 @@ const REPIN_EVERY: usize = 64;
 /// writes only its key and value (orderly's patch, PATCH.md).
 const GROUP_MAX: usize = 32;
 const GROUP_MIN: usize = 4;
-/// orderly's patch (PATCH.md, the sixth change): the most bytes of keys and
-/// values a leaf made by a group may hold. A leaf whose page passes the
-/// log's blob threshold (a quarter of a segment, 128 KiB by default) is
-/// written to a file of its own and counted by the cache at the size of its
-/// pointer, so the cache kept such leaves past its capacity; a leaf of a
-/// few large values (orderly's packed runs) grew there when a group added
-/// up to `GROUP_MAX` of them to it at once. Since the ninth change, the
-/// bytes at which a leaf splits: a group does not make a leaf that the
-/// next traversal must split.
-const GROUP_LEAF_BYTES: u64 = crate::node::LEAF_SPLIT_BYTES;
+/// orderly's patch (PATCH.md, the sixth and tenth changes): the most bytes
+/// of keys and values a group may make a leaf hold. A leaf whose page
+/// passes the log's blob threshold (a quarter of a segment, 128 KiB by
+/// default) is written to a file of its own and counted by the cache at the
+/// size of its pointer. Since the tenth change a group's copy is cut into
+/// leaves of about `LEAF_SPLIT_BYTES` before it is written, so it may grow
+/// past that threshold: the larger the group, the less of the old leaf is
+/// written again with it.
+const GROUP_BYTES: u64 = 8 * crate::node::LEAF_SPLIT_BYTES;
 
 impl<'g> Deref for View<'g> {
     type Target = Node;
@@ -443,7 +442,7 @@ impl Tree {
                 let View { node_view, pid, .. } =
                     self.view_for_key(group[0].0.as_ref(), guard)?;
                 // orderly's patch (PATCH.md, the sixth change): a group stops
-                // before the leaf it makes passes GROUP_LEAF_BYTES.
+                // before the leaf it makes passes GROUP_BYTES.
                 let write_len = |(k, v): &(IVec, Option<IVec>)| {
                     (k.len() + v.as_ref().map_or(0, |v| v.len())) as u64
                 };
@@ -454,7 +453,7 @@ impl Tree {
                             if next.0.as_ref() >= node_view.lo.as_ref()
                                 && (node_view.hi.is_empty()
                                     || next.0.as_ref() < node_view.hi.as_ref())
-                                && bytes + write_len(next) <= GROUP_LEAF_BYTES =>
+                                && bytes + write_len(next) <= GROUP_BYTES =>
                         {
                             bytes += write_len(next);
                             if let Some(next) = writes.next() {
@@ -478,12 +477,7 @@ impl Tree {
                             None => node.del_leaf(&encoded),
                         }
                     }
-                    if self
-                        .context
-                        .pagecache
-                        .replace(pid, node_view.0, node, guard)?
-                        .is_ok()
-                    {
+                    if self.install_cut(pid, node_view.0, node, guard)? {
                         guard.writeset.push(pid);
                         since_repin += group.len();
                         continue;
@@ -1556,6 +1550,112 @@ impl Tree {
             hasher.update(&v);
         }
         Ok(hasher.finalize())
+    }
+
+    /// orderly's patch (PATCH.md, the tenth change): installs `node`, a
+    /// group's copy of leaf `pid`, cut first into leaves that need no split
+    /// (`Node::cut`). The leaves after the first are allocated right to
+    /// left, each pointing at the next, and the first replaces the old
+    /// leaf, so each byte is logged once, where a replace of the whole
+    /// copy and the splits after it logged it two or three times. Their
+    /// parent learns of them as after any split, from the traversals that
+    /// reach them (`view_for_key`'s half-complete split), run here at once.
+    /// `false` when the leaf changed under us (nothing installed).
+    fn install_cut<'g>(
+        &self,
+        pid: PageId,
+        old: crate::pagecache::PageView<'g>,
+        node: Node,
+        guard: &'g Guard,
+    ) -> Result<bool> {
+        // `split` leaves its left half without a `next`: the last leaf
+        // points where the whole one pointed.
+        let mut next = node.next;
+        let mut leaves = node.cut();
+        let mut first = leaves.remove(0);
+        let mut allocated = Vec::with_capacity(leaves.len());
+        for mut leaf in leaves.into_iter().rev() {
+            leaf.next = next;
+            let lo = leaf.lo.clone();
+            let (leaf_pid, view) = self.context.pagecache.allocate(leaf, guard)?;
+            next = NonZeroU64::new(leaf_pid);
+            allocated.push((leaf_pid, view, lo));
+        }
+        first.next = next;
+        if self.context.pagecache.replace(pid, old, first, guard)?.is_err() {
+            for (leaf_pid, view, _) in allocated {
+                let _freed = self
+                    .context
+                    .pagecache
+                    .free(leaf_pid, view, guard)?
+                    .expect("could not free allocated page");
+            }
+            return Ok(false);
+        }
+        let leaves: Vec<(IVec, PageId)> =
+            allocated.into_iter().rev().map(|(p, _, lo)| (lo, p)).collect();
+        if !self.parent_learns(pid, &leaves, guard)? {
+            for (lo, _) in &leaves {
+                let _view = self.view_for_key(lo.as_ref(), guard)?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// orderly's patch (PATCH.md, the tenth change): adds `leaves` (their
+    /// low keys and pids, cut from `child`) to `child`'s parent in one
+    /// replace, where a traversal per leaf logged the parent once each.
+    /// `false` when the parent cannot be found as it stood (a root leaf, a
+    /// merge, a race): the traversals then do it, as after any split.
+    fn parent_learns<'g>(
+        &self,
+        child: PageId,
+        leaves: &[(IVec, PageId)],
+        guard: &'g Guard,
+    ) -> Result<bool> {
+        let key = match leaves.first() {
+            Some((lo, _)) => lo.as_ref(),
+            None => return Ok(true),
+        };
+        let mut cursor = self.root.load(Acquire);
+        let mut parent: Option<View<'g>> = None;
+        for _ in 0..64 {
+            if cursor == child {
+                let parent = match parent {
+                    Some(parent) => parent,
+                    None => return Ok(false),
+                };
+                let mut node: Node = parent.deref().clone();
+                for (lo, pid) in leaves {
+                    let inside =
+                        parent.hi.is_empty() || lo.as_ref() < parent.hi.as_ref();
+                    if !inside || !node.parent_split(lo.as_ref(), *pid) {
+                        return Ok(false);
+                    }
+                }
+                return Ok(self
+                    .context
+                    .pagecache
+                    .replace(parent.pid, parent.node_view.0, node, guard)?
+                    .is_ok());
+            }
+            let view = match self.view_for_pid(cursor, guard)? {
+                Some(view) => view,
+                None => return Ok(false),
+            };
+            let inside = key >= view.lo.as_ref()
+                && (view.hi.is_empty() || key < view.hi.as_ref());
+            if !view.data.is_index()
+                || view.merging_child.is_some()
+                || view.merging
+                || !inside
+            {
+                return Ok(false);
+            }
+            cursor = view.index_next_node(key).1;
+            parent = Some(view);
+        }
+        Ok(false)
     }
 
     fn split_node<'g>(
