@@ -220,6 +220,10 @@ fn write_batches_forever(path: &Path) -> ! {
         for i in 0..BATCH_KEYS {
             batch.insert(&key(i), &generation.to_be_bytes());
         }
+        for j in 0..RUNS_PER_BATCH {
+            let (key, value) = batch_run(generation, j);
+            batch.insert(key, value);
+        }
         batch.insert("gen", &generation.to_be_bytes());
         tree.apply_batch(batch).expect("batch");
         if first {
@@ -233,6 +237,18 @@ fn write_batches_forever(path: &Path) -> ! {
             tree.flush().expect("flush");
         }
     }
+}
+
+/// Runs of 1-5 KiB each batch of the SIGKILL test adds at the right edge,
+/// where the tenth change cuts a group's leaf into new leaves.
+const RUNS_PER_BATCH: u64 = 32;
+
+/// Run `j` of the batch of `generation`: its key, and a value of 1-5 KiB
+/// that starts with the generation.
+fn batch_run(generation: u64, j: u64) -> (Vec<u8>, Vec<u8>) {
+    let mut value = generation.to_be_bytes().to_vec();
+    value.resize(1024 + (j as usize * 373) % 4096, j as u8);
+    (run_key(generation * RUNS_PER_BATCH + j), value)
 }
 
 fn read_generation(tree: &sled::Tree) -> Option<u64> {
@@ -257,7 +273,10 @@ fn spawn_child(path: &Path) -> Child {
 
 /// The patch lets the epoch advance inside a batch, not the batch's log
 /// reservation go: a writer killed mid-batch, over and over, leaves every
-/// key of the last recovered batch at that batch's generation.
+/// key of the last recovered batch at that batch's generation. Each batch
+/// also adds runs at the right edge, which the tenth change writes as new
+/// leaves cut from a group's copy: those of every recovered batch are
+/// there, and none of a batch not recovered.
 #[test]
 fn a_batch_is_all_or_nothing_across_sigkill() {
     if let Some(path) = std::env::var_os(CHILD_ENV) {
@@ -292,7 +311,24 @@ fn a_batch_is_all_or_nothing_across_sigkill() {
                 "round {round}: key {i} against the batch of generation {generation:?}"
             );
         }
-        seen.push(generation.unwrap_or(0));
+        // The runs of every batch up to the recovered one, and none after.
+        let last = generation.unwrap_or(0);
+        let runs = tree.scan_prefix([b'r']).count() as u64;
+        assert_eq!(
+            runs,
+            last * RUNS_PER_BATCH,
+            "round {round}: runs after batch {last}"
+        );
+        for (batch, j) in (1..=last).flat_map(|g| (0..RUNS_PER_BATCH).map(move |j| (g, j))) {
+            let (key, value) = batch_run(batch, j);
+            let got = tree.get(key).expect("read a run");
+            assert_eq!(
+                got.as_deref(),
+                Some(&value[..]),
+                "round {round}: run {j} of batch {batch}"
+            );
+        }
+        seen.push(last);
         drop(tree);
     }
     // Each writer's first batch was durable before the kill, so every round
