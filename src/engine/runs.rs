@@ -31,7 +31,7 @@ pub(crate) const RUNS_KEY: &[u8] = b"\x00runs";
 /// never evicts: 32 KiB runs (as `benches/sled_floor.rs --packed` first
 /// chose, docs/performance.md, "Packed runs") held the whole state in
 /// memory once write-outs wrote them. Runs of 4 KiB keep a leaf of 17 under
-/// it (`tests/sled_batches.rs`, `leaves_of_packed_runs_are_held_within_the_cache`).
+/// it (`tests/sled_batches/leaves.rs`, `leaves_of_packed_runs_are_held_within_the_cache`).
 pub(crate) const RUN_BYTES: usize = 4 << 10;
 
 const KIND_DELETED: u8 = 0;
