@@ -1558,9 +1558,11 @@ impl Tree {
     /// left, each pointing at the next, and the first replaces the old
     /// leaf, so each byte is logged once, where a replace of the whole
     /// copy and the splits after it logged it two or three times. Their
-    /// parent learns of them as after any split, from the traversals that
-    /// reach them (`view_for_key`'s half-complete split), run here at once.
-    /// `false` when the leaf changed under us (nothing installed).
+    /// parent learns of them in one replace (`parent_learns`), or else as
+    /// after any split, from the traversals that reach them
+    /// (`view_for_key`'s half-complete split), run here at once. `false`
+    /// when the leaf changed under us (nothing installed, the new leaves
+    /// freed).
     fn install_cut<'g>(
         &self,
         pid: PageId,
