@@ -5,6 +5,16 @@
 
 use super::*;
 
+/// A batch of `generation`'s 64 runs of `len` bytes, as a write-out of
+/// packed runs writes them at the tree's right edge.
+fn runs_batch(generation: u64, len: usize) -> sled::Batch {
+    let mut batch = sled::Batch::default();
+    for i in generation * 64..(generation + 1) * 64 {
+        batch.insert(run_key(i), packed_run(i, len));
+    }
+    batch
+}
+
 /// Packed runs (orderly's `RUN_BYTES`, 4 KiB, written at the right edge a
 /// generation after another, in batches) with a cache of 8 MiB. Before the
 /// sixth change a batch's group put up to 32 of them into one copy of the
@@ -27,10 +37,7 @@ fn leaves_of_packed_runs_are_held_within_the_cache() {
     let tree = db.open_tree("partition/0").expect("open the tree");
     let before = LIVE.load(Ordering::Relaxed);
     for generation in 0..RUNS / 64 {
-        let mut batch = sled::Batch::default();
-        for i in generation * 64..(generation + 1) * 64 {
-            batch.insert(run_key(i), vec![(i % 251) as u8; RUN]);
-        }
+        let mut batch = runs_batch(generation, RUN);
         batch.insert(b"checkpoint".to_vec(), generation.to_be_bytes().to_vec());
         tree.apply_batch(batch).expect("batch");
     }
@@ -73,11 +80,8 @@ fn random_reads_are_held_within_the_cache() {
     {
         let (_db, tree) = open();
         for generation in 0..RUNS / 64 {
-            let mut batch = sled::Batch::default();
-            for i in generation * 64..(generation + 1) * 64 {
-                batch.insert(run_key(i), run(i));
-            }
-            tree.apply_batch(batch).expect("batch");
+            tree.apply_batch(runs_batch(generation, RUN))
+                .expect("batch");
         }
         tree.flush().expect("flush");
     }
@@ -133,11 +137,8 @@ fn a_read_of_one_run_pulls_a_leaf_of_a_few_runs() {
     {
         let (_db, tree) = open_with_cache(dir.path(), 8 << 20);
         for generation in 0..RUNS / 64 {
-            let mut batch = sled::Batch::default();
-            for i in generation * 64..(generation + 1) * 64 {
-                batch.insert(run_key(i), packed_run(i, RUN));
-            }
-            tree.apply_batch(batch).expect("batch");
+            tree.apply_batch(runs_batch(generation, RUN))
+                .expect("batch");
         }
         tree.flush().expect("flush");
     }
@@ -179,11 +180,8 @@ fn a_batch_of_runs_is_logged_about_once() {
     let (db, tree) = open_with_cache(dir.path(), 64 << 20);
     let mut logged = 0;
     for generation in 0..RUNS / 64 {
-        let mut batch = sled::Batch::default();
-        for i in generation * 64..(generation + 1) * 64 {
-            batch.insert(run_key(i), packed_run(i, RUN));
-        }
-        tree.apply_batch(batch).expect("batch");
+        tree.apply_batch(runs_batch(generation, RUN))
+            .expect("batch");
         logged += tree.flush().expect("flush");
     }
     for i in 0..RUNS {
